@@ -1,0 +1,218 @@
+//! The compact events allocators publish to an observer (the agent), and the sink they publish
+//! into.
+//!
+//! An [`Event`] is a 64-byte `Copy` value: building one never allocates, and publishing it is one
+//! call to [`EventSink::publish`], which must never block, lock, or allocate (the agent's sink is
+//! a bounded channel with `try_send`; a full channel drops the event and counts it).
+//!
+//! The caching allocator publishes one event per trace entry it makes (same points, same
+//! addresses), plus [`EventAction::AllocRetry`] and [`EventAction::SyncAllStreams`] for the
+//! counters that have no trace entry, so a consumer that mirrors segments and blocks from the
+//! events can recompute every `DeviceStats` figure the allocator keeps.
+
+use std::sync::OnceLock;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+/// What an event reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum EventAction {
+    /// A block was handed out: `addr`, `size` = block size, `requested` = request.
+    Alloc = 0,
+    /// The program freed a block: `addr`, `size` = block size, `requested` = request.
+    FreeRequested = 1,
+    /// A block went back to the free set: `addr`, `size` = block size.
+    FreeCompleted = 2,
+    /// A segment was allocated from the device: `addr`, `size`.
+    SegmentAlloc = 3,
+    /// A segment was returned to the device: `addr`, `size`.
+    SegmentFree = 4,
+    /// Pages were mapped at the end of an expandable segment: `addr`, `size` of the new range.
+    SegmentMap = 5,
+    /// Pages were unmapped from an expandable segment: `addr`, `size` of the range.
+    SegmentUnmap = 6,
+    /// An allocation failed: `size` = rounded request, `requested` = request, `addr` = device
+    /// free bytes.
+    Oom = 7,
+    /// The allocator freed its cache and retried (counts in `num_alloc_retries`).
+    AllocRetry = 8,
+    /// The allocator synchronized all streams (counts in `num_sync_all_streams`).
+    SyncAllStreams = 9,
+    /// A snapshot was taken.
+    Snapshot = 10,
+    /// A user annotation; `context` names it.
+    UserDefined = 11,
+    /// Peak statistics were reset by the program.
+    ResetPeaks = 12,
+    /// Accumulated statistics were reset by the program.
+    ResetAccumulated = 13,
+}
+
+impl EventAction {
+    /// Number of actions (for per-action counters).
+    pub const COUNT: usize = 14;
+
+    /// A stable short name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventAction::Alloc => "alloc",
+            EventAction::FreeRequested => "free_requested",
+            EventAction::FreeCompleted => "free_completed",
+            EventAction::SegmentAlloc => "segment_alloc",
+            EventAction::SegmentFree => "segment_free",
+            EventAction::SegmentMap => "segment_map",
+            EventAction::SegmentUnmap => "segment_unmap",
+            EventAction::Oom => "oom",
+            EventAction::AllocRetry => "alloc_retry",
+            EventAction::SyncAllStreams => "sync_all_streams",
+            EventAction::Snapshot => "snapshot",
+            EventAction::UserDefined => "user_defined",
+            EventAction::ResetPeaks => "reset_peaks",
+            EventAction::ResetAccumulated => "reset_accumulated",
+        }
+    }
+
+    /// The action with this discriminant.
+    pub fn from_u8(v: u8) -> Option<EventAction> {
+        use EventAction::*;
+        [
+            Alloc,
+            FreeRequested,
+            FreeCompleted,
+            SegmentAlloc,
+            SegmentFree,
+            SegmentMap,
+            SegmentUnmap,
+            Oom,
+            AllocRetry,
+            SyncAllStreams,
+            Snapshot,
+            UserDefined,
+            ResetPeaks,
+            ResetAccumulated,
+        ]
+        .get(v as usize)
+        .copied()
+    }
+}
+
+/// Which pool an event's block or segment belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum EventPool {
+    /// Small pool (rounded requests of at most 1 MiB).
+    Small = 0,
+    /// Large pool.
+    Large = 1,
+    /// Not a device pool: a CPU allocation (tracking allocator, instrumented heap).
+    Host = 2,
+}
+
+/// Device number used for CPU events.
+pub const CPU_DEVICE: i16 = -1;
+
+/// Flag bit: the block or segment is part of an expandable segment.
+pub const FLAG_EXPANDABLE: u8 = 1;
+/// Flag bit: the block or segment belongs to a private pool (graph capture); `pool_id` names it.
+pub const FLAG_PRIVATE_POOL: u8 = 1 << 1;
+/// Flag bit: the block is oversize (at least `max_split_size`).
+pub const FLAG_OVERSIZE: u8 = 1 << 2;
+/// Flag bit: the allocation was served from the cache (no device call).
+pub const FLAG_CACHED: u8 = 1 << 3;
+
+/// One compact event: 64 bytes, `Copy`, built without allocating.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(C)]
+pub struct Event {
+    /// Time of the event in nanoseconds since the Unix epoch (see [`now_ns`]).
+    pub time_ns: u64,
+    /// Address of the block or segment (for `Oom`: the device's free bytes).
+    pub addr: u64,
+    /// Size in bytes (block or segment size; for `Oom`, the rounded request).
+    pub size: u64,
+    /// Requested size (for `Alloc`, `FreeRequested`, `Oom`), else 0.
+    pub requested: u64,
+    /// Stream the operation ran on (0 is the default stream).
+    pub stream: u64,
+    /// Private pool id (first half of PyTorch's `(id, id)` pair), 0 for the default pools.
+    pub pool_id: u64,
+    /// How long the allocator call took, in nanoseconds (0 when not measured).
+    pub latency_ns: u32,
+    /// Context id from the user's context callback (0 = none).
+    pub context: u32,
+    /// Device index, or [`CPU_DEVICE`].
+    pub device: i16,
+    /// What happened.
+    pub action: EventAction,
+    /// Small, large or host.
+    pub pool: EventPool,
+    /// `FLAG_*` bits.
+    pub flags: u8,
+    /// Padding kept zero (and room to grow without changing the size).
+    pub _reserved: [u8; 3],
+}
+
+const _: () = assert!(std::mem::size_of::<Event>() == 64);
+
+impl Event {
+    /// An event with every field zero but the ones given.
+    #[inline]
+    pub fn new(action: EventAction, device: i16, pool: EventPool, addr: u64, size: u64) -> Event {
+        Event {
+            time_ns: 0,
+            addr,
+            size,
+            requested: 0,
+            stream: 0,
+            pool_id: 0,
+            latency_ns: 0,
+            context: 0,
+            device,
+            action,
+            pool,
+            flags: 0,
+            _reserved: [0; 3],
+        }
+    }
+}
+
+/// Where allocators publish events.
+///
+/// Implementations must never block, take a lock that an allocator could hold, or allocate: the
+/// call sits on the allocator's hot path (and, for the instrumented global allocator, inside
+/// `GlobalAlloc::alloc`). Dropping the event and counting the drop is the right answer to a full
+/// buffer.
+pub trait EventSink: Send + Sync {
+    /// Publishes one event.
+    fn publish(&self, event: &Event);
+
+    /// Whether anyone listens; allocators may skip building events when this is false.
+    fn enabled(&self) -> bool {
+        true
+    }
+}
+
+struct ClockAnchor {
+    instant: Instant,
+    epoch_ns: u64,
+}
+
+fn anchor() -> &'static ClockAnchor {
+    static ANCHOR: OnceLock<ClockAnchor> = OnceLock::new();
+    ANCHOR.get_or_init(|| ClockAnchor {
+        instant: Instant::now(),
+        epoch_ns: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0),
+    })
+}
+
+/// Nanoseconds since the Unix epoch from a monotonic clock anchored once per process: cheap
+/// (no syscall beyond the vDSO clock read), never goes backwards, and comparable with the
+/// microsecond `time_us` of PyTorch's trace entries.
+#[inline]
+pub fn now_ns() -> u64 {
+    let a = anchor();
+    a.epoch_ns + a.instant.elapsed().as_nanos() as u64
+}

@@ -1,0 +1,3 @@
+//! End-to-end tests across allocview's crates live in `tests/tests/`; shared builders here.
+
+#![forbid(unsafe_code)]
