@@ -1,0 +1,8 @@
+//! `allocview replay` (being written).
+
+use crate::cli::ReplayArgs;
+
+/// Runs the command.
+pub fn run(_args: &ReplayArgs) -> anyhow::Result<()> {
+    anyhow::bail!("allocview replay is not available in this build yet")
+}

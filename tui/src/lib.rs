@@ -1,0 +1,6 @@
+//! The `allocview` command's library: CLI, state model, views, and subcommands.
+
+#![forbid(unsafe_code)]
+
+pub mod cli;
+pub mod cmd;
