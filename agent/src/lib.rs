@@ -2,3 +2,14 @@
 //! keeps snapshots, reads and writes snapshot files, and serves clients.
 
 #![forbid(unsafe_code)]
+
+pub mod agent;
+pub mod aggregator;
+pub mod pickle;
+pub mod prometheus;
+pub mod protocol;
+pub mod pytorch;
+pub mod server;
+pub mod sink;
+pub mod snapshot_file;
+pub mod summary;
