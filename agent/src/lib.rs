@@ -12,4 +12,5 @@ pub mod pytorch;
 pub mod server;
 pub mod sink;
 pub mod snapshot_file;
+pub mod state;
 pub mod summary;

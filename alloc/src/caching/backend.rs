@@ -123,3 +123,56 @@ pub trait DeviceBackend: Send + Sync + 'static {
     /// Gives back a reserved range; everything in it must be unmapped (cuMemAddressFree).
     fn vm_release(&self, va: DevicePtr, size: u64) -> Result<(), DeviceError>;
 }
+
+/// A shared backend is a backend: the allocator can own an `Arc` while a test, the demo or
+/// replay keeps another handle to drive the simulated device.
+impl<T: DeviceBackend + ?Sized> DeviceBackend for std::sync::Arc<T> {
+    fn device(&self) -> i32 {
+        (**self).device()
+    }
+    fn malloc(&self, size: u64) -> Result<DevicePtr, DeviceError> {
+        (**self).malloc(size)
+    }
+    fn free(&self, ptr: DevicePtr) -> Result<(), DeviceError> {
+        (**self).free(ptr)
+    }
+    fn mem_get_info(&self) -> Result<(u64, u64), DeviceError> {
+        (**self).mem_get_info()
+    }
+    fn create_stream(&self) -> Result<StreamId, DeviceError> {
+        (**self).create_stream()
+    }
+    fn create_event(&self) -> Result<EventId, DeviceError> {
+        (**self).create_event()
+    }
+    fn destroy_event(&self, event: EventId) -> Result<(), DeviceError> {
+        (**self).destroy_event(event)
+    }
+    fn record_event(&self, event: EventId, stream: StreamId) -> Result<(), DeviceError> {
+        (**self).record_event(event, stream)
+    }
+    fn query_event(&self, event: EventId) -> Result<bool, DeviceError> {
+        (**self).query_event(event)
+    }
+    fn synchronize_event(&self, event: EventId) -> Result<(), DeviceError> {
+        (**self).synchronize_event(event)
+    }
+    fn synchronize_device(&self) -> Result<(), DeviceError> {
+        (**self).synchronize_device()
+    }
+    fn vm_granularity(&self) -> u64 {
+        (**self).vm_granularity()
+    }
+    fn vm_reserve(&self, size: u64) -> Result<DevicePtr, DeviceError> {
+        (**self).vm_reserve(size)
+    }
+    fn vm_map(&self, va: DevicePtr, size: u64) -> Result<(), DeviceError> {
+        (**self).vm_map(va, size)
+    }
+    fn vm_unmap(&self, va: DevicePtr, size: u64) -> Result<(), DeviceError> {
+        (**self).vm_unmap(va, size)
+    }
+    fn vm_release(&self, va: DevicePtr, size: u64) -> Result<(), DeviceError> {
+        (**self).vm_release(va, size)
+    }
+}
