@@ -4,3 +4,5 @@
 
 pub mod cli;
 pub mod cmd;
+pub mod state;
+pub mod units;
