@@ -6,3 +6,4 @@ pub mod cli;
 pub mod cmd;
 pub mod state;
 pub mod units;
+pub mod view;

@@ -173,6 +173,53 @@ impl State {
         pools::from_segments(&self.segments, max_split)
     }
 
+    /// Indices of the segments the segment view lists under `filter`: largest first, then by
+    /// address.
+    pub fn segment_order(&self, filter: ui::SegmentFilter) -> Vec<usize> {
+        use allocview_alloc::snapshot::SegmentType;
+        let mut idx: Vec<usize> = (0..self.segments.len())
+            .filter(|&i| match filter {
+                ui::SegmentFilter::All => true,
+                ui::SegmentFilter::Large => self.segments[i].segment_type == SegmentType::Large,
+                ui::SegmentFilter::Small => self.segments[i].segment_type == SegmentType::Small,
+            })
+            .collect();
+        idx.sort_unstable_by_key(|&i| {
+            let s = &self.segments[i];
+            (std::cmp::Reverse(s.total_size), s.address)
+        });
+        idx
+    }
+
+    /// The segment index and block index holding `addr`, if any.
+    pub fn find_block(&self, addr: u64) -> Option<(usize, usize)> {
+        let seg = self
+            .segments
+            .iter()
+            .position(|s| addr >= s.address && addr < s.address + s.total_size)?;
+        let block = self.segments[seg]
+            .blocks
+            .iter()
+            .position(|b| addr >= b.address && addr < b.address + b.size)
+            .unwrap_or(0);
+        Some((seg, block))
+    }
+
+    /// Indices of the trace entries that pass `filter`.
+    pub fn trace_rows(&self, filter: &filter::TraceFilter) -> Vec<usize> {
+        (0..self.trace.len())
+            .filter(|&i| filter.matches(&self.trace[i]))
+            .collect()
+    }
+
+    /// The trace row selected by default: in file mode the last entry applied, else the newest.
+    pub fn default_trace_row(&self, rows: &[usize]) -> usize {
+        match self.trace_cursor {
+            Some(cursor) => rows.iter().rposition(|&i| i < cursor).unwrap_or(0),
+            None => rows.len().saturating_sub(1),
+        }
+    }
+
     /// Whether the picture is known to be partial (drops, resyncs or a lost trace).
     pub fn is_partial(&self) -> bool {
         self.source.dropped > 0 || self.source.resyncs > 0
