@@ -1,9 +1,15 @@
-//! The `allocview` command's library: CLI, state model, views, and subcommands.
+//! The `allocview` command's library: CLI, state model, views, the app loop and the
+//! subcommands.
 
 #![forbid(unsafe_code)]
 
+pub mod app;
 pub mod cli;
 pub mod cmd;
+pub mod input;
+pub mod snapshot_io;
+pub mod source;
 pub mod state;
+pub mod terminal;
 pub mod units;
 pub mod view;
