@@ -6,10 +6,14 @@
 //! # Layout
 //!
 //! `std::alloc` needs the layout again at free time, and [`Allocator::deallocate_raw`] only gets
-//! the pointer, so each allocation carries a header. With alignment `A` (at least 64), the
-//! block is `A + num_bytes` bytes aligned to `A`; the caller's pointer is `A` bytes in, and the
-//! [`Header`] (requested size, alignment, whether it was counted) sits just below it. One
-//! pointer subtraction finds it again: no map, no lock.
+//! the pointer, so each allocation carries a header. Aligned allocation in the C library
+//! (`posix_memalign`, which `std::alloc` uses for alignments above 16) costs 5 to 15 times a
+//! plain `malloc` (measured in `benches/cpu_allocators.rs`), so the block is taken with the
+//! heap's natural alignment and aligned by hand: with alignment `A` (at least 64), the block is
+//! `num_bytes + A + HEADER_SIZE` bytes; the caller's pointer is the first `A`-aligned address at
+//! least `HEADER_SIZE` bytes in, and the [`Header`] (where the block starts, the requested size,
+//! the alignment, whether it was counted) sits just below it. One pointer subtraction finds it
+//! again: no map, no lock.
 
 use std::alloc::{self, Layout};
 use std::mem::size_of;
@@ -23,9 +27,11 @@ use crate::stats::AllocatorStats;
 /// What sits just below each pointer a [`CpuAllocator`] hands out.
 #[repr(C)]
 struct Header {
+    /// Bytes from the start of the block to the caller's pointer.
+    offset: usize,
     /// Bytes the caller asked for.
     num_bytes: usize,
-    /// The block's alignment (a power of two, at least 64) with [`COUNTED`] in bit 0.
+    /// The alignment given (a power of two, at least 64) with [`COUNTED`] in bit 0.
     align_and_flags: usize,
 }
 
@@ -36,7 +42,11 @@ const COUNTED: usize = 1;
 /// Bytes the header occupies below the caller's pointer.
 const HEADER_SIZE: usize = size_of::<Header>();
 
-const _: () = assert!(HEADER_SIZE <= DEFAULT_ALIGNMENT);
+/// Alignment of the blocks taken from the global heap: what `malloc` gives anyway, so
+/// `std::alloc` takes its fast path.
+const BLOCK_ALIGNMENT: usize = 16;
+
+const _: () = assert!(HEADER_SIZE < DEFAULT_ALIGNMENT);
 
 /// Host memory allocator: 64-byte aligned (or more on request), with run-time switchable stats
 /// and an optional byte limit.
@@ -157,8 +167,10 @@ impl Allocator for CpuAllocator {
             count: 1,
             elem_size: num_bytes,
         };
-        let total = align.checked_add(num_bytes).ok_or(overflow.clone())?;
-        let layout = Layout::from_size_align(total, align).map_err(|_| overflow)?;
+        let total = num_bytes
+            .checked_add(align + HEADER_SIZE)
+            .ok_or(overflow.clone())?;
+        let layout = Layout::from_size_align(total, BLOCK_ALIGNMENT).map_err(|_| overflow)?;
 
         let collect = self.collect_stats.load(Relaxed);
         let counted = collect || self.limit.is_some();
@@ -179,13 +191,18 @@ impl Allocator for CpuAllocator {
                 alignment: align,
             });
         };
-        // SAFETY: `align` <= `total`, so `base + align` is inside (or one past) the block.
-        let user = unsafe { base.add(align) };
-        // SAFETY: the header's `HEADER_SIZE` bytes lie below `user` and above `base` (`align`
-        // >= 64 >= HEADER_SIZE), and `user - HEADER_SIZE` is aligned for `usize` (`user` is
+        let base_addr = base.as_ptr() as usize;
+        // The first `align`-aligned address with room for the header below it: at most
+        // `HEADER_SIZE + align - 1` bytes in, so `num_bytes` still fit before the block's end.
+        let offset = (base_addr + HEADER_SIZE).next_multiple_of(align) - base_addr;
+        // SAFETY: `offset` <= HEADER_SIZE + align - 1 < total, so the pointer is in the block.
+        let user = unsafe { base.add(offset) };
+        // SAFETY: the header's `HEADER_SIZE` bytes lie below `user` and at or above `base`
+        // (`offset` >= HEADER_SIZE), and `user - HEADER_SIZE` is aligned for `usize` (`user` is
         // 64-aligned, `HEADER_SIZE` a multiple of 8).
         unsafe {
             user.sub(HEADER_SIZE).cast::<Header>().write(Header {
+                offset,
                 num_bytes,
                 align_and_flags: align | if counted { COUNTED } else { 0 },
             });
@@ -208,11 +225,16 @@ impl Allocator for CpuAllocator {
         if header.align_and_flags & COUNTED != 0 {
             self.in_use.fetch_sub(header.num_bytes, Relaxed);
         }
-        // SAFETY: `allocate_raw` put `ptr` `align` bytes into its block.
-        let base = unsafe { ptr.sub(align) };
+        // SAFETY: `allocate_raw` put `ptr` `offset` bytes into its block.
+        let base = unsafe { ptr.sub(header.offset) };
         // SAFETY: `allocate_raw` built this same layout from these values, and it passed
         // `Layout::from_size_align` then.
-        let layout = unsafe { Layout::from_size_align_unchecked(align + header.num_bytes, align) };
+        let layout = unsafe {
+            Layout::from_size_align_unchecked(
+                header.num_bytes + align + HEADER_SIZE,
+                BLOCK_ALIGNMENT,
+            )
+        };
         // SAFETY: `base` was allocated with `layout` by the global allocator and is freed once
         // (the caller's contract).
         unsafe { alloc::dealloc(base.as_ptr(), layout) };
