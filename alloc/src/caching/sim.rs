@@ -11,7 +11,7 @@
 //!   reservations, so the same calls give the same addresses. A placement hint
 //!   ([`SimBackend::hint_next_segment`]) puts the next segment exactly at a chosen address when
 //!   that range is free, which is how replay reproduces the addresses of a PyTorch recording.
-//!   The map is two `BTreeMap`s (see [`address_space`](self::address_space)), so arbitrary
+//!   The map is two `BTreeMap`s (module `address_space`), so arbitrary
 //!   placements in any order stay cheap.
 //! - **Streams and events.** Each stream counts work submitted and completed; an event recorded
 //!   on a stream captures the submitted count and is complete when the completed count reaches
