@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+use proptest::prelude::*;
+
 use allocview_alloc::caching::backend::{DeviceBackend, DeviceError, EventId, StreamId};
 use allocview_alloc::caching::sim::{
     DEFAULT_BASE_ADDRESS, NEVER_COMPLETE_ERROR_CODE, SEGMENT_ALIGNMENT, SimBackend,
@@ -671,4 +673,146 @@ fn a_shared_device_is_usable_from_many_threads() {
     assert_eq!(dev.counters().malloc, 2000);
     // The Arc is a backend too.
     assert_eq!(DeviceBackend::device(&dev), 0);
+}
+
+// ---- model check ----
+
+mod model {
+    //! A naive model of the simulated device's address space: a sorted list of occupied ranges
+    //! scanned from the bottom. The real one must place everything where this one does.
+
+    use super::{MIB, SEGMENT_ALIGNMENT};
+
+    #[derive(Debug, Default)]
+    pub struct NaiveSpace {
+        /// (start, end, is_reservation), unsorted.
+        pub ranges: Vec<(u64, u64, bool)>,
+    }
+
+    impl NaiveSpace {
+        pub fn is_free(&self, start: u64, size: u64) -> bool {
+            start >= 512
+                && self
+                    .ranges
+                    .iter()
+                    .all(|&(s, e, _)| start + size <= s || start >= e)
+        }
+
+        pub fn first_fit(&self, base: u64, size: u64) -> u64 {
+            let mut sorted = self.ranges.clone();
+            sorted.sort_unstable();
+            let mut cursor = base.next_multiple_of(SEGMENT_ALIGNMENT);
+            for (s, e, _) in sorted {
+                if e <= cursor {
+                    continue;
+                }
+                if s >= cursor + size {
+                    break;
+                }
+                cursor = e.next_multiple_of(SEGMENT_ALIGNMENT);
+            }
+            cursor
+        }
+    }
+
+    /// Operations on the device.
+    #[derive(Debug, Clone)]
+    pub enum Op {
+        /// malloc(pages * 2 MiB + extra * 512)
+        Malloc { pages: u64, extra: u64 },
+        /// hint (base + offset * 512), then malloc
+        HintedMalloc { offset: u64, pages: u64 },
+        /// free the i-th live segment (modulo)
+        Free { index: usize },
+        /// vm_reserve(pages * 2 MiB)
+        Reserve { pages: u64 },
+        /// release the i-th reservation (modulo)
+        Release { index: usize },
+    }
+
+    pub const HINT_WINDOW: u64 = 64 * MIB;
+}
+
+proptest! {
+    #[test]
+    fn placement_matches_a_naive_first_fit_model(
+        ops in proptest::collection::vec(
+            prop_oneof![
+                (1u64..12, 0u64..4).prop_map(|(pages, extra)| model::Op::Malloc { pages, extra }),
+                (0u64..model::HINT_WINDOW / 512, 1u64..4)
+                    .prop_map(|(offset, pages)| model::Op::HintedMalloc { offset, pages }),
+                (0usize..64).prop_map(|index| model::Op::Free { index }),
+                (1u64..8).prop_map(|pages| model::Op::Reserve { pages }),
+                (0usize..16).prop_map(|index| model::Op::Release { index }),
+            ],
+            1..120,
+        )
+    ) {
+        let dev = SimBackend::new(1 << 50);
+        let base = dev.base_address();
+        let mut naive = model::NaiveSpace::default();
+        let mut honoured = 0;
+        for op in ops {
+            match op {
+                model::Op::Malloc { pages, extra } => {
+                    let size = pages * 2 * MIB + extra * 512;
+                    let expected = naive.first_fit(base, size);
+                    prop_assert_eq!(dev.malloc(size).unwrap(), expected);
+                    naive.ranges.push((expected, expected + size, false));
+                }
+                model::Op::HintedMalloc { offset, pages } => {
+                    let size = pages * 2 * MIB;
+                    let hint = base + offset * 512;
+                    let expected = if naive.is_free(hint, size) {
+                        honoured += 1;
+                        hint
+                    } else {
+                        naive.first_fit(base, size)
+                    };
+                    dev.hint_next_segment(hint);
+                    prop_assert_eq!(dev.malloc(size).unwrap(), expected);
+                    naive.ranges.push((expected, expected + size, false));
+                }
+                model::Op::Free { index } => {
+                    let segments: Vec<usize> = (0..naive.ranges.len())
+                        .filter(|&i| !naive.ranges[i].2)
+                        .collect();
+                    if segments.is_empty() {
+                        continue;
+                    }
+                    let i = segments[index % segments.len()];
+                    let (start, _, _) = naive.ranges.swap_remove(i);
+                    dev.free(start).unwrap();
+                }
+                model::Op::Reserve { pages } => {
+                    let size = pages * 2 * MIB;
+                    let expected = naive.first_fit(base, size);
+                    prop_assert_eq!(dev.vm_reserve(size).unwrap(), expected);
+                    naive.ranges.push((expected, expected + size, true));
+                }
+                model::Op::Release { index } => {
+                    let reservations: Vec<usize> = (0..naive.ranges.len())
+                        .filter(|&i| naive.ranges[i].2)
+                        .collect();
+                    if reservations.is_empty() {
+                        continue;
+                    }
+                    let i = reservations[index % reservations.len()];
+                    let (start, end, _) = naive.ranges.swap_remove(i);
+                    dev.vm_release(start, end - start).unwrap();
+                }
+            }
+        }
+        let mut expected_segments: Vec<(u64, u64)> = naive
+            .ranges
+            .iter()
+            .filter(|r| !r.2)
+            .map(|&(s, e, _)| (s, e - s))
+            .collect();
+        expected_segments.sort_unstable();
+        prop_assert_eq!(dev.live_segments(), expected_segments);
+        prop_assert_eq!(dev.counters().hints_honoured, honoured);
+        let used: u64 = naive.ranges.iter().filter(|r| !r.2).map(|&(s, e, _)| e - s).sum();
+        prop_assert_eq!(dev.used(), used);
+    }
 }
