@@ -43,7 +43,7 @@ fn eight_threads_sharing_one_allocator_leave_consistent_stats() {
                 let mut live = Vec::new();
                 for _ in 0..OPS_PER_THREAD {
                     let r = rng.next();
-                    if live.len() < MAX_LIVE && (live.is_empty() || r % 3 != 0) {
+                    if live.len() < MAX_LIVE && (live.is_empty() || !r.is_multiple_of(3)) {
                         let size = match r % 10 {
                             0..=6 => 1 + (r >> 8) % MIB,
                             7 | 8 => MIB + (r >> 8) % (8 * MIB),
@@ -52,7 +52,7 @@ fn eight_threads_sharing_one_allocator_leave_consistent_stats() {
                         live.push(a.malloc(size, stream).expect("4 GiB is enough"));
                     } else {
                         let p = live.swap_remove((r >> 4) as usize % live.len());
-                        if r % 7 == 0 {
+                        if r.is_multiple_of(7) {
                             let other = StreamId((t + 1) % 3);
                             a.record_stream(p, other).unwrap();
                             dev.submit_work(other);
