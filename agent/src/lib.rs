@@ -5,10 +5,12 @@
 
 pub mod agent;
 pub mod aggregator;
+pub mod diagnosis;
 pub mod pickle;
 pub mod prometheus;
 pub mod protocol;
 pub mod pytorch;
+pub mod replay;
 pub mod server;
 pub mod sink;
 pub mod snapshot_file;
