@@ -5,6 +5,7 @@
 
 pub mod agent;
 pub mod aggregator;
+pub mod mirror;
 pub mod pickle;
 pub mod prometheus;
 pub mod protocol;
