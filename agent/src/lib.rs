@@ -5,11 +5,13 @@
 
 pub mod agent;
 pub mod aggregator;
+pub mod diagnosis;
 pub mod mirror;
 pub mod pickle;
 pub mod prometheus;
 pub mod protocol;
 pub mod pytorch;
+pub mod replay;
 pub mod server;
 pub mod sink;
 pub mod snapshot_file;
