@@ -6,6 +6,7 @@
 pub mod agent;
 pub mod aggregator;
 pub mod diagnosis;
+pub mod histogram;
 pub mod mirror;
 pub mod pickle;
 pub mod prometheus;
@@ -17,3 +18,4 @@ pub mod sink;
 pub mod snapshot_file;
 pub mod state;
 pub mod summary;
+pub mod timeline;
