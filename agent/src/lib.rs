@@ -5,12 +5,15 @@
 
 pub mod agent;
 pub mod aggregator;
+pub mod client;
 pub mod diagnosis;
+pub mod dump;
 pub mod histogram;
 pub mod mirror;
 pub mod pickle;
 pub mod prometheus;
 pub mod protocol;
+pub mod provider;
 pub mod pytorch;
 pub mod replay;
 pub mod server;
