@@ -115,12 +115,12 @@ impl InitialState {
                 TraceAction::SegmentAlloc | TraceAction::SegmentMap => {
                     created_segments.insert(e.addr);
                 }
-                TraceAction::SegmentFree | TraceAction::SegmentUnmap => {
-                    if !created_segments.remove(&e.addr) {
-                        start_segments
-                            .entry(e.addr)
-                            .or_insert((e.size, e.stream, None));
-                    }
+                TraceAction::SegmentFree | TraceAction::SegmentUnmap
+                    if !created_segments.remove(&e.addr) =>
+                {
+                    start_segments
+                        .entry(e.addr)
+                        .or_insert((e.size, e.stream, None));
                 }
                 TraceAction::Alloc => {
                     allocated.insert(e.addr);
@@ -138,16 +138,16 @@ impl InitialState {
                         });
                     }
                 }
-                TraceAction::FreeCompleted => {
-                    if !pending.remove(&e.addr) && !allocated.contains(&e.addr) {
-                        // Freed before the trace began, completed inside it.
-                        start_blocks.entry(e.addr).or_insert(LiveBlock {
-                            size: round(e.size),
-                            requested: e.size,
-                            stream: e.stream,
-                            exact: false,
-                        });
-                    }
+                TraceAction::FreeCompleted
+                    if !pending.remove(&e.addr) && !allocated.contains(&e.addr) =>
+                {
+                    // Freed before the trace began, completed inside it.
+                    start_blocks.entry(e.addr).or_insert(LiveBlock {
+                        size: round(e.size),
+                        requested: e.size,
+                        stream: e.stream,
+                        exact: false,
+                    });
                 }
                 _ => {}
             }

@@ -123,6 +123,9 @@ pub struct InitialSummary {
     pub warnings: Vec<String>,
 }
 
+/// One row of the runs table: its name and how to show a run's figure.
+type Row = (&'static str, fn(&RunFigures) -> String);
+
 /// Everything `allocview replay` reports.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ReplayReport {
@@ -205,7 +208,7 @@ impl ReplayReport {
 
     /// The runs as an aligned table, one column per run.
     pub fn table(&self) -> String {
-        let rows: [(&str, fn(&RunFigures) -> String); 5] = [
+        let rows: [Row; 5] = [
             ("peak reserved", |r| human(r.peak_reserved)),
             ("peak allocated", |r| human(r.peak_allocated)),
             ("peak fragmentation", |r| human(r.peak_fragmentation)),
