@@ -8,15 +8,16 @@
 //! [`diagnose`] classifies them, in this order:
 //!
 //! 1. **fragmentation**: the allocator holds at least the request in free reserved bytes, but no
-//!    free block is large enough (the cure: `expandable_segments:True`, or a
-//!    `max_split_size_mb` that keeps large blocks whole);
+//!    free block it may use is large enough: the free bytes are scattered between allocated
+//!    blocks of split segments, or cached for another stream (the cure:
+//!    `expandable_segments:True`, or a `max_split_size_mb` that keeps large blocks whole);
 //! 2. **memory outside the allocator**: the device's used memory is mostly not reserved by this
 //!    allocator (another process, another allocator, the CUDA context);
 //! 3. **exhaustion**: the program's live tensors fill the memory it may use.
 //!
 //! PyTorch's own message states the same facts (allocated, reserved but unallocated, device
 //! free); this module adds the largest free block and the stranded bytes, and
-//! [`what_if_avoided`] replays a recorded trace under other settings to say whether they would
+//! `what_if_avoided` replays a recorded trace under other settings to say whether they would
 //! have avoided it.
 
 use serde::{Deserialize, Serialize};
@@ -158,17 +159,22 @@ pub fn diagnose(f: &OomFacts) -> Diagnosis {
     let outside = f.outside();
     let capacity = f.capacity();
     let req = human(f.requested);
-    let (kind, explanation) = if free_in_reserved >= f.requested
-        && f.largest_free_block < f.requested
-    {
+    let (kind, explanation) = if free_in_reserved >= f.requested {
+        let where_ = if f.largest_free_block >= f.requested {
+            format!(
+                "the largest free block ({}) is cached for another stream or pool",
+                human(f.largest_free_block)
+            )
+        } else {
+            format!("the largest free block is {}", human(f.largest_free_block))
+        };
         (
             DiagnosisKind::Fragmentation,
             format!(
-                "fragmentation: {} is reserved but free, more than the {req} asked for, yet the \
-                 largest free block is {} ({} stranded in split segments); \
+                "fragmentation: {} is reserved but free, more than the {req} asked for, yet \
+                 {where_} and {} is stranded in split segments; \
                  expandable_segments:True would let the free space be used",
                 human(free_in_reserved),
-                human(f.largest_free_block),
                 human(f.stranded_in_split_segments)
             ),
         )

@@ -131,8 +131,8 @@ type Row = (&'static str, fn(&RunFigures) -> String);
 pub struct ReplayReport {
     /// Trace entries replayed.
     pub events: usize,
-    /// Simulated device capacity in bytes.
-    pub device_memory: u64,
+    /// Simulated device capacity in bytes (`None`: unlimited).
+    pub device_memory: Option<u64>,
     /// The state the replay began from.
     pub initial: InitialSummary,
     /// Fidelity of the replay at the recorded settings and addresses.
@@ -150,7 +150,8 @@ impl ReplayReport {
             out,
             "replayed {} events on a simulated device of {}",
             self.events,
-            human(self.device_memory)
+            self.device_memory
+                .map_or("unlimited memory".to_string(), human)
         );
         let _ = writeln!(
             out,
@@ -273,7 +274,7 @@ mod tests {
     fn the_table_has_one_column_per_run_with_the_recording_first() {
         let report = ReplayReport {
             events: 10,
-            device_memory: 1 << 30,
+            device_memory: Some(1 << 30),
             initial: InitialSummary::default(),
             fidelity: Fidelity {
                 allocs: 4,
