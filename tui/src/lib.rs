@@ -7,7 +7,6 @@ pub mod app;
 pub mod cli;
 pub mod cmd;
 pub mod input;
-pub mod snapshot_io;
 pub mod source;
 pub mod state;
 pub mod terminal;

@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
+use allocview_agent::snapshot_file::{self, FileFormat};
 use allocview_alloc::snapshot::Snapshot;
 
 use super::{Source, fresh_path};
@@ -67,7 +68,7 @@ impl Source for FileSource {
     fn save(&mut self, _state: &State, dir: &Path) -> anyhow::Result<PathBuf> {
         let snap = self.pm.snapshot_at(self.event);
         let path = fresh_path(dir, &format!("allocview-event-{}", self.event), "json");
-        crate::snapshot_io::save(&path, &snap)?;
+        snapshot_file::save(&path, &snap, FileFormat::Json)?;
         Ok(path)
     }
 

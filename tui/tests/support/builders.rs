@@ -6,7 +6,8 @@
 use std::sync::Arc;
 
 use allocview::state::histogram::{HistogramUnit, Log2Histogram};
-use allocview::state::{Diagnosis, Mode, OomReport, Sample, Source, State, Timeline};
+use allocview::state::{Mode, OomReport, Sample, Source, State, Timeline};
+use allocview_agent::diagnosis::{OomFacts, diagnose};
 use allocview_alloc::caching::stats::DeviceStats;
 use allocview_alloc::snapshot::{
     BlockInfo, BlockState, Frame, SegmentInfo, SegmentType, Snapshot, TraceAction, TraceEntry,
@@ -188,6 +189,16 @@ pub fn histograms() -> Vec<allocview::state::HistogramSummary> {
 }
 
 pub fn oom() -> OomReport {
+    let d = diagnose(&OomFacts {
+        requested: 3 * GIB / 2,
+        device_total: 16 * GIB,
+        device_free: 900 * MIB,
+        allowed_max: None,
+        allocated: 12 * GIB,
+        reserved: 15 * GIB,
+        largest_free_block: 610 * MIB,
+        stranded_in_split_segments: 2 * GIB,
+    });
     OomReport {
         number: 1,
         time_us: Some(1_700_000_000_123_456),
@@ -201,7 +212,9 @@ pub fn oom() -> OomReport {
         allocated: 12 * GIB,
         reserved: 15 * GIB,
         largest_free: 610 * MIB,
-        diagnosis: Diagnosis::of(3 * GIB / 2, 3 * GIB, 610 * MIB, 12 * GIB),
+        diagnosis: d.kind,
+        explanation: d.explanation,
+        dump_error: None,
         what_if: vec!["expandable_segments:True → no OOM, peak reserved 14.2 GiB".into()],
         dump_path: Some("allocview-dumps/oom-0001-pid4242.json".into()),
         frames: frames("step 41 forward"),
