@@ -33,7 +33,10 @@ fn fixtures() -> Option<Vec<PathBuf>> {
 
 /// What must agree between the reconstruction and the file: each segment's address, size and
 /// stream, and each block's address, size and state (plus the requested size of live blocks).
-fn shape(segs: &[SegmentInfo]) -> Vec<(u64, u64, u64, Vec<(u64, u64, BlockState, u64)>)> {
+type BlockShape = (u64, u64, BlockState, u64);
+type SegmentShape = (u64, u64, u64, Vec<BlockShape>);
+
+fn shape(segs: &[SegmentInfo]) -> Vec<SegmentShape> {
     segs.iter()
         .map(|s| {
             (
