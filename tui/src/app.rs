@@ -207,6 +207,11 @@ impl App {
                 let msg = self.source.set_paused(paused)?;
                 if !self.file_mode() {
                     self.ui.paused = paused;
+                    if paused {
+                        self.state.mode = crate::state::Mode::Paused;
+                    } else {
+                        self.source.poll(&mut self.state)?;
+                    }
                 }
                 self.status(msg);
             }

@@ -6,6 +6,7 @@
 pub mod app;
 pub mod cli;
 pub mod cmd;
+pub mod demo;
 pub mod input;
 pub mod source;
 pub mod state;
