@@ -8,6 +8,7 @@ pub mod cli;
 pub mod cmd;
 pub mod demo;
 pub mod input;
+pub mod output;
 pub mod source;
 pub mod state;
 pub mod terminal;

@@ -2,6 +2,7 @@
 //! ([`file::FileSource`]), or a live agent (embedded or attached). The app loop talks to every
 //! source through [`Source`].
 
+pub mod attach;
 pub mod embedded;
 pub mod file;
 

@@ -12,7 +12,7 @@ use crate::cli::{Backend, DemoArgs};
 use crate::demo::{AGENT_TICK, Demo, DemoConfig, Report};
 use crate::source::embedded::EmbeddedSource;
 use crate::terminal::TerminalGuard;
-use crate::units;
+use crate::{output, units};
 
 /// The demo's settings from its arguments.
 ///
@@ -58,7 +58,7 @@ pub fn config(args: &DemoArgs) -> anyhow::Result<DemoConfig> {
 
 fn print_report(r: &Report, json: bool) -> anyhow::Result<()> {
     if json {
-        println!("{}", serde_json::to_string_pretty(r)?);
+        output::print(&serde_json::to_string_pretty(r)?)?;
         return Ok(());
     }
     let get = |k: &str| r.stats.get(k).copied().unwrap_or(0).max(0) as u64;
