@@ -9,6 +9,7 @@ pub mod cmd;
 pub mod demo;
 pub mod input;
 pub mod output;
+pub mod screenshot;
 pub mod source;
 pub mod state;
 pub mod terminal;
