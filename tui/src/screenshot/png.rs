@@ -18,12 +18,10 @@ type Glyph = [[bool; CELL_W]; CELL_H];
 fn from_font(rows8: [u8; 8]) -> Glyph {
     let mut g = [[false; CELL_W]; CELL_H];
     for (r, bits) in rows8.iter().enumerate() {
-        for c in 0..CELL_W {
-            // font8x8: bit 0 is the leftmost pixel.
-            let on = bits & (1 << c) != 0;
-            g[2 * r][c] = on;
-            g[2 * r + 1][c] = on;
-        }
+        // font8x8: bit 0 is the leftmost pixel; each font row fills two pixel rows.
+        let row: [bool; CELL_W] = std::array::from_fn(|c| bits & (1 << c) != 0);
+        g[2 * r] = row;
+        g[2 * r + 1] = row;
     }
     g
 }
