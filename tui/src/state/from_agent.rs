@@ -256,12 +256,6 @@ impl AgentAdapter {
         }
         let trace: Vec<TraceEntry> = d.recent.iter().filter_map(trace_entry).collect();
         let total = (d.total_memory > 0).then_some(d.total_memory);
-        let status = agent
-            .ooms
-            .iter()
-            .rev()
-            .find_map(|o| o.dump_error.as_ref())
-            .map(|e| format!("OOM dump failed: {e}"));
         State {
             mode: info.mode.clone().unwrap_or(if agent.pipeline.paused {
                 Mode::Paused
@@ -292,7 +286,7 @@ impl AgentAdapter {
             trace: Arc::from(trace),
             trace_cursor: None,
             ooms,
-            status,
+            status: None,
         }
     }
 }
