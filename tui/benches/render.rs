@@ -3,7 +3,6 @@
 //! the same run. Goal: under 5 ms per frame.
 
 #[path = "../tests/support/builders.rs"]
-#[allow(dead_code)]
 mod support;
 
 use allocview::state::{State, UiState, View};
