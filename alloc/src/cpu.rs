@@ -148,6 +148,15 @@ impl CpuAllocator {
     }
 }
 
+/// Raises `max` to `value`; a plain load first, since `fetch_max` is a compare-and-swap loop
+/// even when there is nothing to raise.
+#[inline]
+fn raise(max: &AtomicUsize, value: usize) {
+    if value > max.load(Relaxed) {
+        max.fetch_max(value, Relaxed);
+    }
+}
+
 impl Allocator for CpuAllocator {
     fn name(&self) -> &str {
         "cpu"
@@ -209,9 +218,9 @@ impl Allocator for CpuAllocator {
         }
         if collect {
             self.num_allocs.fetch_add(1, Relaxed);
-            self.largest.fetch_max(num_bytes, Relaxed);
+            raise(&self.largest, num_bytes);
             if let Some(in_use) = in_use {
-                self.peak.fetch_max(in_use, Relaxed);
+                raise(&self.peak, in_use);
             }
         }
         Ok(user)
