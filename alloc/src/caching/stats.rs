@@ -10,6 +10,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::snapshot::{BlockState, SegmentType, Snapshot};
+
 /// One counter, as PyTorch's `Stat`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Stat {
@@ -125,7 +127,8 @@ pub struct DeviceStats {
     pub active_bytes: StatArray,
     /// Bytes in free blocks of split segments.
     pub inactive_split_bytes: StatArray,
-    /// Bytes the program asked for (before rounding) in allocated blocks.
+    /// Bytes the program asked for (before rounding) in active blocks: PyTorch adds a block's
+    /// request at allocation and subtracts it at free completion, with `active_bytes`.
     pub requested_bytes: StatArray,
     /// Allocations that had to free the whole cache and try again.
     pub num_alloc_retries: i64,
@@ -247,6 +250,75 @@ impl DeviceStats {
         m.insert("num_device_free".into(), self.num_device_free);
         m.insert("max_split_size".into(), self.max_split_size);
         m
+    }
+}
+
+impl DeviceStats {
+    /// The stats a snapshot implies for one device: every `current` figure recomputed from the
+    /// segments and blocks (`peak` and `allocated` equal `current`, `freed` is 0, counters 0:
+    /// a snapshot does not hold history). `max_split_size` is in bytes (`None` = unlimited) and
+    /// decides which blocks and segments count as oversize.
+    ///
+    /// This is the independent check of the allocator's own bookkeeping: after any sequence of
+    /// operations, the allocator's `current` figures equal these.
+    pub fn from_snapshot(
+        snapshot: &Snapshot,
+        device: i32,
+        max_split_size: Option<u64>,
+    ) -> DeviceStats {
+        let mut s = DeviceStats {
+            max_split_size: max_split_size.map_or(-1, |m| m as i64),
+            ..DeviceStats::default()
+        };
+        let oversize = |size: u64| max_split_size.is_some_and(|m| size >= m);
+        for seg in snapshot.segments.iter().filter(|seg| seg.device == device) {
+            let small = seg.segment_type == SegmentType::Small;
+            s.segment.update_pool(small, 1);
+            s.reserved_bytes.update_pool(small, seg.total_size as i64);
+            if oversize(seg.total_size) && !seg.is_expandable {
+                s.oversize_segments.update(1);
+            }
+            let split = seg.blocks.len() > 1 && !seg.is_expandable;
+            for b in &seg.blocks {
+                let size = b.size as i64;
+                match b.state {
+                    BlockState::ActiveAllocated => {
+                        s.allocation.update_pool(small, 1);
+                        s.allocated_bytes.update_pool(small, size);
+                        s.requested_bytes
+                            .update_pool(small, b.requested_size as i64);
+                        s.active.update_pool(small, 1);
+                        s.active_bytes.update_pool(small, size);
+                        if oversize(b.size) {
+                            s.oversize_allocations.update(1);
+                        }
+                    }
+                    BlockState::ActivePendingFree => {
+                        // PyTorch drops requested_bytes with active_bytes, at free completion.
+                        s.active.update_pool(small, 1);
+                        s.active_bytes.update_pool(small, size);
+                        s.requested_bytes
+                            .update_pool(small, b.requested_size as i64);
+                    }
+                    BlockState::Inactive => {
+                        if split {
+                            s.inactive_split.update_pool(small, 1);
+                            s.inactive_split_bytes.update_pool(small, size);
+                        }
+                    }
+                }
+            }
+        }
+        s
+    }
+
+    /// Only the `current` figures of every stat, for comparing two stats whose histories differ
+    /// (an allocator's own with one recomputed from a snapshot).
+    pub fn currents(&self) -> BTreeMap<String, i64> {
+        self.memory_stats()
+            .into_iter()
+            .filter(|(k, _)| k.ends_with(".current"))
+            .collect()
     }
 }
 
