@@ -11,7 +11,7 @@
 //! plain `malloc` (measured in `benches/cpu_allocators.rs`), so the block is taken with the
 //! heap's natural alignment and aligned by hand: with alignment `A` (at least 64), the block is
 //! `num_bytes + A + HEADER_SIZE` bytes; the caller's pointer is the first `A`-aligned address at
-//! least `HEADER_SIZE` bytes in, and the [`Header`] (where the block starts, the requested size,
+//! least `HEADER_SIZE` bytes in, and the header (where the block starts, the requested size,
 //! the alignment, whether it was counted) sits just below it. One pointer subtraction finds it
 //! again: no map, no lock.
 
