@@ -64,8 +64,9 @@ use crate::caching::summary::format_memory_summary;
 use crate::event::{EventAction, EventSink};
 use crate::snapshot::{DeviceMeta, Frame, Frames, Snapshot, TraceAction, TraceEntry};
 
-/// Requests of this size or more are refused outright (PyTorch: "more than 1EB").
-pub const MAX_REQUEST: u64 = 1 << 60;
+/// Requests of this size (128 TiB) or more are refused outright, beyond any device (PyTorch
+/// refuses from 1 EiB; the free-set keys hold sizes below 256 TiB exactly).
+pub const MAX_REQUEST: u64 = 1 << 47;
 
 /// A context provider: returns the frames to attach to a block or trace entry.
 pub type ContextProvider = Arc<dyn Fn() -> Frames + Send + Sync>;
@@ -137,11 +138,11 @@ impl<B: DeviceBackend> CachingAllocator<B> {
     /// # Errors
     /// [`AllocError::OutOfMemory`] when no cached block fits and the device has no room even
     /// after the cache is freed (OOM observers have been called); [`AllocError::Device`] for
-    /// other device failures; [`AllocError::InvalidArgument`] for a request of 1 EiB or more.
+    /// other device failures; [`AllocError::InvalidArgument`] for a request of [`MAX_REQUEST`] bytes or more.
     pub fn malloc(&self, size: u64, stream: StreamId) -> Result<DevicePtr, AllocError> {
         if size >= MAX_REQUEST {
             return Err(AllocError::InvalidArgument(format!(
-                "request of {size} bytes is more than 1 EiB"
+                "request of {size} bytes is 128 TiB or more"
             )));
         }
         let context = self.gather(ContextLevel::State);

@@ -17,7 +17,7 @@ use crate::caching::config::{
 use crate::caching::error::{AllocError, OomInfo, OutOfMemory};
 use crate::caching::expandable::ExpandableSegment;
 use crate::caching::history::{ContextLevel, TraceRing};
-use crate::caching::pool::{BlockPool, PoolId, PrivatePool, size_key};
+use crate::caching::pool::{BlockPool, PoolId, PrivatePool, size_key, stream_end_key};
 use crate::caching::stats::DeviceStats;
 use crate::event::{
     Event, EventAction, EventPool, EventSink, FLAG_CACHED, FLAG_EXPANDABLE, FLAG_OVERSIZE,
@@ -90,6 +90,7 @@ impl From<DeviceError> for MallocFailure {
 /// One request being served (PyTorch's `AllocParams`).
 struct Params {
     stream: StreamId,
+    sidx: u16,
     size: u64,
     pool: u32,
     alloc_size: u64,
@@ -109,6 +110,8 @@ pub(crate) struct DeviceCachingAllocator {
     free_pool_slots: Vec<u32>,
     private_pools: Vec<PrivatePool>,
     pub(crate) captures: Vec<(PoolId, StreamFilter)>,
+    /// Streams seen, in order of first use: a stream's index here is its free-set key prefix.
+    streams: Vec<u64>,
     /// Blocks handed out to the program, by address.
     allocated: AddrMap<BlockId>,
     /// Frees with stream uses made during a capture, waiting for the capture to end.
@@ -156,6 +159,7 @@ impl DeviceCachingAllocator {
             free_pool_slots: Vec::new(),
             private_pools: Vec::new(),
             captures: Vec::new(),
+            streams: Vec::new(),
             allocated,
             deferred_until_no_capture: Vec::new(),
             cudagraph_stream_uses: HashMap::new(),
@@ -181,10 +185,11 @@ impl DeviceCachingAllocator {
 
     // ---------------------------------------------------------------- calls, events, trace
 
-    /// Starts a public call: notes the time when events are published.
+    /// Starts a public call: reads the clock once when anything will be timestamped (events,
+    /// trace entries); every event and entry of the call carries that time.
     #[inline]
     pub(crate) fn begin_call(&mut self) {
-        if self.sink.is_some() {
+        if self.sink.is_some() || self.record_history || !self.trackers.is_empty() {
             self.call_start_ns = now_ns();
         }
     }
@@ -283,7 +288,7 @@ impl DeviceCachingAllocator {
             addr,
             size,
             stream: stream.0,
-            time_us: Some((now_ns() / 1000) as i64),
+            time_us: Some((self.call_start_ns / 1000) as i64),
             frames,
             compile_context: None,
             user_metadata: None,
@@ -304,7 +309,7 @@ impl DeviceCachingAllocator {
                 addr: 0,
                 size: 0,
                 stream: stream.0,
-                time_us: Some((now_ns() / 1000) as i64),
+                time_us: Some((self.call_start_ns / 1000) as i64),
                 frames,
                 compile_context: None,
                 user_metadata: None,
@@ -329,14 +334,14 @@ impl DeviceCachingAllocator {
         let b = &mut self.arena[id];
         let pool = &mut self.pools[b.pool as usize];
         b.gc_count_base = pool.get_free_blocks_call_count;
-        pool.blocks.insert(size_key(b.stream, b.size, b.addr), id);
+        pool.blocks.insert(size_key(b.sidx, b.size, b.addr), id);
     }
 
     fn remove_from_blocks(&mut self, id: BlockId) {
         let b = &self.arena[id];
         self.pools[b.pool as usize]
             .blocks
-            .remove(&size_key(b.stream, b.size, b.addr));
+            .remove(&size_key(b.sidx, b.size, b.addr));
     }
 
     fn private_pool_of(&mut self, pool: u32) -> Option<&mut PrivatePool> {
@@ -360,8 +365,10 @@ impl DeviceCachingAllocator {
         let size = self.config.round_size(orig_size);
         let pool = self.get_pool(size, stream);
         let alloc_size = segment_size(size);
+        let sidx = self.stream_index(stream)?;
         let mut p = Params {
             stream,
+            sidx,
             size,
             pool,
             alloc_size,
@@ -455,10 +462,27 @@ impl DeviceCachingAllocator {
     pub(crate) fn largest_free_block(&self) -> u64 {
         self.pools
             .iter()
-            .flat_map(|p| p.blocks.keys())
-            .map(|k| k.1)
+            .flat_map(|p| p.blocks.values())
+            .map(|&id| self.arena[id].size)
             .max()
             .unwrap_or(0)
+    }
+
+    /// The dense index of a stream (assigned at first use; a linear scan, as programs use a
+    /// handful of streams).
+    #[inline]
+    fn stream_index(&mut self, stream: StreamId) -> Result<u16, AllocError> {
+        if let Some(i) = self.streams.iter().position(|&s| s == stream.0) {
+            return Ok(i as u16);
+        }
+        if self.streams.len() > usize::from(u16::MAX) {
+            return Err(AllocError::InvalidArgument(format!(
+                "more than {} distinct streams",
+                u16::MAX
+            )));
+        }
+        self.streams.push(stream.0);
+        Ok((self.streams.len() - 1) as u16)
     }
 
     fn get_pool(&self, size: u64, stream: StreamId) -> u32 {
@@ -499,14 +523,12 @@ impl DeviceCachingAllocator {
         if gc_on {
             pool.get_free_blocks_call_count += 1;
         }
-        let stream = p.stream.0;
-        let mut iter = pool.blocks.range(size_key(p.stream, p.size, 0)..);
+        let mut iter = pool
+            .blocks
+            .range(size_key(p.sidx, p.size, 0)..stream_end_key(p.sidx));
         let Some((&key, &first)) = iter.next() else {
             return false;
         };
-        if key.0 != stream {
-            return false;
-        }
         let (mut key, mut id) = (key, first);
         if self.arena[id].is_expandable() {
             // For best fit, an expandable block counts with the unmapped range after it.
@@ -521,17 +543,14 @@ impl DeviceCachingAllocator {
                 blk.size + extra
             };
             for (&k2, &n) in iter {
-                if !arena[id].is_expandable()
-                    || k2.0 != stream
-                    || expandable_size(n) >= expandable_size(id)
-                {
+                if !arena[id].is_expandable() || expandable_size(n) >= expandable_size(id) {
                     break;
                 }
                 key = k2;
                 id = n;
             }
         }
-        let bsize = key.1;
+        let bsize = self.arena[id].size;
         if p.size < self.max_split && bsize >= self.max_split {
             return false;
         }
@@ -624,7 +643,7 @@ impl DeviceCachingAllocator {
         }
         if self.config.expandable_segments() {
             return match self
-                .try_allocate_expandable_block(be, p.stream, p.pool, p.size, context)?
+                .try_allocate_expandable_block(be, p.stream, p.sidx, p.pool, p.size, context)?
             {
                 Some(id) => {
                     p.block = id;
@@ -642,7 +661,7 @@ impl DeviceCachingAllocator {
             pp.segment_count += 1;
         }
         self.total_allocated_memory += size;
-        let mut b = Block::new(ptr, size, p.stream, p.pool);
+        let mut b = Block::new(ptr, size, p.stream, p.sidx, p.pool);
         b.segment_context = context.cloned();
         let id = self.arena.insert(b);
         let small = self.is_small(p.pool);
@@ -686,9 +705,8 @@ impl DeviceCachingAllocator {
         let pool = &self.pools[p.pool as usize];
         let one = pool
             .blocks
-            .range(size_key(p.stream, key_size, 0)..)
+            .range(size_key(p.sidx, key_size, 0)..stream_end_key(p.sidx))
             .next()
-            .filter(|(k, _)| k.0 == p.stream.0)
             .map(|(_, &id)| id);
         if let Some(id) = one {
             if self.releasable(id) {
@@ -699,10 +717,10 @@ impl DeviceCachingAllocator {
         }
         let candidates: Vec<BlockId> = pool
             .blocks
-            .range(size_key(p.stream, 0, 0)..size_key(p.stream, key_size, 0))
+            .range(size_key(p.sidx, 0, 0)..size_key(p.sidx, key_size, 0))
             .rev()
-            .take_while(|(k, _)| k.1 >= self.max_split)
             .map(|(_, &id)| id)
+            .take_while(|&id| self.arena[id].size >= self.max_split)
             .collect();
         let mut total = 0u64;
         for id in candidates {
@@ -861,7 +879,7 @@ impl DeviceCachingAllocator {
                 let r = &mut self.arena[remaining];
                 (r.addr, r.prev, r.expandable, r.segment_context.take())
             };
-            let mut front = Block::new(addr, size, p.stream, pool);
+            let mut front = Block::new(addr, size, p.stream, p.sidx, pool);
             front.expandable = es;
             front.prev = prev;
             front.next = remaining;
@@ -1056,7 +1074,7 @@ impl DeviceCachingAllocator {
         if s_mapped {
             self.pools[s_pool as usize]
                 .blocks
-                .remove(&size_key(s_stream, s_size, s_addr));
+                .remove(&size_key(s.sidx, s_size, s_addr));
         } else {
             self.pools[s_pool as usize]
                 .unmapped
@@ -1230,11 +1248,12 @@ impl DeviceCachingAllocator {
         &mut self,
         be: &B,
         stream: StreamId,
+        sidx: u16,
         pool: u32,
         size: u64,
         context: Option<&Frames>,
     ) -> Result<Option<BlockId>, AllocError> {
-        let Some(mut candidate) = self.find_expandable_block(be, stream, pool, size)? else {
+        let Some(mut candidate) = self.find_expandable_block(be, stream, sidx, pool, size)? else {
             return Ok(None);
         };
         if !self.arena[candidate].mapped {
@@ -1265,6 +1284,7 @@ impl DeviceCachingAllocator {
         &mut self,
         be: &B,
         stream: StreamId,
+        sidx: u16,
         pool: u32,
         size: u64,
     ) -> Result<Option<BlockId>, AllocError> {
@@ -1314,7 +1334,7 @@ impl DeviceCachingAllocator {
         if let Some(pp) = self.private_pool_of(pool) {
             pp.segment_count += 1;
         }
-        let mut b = Block::new(va, full, stream, pool);
+        let mut b = Block::new(va, full, stream, sidx, pool);
         b.mapped = false;
         b.expandable = slot as u32;
         let id = self.arena.insert(b);
@@ -1332,9 +1352,17 @@ impl DeviceCachingAllocator {
         size: u64,
         context: Option<&Frames>,
     ) -> Result<bool, AllocError> {
-        let (addr, bsize, stream, pool, es, next) = {
+        let (addr, bsize, stream, pool, es, next, sidx) = {
             let b = &self.arena[to_map];
-            (b.addr, b.size, b.stream, b.pool, b.expandable, b.next)
+            (
+                b.addr,
+                b.size,
+                b.stream,
+                b.pool,
+                b.expandable,
+                b.next,
+                b.sidx,
+            )
         };
         let Some(seg) = self.expandable[es as usize].as_mut() else {
             return Ok(false);
@@ -1346,7 +1374,7 @@ impl DeviceCachingAllocator {
         self.pools[pool as usize].unmapped.remove(&(stream.0, addr));
         self.arena[to_map].mapped = true;
         if msize < bsize {
-            let mut rest = Block::new(addr + msize, bsize - msize, stream, pool);
+            let mut rest = Block::new(addr + msize, bsize - msize, stream, sidx, pool);
             rest.mapped = false;
             rest.expandable = es;
             rest.prev = to_map;
@@ -1394,9 +1422,9 @@ impl DeviceCachingAllocator {
         id: BlockId,
         context: Option<&Frames>,
     ) -> Result<(), AllocError> {
-        let (addr, size, stream, pool, es) = {
+        let (addr, size, stream, pool, es, sidx) = {
             let b = &self.arena[id];
-            (b.addr, b.size, b.stream, b.pool, b.expandable)
+            (b.addr, b.size, b.stream, b.pool, b.expandable, b.sidx)
         };
         let Some(seg) = self.expandable[es as usize].as_mut() else {
             return Ok(());
@@ -1409,7 +1437,7 @@ impl DeviceCachingAllocator {
         let before = uptr - addr;
         if before > 0 {
             let prev = self.arena[id].prev;
-            let mut bf = Block::new(addr, before, stream, pool);
+            let mut bf = Block::new(addr, before, stream, sidx, pool);
             bf.expandable = es;
             bf.prev = prev;
             bf.next = id;
@@ -1424,7 +1452,7 @@ impl DeviceCachingAllocator {
         let after = size - before - usize_;
         if after > 0 {
             let next = self.arena[id].next;
-            let mut af = Block::new(uptr + usize_, after, stream, pool);
+            let mut af = Block::new(uptr + usize_, after, stream, sidx, pool);
             af.expandable = es;
             af.prev = id;
             af.next = next;
