@@ -110,7 +110,7 @@ pub(crate) struct DeviceCachingAllocator {
     free_pool_slots: Vec<u32>,
     private_pools: Vec<PrivatePool>,
     pub(crate) captures: Vec<(PoolId, StreamFilter)>,
-    /// Streams seen, in order of first use: a stream's index here is its free-set key prefix.
+    /// Streams seen, sorted: a stream's index here is its free-set key prefix.
     streams: Vec<u64>,
     /// Blocks handed out to the program, by address.
     allocated: AddrMap<BlockId>,
@@ -468,21 +468,40 @@ impl DeviceCachingAllocator {
             .unwrap_or(0)
     }
 
-    /// The dense index of a stream (assigned at first use; a linear scan, as programs use a
-    /// handful of streams).
+    /// The dense index of a stream: its rank among the streams seen so far, so free sets
+    /// order by stream value as PyTorch's do. A stream seen for the first time shifts the ranks
+    /// above it and rebuilds the free sets (rare: programs use a handful of streams).
     #[inline]
     fn stream_index(&mut self, stream: StreamId) -> Result<u16, AllocError> {
-        if let Some(i) = self.streams.iter().position(|&s| s == stream.0) {
-            return Ok(i as u16);
-        }
+        let pos = match self.streams.binary_search(&stream.0) {
+            Ok(i) => return Ok(i as u16),
+            Err(pos) => pos,
+        };
         if self.streams.len() > usize::from(u16::MAX) {
             return Err(AllocError::InvalidArgument(format!(
                 "more than {} distinct streams",
                 u16::MAX
             )));
         }
-        self.streams.push(stream.0);
-        Ok((self.streams.len() - 1) as u16)
+        self.streams.insert(pos, stream.0);
+        let pos = pos as u16;
+        if usize::from(pos) + 1 < self.streams.len() {
+            let ids: Vec<BlockId> = self.arena.iter().map(|(id, _)| id).collect();
+            for id in ids {
+                let b = &mut self.arena[id];
+                if b.sidx >= pos {
+                    b.sidx += 1;
+                }
+            }
+            for pool in &mut self.pools {
+                let old = std::mem::take(&mut pool.blocks);
+                for (_, id) in old {
+                    let b = &self.arena[id];
+                    pool.blocks.insert(size_key(b.sidx, b.size, b.addr), id);
+                }
+            }
+        }
+        Ok(pos)
     }
 
     fn get_pool(&self, size: u64, stream: StreamId) -> u32 {
