@@ -8,17 +8,14 @@
 // The glibc baseline calls `libc::malloc`/`libc::free`.
 #![allow(unsafe_code)]
 
-#[path = "../tests/support/backend.rs"]
-mod backend;
-
 use std::hint::black_box;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use allocview_alloc::caching::backend::StreamId;
+use allocview_alloc::caching::sim::SimBackend;
 use allocview_alloc::caching::{AllocatorConfig, CachingAllocator};
 use allocview_alloc::event::{Event, EventSink};
-use backend::SimBackend;
 use criterion::{Criterion, criterion_group, criterion_main};
 
 const KIB: u64 = 1 << 10;

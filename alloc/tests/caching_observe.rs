@@ -1,8 +1,6 @@
 //! What the caching allocator tells observers: trace history and trackers, context levels,
 //! snapshots, and the events it publishes.
 
-#[path = "support/backend.rs"]
-mod backend;
 #[path = "support/builders.rs"]
 mod builders;
 

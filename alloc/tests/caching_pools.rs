@@ -1,7 +1,5 @@
 //! Expandable segments and private (graph capture) pools.
 
-#[path = "support/backend.rs"]
-mod backend;
 #[path = "support/builders.rs"]
 mod builders;
 

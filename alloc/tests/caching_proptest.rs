@@ -8,8 +8,6 @@
 //! 10,000 cases by default (`PROPTEST_CASES` overrides it); `ALLOCVIEW_LONG_PROPTEST=1` runs
 //! 1,000,000.
 
-#[path = "support/backend.rs"]
-mod backend;
 #[path = "support/builders.rs"]
 mod builders;
 

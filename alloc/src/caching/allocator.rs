@@ -81,6 +81,22 @@ pub struct CacheInfo {
 }
 
 /// PyTorch's CUDA caching allocator for one device, over a [`DeviceBackend`].
+///
+/// # Examples
+/// ```
+/// use allocview_alloc::caching::backend::StreamId;
+/// use allocview_alloc::caching::sim::SimBackend;
+/// use allocview_alloc::caching::{AllocatorConfig, CachingAllocator};
+///
+/// let a = CachingAllocator::new(SimBackend::new(1 << 30), AllocatorConfig::default());
+/// let p = a.malloc(1000, StreamId::DEFAULT).unwrap();
+/// // 1,000 bytes round up to 1,024, carved from a new 2 MiB small-pool segment.
+/// assert_eq!(a.device_stats().allocated_bytes.0[0].current, 1024);
+/// assert_eq!(a.base_allocation(p), Some((p, 2 << 20)));
+/// a.free(p).unwrap();
+/// a.empty_cache().unwrap();
+/// assert_eq!(a.backend().used(), 0);
+/// ```
 pub struct CachingAllocator<B: DeviceBackend> {
     backend: B,
     state: Mutex<DeviceCachingAllocator>,

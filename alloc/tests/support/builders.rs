@@ -9,7 +9,7 @@ use allocview_alloc::caching::stats::DeviceStats;
 use allocview_alloc::caching::{AllocatorConfig, CachingAllocator};
 use allocview_alloc::snapshot::{BlockState, Snapshot};
 
-use super::backend::SimBackend;
+use allocview_alloc::caching::sim::SimBackend;
 
 pub const KIB: u64 = 1 << 10;
 pub const MIB: u64 = 1 << 20;
@@ -17,12 +17,22 @@ pub const GIB: u64 = 1 << 30;
 pub const S0: StreamId = StreamId(0);
 pub const S1: StreamId = StreamId(1);
 pub const S2: StreamId = StreamId(2);
+pub const S3: StreamId = StreamId(3);
 
 pub type Alloc = CachingAllocator<Arc<SimBackend>>;
 
 /// An allocator over a fresh simulated device of `capacity` bytes, with a handle on the device.
+/// Stream work completes only when the test says so (`complete_stream`, `complete_all`).
 pub fn allocator_with(capacity: u64, config: &str) -> (Alloc, Arc<SimBackend>) {
-    let dev = Arc::new(SimBackend::new(capacity));
+    let dev = Arc::new(
+        SimBackend::builder()
+            .capacity(capacity)
+            .auto_complete(false)
+            .build(),
+    );
+    for s in [S1, S2, S3] {
+        dev.add_stream(s);
+    }
     let cfg = AllocatorConfig::parse(config).expect("test config parses");
     (CachingAllocator::new(dev.clone(), cfg), dev)
 }
