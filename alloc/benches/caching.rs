@@ -1,7 +1,10 @@
 //! The caching allocator's cached path against glibc, and the cost of observing it.
 //!
 //! - `pair/caching` vs `pair/glibc`: one malloc + free of a cached block, sizes cycling through
-//!   512 B .. 24 MiB, against `libc::malloc` + `libc::free` of the same sizes.
+//!   512 B .. 24 MiB, against `libc::malloc` + `libc::free` of the same sizes. Each malloc splits
+//!   its block off a larger free one and each free merges it back (the worst cached case).
+//! - `pair/caching_exact`: the same sizes when every size has a cached block of exactly its
+//!   size whose neighbours are allocated (a training loop's steady state): no split, no merge.
 //! - `tracker/none` vs `tracker/attached`: the same pair with a trace tracker attached.
 //! - `sink/none` vs `sink/counting`: the same pair publishing to a no-op counting event sink.
 
@@ -88,8 +91,27 @@ fn glibc(c: &mut Criterion) {
     g.finish();
 }
 
+/// An allocator whose cache holds an exact-size block for every size, fenced by allocated
+/// blocks so that frees never merge.
+fn warm_exact() -> (Alloc, Vec<u64>) {
+    let a = CachingAllocator::new(SimBackend::new(64 << 30), AllocatorConfig::default());
+    let mut fences = Vec::new();
+    let mut blocks = Vec::new();
+    for &s in &SIZES {
+        blocks.push(a.malloc(s, StreamId::DEFAULT).unwrap());
+        fences.push(a.malloc(s, StreamId::DEFAULT).unwrap());
+    }
+    for p in blocks {
+        a.free(p).unwrap();
+    }
+    (a, fences)
+}
+
 fn caching(c: &mut Criterion) {
     pair_loop(c, "pair", "caching", &warm());
+    let (a, fences) = warm_exact();
+    pair_loop(c, "pair", "caching_exact", &a);
+    black_box(fences);
 }
 
 fn tracker(c: &mut Criterion) {
