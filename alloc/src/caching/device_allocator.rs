@@ -211,10 +211,28 @@ impl DeviceCachingAllocator {
         self.pending.clear();
     }
 
-    /// Queues an event for a block or segment of `pool` (nothing when no sink is set).
+    /// Queues an event for a block or segment of `pool` (nothing when no sink is set: one
+    /// branch).
     #[allow(clippy::too_many_arguments)]
-    #[inline]
+    #[inline(always)]
     fn emit(
+        &mut self,
+        action: EventAction,
+        pool: u32,
+        addr: u64,
+        size: u64,
+        requested: u64,
+        stream: StreamId,
+        flags: u8,
+    ) {
+        if self.sink.is_some() {
+            self.queue_event(action, pool, addr, size, requested, stream, flags);
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
+    fn queue_event(
         &mut self,
         action: EventAction,
         pool: u32,
@@ -224,9 +242,6 @@ impl DeviceCachingAllocator {
         stream: StreamId,
         mut flags: u8,
     ) {
-        if self.sink.is_none() {
-            return;
-        }
         let p = &self.pools[pool as usize];
         let mut e = Event::new(
             action,
@@ -255,7 +270,12 @@ impl DeviceCachingAllocator {
         self.emit(action, LARGE_POOL, 0, 0, 0, stream, 0);
     }
 
+    /// Event flags of a block (computed only when events are published).
+    #[inline]
     fn block_flags(&self, id: BlockId) -> u8 {
+        if self.sink.is_none() {
+            return 0;
+        }
         let b = &self.arena[id];
         let mut f = 0;
         if b.is_expandable() {
@@ -267,7 +287,15 @@ impl DeviceCachingAllocator {
         f
     }
 
-    /// PyTorch's `record_trace`: to the trackers always, to the ring when history is on.
+    /// Whether trace entries go anywhere (history on or a tracker attached).
+    #[inline(always)]
+    fn tracing(&self) -> bool {
+        self.record_history || !self.trackers.is_empty()
+    }
+
+    /// PyTorch's `record_trace`: to the trackers always, to the ring when history is on (one
+    /// branch when neither).
+    #[inline(always)]
     pub(crate) fn record_trace(
         &mut self,
         action: TraceAction,
@@ -276,9 +304,20 @@ impl DeviceCachingAllocator {
         stream: StreamId,
         context: Option<&Frames>,
     ) {
-        if !self.record_history && self.trackers.is_empty() {
-            return;
+        if self.tracing() {
+            self.push_trace(action, addr, size, stream, context);
         }
+    }
+
+    #[inline(never)]
+    fn push_trace(
+        &mut self,
+        action: TraceAction,
+        addr: u64,
+        size: u64,
+        stream: StreamId,
+        context: Option<&Frames>,
+    ) {
         let frames = match context {
             Some(f) if self.context_level >= ContextLevel::Alloc => f.clone(),
             _ => self.empty_frames.clone(),
@@ -939,8 +978,10 @@ impl DeviceCachingAllocator {
             b.context = context;
             (b.addr, b.size, b.stream)
         };
-        let ctx = self.arena[id].context.clone();
-        self.record_trace(TraceAction::Alloc, addr, orig_size, stream, ctx.as_ref());
+        if self.tracing() {
+            let ctx = self.arena[id].context.clone();
+            self.record_trace(TraceAction::Alloc, addr, orig_size, stream, ctx.as_ref());
+        }
         self.allocated.insert(addr, id);
         let s = &mut self.stats;
         s.allocation.update_pool(small, 1);
@@ -989,14 +1030,16 @@ impl DeviceCachingAllocator {
         self.stats
             .allocated_bytes
             .update_pool(small, -(size as i64));
-        let ctx = context.clone().or_else(|| self.arena[id].context.clone());
-        self.record_trace(
-            TraceAction::FreeRequested,
-            addr,
-            requested,
-            stream,
-            ctx.as_ref(),
-        );
+        if self.tracing() {
+            let ctx = context.clone().or_else(|| self.arena[id].context.clone());
+            self.record_trace(
+                TraceAction::FreeRequested,
+                addr,
+                requested,
+                stream,
+                ctx.as_ref(),
+            );
+        }
         if size >= self.max_split {
             self.stats.oversize_allocations.update(-1);
         }
