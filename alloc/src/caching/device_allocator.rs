@@ -18,7 +18,7 @@ use crate::caching::error::{AllocError, OomInfo, OutOfMemory};
 use crate::caching::expandable::ExpandableSegment;
 use crate::caching::history::{ContextLevel, TraceRing};
 use crate::caching::pool::{BlockPool, PoolId, PrivatePool, size_key, stream_end_key};
-use crate::caching::stats::DeviceStats;
+use crate::caching::stats::{DeviceStats, StatArray, StatType};
 use crate::event::{
     Event, EventAction, EventPool, EventSink, FLAG_CACHED, FLAG_EXPANDABLE, FLAG_OVERSIZE,
     FLAG_PRIVATE_POOL, now_ns,
@@ -44,6 +44,29 @@ const SMALL_POOL: u32 = 1;
 const INITIAL_BLOCKS: usize = 1024;
 /// Events of one call are buffered before publishing; this many fit before the buffer grows.
 const INITIAL_PENDING_EVENTS: usize = 64;
+
+/// `Stat::update` for an increase of the `all` and one pool's stat (no sign branches).
+#[inline(always)]
+fn inc(a: &mut StatArray, small: bool, n: u64) {
+    let n = n as i64;
+    for i in [StatType::All, StatType::for_pool(small)] {
+        let s = &mut a.0[i as usize];
+        s.current += n;
+        s.peak = s.peak.max(s.current);
+        s.allocated += n;
+    }
+}
+
+/// `Stat::update` for a decrease of the `all` and one pool's stat.
+#[inline(always)]
+fn dec(a: &mut StatArray, small: bool, n: u64) {
+    let n = n as i64;
+    for i in [StatType::All, StatType::for_pool(small)] {
+        let s = &mut a.0[i as usize];
+        s.current -= n;
+        s.freed += n;
+    }
+}
 
 /// A multiplicative hasher for device addresses (they are distinct multiples of 512; SipHash
 /// would cost more than the rest of the cached path).
@@ -398,7 +421,9 @@ impl DeviceCachingAllocator {
         stream: StreamId,
         context: Option<Frames>,
     ) -> Result<DevicePtr, MallocFailure> {
-        if self.captures.is_empty() {
+        if self.captures.is_empty()
+            && (self.pending_events > 0 || !self.deferred_until_no_capture.is_empty())
+        {
             self.process_events(be, context.as_ref())?;
         }
         let size = self.config.round_size(orig_size);
@@ -581,12 +606,15 @@ impl DeviceCachingAllocator {
         if gc_on {
             pool.get_free_blocks_call_count += 1;
         }
-        let mut iter = pool
-            .blocks
-            .range(size_key(p.sidx, p.size, 0)..stream_end_key(p.sidx));
+        // One-sided range (cheaper than a two-sided one); the stream bound is checked here.
+        let end = stream_end_key(p.sidx);
+        let mut iter = pool.blocks.range(size_key(p.sidx, p.size, 0)..);
         let Some((&key, &first)) = iter.next() else {
             return false;
         };
+        if key >= end {
+            return false;
+        }
         let (mut key, mut id) = (key, first);
         if self.arena[id].is_expandable() {
             // For best fit, an expandable block counts with the unmapped range after it.
@@ -601,7 +629,10 @@ impl DeviceCachingAllocator {
                 blk.size + extra
             };
             for (&k2, &n) in iter {
-                if !arena[id].is_expandable() || expandable_size(n) >= expandable_size(id) {
+                if k2 >= end
+                    || !arena[id].is_expandable()
+                    || expandable_size(n) >= expandable_size(id)
+                {
                     break;
                 }
                 key = k2;
@@ -723,8 +754,8 @@ impl DeviceCachingAllocator {
         b.segment_context = context.cloned();
         let id = self.arena.insert(b);
         let small = self.is_small(p.pool);
-        self.stats.segment.update_pool(small, 1);
-        self.stats.reserved_bytes.update_pool(small, size as i64);
+        inc(&mut self.stats.segment, small, 1);
+        inc(&mut self.stats.reserved_bytes, small, size);
         if size >= self.max_split {
             self.stats.oversize_segments.update(1);
         }
@@ -900,8 +931,8 @@ impl DeviceCachingAllocator {
             pp.segment_count -= 1;
         }
         let small = self.is_small(pool);
-        self.stats.segment.update_pool(small, -1);
-        self.stats.reserved_bytes.update_pool(small, -(size as i64));
+        dec(&mut self.stats.segment, small, 1);
+        dec(&mut self.stats.reserved_bytes, small, size);
         let flags = if size >= self.max_split {
             self.stats.oversize_segments.update(-1);
             FLAG_OVERSIZE
@@ -955,20 +986,18 @@ impl DeviceCachingAllocator {
             self.insert_into_blocks(remaining);
             if !expandable {
                 if already_split {
-                    self.stats
-                        .inactive_split_bytes
-                        .update_pool(small, -(size as i64));
+                    dec(&mut self.stats.inactive_split_bytes, small, size);
                 } else {
-                    let rem = self.arena[remaining].size as i64;
-                    self.stats.inactive_split_bytes.update_pool(small, rem);
-                    self.stats.inactive_split.update_pool(small, 1);
+                    let rem = self.arena[remaining].size;
+                    inc(&mut self.stats.inactive_split_bytes, small, rem);
+                    inc(&mut self.stats.inactive_split, small, 1);
                 }
             }
             id = new_id;
         } else if already_split && !expandable {
             let bsize = self.arena[id].size as i64;
-            self.stats.inactive_split_bytes.update_pool(small, -bsize);
-            self.stats.inactive_split.update_pool(small, -1);
+            dec(&mut self.stats.inactive_split_bytes, small, bsize as u64);
+            dec(&mut self.stats.inactive_split, small, 1);
         }
 
         let (addr, bsize, stream) = {
@@ -984,11 +1013,11 @@ impl DeviceCachingAllocator {
         }
         self.allocated.insert(addr, id);
         let s = &mut self.stats;
-        s.allocation.update_pool(small, 1);
-        s.allocated_bytes.update_pool(small, bsize as i64);
-        s.active.update_pool(small, 1);
-        s.active_bytes.update_pool(small, bsize as i64);
-        s.requested_bytes.update_pool(small, orig_size as i64);
+        inc(&mut s.allocation, small, 1);
+        inc(&mut s.allocated_bytes, small, bsize);
+        inc(&mut s.active, small, 1);
+        inc(&mut s.active_bytes, small, bsize);
+        inc(&mut s.requested_bytes, small, orig_size);
         if bsize >= self.max_split {
             s.oversize_allocations.update(1);
         }
@@ -1026,10 +1055,8 @@ impl DeviceCachingAllocator {
             (b.addr, b.size, b.requested, b.stream, b.pool)
         };
         let small = self.is_small(pool);
-        self.stats.allocation.update_pool(small, -1);
-        self.stats
-            .allocated_bytes
-            .update_pool(small, -(size as i64));
+        dec(&mut self.stats.allocation, small, 1);
+        dec(&mut self.stats.allocated_bytes, small, size);
         if self.tracing() {
             let ctx = context.clone().or_else(|| self.arena[id].context.clone());
             self.record_trace(
@@ -1116,9 +1143,9 @@ impl DeviceCachingAllocator {
             s.inactive_split.update_pool(small, net_blocks);
             s.inactive_split_bytes.update_pool(small, net_size);
         }
-        s.active.update_pool(small, -1);
-        s.active_bytes.update_pool(small, -(size as i64));
-        s.requested_bytes.update_pool(small, -(requested as i64));
+        dec(&mut s.active, small, 1);
+        dec(&mut s.active_bytes, small, size);
+        dec(&mut s.requested_bytes, small, requested);
     }
 
     /// PyTorch's `try_merge_blocks`: `dst` absorbs `src` when `src` is free and in the same
@@ -1458,7 +1485,7 @@ impl DeviceCachingAllocator {
         self.insert_into_blocks(to_map);
         self.total_allocated_memory += msize;
         let small = self.is_small(pool);
-        self.stats.reserved_bytes.update_pool(small, msize as i64);
+        inc(&mut self.stats.reserved_bytes, small, msize);
         self.stats.num_device_alloc += 1;
         self.record_trace(TraceAction::SegmentMap, mptr, msize, stream, context);
         let b = &mut self.arena[to_map];
@@ -1539,9 +1566,7 @@ impl DeviceCachingAllocator {
         self.pools[pool as usize].unmapped.insert(key, id);
         self.total_allocated_memory -= usize_;
         let small = self.is_small(pool);
-        self.stats
-            .reserved_bytes
-            .update_pool(small, -(usize_ as i64));
+        dec(&mut self.stats.reserved_bytes, small, usize_);
         self.stats.num_device_free += 1;
         let seg_ctx = self.arena[id].segment_context.clone();
         self.record_trace(
