@@ -964,15 +964,17 @@ impl DeviceCachingAllocator {
         let expandable = self.arena[id].is_expandable();
         if split {
             let remaining = id;
-            let (addr, prev, es, seg_ctx) = {
-                let r = &mut self.arena[remaining];
-                (r.addr, r.prev, r.expandable, r.segment_context.take())
+            // As in PyTorch, the front piece is a new block and the remainder keeps the old
+            // one's fields (its stale `requested` size, and the segment's allocation context,
+            // which snapshots then no longer show for the split segment).
+            let (addr, prev, es) = {
+                let r = &self.arena[remaining];
+                (r.addr, r.prev, r.expandable)
             };
             let mut front = Block::new(addr, size, p.stream, p.sidx, pool);
             front.expandable = es;
             front.prev = prev;
             front.next = remaining;
-            front.segment_context = seg_ctx;
             let new_id = self.arena.insert(front);
             if prev != NIL {
                 self.arena[prev].next = new_id;
@@ -1530,7 +1532,6 @@ impl DeviceCachingAllocator {
             bf.expandable = es;
             bf.prev = prev;
             bf.next = id;
-            bf.segment_context = self.arena[id].segment_context.take();
             let bid = self.arena.insert(bf);
             if prev != NIL {
                 self.arena[prev].next = bid;
