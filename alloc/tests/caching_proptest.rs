@@ -83,7 +83,7 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 /// How often (in operations) the full snapshot check runs.
-const CHECK_EVERY: usize = 8;
+const CHECK_EVERY: usize = 4;
 
 fn run(config: usize, ops: &[Op]) {
     let (conf, fraction) = CONFIGS[config];
