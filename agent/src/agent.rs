@@ -1,1 +1,385 @@
-//! (being written)
+//! [`Agent`]: the embedding API. Build one, attach its [`sink`](Agent::sink) to your
+//! allocators, and it aggregates, dumps OOMs, serves `allocview --attach` and (optionally)
+//! Prometheus.
+//!
+//! # Examples
+//!
+//! ```
+//! use std::sync::Arc;
+//! use allocview_agent::agent::Agent;
+//! use allocview_alloc::event::{Event, EventAction, EventPool};
+//!
+//! let dir = tempfile::tempdir().unwrap();
+//! let agent = Agent::builder()
+//!     .no_listen()
+//!     .dump_dir(dir.path())
+//!     .spawn()
+//!     .unwrap();
+//! let sink = agent.sink();
+//! sink.publish(&Event::new(EventAction::SegmentAlloc, 0, EventPool::Large, 0x1000_0000, 20 << 20));
+//! agent.flush();
+//! assert_eq!(agent.state().devices[0].stats.reserved_bytes.0[0].current, 20 << 20);
+//! agent.shutdown();
+//! ```
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use allocview_alloc::event::{EventSink, now_ns};
+use allocview_alloc::snapshot::Snapshot;
+
+use crate::aggregator::{
+    self, AggregatorConfig, AggregatorHandle, Command, DEFAULT_RECENT_EVENTS, DEFAULT_TICK,
+};
+use crate::dump::OomDumper;
+use crate::prometheus::MetricsServer;
+use crate::provider::SnapshotProvider;
+use crate::server::{
+    ADDR_ENV, BadAddress, DEFAULT_CLIENT_QUEUE, DEFAULT_WRITE_TIMEOUT, ListenAddr, Server,
+    ServerConfig, ServerError, TOKEN_ENV,
+};
+use crate::sink::{self, ChannelSink, DEFAULT_CHANNEL_CAPACITY};
+use crate::state::{AgentState, ProcessInfo};
+use crate::timeline::DEFAULT_RESOLUTION_NS;
+
+/// Why an agent could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// The attach address could not be parsed.
+    #[error(transparent)]
+    BadAddress(#[from] BadAddress),
+    /// The attach server could not start.
+    #[error(transparent)]
+    Server(#[from] ServerError),
+    /// The metrics listener could not start.
+    #[error("cannot serve metrics on {addr}: {message}")]
+    Metrics {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        message: String,
+    },
+    /// A thread could not be started.
+    #[error("cannot start the {what} thread: {source}")]
+    Thread {
+        /// Which thread.
+        what: &'static str,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+#[derive(Debug, Clone)]
+enum Listen {
+    /// `ALLOCVIEW_ADDR` if set, else the default unix socket.
+    Default,
+    Addr(String),
+    Off,
+}
+
+/// Configures and starts an [`Agent`].
+pub struct AgentBuilder {
+    listen: Listen,
+    dump_dir: Option<PathBuf>,
+    channel_capacity: usize,
+    tick: Duration,
+    sample_interval: Duration,
+    metrics: Option<SocketAddr>,
+    providers: Vec<Arc<dyn SnapshotProvider>>,
+    token: Option<String>,
+    client_queue: usize,
+    write_timeout: Duration,
+    recent_events: usize,
+    process_name: Option<String>,
+}
+
+impl Default for AgentBuilder {
+    fn default() -> Self {
+        AgentBuilder {
+            listen: Listen::Default,
+            dump_dir: None,
+            channel_capacity: DEFAULT_CHANNEL_CAPACITY,
+            tick: DEFAULT_TICK,
+            sample_interval: Duration::from_nanos(DEFAULT_RESOLUTION_NS),
+            metrics: None,
+            providers: Vec::new(),
+            token: None,
+            client_queue: DEFAULT_CLIENT_QUEUE,
+            write_timeout: DEFAULT_WRITE_TIMEOUT,
+            recent_events: DEFAULT_RECENT_EVENTS,
+            process_name: None,
+        }
+    }
+}
+
+impl AgentBuilder {
+    /// Listens at `addr` (`unix:PATH`, a path, or `HOST:PORT`) instead of the default.
+    pub fn listen(mut self, addr: impl Into<String>) -> Self {
+        self.listen = Listen::Addr(addr.into());
+        self
+    }
+
+    /// Serves no attach clients.
+    pub fn no_listen(mut self) -> Self {
+        self.listen = Listen::Off;
+        self
+    }
+
+    /// Folder for OOM dumps (default: `ALLOCVIEW_DUMP_DIR`, else `./allocview-dumps`).
+    pub fn dump_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.dump_dir = Some(dir.into());
+        self
+    }
+
+    /// Capacity of the event channel, in events.
+    pub fn channel_capacity(mut self, n: usize) -> Self {
+        self.channel_capacity = n;
+        self
+    }
+
+    /// The aggregation tick (and client update period).
+    pub fn tick(mut self, tick: Duration) -> Self {
+        self.tick = tick.max(Duration::from_millis(1));
+        self
+    }
+
+    /// The finest timeline resolution (default 1 s).
+    pub fn sample_interval(mut self, d: Duration) -> Self {
+        self.sample_interval = d;
+        self
+    }
+
+    /// Serves Prometheus metrics at `http://addr/metrics`.
+    pub fn metrics(mut self, addr: SocketAddr) -> Self {
+        self.metrics = Some(addr);
+        self
+    }
+
+    /// Registers an allocator the agent may ask for snapshots and stats (one per device).
+    pub fn provider(mut self, p: Arc<dyn SnapshotProvider>) -> Self {
+        self.providers.push(p);
+        self
+    }
+
+    /// The token clients must present (default: `ALLOCVIEW_TOKEN`).
+    pub fn token(mut self, token: impl Into<String>) -> Self {
+        self.token = Some(token.into());
+        self
+    }
+
+    /// Frames queued per client before it is disconnected as too slow.
+    pub fn client_queue(mut self, n: usize) -> Self {
+        self.client_queue = n.max(1);
+        self
+    }
+
+    /// How long a frame may take to write to a client.
+    pub fn write_timeout(mut self, d: Duration) -> Self {
+        self.write_timeout = d;
+        self
+    }
+
+    /// Events kept per device for the trace view.
+    pub fn recent_events(mut self, n: usize) -> Self {
+        self.recent_events = n;
+        self
+    }
+
+    /// The process name clients see (default: the executable's name).
+    pub fn process_name(mut self, name: impl Into<String>) -> Self {
+        self.process_name = Some(name.into());
+        self
+    }
+
+    /// Starts the aggregator and, as configured, the attach server and the metrics listener.
+    ///
+    /// # Errors
+    /// A bad address, a listener that cannot bind (or a non-loopback TCP address without a
+    /// token), or a thread that cannot start.
+    pub fn spawn(self) -> Result<Agent, AgentError> {
+        let token = self
+            .token
+            .or_else(|| std::env::var(TOKEN_ENV).ok().filter(|t| !t.is_empty()));
+        let listen = match &self.listen {
+            Listen::Off => None,
+            Listen::Addr(a) => Some(Some(a.parse::<ListenAddr>()?)),
+            Listen::Default => match std::env::var(ADDR_ENV).ok().filter(|v| !v.is_empty()) {
+                Some(a) => Some(Some(a.parse::<ListenAddr>()?)),
+                None => Some(None),
+            },
+        };
+        let process = ProcessInfo {
+            pid: std::process::id(),
+            name: self.process_name.unwrap_or_else(process_name),
+            started_ns: now_ns(),
+        };
+        let (sink, rx) = sink::channel(self.channel_capacity);
+        let cfg = AggregatorConfig {
+            tick: self.tick,
+            sample_interval: self.sample_interval,
+            recent_events: self.recent_events,
+            process: process.clone(),
+            providers: self.providers.clone(),
+            dumper: OomDumper::new(self.dump_dir.unwrap_or_else(aggregator::default_dump_dir)),
+        };
+        let (handle, join) = aggregator::spawn(cfg, rx).map_err(|source| AgentError::Thread {
+            what: "aggregator",
+            source,
+        })?;
+        let mut agent = Agent {
+            sink: Arc::new(sink),
+            handle,
+            aggregator: Some(join),
+            server: None,
+            metrics: None,
+            providers: self.providers,
+        };
+        if let Some(addr) = listen {
+            let providers = agent.providers.clone();
+            let providers2 = agent.providers.clone();
+            let handle = agent.handle.clone();
+            let cfg = ServerConfig {
+                token,
+                client_queue: self.client_queue,
+                write_timeout: self.write_timeout,
+                process,
+                snapshot: Arc::new(move || merged_snapshot(&providers)),
+                reset_peaks: Arc::new(move || reset_peaks(&providers2, &handle)),
+            };
+            agent.server = Some(Server::start(addr, cfg, agent.handle.clone())?);
+        }
+        if let Some(addr) = self.metrics {
+            agent.metrics = Some(MetricsServer::start(addr, agent.handle.clone())?);
+        }
+        Ok(agent)
+    }
+}
+
+fn process_name() -> String {
+    std::env::current_exe()
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// One snapshot of every provider's device, segments sorted by address.
+fn merged_snapshot(providers: &[Arc<dyn SnapshotProvider>]) -> Snapshot {
+    let mut out = Snapshot::default();
+    for p in providers {
+        let s = p.snapshot();
+        out.segments.extend(s.segments);
+        out.device_traces.extend(s.device_traces);
+        out.devices.extend(s.devices);
+        if out.allocator_settings.is_none() {
+            out.allocator_settings = s.allocator_settings;
+        }
+        if out.external_annotations.is_none() {
+            out.external_annotations = s.external_annotations;
+        }
+    }
+    out.segments.sort_by_key(|s| (s.device, s.address));
+    out
+}
+
+fn reset_peaks(providers: &[Arc<dyn SnapshotProvider>], handle: &AggregatorHandle) {
+    for p in providers {
+        p.reset_peak_stats();
+    }
+    handle.send(Command::ResetPeaks);
+}
+
+/// A running agent. Dropping it shuts it down.
+pub struct Agent {
+    sink: Arc<ChannelSink>,
+    handle: AggregatorHandle,
+    aggregator: Option<JoinHandle<()>>,
+    server: Option<Server>,
+    metrics: Option<MetricsServer>,
+    providers: Vec<Arc<dyn SnapshotProvider>>,
+}
+
+impl Agent {
+    /// A builder with the defaults.
+    pub fn builder() -> AgentBuilder {
+        AgentBuilder::default()
+    }
+
+    /// The sink to attach to allocators.
+    pub fn sink(&self) -> Arc<dyn EventSink> {
+        self.sink.clone()
+    }
+
+    /// The sink as its concrete type (drop counters, capacity).
+    pub fn channel_sink(&self) -> &Arc<ChannelSink> {
+        &self.sink
+    }
+
+    /// A consistent copy of the state, with every event published so far folded in.
+    pub fn state(&self) -> AgentState {
+        self.handle.state().unwrap_or_default()
+    }
+
+    /// A snapshot from every registered provider (empty without providers).
+    pub fn snapshot(&self) -> Snapshot {
+        merged_snapshot(&self.providers)
+    }
+
+    /// Resets peak statistics: the providers' (which publish `reset_peaks`) and the agent's own
+    /// for devices without a provider.
+    pub fn reset_peaks(&self) {
+        reset_peaks(&self.providers, &self.handle);
+    }
+
+    /// Waits until every event published before this call is folded in (and a resync done
+    /// if events were dropped).
+    pub fn flush(&self) {
+        self.handle.flush();
+    }
+
+    /// Where attach clients connect, when the server runs.
+    pub fn listen_addr(&self) -> Option<&ListenAddr> {
+        self.server.as_ref().map(Server::addr)
+    }
+
+    /// Where Prometheus scrapes, when the metrics listener runs.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().map(MetricsServer::addr)
+    }
+
+    /// Drains, sends clients a last update, stops every thread and removes the socket.
+    pub fn shutdown(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut m) = self.metrics.take() {
+            m.stop();
+        }
+        if let Some(mut s) = self.server.take() {
+            s.stop();
+        }
+        if let Some(j) = self.aggregator.take() {
+            self.handle.send(Command::Shutdown);
+            let _ = j.join();
+        }
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl std::fmt::Debug for Agent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Agent")
+            .field("listen", &self.listen_addr())
+            .field("metrics", &self.metrics_addr())
+            .field("providers", &self.providers.len())
+            .finish()
+    }
+}

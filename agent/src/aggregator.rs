@@ -1,1 +1,727 @@
-//! (being written)
+//! The aggregator thread: folds events into per-device state and feeds clients.
+//!
+//! tokio-console's aggregator pattern: the thread sleeps until the tick (100 ms by default), a
+//! wake-up from the sink (channel half full, an OOM) or a command; then it drains what the
+//! channel holds without blocking, in one batch, and on each tick checks for drops, samples the
+//! timeline and sends every attached client only what changed since the previous tick. It never
+//! waits on a client: each has a bounded queue that the aggregator only `try_send`s to, and a
+//! client whose queue is full is disconnected.
+//!
+//! Drops: when the sink's drop counter grew (or an event did not fit the mirror), the aggregator
+//! drains, asks every registered [`SnapshotProvider`] for its snapshot and stats, rebuilds the
+//! mirror from them and counts a resync. A snapshot whose figures disagree with the stats read
+//! beside it (the allocator moved in between) is retried, and failing that, resynced again on
+//! the next tick. Without a provider, the state is marked partial.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::{self, Thread};
+use std::time::{Duration, Instant};
+
+use allocview_alloc::caching::stats::{DeviceStats, StatType};
+use allocview_alloc::event::{CPU_DEVICE, Event, EventAction, EventPool, now_ns};
+use allocview_alloc::snapshot::Snapshot;
+use crossbeam_channel::{Receiver, Sender, TrySendError};
+
+use crate::dump::OomDumper;
+use crate::histogram::DeviceHistograms;
+use crate::mirror::{DeviceMirror, pool_key};
+use crate::protocol::{DeviceUpdate, ServerFrame, StateUpdate, encode_frame};
+use crate::provider::SnapshotProvider;
+use crate::sink::EventReceiver;
+use crate::state::{
+    AgentState, DeviceState, HostState, OomRecord, PipelineStats, ProcessInfo, RecentEvent,
+    UsageSample,
+};
+use crate::timeline::Timeline;
+
+/// Default aggregation tick (also the fastest client update rate: 10 Hz).
+pub const DEFAULT_TICK: Duration = Duration::from_millis(100);
+
+/// Events kept per device for the trace view.
+pub const DEFAULT_RECENT_EVENTS: usize = 1024;
+
+/// Attempts at a resync whose snapshot and stats agree, before trying again next tick.
+const RESYNC_ATTEMPTS: usize = 3;
+
+/// An encoded frame, shared by every client it goes to.
+pub(crate) type Encoded = Arc<Vec<u8>>;
+
+/// How the server and the aggregator share one client's fate.
+#[derive(Debug, Default)]
+pub(crate) struct ClientControl {
+    /// Updates stop while set.
+    pub paused: AtomicBool,
+    /// The next frame is a full state (after a resume).
+    pub want_full: AtomicBool,
+    /// Set when the aggregator disconnects the client, with the reason.
+    pub kicked: Mutex<Option<String>>,
+}
+
+impl ClientControl {
+    pub(crate) fn kick(&self, reason: String) {
+        let mut k = self.kicked.lock().unwrap_or_else(|p| p.into_inner());
+        k.get_or_insert(reason);
+    }
+
+    pub(crate) fn kicked(&self) -> Option<String> {
+        self.kicked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+/// The aggregator's end of one client.
+#[derive(Debug)]
+pub(crate) struct ClientSlot {
+    pub id: u64,
+    pub tx: Sender<Encoded>,
+    pub control: Arc<ClientControl>,
+}
+
+/// What other threads ask of the aggregator.
+pub(crate) enum Command {
+    /// Drain everything published so far, resync if needed, then answer.
+    Flush(Sender<()>),
+    /// A consistent copy of the state.
+    State(Sender<AgentState>),
+    /// A new client: send it the full state, then updates.
+    AddClient(ClientSlot),
+    /// Reset the agent's own peaks (devices without a provider).
+    ResetPeaks,
+    /// Drain, send the last update and stop.
+    Shutdown,
+}
+
+/// A handle to talk to the aggregator thread.
+#[derive(Clone, Debug)]
+pub(crate) struct AggregatorHandle {
+    cmds: Sender<Command>,
+    thread: Thread,
+}
+
+impl AggregatorHandle {
+    /// Sends a command and wakes the thread; false when the aggregator is gone.
+    pub fn send(&self, cmd: Command) -> bool {
+        let ok = self.cmds.send(cmd).is_ok();
+        self.thread.unpark();
+        ok
+    }
+
+    /// A consistent copy of the state, `None` when the aggregator is gone.
+    pub fn state(&self) -> Option<AgentState> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        if !self.send(Command::State(tx)) {
+            return None;
+        }
+        rx.recv().ok()
+    }
+
+    /// Waits until everything published so far is folded in; false when the aggregator is gone.
+    pub fn flush(&self) -> bool {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        self.send(Command::Flush(tx)) && rx.recv().is_ok()
+    }
+}
+
+/// Settings of the aggregator.
+pub(crate) struct AggregatorConfig {
+    pub tick: Duration,
+    pub sample_interval: Duration,
+    pub recent_events: usize,
+    pub process: ProcessInfo,
+    pub providers: Vec<Arc<dyn SnapshotProvider>>,
+    pub dumper: OomDumper,
+}
+
+/// What was last sent to clients, per device.
+#[derive(Debug, Default)]
+struct Sent {
+    version: Option<u64>,
+    hist_version: Option<u64>,
+    stats: Option<DeviceStats>,
+    memory: Option<(u64, Option<u64>)>,
+    sample_time: u64,
+    recent_seq: u64,
+}
+
+struct DeviceAgg {
+    mirror: DeviceMirror,
+    hist: DeviceHistograms,
+    timeline: Timeline,
+    recent: VecDeque<(u64, Event)>,
+    total_memory: u64,
+    allowed: Option<u64>,
+    provider: Option<Arc<dyn SnapshotProvider>>,
+    sent: Sent,
+}
+
+impl DeviceAgg {
+    fn new(device: i32, sample_interval: Duration) -> DeviceAgg {
+        DeviceAgg {
+            mirror: DeviceMirror::new(device, None),
+            hist: DeviceHistograms::default(),
+            timeline: Timeline::new(sample_interval.as_nanos() as u64),
+            recent: VecDeque::new(),
+            total_memory: 0,
+            allowed: None,
+            provider: None,
+            sent: Sent::default(),
+        }
+    }
+
+    /// Rebuilds the mirror from the provider; false when no consistent view was had.
+    fn resync(&mut self) -> bool {
+        let Some(p) = self.provider.clone() else {
+            return false;
+        };
+        if let Some((total, allowed)) = p.memory_info() {
+            self.total_memory = total;
+            self.allowed = allowed;
+        }
+        let device = self.mirror.device();
+        for attempt in 1..=RESYNC_ATTEMPTS {
+            let stats = p.device_stats();
+            let snapshot = p.snapshot();
+            let max_split = (stats.max_split_size >= 0).then_some(stats.max_split_size as u64);
+            let implied = DeviceStats::from_snapshot(&snapshot, device, max_split);
+            let consistent = implied.currents() == stats.currents();
+            if consistent || attempt == RESYNC_ATTEMPTS {
+                self.mirror.resync(&snapshot, stats);
+                return consistent;
+            }
+        }
+        false
+    }
+
+    fn sample(&self, time_ns: u64) -> UsageSample {
+        let s = self.mirror.stats();
+        let cur = |a: &allocview_alloc::caching::stats::StatArray| {
+            a.get(StatType::All).current.max(0) as u64
+        };
+        UsageSample {
+            time_ns,
+            allocated: cur(&s.allocated_bytes),
+            reserved: cur(&s.reserved_bytes),
+            active: cur(&s.active_bytes),
+        }
+    }
+
+    fn recent_since(&self, seq: u64) -> Vec<RecentEvent> {
+        let start = self.recent.partition_point(|(s, _)| *s <= seq);
+        self.recent
+            .range(start..)
+            .map(|(s, e)| recent_event(*s, e))
+            .collect()
+    }
+
+    fn state(&self) -> DeviceState {
+        DeviceState {
+            device: self.mirror.device(),
+            total_memory: self.total_memory,
+            allowed_memory: self.allowed,
+            stats: self.mirror.stats().clone(),
+            segments: self.mirror.segments(),
+            streams: self.mirror.streams(),
+            pools: self.mirror.pools(),
+            timeline: self.timeline.samples(),
+            histograms: self.hist.summary(),
+            recent: self.recent_since(0),
+        }
+    }
+
+    /// What changed since the last update; advances the marks.
+    fn update(&mut self) -> Option<DeviceUpdate> {
+        let mut u = DeviceUpdate {
+            device: self.mirror.device(),
+            ..DeviceUpdate::default()
+        };
+        let mut changed = false;
+        let memory = (self.total_memory, self.allowed);
+        if self.sent.memory != Some(memory) {
+            self.sent.memory = Some(memory);
+            u.total_memory = Some(memory);
+            changed = true;
+        }
+        if self.sent.stats.as_ref() != Some(self.mirror.stats()) {
+            self.sent.stats = Some(self.mirror.stats().clone());
+            u.stats = self.sent.stats.clone();
+            changed = true;
+        }
+        if self.sent.version != Some(self.mirror.version()) {
+            self.sent.version = Some(self.mirror.version());
+            u.segments = Some(self.mirror.segments());
+            u.streams = Some(self.mirror.streams());
+            u.pools = Some(self.mirror.pools());
+            changed = true;
+        }
+        if self.sent.hist_version != Some(self.hist.version()) {
+            self.sent.hist_version = Some(self.hist.version());
+            u.histograms = Some(self.hist.summary());
+            changed = true;
+        }
+        u.timeline = self.timeline.since(self.sent.sample_time);
+        self.sent.sample_time = self.timeline.last_time();
+        u.recent = self.recent_since(self.sent.recent_seq);
+        if let Some(last) = u.recent.last() {
+            self.sent.recent_seq = last.seq;
+        }
+        changed |= !u.timeline.is_empty() || !u.recent.is_empty();
+        changed.then_some(u)
+    }
+
+    /// Marks everything as sent (a full state went out to the only client).
+    fn mark_sent(&mut self) {
+        self.sent = Sent::default();
+        let _ = self.update();
+    }
+}
+
+fn recent_event(seq: u64, e: &Event) -> RecentEvent {
+    RecentEvent {
+        seq,
+        time_ns: e.time_ns,
+        action: e.action.as_str().to_string(),
+        addr: e.addr,
+        size: e.size,
+        requested: e.requested,
+        stream: e.stream,
+        pool: pool_key(e),
+        flags: e.flags,
+        latency_ns: e.latency_ns,
+        context: e.context,
+    }
+}
+
+/// The aggregator: owned by its thread.
+pub(crate) struct Aggregator {
+    cfg: AggregatorConfig,
+    rx: EventReceiver,
+    cmds: Receiver<Command>,
+    devices: BTreeMap<i32, DeviceAgg>,
+    host: Option<HostState>,
+    ooms: Vec<OomRecord>,
+    ooms_sent: usize,
+    ingested: u64,
+    seq: u64,
+    resyncs: u64,
+    inconsistencies: u64,
+    dumps_written: u64,
+    dump_failures: u64,
+    seen_dropped: u64,
+    needs_resync: bool,
+    partial: bool,
+    clients: Vec<ClientSlot>,
+}
+
+/// Starts the aggregator thread.
+pub(crate) fn spawn(
+    cfg: AggregatorConfig,
+    rx: EventReceiver,
+) -> std::io::Result<(AggregatorHandle, thread::JoinHandle<()>)> {
+    let (cmd_tx, cmd_rx) = crossbeam_channel::unbounded();
+    let mut agg = Aggregator {
+        cfg,
+        rx,
+        cmds: cmd_rx,
+        devices: BTreeMap::new(),
+        host: None,
+        ooms: Vec::new(),
+        ooms_sent: 0,
+        ingested: 0,
+        seq: 0,
+        resyncs: 0,
+        inconsistencies: 0,
+        dumps_written: 0,
+        dump_failures: 0,
+        seen_dropped: 0,
+        needs_resync: false,
+        partial: false,
+        clients: Vec::new(),
+    };
+    for p in agg.cfg.providers.clone() {
+        let d = agg.device_mut(p.device());
+        d.provider = Some(p);
+        d.resync();
+    }
+    let join = thread::Builder::new()
+        .name("allocview-aggregator".into())
+        .spawn(move || agg.run())?;
+    let handle = AggregatorHandle {
+        cmds: cmd_tx,
+        thread: join.thread().clone(),
+    };
+    Ok((handle, join))
+}
+
+impl Aggregator {
+    fn device_mut(&mut self, device: i32) -> &mut DeviceAgg {
+        let interval = self.cfg.sample_interval;
+        self.devices
+            .entry(device)
+            .or_insert_with(|| DeviceAgg::new(device, interval))
+    }
+
+    fn run(mut self) {
+        self.rx.shared().set_consumer(thread::current());
+        let mut next_tick = Instant::now() + self.cfg.tick;
+        loop {
+            let now = Instant::now();
+            if now < next_tick {
+                thread::park_timeout(next_tick - now);
+            }
+            self.rx.shared().clear_wake();
+            let mut shutdown = false;
+            while let Ok(cmd) = self.cmds.try_recv() {
+                match cmd {
+                    Command::Flush(reply) => {
+                        self.drain();
+                        self.check_resync();
+                        let _ = reply.send(());
+                    }
+                    Command::State(reply) => {
+                        self.drain();
+                        let _ = reply.send(self.state());
+                    }
+                    Command::AddClient(slot) => self.add_client(slot),
+                    Command::ResetPeaks => {
+                        for d in self.devices.values_mut() {
+                            if d.provider.is_none() {
+                                d.mirror.reset_peaks();
+                            }
+                        }
+                    }
+                    Command::Shutdown => shutdown = true,
+                }
+            }
+            self.drain();
+            if shutdown || Instant::now() >= next_tick {
+                self.tick();
+                next_tick = Instant::now() + self.cfg.tick;
+            }
+            if shutdown {
+                self.drain();
+                self.check_resync();
+                for c in self.clients.drain(..) {
+                    c.control.kick("agent shutting down".into());
+                }
+                return;
+            }
+        }
+    }
+
+    /// Folds in the events in the channel now (not those published while draining: the
+    /// batch is bounded, so a flood cannot starve commands and ticks).
+    fn drain(&mut self) {
+        let n = self.rx.len();
+        for _ in 0..n {
+            match self.rx.try_recv() {
+                Some(e) => self.ingest(&e),
+                None => break,
+            }
+        }
+    }
+
+    fn ingest(&mut self, e: &Event) {
+        self.ingested += 1;
+        if e.pool == EventPool::Host || e.device == CPU_DEVICE {
+            let h = self.host.get_or_insert_with(HostState::default);
+            match e.action {
+                EventAction::Alloc => {
+                    h.allocations.update(1);
+                    h.bytes.update(e.size as i64);
+                }
+                EventAction::FreeRequested | EventAction::FreeCompleted => {
+                    h.allocations.update(-1);
+                    h.bytes.update(-(e.size as i64));
+                }
+                EventAction::ResetPeaks => {
+                    h.allocations.reset_peak();
+                    h.bytes.reset_peak();
+                }
+                _ => {}
+            }
+            return;
+        }
+        self.seq += 1;
+        let seq = self.seq;
+        let recent_cap = self.cfg.recent_events;
+        let d = self.device_mut(i32::from(e.device));
+        if recent_cap > 0 {
+            if d.recent.len() == recent_cap {
+                d.recent.pop_front();
+            }
+            d.recent.push_back((seq, *e));
+        }
+        match d.mirror.apply(e) {
+            Ok(applied) => {
+                let pool = applied.pool.unwrap_or_else(|| pool_key(e));
+                match e.action {
+                    EventAction::Alloc => {
+                        d.hist
+                            .record_alloc(pool, e.stream, e.requested, e.latency_ns)
+                    }
+                    EventAction::FreeCompleted => {
+                        if let Some(l) = applied.lifetime_ns {
+                            d.hist.record_lifetime(pool, e.stream, l);
+                        }
+                    }
+                    EventAction::Oom => self.on_oom(e),
+                    _ => {}
+                }
+            }
+            Err(err) => {
+                self.inconsistencies += 1;
+                self.needs_resync = true;
+                tracing::debug!(device = e.device, %err, "event does not fit the mirror");
+            }
+        }
+    }
+
+    fn on_oom(&mut self, e: &Event) {
+        let device = i32::from(e.device);
+        let index = self.ooms.len() as u64 + 1;
+        let d = self.devices.get(&device).expect("created by ingest");
+        let s = d.mirror.stats();
+        let cur = |a: &allocview_alloc::caching::stats::StatArray| {
+            a.get(StatType::All).current.max(0) as u64
+        };
+        let mut rec = OomRecord {
+            index,
+            time_ns: if e.time_ns != 0 { e.time_ns } else { now_ns() },
+            device,
+            stream: e.stream,
+            requested: e.requested,
+            rounded: e.size,
+            device_free: e.addr,
+            allocated: cur(&s.allocated_bytes),
+            reserved: cur(&s.reserved_bytes),
+            largest_free_block: d.mirror.largest_free_block(),
+            inactive_split_bytes: cur(&s.inactive_split_bytes),
+            total_memory: d.total_memory,
+            dump_paths: Vec::new(),
+            dump_error: None,
+        };
+        let snapshot = match &d.provider {
+            Some(p) => Some(p.snapshot()),
+            None => None,
+        };
+        let snapshot = snapshot.unwrap_or_else(|| Snapshot {
+            segments: d.mirror.segments(),
+            ..Snapshot::default()
+        });
+        match self
+            .cfg
+            .dumper
+            .write(index, self.cfg.process.pid, &snapshot)
+        {
+            Ok(paths) => {
+                self.dumps_written += 1;
+                rec.dump_paths = paths;
+            }
+            Err(err) => {
+                self.dump_failures += 1;
+                tracing::error!(%err, "could not write the OOM dump");
+                rec.dump_error = Some(err.to_string());
+            }
+        }
+        tracing::error!(
+            oom = index,
+            device,
+            requested = rec.requested,
+            device_free = rec.device_free,
+            allocated = rec.allocated,
+            reserved = rec.reserved,
+            dump = ?rec.dump_paths,
+            "allocation failed: out of memory"
+        );
+        self.ooms.push(rec);
+    }
+
+    fn check_resync(&mut self) {
+        let dropped = self.rx.shared().dropped_total();
+        if dropped == self.seen_dropped && !self.needs_resync {
+            return;
+        }
+        // Events already in the channel predate the snapshot: fold them in first.
+        self.drain();
+        let dropped = self.rx.shared().dropped_total();
+        self.seen_dropped = dropped;
+        self.needs_resync = false;
+        let mut any = false;
+        let mut all_consistent = true;
+        for d in self.devices.values_mut() {
+            if d.provider.is_some() {
+                any = true;
+                all_consistent &= d.resync();
+            } else if dropped > 0 {
+                self.partial = true;
+            }
+        }
+        if any {
+            self.resyncs += 1;
+            self.needs_resync = !all_consistent;
+            tracing::warn!(
+                dropped,
+                resyncs = self.resyncs,
+                "events were lost; stats and segments resynchronised from the allocator"
+            );
+        } else if dropped > 0 {
+            self.partial = true;
+            tracing::warn!(
+                dropped,
+                "events were lost and no allocator can be asked: figures are partial"
+            );
+        }
+    }
+
+    fn tick(&mut self) {
+        self.check_resync();
+        let now = now_ns();
+        for d in self.devices.values_mut() {
+            let s = d.sample(now);
+            d.timeline.record(s);
+        }
+        if !self.clients.is_empty() {
+            self.broadcast();
+        }
+    }
+
+    fn pipeline(&self) -> PipelineStats {
+        let shared = self.rx.shared();
+        let by_action = shared.dropped_by_action();
+        PipelineStats {
+            events_ingested: self.ingested,
+            dropped_total: by_action.iter().sum(),
+            dropped_by_action: by_action
+                .iter()
+                .enumerate()
+                .filter(|(_, n)| **n > 0)
+                .filter_map(|(i, n)| {
+                    EventAction::from_u8(i as u8).map(|a| (a.as_str().to_string(), *n))
+                })
+                .collect(),
+            resyncs: self.resyncs,
+            inconsistencies: self.inconsistencies,
+            channel_capacity: shared.capacity() as u64,
+            paused: false,
+            dumps_written: self.dumps_written,
+            dump_failures: self.dump_failures,
+            partial: self.partial,
+            clients: self.clients.len() as u64,
+        }
+    }
+
+    fn state(&self) -> AgentState {
+        AgentState {
+            process: self.cfg.process.clone(),
+            devices: self.devices.values().map(DeviceAgg::state).collect(),
+            host: self.host,
+            pipeline: self.pipeline(),
+            ooms: self.ooms.clone(),
+            time_ns: now_ns(),
+        }
+    }
+
+    fn full_frame(&self) -> Option<Encoded> {
+        let frame = ServerFrame::Full {
+            state: Box::new(self.state()),
+        };
+        match encode_frame(&frame) {
+            Ok(bytes) => Some(Arc::new(bytes)),
+            Err(err) => {
+                tracing::error!(%err, "could not encode the state");
+                None
+            }
+        }
+    }
+
+    fn add_client(&mut self, slot: ClientSlot) {
+        if self.clients.is_empty() {
+            for d in self.devices.values_mut() {
+                d.mark_sent();
+            }
+            self.ooms_sent = self.ooms.len();
+        }
+        let Some(full) = self.full_frame() else {
+            slot.control
+                .kick("the agent could not encode its state".into());
+            return;
+        };
+        if slot.tx.try_send(full).is_ok() {
+            self.clients.push(slot);
+        }
+    }
+
+    fn broadcast(&mut self) {
+        let update = StateUpdate {
+            time_ns: now_ns(),
+            pipeline: self.pipeline(),
+            devices: self
+                .devices
+                .values_mut()
+                .filter_map(DeviceAgg::update)
+                .collect(),
+            host: self.host,
+            new_ooms: self.ooms[self.ooms_sent..].to_vec(),
+        };
+        self.ooms_sent = self.ooms.len();
+        let frame = ServerFrame::Update {
+            update: Box::new(update),
+        };
+        let encoded = match encode_frame(&frame) {
+            Ok(b) => Arc::new(b),
+            Err(err) => {
+                tracing::error!(%err, "could not encode an update");
+                return;
+            }
+        };
+        let mut full: Option<Encoded> = None;
+        let clients = std::mem::take(&mut self.clients);
+        for c in clients {
+            if c.control.paused.load(Ordering::Acquire) {
+                self.clients.push(c);
+                continue;
+            }
+            let frame = if c.control.want_full.swap(false, Ordering::AcqRel) {
+                if full.is_none() {
+                    full = self.full_frame();
+                }
+                match &full {
+                    Some(f) => f.clone(),
+                    None => continue,
+                }
+            } else {
+                encoded.clone()
+            };
+            match c.tx.try_send(frame) {
+                Ok(()) => self.clients.push(c),
+                Err(TrySendError::Full(_)) => {
+                    let reason = format!(
+                        "client too slow: {} updates queued and unread",
+                        c.tx.capacity().unwrap_or(0)
+                    );
+                    tracing::warn!(client = c.id, %reason, "disconnecting attach client");
+                    c.control.kick(reason);
+                }
+                Err(TrySendError::Disconnected(_)) => {
+                    tracing::debug!(client = c.id, "attach client left");
+                }
+            }
+        }
+    }
+}
+
+/// Where OOM dumps go when nothing else is configured.
+pub const DEFAULT_DUMP_DIR: &str = "allocview-dumps";
+
+/// The dump folder: `ALLOCVIEW_DUMP_DIR`, else [`DEFAULT_DUMP_DIR`] in the working directory.
+pub fn default_dump_dir() -> PathBuf {
+    std::env::var_os("ALLOCVIEW_DUMP_DIR")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_DUMP_DIR))
+}

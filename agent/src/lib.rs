@@ -5,10 +5,15 @@
 
 pub mod agent;
 pub mod aggregator;
+pub mod client;
 pub mod diagnosis;
+pub mod dump;
+pub mod histogram;
+pub mod mirror;
 pub mod pickle;
 pub mod prometheus;
 pub mod protocol;
+pub mod provider;
 pub mod pytorch;
 pub mod replay;
 pub mod server;
@@ -16,3 +21,4 @@ pub mod sink;
 pub mod snapshot_file;
 pub mod state;
 pub mod summary;
+pub mod timeline;

@@ -1,1 +1,404 @@
-//! (being written)
+//! Prometheus exposition of the agent's figures: `GET /metrics` on an optional HTTP listener.
+//!
+//! The text is produced by the Prometheus project's own Rust client (`prometheus-client`,
+//! OpenMetrics text format, which Prometheus scrapes). Names follow `torch.cuda.memory_stats()`:
+//! each stat array `X` becomes `allocview_X` (current) and `allocview_X_peak` gauges and
+//! `allocview_X_allocated` / `allocview_X_freed` counters, labelled by `device` and `pool`
+//! (`all`, `small_pool`, `large_pool`); the scalar counters, the histogram summaries (as
+//! gauges with a `quantile` label), dropped events per action, resyncs and OOM dumps follow.
+//! The HTTP side is `tiny_http` on one thread, so services need no async runtime; any path but
+//! `/metrics` gets a 404.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64};
+use std::thread::JoinHandle;
+
+use allocview_alloc::caching::stats::StatType;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+use crate::agent::AgentError;
+use crate::aggregator::AggregatorHandle;
+use crate::state::{AgentState, HistogramSummary};
+
+/// The path metrics are served at.
+pub const METRICS_PATH: &str = "/metrics";
+
+/// The content type of the OpenMetrics text format.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+type Labels = Vec<(String, String)>;
+type GaugeFamily = Family<Labels, Gauge<i64, AtomicI64>>;
+type FloatGaugeFamily = Family<Labels, Gauge<f64, AtomicU64>>;
+type CounterFamily = Family<Labels, Counter<u64, AtomicU64>>;
+
+fn labels(pairs: &[(&str, &str)]) -> Labels {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// Families registered on first use, so the encoder sees each name once.
+struct Builder {
+    registry: Registry,
+    gauges: Vec<(String, GaugeFamily)>,
+    float_gauges: Vec<(String, FloatGaugeFamily)>,
+    counters: Vec<(String, CounterFamily)>,
+}
+
+impl Builder {
+    fn gauge(&mut self, name: &str, help: &str, l: Labels, v: i64) {
+        let fam = match self.gauges.iter().find(|(n, _)| n == name) {
+            Some((_, f)) => f.clone(),
+            None => {
+                let f = GaugeFamily::default();
+                self.registry.register(name, help, f.clone());
+                self.gauges.push((name.to_string(), f.clone()));
+                f
+            }
+        };
+        fam.get_or_create(&l).set(v);
+    }
+
+    fn float_gauge(&mut self, name: &str, help: &str, l: Labels, v: f64) {
+        let fam = match self.float_gauges.iter().find(|(n, _)| n == name) {
+            Some((_, f)) => f.clone(),
+            None => {
+                let f = FloatGaugeFamily::default();
+                self.registry.register(name, help, f.clone());
+                self.float_gauges.push((name.to_string(), f.clone()));
+                f
+            }
+        };
+        fam.get_or_create(&l).set(v);
+    }
+
+    fn counter(&mut self, name: &str, help: &str, l: Labels, v: u64) {
+        let fam = match self.counters.iter().find(|(n, _)| n == name) {
+            Some((_, f)) => f.clone(),
+            None => {
+                let f = CounterFamily::default();
+                self.registry.register(name, help, f.clone());
+                self.counters.push((name.to_string(), f.clone()));
+                f
+            }
+        };
+        fam.get_or_create(&l).inc_by(v);
+    }
+
+    fn summary(&mut self, name: &str, help: &str, base: &[(&str, &str)], h: &HistogramSummary) {
+        for (q, v) in [
+            ("0.5", h.p50),
+            ("0.9", h.p90),
+            ("0.99", h.p99),
+            ("1", h.max),
+        ] {
+            let mut l = labels(base);
+            l.push(("quantile".into(), q.into()));
+            self.gauge(name, help, l, v as i64);
+        }
+        self.gauge(
+            &format!("{name}_count"),
+            "Values recorded",
+            labels(base),
+            h.count as i64,
+        );
+        self.float_gauge(&format!("{name}_mean"), "Mean value", labels(base), h.mean);
+    }
+}
+
+/// The state in the OpenMetrics text format.
+pub fn render(state: &AgentState) -> String {
+    let mut b = Builder {
+        registry: Registry::default(),
+        gauges: Vec::new(),
+        float_gauges: Vec::new(),
+        counters: Vec::new(),
+    };
+    for d in &state.devices {
+        let dev = d.device.to_string();
+        for (name, arr) in d.stats.arrays() {
+            for t in StatType::ALL {
+                let l = labels(&[("device", &dev), ("pool", t.key())]);
+                let s = arr.get(t);
+                b.gauge(
+                    &format!("allocview_{name}"),
+                    &format!("{name} now (torch.cuda.memory_stats {name}.*.current)"),
+                    l.clone(),
+                    s.current,
+                );
+                b.gauge(
+                    &format!("allocview_{name}_peak"),
+                    &format!("Highest {name} since the last peak reset"),
+                    l.clone(),
+                    s.peak,
+                );
+                b.counter(
+                    &format!("allocview_{name}_allocated"),
+                    &format!("Sum of increases of {name} since the last accumulated reset"),
+                    l.clone(),
+                    s.allocated.max(0) as u64,
+                );
+                b.counter(
+                    &format!("allocview_{name}_freed"),
+                    &format!("Sum of decreases of {name} since the last accumulated reset"),
+                    l,
+                    s.freed.max(0) as u64,
+                );
+            }
+        }
+        let l = labels(&[("device", &dev)]);
+        let s = &d.stats;
+        for (name, help, v) in [
+            (
+                "allocview_alloc_retries",
+                "Allocations that flushed the cache and retried",
+                s.num_alloc_retries,
+            ),
+            ("allocview_ooms", "Allocations that failed", s.num_ooms),
+            (
+                "allocview_sync_all_streams",
+                "Synchronizations of every stream",
+                s.num_sync_all_streams,
+            ),
+            (
+                "allocview_device_allocs",
+                "Device allocations (cudaMalloc or page maps)",
+                s.num_device_alloc,
+            ),
+            ("allocview_device_frees", "Device frees", s.num_device_free),
+        ] {
+            b.counter(name, help, l.clone(), v.max(0) as u64);
+        }
+        for (name, stat) in [
+            ("allocview_oversize_allocations", &s.oversize_allocations),
+            ("allocview_oversize_segments", &s.oversize_segments),
+        ] {
+            b.gauge(
+                name,
+                "Oversize blocks or segments now",
+                l.clone(),
+                stat.current,
+            );
+            b.gauge(
+                &format!("{name}_peak"),
+                "Highest since the last peak reset",
+                l.clone(),
+                stat.peak,
+            );
+        }
+        b.gauge(
+            "allocview_max_split_size_bytes",
+            "max_split_size setting (-1 unlimited)",
+            l.clone(),
+            s.max_split_size,
+        );
+        b.gauge(
+            "allocview_device_total_memory_bytes",
+            "Total device memory (0 unknown)",
+            l.clone(),
+            d.total_memory as i64,
+        );
+        for ph in &d.histograms.by_pool {
+            let pool = ph.pool.label();
+            let base = [("device", dev.as_str()), ("pool", pool.as_str())];
+            b.summary(
+                "allocview_allocation_size_bytes",
+                "Requested size of allocations",
+                &base,
+                &ph.set.size,
+            );
+            b.summary(
+                "allocview_block_lifetime_nanoseconds",
+                "Time from allocation to free completion",
+                &base,
+                &ph.set.lifetime,
+            );
+            b.summary(
+                "allocview_allocator_latency_nanoseconds",
+                "Time the allocator call took",
+                &base,
+                &ph.set.latency,
+            );
+        }
+    }
+    if let Some(h) = &state.host {
+        b.gauge(
+            "allocview_host_allocations",
+            "Live CPU heap allocations",
+            vec![],
+            h.allocations.current,
+        );
+        b.gauge(
+            "allocview_host_allocated_bytes",
+            "Live CPU heap bytes",
+            vec![],
+            h.bytes.current,
+        );
+        b.gauge(
+            "allocview_host_allocated_bytes_peak",
+            "Highest live CPU heap bytes",
+            vec![],
+            h.bytes.peak,
+        );
+    }
+    let p = &state.pipeline;
+    b.counter(
+        "allocview_events_ingested",
+        "Events the aggregator folded in",
+        vec![],
+        p.events_ingested,
+    );
+    if p.dropped_by_action.is_empty() {
+        b.counter(
+            "allocview_events_dropped",
+            "Events dropped because the channel was full",
+            labels(&[("action", "alloc")]),
+            0,
+        );
+    }
+    for (action, n) in &p.dropped_by_action {
+        b.counter(
+            "allocview_events_dropped",
+            "Events dropped because the channel was full",
+            labels(&[("action", action)]),
+            *n,
+        );
+    }
+    b.counter(
+        "allocview_resyncs",
+        "Resynchronisations from the allocator after drops",
+        vec![],
+        p.resyncs,
+    );
+    b.counter(
+        "allocview_inconsistent_events",
+        "Events that did not fit the mirror",
+        vec![],
+        p.inconsistencies,
+    );
+    b.counter(
+        "allocview_oom_records",
+        "OOMs the agent recorded",
+        vec![],
+        state.ooms.len() as u64,
+    );
+    b.counter(
+        "allocview_oom_dumps_written",
+        "OOM dumps written",
+        vec![],
+        p.dumps_written,
+    );
+    b.counter(
+        "allocview_oom_dump_failures",
+        "OOM dumps that could not be written",
+        vec![],
+        p.dump_failures,
+    );
+    b.gauge(
+        "allocview_attach_clients",
+        "Attach clients connected",
+        vec![],
+        p.clients as i64,
+    );
+    b.gauge(
+        "allocview_channel_capacity",
+        "Capacity of the event channel",
+        vec![],
+        p.channel_capacity as i64,
+    );
+    let mut out = String::new();
+    // Writing into a String cannot fail.
+    let _ = encode(&mut out, &b.registry);
+    out
+}
+
+/// The HTTP listener serving [`render`] at [`METRICS_PATH`].
+pub struct MetricsServer {
+    addr: SocketAddr,
+    server: Arc<tiny_http::Server>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl MetricsServer {
+    /// Starts serving at `addr` (port 0 picks a free port; see [`addr`](Self::addr)).
+    pub(crate) fn start(
+        addr: SocketAddr,
+        agg: AggregatorHandle,
+    ) -> Result<MetricsServer, AgentError> {
+        let server = tiny_http::Server::http(addr).map_err(|e| AgentError::Metrics {
+            addr,
+            message: e.to_string(),
+        })?;
+        let bound = server
+            .server_addr()
+            .to_ip()
+            .ok_or_else(|| AgentError::Metrics {
+                addr,
+                message: "not an IP listener".into(),
+            })?;
+        let server = Arc::new(server);
+        let s = server.clone();
+        let thread = std::thread::Builder::new()
+            .name("allocview-metrics".into())
+            .spawn(move || serve(&s, &agg))
+            .map_err(|source| AgentError::Thread {
+                what: "metrics",
+                source,
+            })?;
+        tracing::info!(addr = %bound, "allocview metrics at http://{bound}{METRICS_PATH}");
+        Ok(MetricsServer {
+            addr: bound,
+            server,
+            thread: Some(thread),
+        })
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops the listener and joins its thread.
+    pub fn stop(&mut self) {
+        self.server.unblock();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for MetricsServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn serve(server: &tiny_http::Server, agg: &AggregatorHandle) {
+    for req in server.incoming_requests() {
+        let path = req.url().split('?').next().unwrap_or("").to_string();
+        let resp = if path == METRICS_PATH && *req.method() == tiny_http::Method::Get {
+            match agg.state() {
+                Some(state) => {
+                    let header = tiny_http::Header::from_bytes("Content-Type", CONTENT_TYPE)
+                        .expect("a valid header");
+                    tiny_http::Response::from_string(render(&state))
+                        .with_header(header)
+                        .with_status_code(200)
+                }
+                None => tiny_http::Response::from_string("agent stopped\n").with_status_code(503),
+            }
+        } else {
+            tiny_http::Response::from_string("not found: metrics are at /metrics\n")
+                .with_status_code(404)
+        };
+        if let Err(e) = req.respond(resp) {
+            tracing::debug!(error = %e, "metrics client went away");
+        }
+    }
+}

@@ -1,1 +1,638 @@
-//! (being written)
+//! The attach server: a unix socket (or loopback TCP) that dashboards connect to.
+//!
+//! One accept thread; per client a reader thread (hello, then requests) and a writer thread
+//! that drains the client's bounded queue. The aggregator only `try_send`s encoded frames to
+//! that queue and disconnects a client whose queue is full, so a slow or stuck client never
+//! slows the aggregator, let alone the allocator. Frames are defined in [`crate::protocol`].
+//!
+//! Security: the default unix socket lives in a per-user folder created with mode 0700
+//! (`$XDG_RUNTIME_DIR/allocview`, else `/tmp/allocview-<uid>`), and the socket itself gets mode
+//! 0600. TCP listens on loopback unless a token is configured; a listener on any other address
+//! without a token is refused at start. With a token, every client must present it in its hello.
+
+use std::fmt;
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::{self, JoinHandle};
+use std::time::Duration;
+
+use allocview_alloc::snapshot::Snapshot;
+
+use crate::aggregator::{AggregatorHandle, ClientControl, ClientSlot, Command, Encoded};
+use crate::protocol::{
+    self, ClientFrame, MAGIC, MAX_CLIENT_FRAME, PROTOCOL_VERSION, ProtocolError, ServerFrame,
+};
+use crate::state::ProcessInfo;
+
+/// Mode of the folder holding default sockets: owner only.
+pub const SOCKET_DIR_MODE: u32 = 0o700;
+
+/// Mode of a socket file: owner read/write only.
+pub const SOCKET_MODE: u32 = 0o600;
+
+/// Environment variable naming the address to listen on (and, for clients, to attach to).
+pub const ADDR_ENV: &str = "ALLOCVIEW_ADDR";
+
+/// Environment variable holding the token clients must present.
+pub const TOKEN_ENV: &str = "ALLOCVIEW_TOKEN";
+
+/// Frames queued per client before it counts as too slow and is disconnected (at 10 Hz, 6.4 s
+/// of updates).
+pub const DEFAULT_CLIENT_QUEUE: usize = 64;
+
+/// How long one frame may take to write before the client is dropped.
+pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a client has to send its hello.
+pub const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How often a writer thread checks whether its client was disconnected.
+const WRITER_POLL: Duration = Duration::from_millis(50);
+
+/// Where the server listens.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ListenAddr {
+    /// A unix socket at this path.
+    Unix(PathBuf),
+    /// A TCP address.
+    Tcp(SocketAddr),
+}
+
+/// An address string that is not `unix:PATH`, a path, or `HOST:PORT`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("bad attach address {0:?}: expected unix:PATH, a path, or HOST:PORT")]
+pub struct BadAddress(pub String);
+
+impl FromStr for ListenAddr {
+    type Err = BadAddress;
+
+    fn from_str(s: &str) -> Result<ListenAddr, BadAddress> {
+        let s = s.trim();
+        if let Some(path) = s.strip_prefix("unix:") {
+            if path.is_empty() {
+                return Err(BadAddress(s.into()));
+            }
+            return Ok(ListenAddr::Unix(PathBuf::from(path)));
+        }
+        if s.contains('/') || s.ends_with(".sock") {
+            return Ok(ListenAddr::Unix(PathBuf::from(s)));
+        }
+        let s_tcp = s.strip_prefix("tcp:").unwrap_or(s);
+        if let Ok(a) = s_tcp.parse::<SocketAddr>() {
+            return Ok(ListenAddr::Tcp(a));
+        }
+        s_tcp
+            .to_socket_addrs()
+            .ok()
+            .and_then(|mut it| it.next())
+            .map(ListenAddr::Tcp)
+            .ok_or_else(|| BadAddress(s.into()))
+    }
+}
+
+impl fmt::Display for ListenAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ListenAddr::Unix(p) => write!(f, "unix:{}", p.display()),
+            ListenAddr::Tcp(a) => write!(f, "{a}"),
+        }
+    }
+}
+
+/// The user id of this process (the owner of `/proc/self`), without unsafe code.
+pub(crate) fn current_uid() -> Option<u32> {
+    std::fs::metadata("/proc/self").ok().map(|m| m.uid())
+}
+
+/// The folder for default sockets: `$XDG_RUNTIME_DIR/allocview`, else `/tmp/allocview-<uid>`.
+pub fn default_socket_dir() -> PathBuf {
+    match std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()) {
+        Some(d) => PathBuf::from(d).join("allocview"),
+        None => {
+            let uid = current_uid().map_or_else(|| "unknown".to_string(), |u| u.to_string());
+            std::env::temp_dir().join(format!("allocview-{uid}"))
+        }
+    }
+}
+
+/// Creates (or checks) a private folder: ours, mode 0700.
+pub(crate) fn ensure_private_dir(dir: &Path) -> io::Result<()> {
+    match std::fs::DirBuilder::new().mode(SOCKET_DIR_MODE).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            if let Some(parent) = dir.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
+            std::fs::DirBuilder::new()
+                .mode(SOCKET_DIR_MODE)
+                .create(dir)?;
+        }
+        Err(e) => return Err(e),
+    }
+    let meta = std::fs::symlink_metadata(dir)?;
+    if !meta.is_dir() {
+        return Err(io::Error::other(format!(
+            "{} exists and is not a folder",
+            dir.display()
+        )));
+    }
+    if current_uid().is_some_and(|u| u != meta.uid()) {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("{} belongs to another user", dir.display()),
+        ));
+    }
+    if meta.mode() & 0o777 != SOCKET_DIR_MODE {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(SOCKET_DIR_MODE))?;
+    }
+    Ok(())
+}
+
+/// A connected client socket.
+#[derive(Debug)]
+pub(crate) enum Conn {
+    Unix(UnixStream),
+    Tcp(TcpStream),
+}
+
+impl Conn {
+    pub(crate) fn try_clone(&self) -> io::Result<Conn> {
+        Ok(match self {
+            Conn::Unix(s) => Conn::Unix(s.try_clone()?),
+            Conn::Tcp(s) => Conn::Tcp(s.try_clone()?),
+        })
+    }
+
+    pub(crate) fn shutdown(&self) {
+        let _ = match self {
+            Conn::Unix(s) => s.shutdown(Shutdown::Both),
+            Conn::Tcp(s) => s.shutdown(Shutdown::Both),
+        };
+    }
+
+    pub(crate) fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        match self {
+            Conn::Unix(s) => s.set_read_timeout(t),
+            Conn::Tcp(s) => s.set_read_timeout(t),
+        }
+    }
+
+    pub(crate) fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        match self {
+            Conn::Unix(s) => s.set_write_timeout(t),
+            Conn::Tcp(s) => s.set_write_timeout(t),
+        }
+    }
+
+    /// Connects to an address.
+    pub(crate) fn connect(addr: &ListenAddr) -> io::Result<Conn> {
+        Ok(match addr {
+            ListenAddr::Unix(p) => Conn::Unix(UnixStream::connect(p)?),
+            ListenAddr::Tcp(a) => {
+                let s = TcpStream::connect(a)?;
+                let _ = s.set_nodelay(true);
+                Conn::Tcp(s)
+            }
+        })
+    }
+}
+
+impl Read for Conn {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Conn::Unix(s) => s.read(buf),
+            Conn::Tcp(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Conn {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Conn::Unix(s) => s.write(buf),
+            Conn::Tcp(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Conn::Unix(s) => s.flush(),
+            Conn::Tcp(s) => s.flush(),
+        }
+    }
+}
+
+enum Listener {
+    Unix(UnixListener),
+    Tcp(TcpListener),
+}
+
+impl Listener {
+    fn accept(&self) -> io::Result<Conn> {
+        match self {
+            Listener::Unix(l) => l.accept().map(|(s, _)| Conn::Unix(s)),
+            Listener::Tcp(l) => l.accept().map(|(s, _)| {
+                let _ = s.set_nodelay(true);
+                Conn::Tcp(s)
+            }),
+        }
+    }
+}
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// A non-loopback TCP address without a token.
+    #[error(
+        "refusing to listen on {0} without a token: set ALLOCVIEW_TOKEN (or the builder's token) or listen on loopback"
+    )]
+    TokenRequired(SocketAddr),
+    /// Another live agent listens at this unix socket.
+    #[error("{0} is in use by a live agent")]
+    InUse(PathBuf),
+    /// Creating the folder or binding failed.
+    #[error("cannot listen on {addr}: {source}")]
+    Io {
+        /// The address.
+        addr: String,
+        /// Why.
+        source: io::Error,
+    },
+}
+
+/// What the server needs besides the aggregator.
+pub(crate) struct ServerConfig {
+    pub token: Option<String>,
+    pub client_queue: usize,
+    pub write_timeout: Duration,
+    pub process: ProcessInfo,
+    pub snapshot: Arc<dyn Fn() -> Snapshot + Send + Sync>,
+    pub reset_peaks: Arc<dyn Fn() + Send + Sync>,
+}
+
+/// A running attach server.
+pub(crate) struct Server {
+    addr: ListenAddr,
+    stop: Arc<AtomicBool>,
+    accept: Option<JoinHandle<()>>,
+    remove_on_drop: Option<PathBuf>,
+    clients: Arc<Mutex<Vec<(Conn, JoinHandle<()>)>>>,
+}
+
+fn io_err(addr: impl fmt::Display) -> impl FnOnce(io::Error) -> ServerError {
+    let addr = addr.to_string();
+    move |source| ServerError::Io { addr, source }
+}
+
+/// Binds a unix socket, replacing a stale one; `Ok(None)` when a live agent holds the path.
+fn bind_unix(path: &Path) -> Result<Option<UnixListener>, ServerError> {
+    if path.exists() {
+        if UnixStream::connect(path).is_ok() {
+            return Ok(None);
+        }
+        std::fs::remove_file(path).map_err(io_err(path.display()))?;
+    }
+    let l = UnixListener::bind(path).map_err(io_err(path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(SOCKET_MODE))
+        .map_err(io_err(path.display()))?;
+    Ok(Some(l))
+}
+
+/// The default socket path for this process (`<pid>.sock`, or `<pid>-N.sock` when another
+/// agent of the same process already listens).
+fn bind_default(pid: u32) -> Result<(PathBuf, UnixListener), ServerError> {
+    let dir = default_socket_dir();
+    ensure_private_dir(&dir).map_err(io_err(dir.display()))?;
+    for n in 1.. {
+        let name = if n == 1 {
+            format!("{pid}.sock")
+        } else {
+            format!("{pid}-{n}.sock")
+        };
+        let path = dir.join(name);
+        if let Some(l) = bind_unix(&path)? {
+            return Ok((path, l));
+        }
+    }
+    unreachable!("the loop only ends by returning")
+}
+
+impl Server {
+    /// Starts listening (`None`: the default unix socket).
+    pub(crate) fn start(
+        addr: Option<ListenAddr>,
+        cfg: ServerConfig,
+        agg: AggregatorHandle,
+    ) -> Result<Server, ServerError> {
+        let (addr, listener, remove) = match addr {
+            None => {
+                let (path, l) = bind_default(cfg.process.pid)?;
+                (
+                    ListenAddr::Unix(path.clone()),
+                    Listener::Unix(l),
+                    Some(path),
+                )
+            }
+            Some(ListenAddr::Unix(path)) => match bind_unix(&path)? {
+                Some(l) => (
+                    ListenAddr::Unix(path.clone()),
+                    Listener::Unix(l),
+                    Some(path),
+                ),
+                None => return Err(ServerError::InUse(path)),
+            },
+            Some(ListenAddr::Tcp(a)) => {
+                if !a.ip().is_loopback() && cfg.token.is_none() {
+                    return Err(ServerError::TokenRequired(a));
+                }
+                let l = TcpListener::bind(a).map_err(io_err(a))?;
+                let bound = l.local_addr().map_err(io_err(a))?;
+                (ListenAddr::Tcp(bound), Listener::Tcp(l), None)
+            }
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        let clients = Arc::new(Mutex::new(Vec::new()));
+        let accept = {
+            let stop = stop.clone();
+            let clients = clients.clone();
+            let cfg = Arc::new(cfg);
+            thread::Builder::new()
+                .name("allocview-accept".into())
+                .spawn(move || accept_loop(listener, stop, cfg, agg, clients))
+                .map_err(io_err(&addr))?
+        };
+        tracing::info!(%addr, "allocview agent listening");
+        Ok(Server {
+            addr,
+            stop,
+            accept: Some(accept),
+            remove_on_drop: remove,
+            clients,
+        })
+    }
+
+    /// Where the server listens (a TCP port of 0 resolved to the real one).
+    pub(crate) fn addr(&self) -> &ListenAddr {
+        &self.addr
+    }
+
+    /// Stops accepting, closes every client and removes the socket file.
+    pub(crate) fn stop(&mut self) {
+        if self.stop.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        // Wake the blocking accept with a connection of our own.
+        let _ = Conn::connect(&self.addr);
+        if let Some(h) = self.accept.take() {
+            let _ = h.join();
+        }
+        let clients = std::mem::take(&mut *self.clients.lock().unwrap_or_else(|p| p.into_inner()));
+        for (conn, _) in &clients {
+            conn.shutdown();
+        }
+        for (_, h) in clients {
+            let _ = h.join();
+        }
+        if let Some(p) = self.remove_on_drop.take() {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+static NEXT_CLIENT: AtomicU64 = AtomicU64::new(1);
+
+fn accept_loop(
+    listener: Listener,
+    stop: Arc<AtomicBool>,
+    cfg: Arc<ServerConfig>,
+    agg: AggregatorHandle,
+    clients: Arc<Mutex<Vec<(Conn, JoinHandle<()>)>>>,
+) {
+    loop {
+        let conn = listener.accept();
+        if stop.load(Ordering::Acquire) {
+            return;
+        }
+        let conn = match conn {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "attach accept failed");
+                thread::sleep(WRITER_POLL);
+                continue;
+            }
+        };
+        let id = NEXT_CLIENT.fetch_add(1, Ordering::Relaxed);
+        let Ok(handle_conn) = conn.try_clone() else {
+            continue;
+        };
+        let (cfg, agg) = (cfg.clone(), agg.clone());
+        let spawned = thread::Builder::new()
+            .name(format!("allocview-client-{id}"))
+            .spawn(move || serve_client(id, conn, &cfg, &agg));
+        let mut list = clients.lock().unwrap_or_else(|p| p.into_inner());
+        list.retain(|(_, h)| !h.is_finished());
+        match spawned {
+            Ok(h) => list.push((handle_conn, h)),
+            Err(e) => tracing::warn!(error = %e, "cannot start a client thread"),
+        }
+    }
+}
+
+/// Compares tokens in time independent of where they differ.
+fn token_matches(expected: &str, given: Option<&str>) -> bool {
+    let Some(given) = given else {
+        return false;
+    };
+    let (a, b) = (expected.as_bytes(), given.as_bytes());
+    let mut diff = a.len() ^ b.len();
+    for i in 0..a.len().max(b.len()) {
+        diff |= usize::from(a.get(i).copied().unwrap_or(0) ^ b.get(i).copied().unwrap_or(0));
+    }
+    diff == 0
+}
+
+fn send(out: &Mutex<Conn>, frame: &ServerFrame) -> Result<(), ProtocolError> {
+    let mut w = out.lock().unwrap_or_else(|p| p.into_inner());
+    protocol::write_frame(&mut *w, frame)
+}
+
+fn refuse(out: &Mutex<Conn>, id: u64, message: String) {
+    tracing::warn!(client = id, %message, "attach client refused");
+    let _ = send(
+        out,
+        &ServerFrame::Error {
+            message,
+            fatal: true,
+        },
+    );
+}
+
+/// One client: hello, then requests; a writer thread sends the aggregator's frames.
+fn serve_client(id: u64, mut input: Conn, cfg: &ServerConfig, agg: &AggregatorHandle) {
+    let Ok(output) = input.try_clone() else {
+        return;
+    };
+    let _ = output.set_write_timeout(Some(cfg.write_timeout));
+    let _ = input.set_read_timeout(Some(HELLO_TIMEOUT));
+    let out = Arc::new(Mutex::new(output));
+    let hello = ServerFrame::Hello {
+        magic: MAGIC.into(),
+        version: PROTOCOL_VERSION,
+        pid: cfg.process.pid,
+        process: cfg.process.name.clone(),
+        token_required: cfg.token.is_some(),
+    };
+    if send(&out, &hello).is_err() {
+        input.shutdown();
+        return;
+    }
+    let accepted = match protocol::read_frame::<_, ClientFrame>(&mut input, MAX_CLIENT_FRAME) {
+        Ok(ClientFrame::Hello {
+            magic,
+            version,
+            token,
+        }) => {
+            if magic != MAGIC {
+                Err(format!("not an allocview client (magic {magic:?})"))
+            } else if version != PROTOCOL_VERSION {
+                Err(format!(
+                    "protocol version mismatch: agent speaks {PROTOCOL_VERSION}, client {version}"
+                ))
+            } else if let Some(expected) = &cfg.token
+                && !token_matches(expected, token.as_deref())
+            {
+                Err(if token.is_none() {
+                    "this agent requires a token (ALLOCVIEW_TOKEN)".to_string()
+                } else {
+                    "wrong token".to_string()
+                })
+            } else {
+                Ok(())
+            }
+        }
+        Ok(other) => Err(format!("expected a hello, got {other:?}")),
+        Err(ProtocolError::Closed) => {
+            input.shutdown();
+            return;
+        }
+        Err(e) => Err(format!("bad hello: {e}")),
+    };
+    if let Err(message) = accepted {
+        refuse(&out, id, message);
+        input.shutdown();
+        return;
+    }
+    let _ = input.set_read_timeout(None);
+
+    let (tx, rx) = crossbeam_channel::bounded::<Encoded>(cfg.client_queue.max(1));
+    let control = Arc::new(ClientControl::default());
+    let closed = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (out, control, closed) = (out.clone(), control.clone(), closed.clone());
+        thread::Builder::new()
+            .name(format!("allocview-client-{id}-writer"))
+            .spawn(move || write_loop(id, rx, &out, &control, &closed))
+    };
+    let Ok(writer) = writer else {
+        input.shutdown();
+        return;
+    };
+    if !agg.send(Command::AddClient(ClientSlot {
+        id,
+        tx,
+        control: control.clone(),
+    })) {
+        closed.store(true, Ordering::Release);
+    }
+    tracing::debug!(client = id, "attach client connected");
+
+    while !closed.load(Ordering::Acquire) {
+        let frame = match protocol::read_frame::<_, ClientFrame>(&mut input, MAX_CLIENT_FRAME) {
+            Ok(f) => f,
+            Err(ProtocolError::Closed) => break,
+            Err(ProtocolError::Io(_)) => break,
+            Err(e) => {
+                refuse(&out, id, format!("bad request: {e}"));
+                break;
+            }
+        };
+        let reply = match frame {
+            ClientFrame::RequestSnapshot => ServerFrame::Snapshot {
+                snapshot: Box::new((cfg.snapshot)()),
+            },
+            ClientFrame::ResetPeaks => {
+                (cfg.reset_peaks)();
+                ServerFrame::Ack {
+                    request: "reset_peaks".into(),
+                }
+            }
+            ClientFrame::Pause { paused } => {
+                control.paused.store(paused, Ordering::Release);
+                if !paused {
+                    control.want_full.store(true, Ordering::Release);
+                }
+                ServerFrame::Ack {
+                    request: if paused { "pause" } else { "resume" }.into(),
+                }
+            }
+            ClientFrame::Hello { .. } => {
+                refuse(&out, id, "unexpected second hello".into());
+                break;
+            }
+        };
+        if send(&out, &reply).is_err() {
+            break;
+        }
+    }
+    closed.store(true, Ordering::Release);
+    control.kick("connection closed".into());
+    input.shutdown();
+    let _ = writer.join();
+    tracing::debug!(client = id, "attach client gone");
+}
+
+fn write_loop(
+    id: u64,
+    rx: crossbeam_channel::Receiver<Encoded>,
+    out: &Mutex<Conn>,
+    control: &ClientControl,
+    closed: &AtomicBool,
+) {
+    loop {
+        if let Some(reason) = control.kicked() {
+            if !closed.load(Ordering::Acquire) {
+                let _ = send(out, &ServerFrame::Goodbye { reason });
+            }
+            break;
+        }
+        match rx.recv_timeout(WRITER_POLL) {
+            Ok(bytes) => {
+                let mut w = out.lock().unwrap_or_else(|p| p.into_inner());
+                if let Err(e) = w.write_all(&bytes).and_then(|()| w.flush()) {
+                    tracing::debug!(client = id, error = %e, "write to attach client failed");
+                    control.kick(format!("write failed: {e}"));
+                    break;
+                }
+            }
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                control.kick("agent stopped sending".into());
+            }
+        }
+    }
+    closed.store(true, Ordering::Release);
+    out.lock().unwrap_or_else(|p| p.into_inner()).shutdown();
+}

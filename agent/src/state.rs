@@ -1,1 +1,329 @@
-//! (being written)
+//! [`AgentState`]: everything the agent knows, as plain serde data.
+//!
+//! This is the model the dashboard renders (live over the attach protocol, or built from a file)
+//! and the payload of the protocol's full-state frame. It holds no channels, locks or ratatui
+//! types: a consistent copy the aggregator hands out (`Agent::state`), and
+//! that `AttachClient` rebuilds on the other side of a socket by applying updates.
+//!
+//! Stability: fields are only ever added (with `#[serde(default)]`), never renamed or removed, so
+//! a newer agent still talks to an older dashboard of the same protocol version.
+
+use std::path::PathBuf;
+
+use allocview_alloc::caching::stats::{DeviceStats, Stat};
+use allocview_alloc::snapshot::SegmentInfo;
+use serde::{Deserialize, Serialize};
+
+/// Everything the agent knows about the process it lives in.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AgentState {
+    /// The process the agent runs in.
+    pub process: ProcessInfo,
+    /// One entry per device that published events or has a registered provider, by device index.
+    pub devices: Vec<DeviceState>,
+    /// CPU heap counters, when a host allocator publishes events.
+    #[serde(default)]
+    pub host: Option<HostState>,
+    /// Health of the event pipeline: what was ingested, dropped, resynchronised.
+    pub pipeline: PipelineStats,
+    /// Every OOM seen, oldest first.
+    pub ooms: Vec<OomRecord>,
+    /// When this state was taken, nanoseconds since the Unix epoch.
+    pub time_ns: u64,
+}
+
+impl AgentState {
+    /// The device with this index, if known.
+    pub fn device(&self, device: i32) -> Option<&DeviceState> {
+        self.devices.iter().find(|d| d.device == device)
+    }
+}
+
+/// The process the agent runs in.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessInfo {
+    /// Process id.
+    pub pid: u32,
+    /// Executable name (or what the embedding program named itself).
+    pub name: String,
+    /// When the agent started, nanoseconds since the Unix epoch.
+    pub started_ns: u64,
+}
+
+/// Which pool a block, segment or figure belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PoolKey {
+    /// The small pool (rounded requests of at most 1 MiB).
+    Small,
+    /// The large pool.
+    Large,
+    /// A private pool (graph capture), by the id events carry.
+    Private(u64),
+}
+
+impl PoolKey {
+    /// A short label (`small`, `large`, `private(7)`).
+    pub fn label(&self) -> String {
+        match self {
+            PoolKey::Small => "small".into(),
+            PoolKey::Large => "large".into(),
+            PoolKey::Private(id) => format!("private({id})"),
+        }
+    }
+}
+
+/// What the agent knows about one device.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DeviceState {
+    /// Device index (as in `cuda:N`).
+    pub device: i32,
+    /// Total device memory in bytes, when a provider told us (0 when unknown).
+    pub total_memory: u64,
+    /// Memory the allocator may use (memory fraction), when limited.
+    pub allowed_memory: Option<u64>,
+    /// The allocator's counters, recomputed from events (equal to the allocator's own).
+    pub stats: DeviceStats,
+    /// The live mirror of segments and blocks, sorted by address.
+    pub segments: Vec<SegmentInfo>,
+    /// Usage per stream, by stream id.
+    pub streams: Vec<StreamUsage>,
+    /// Usage per pool: small, large, then private pools by id.
+    pub pools: Vec<PoolUsage>,
+    /// Usage over time, oldest first (coarser resolution further back; see
+    /// [`UsageSample`]).
+    pub timeline: Vec<UsageSample>,
+    /// Size, lifetime and latency distributions.
+    pub histograms: Histograms,
+    /// The most recent events, oldest first (a bounded tail, for the trace view).
+    pub recent: Vec<RecentEvent>,
+}
+
+/// Usage of one stream.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamUsage {
+    /// Stream id (0 is the default stream).
+    pub stream: u64,
+    /// Bytes in blocks allocated on this stream.
+    pub allocated: u64,
+    /// Bytes in active blocks (allocated or pending free) of this stream.
+    pub active: u64,
+    /// Bytes reserved in segments of this stream.
+    pub reserved: u64,
+    /// Highest `allocated` since the last peak reset.
+    pub peak_allocated: u64,
+    /// Allocations made on this stream since the agent started.
+    pub allocs: u64,
+    /// Time of the last event on this stream, nanoseconds since the Unix epoch.
+    #[serde(default)]
+    pub last_event_ns: u64,
+}
+
+/// Usage of one pool, computed from the segment mirror.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolUsage {
+    /// Which pool.
+    pub pool: PoolKey,
+    /// Segments in the pool.
+    pub segments: u64,
+    /// Bytes of those segments.
+    pub reserved: u64,
+    /// Bytes in allocated blocks.
+    pub allocated: u64,
+    /// Bytes in active blocks.
+    pub active: u64,
+    /// Free blocks inside split segments (cannot be returned to the device).
+    pub inactive_split: u64,
+    /// Bytes of those blocks.
+    pub inactive_split_bytes: u64,
+    /// The largest free block.
+    pub largest_free: u64,
+    /// Allocated blocks flagged oversize.
+    pub oversize_allocations: u64,
+}
+
+/// One point of usage over time.
+///
+/// The newest samples are taken every second; older ones are kept at 10 s and then 1 min
+/// resolution, and a coarser sample holds the highest value of each figure over its window (so
+/// a peak is never averaged away).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UsageSample {
+    /// Start of the window, nanoseconds since the Unix epoch.
+    pub time_ns: u64,
+    /// `allocated_bytes.all.current`.
+    pub allocated: u64,
+    /// `reserved_bytes.all.current`.
+    pub reserved: u64,
+    /// `active_bytes.all.current`.
+    pub active: u64,
+}
+
+/// The distributions the agent keeps for one device.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Histograms {
+    /// Over all pools and streams.
+    pub all: HistogramSet,
+    /// Per pool.
+    pub by_pool: Vec<PoolHistograms>,
+    /// Per stream.
+    pub by_stream: Vec<StreamHistograms>,
+}
+
+/// Size, lifetime and latency of one slice of the allocations.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct HistogramSet {
+    /// Requested size of each allocation, in bytes.
+    pub size: HistogramSummary,
+    /// Time from allocation to free completion, in nanoseconds.
+    pub lifetime: HistogramSummary,
+    /// Time the allocator call took (`latency_ns` of `alloc` events), in nanoseconds.
+    pub latency: HistogramSummary,
+}
+
+/// The histograms of one pool.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PoolHistograms {
+    /// Which pool.
+    pub pool: PoolKey,
+    /// Its distributions.
+    pub set: HistogramSet,
+}
+
+/// The histograms of one stream.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StreamHistograms {
+    /// Stream id.
+    pub stream: u64,
+    /// Its distributions.
+    pub set: HistogramSet,
+}
+
+/// A summary of one HdrHistogram: quantiles plus log2 buckets for drawing.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct HistogramSummary {
+    /// Values recorded.
+    pub count: u64,
+    /// Smallest value (0 when empty).
+    pub min: u64,
+    /// Largest value (0 when empty).
+    pub max: u64,
+    /// Mean value.
+    pub mean: f64,
+    /// Median.
+    pub p50: u64,
+    /// 90th percentile.
+    pub p90: u64,
+    /// 99th percentile.
+    pub p99: u64,
+    /// `(upper_bound, count)` per non-empty power-of-two bucket `[upper_bound / 2,
+    /// upper_bound)` (the first bucket, upper bound 1, holds 0), ascending.
+    pub buckets: Vec<(u64, u64)>,
+}
+
+/// One event of the recent-events tail.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecentEvent {
+    /// Sequence number of the event in the agent (strictly increasing; gaps are events that
+    /// fell out of the tail, not drops).
+    pub seq: u64,
+    /// When it happened, nanoseconds since the Unix epoch.
+    pub time_ns: u64,
+    /// The action's name (`alloc`, `free_requested`, ... as
+    /// [`EventAction::as_str`](allocview_alloc::event::EventAction::as_str) spells them).
+    pub action: String,
+    /// Address (for `oom`: the device's free bytes).
+    pub addr: u64,
+    /// Size in bytes.
+    pub size: u64,
+    /// Requested size (alloc, free_requested, oom), else 0.
+    pub requested: u64,
+    /// Stream.
+    pub stream: u64,
+    /// Pool.
+    pub pool: PoolKey,
+    /// `FLAG_*` bits of the event.
+    pub flags: u8,
+    /// Allocator latency in nanoseconds (0 when not measured).
+    pub latency_ns: u32,
+    /// Context id from the user's context callback (0 = none).
+    pub context: u32,
+}
+
+/// CPU heap counters (events of the host pool).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostState {
+    /// Live allocations.
+    pub allocations: Stat,
+    /// Live bytes.
+    pub bytes: Stat,
+}
+
+/// Health of the event pipeline.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PipelineStats {
+    /// Events the aggregator has folded in.
+    pub events_ingested: u64,
+    /// Events dropped because the channel was full.
+    pub dropped_total: u64,
+    /// Drops per action name (only actions with drops).
+    pub dropped_by_action: Vec<(String, u64)>,
+    /// Times the agent rebuilt its stats and mirror from the allocator after drops or an
+    /// inconsistent event.
+    pub resyncs: u64,
+    /// Events that did not fit the mirror (a free of an unknown block, ...): evidence of drops;
+    /// each leads to a resync when a provider is registered.
+    #[serde(default)]
+    pub inconsistencies: u64,
+    /// Capacity of the event channel.
+    pub channel_capacity: u64,
+    /// Whether updates to this client are paused.
+    pub paused: bool,
+    /// OOM dumps written.
+    #[serde(default)]
+    pub dumps_written: u64,
+    /// OOM dumps that could not be written.
+    #[serde(default)]
+    pub dump_failures: u64,
+    /// Whether the figures may be partial: drops happened and no provider could resync them.
+    #[serde(default)]
+    pub partial: bool,
+    /// Attach clients connected now.
+    #[serde(default)]
+    pub clients: u64,
+}
+
+/// One OOM, with the facts taken when the agent saw it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OomRecord {
+    /// 1 for the first OOM of the process, then 2, 3, ...
+    pub index: u64,
+    /// When the allocation failed, nanoseconds since the Unix epoch.
+    pub time_ns: u64,
+    /// Device.
+    pub device: i32,
+    /// Stream of the failed request.
+    pub stream: u64,
+    /// Bytes the program asked for.
+    pub requested: u64,
+    /// The rounded request.
+    pub rounded: u64,
+    /// Free device memory the allocator saw.
+    pub device_free: u64,
+    /// `allocated_bytes.all.current` at the OOM.
+    pub allocated: u64,
+    /// `reserved_bytes.all.current` at the OOM.
+    pub reserved: u64,
+    /// The largest free (cached) block at the OOM.
+    pub largest_free_block: u64,
+    /// `inactive_split_bytes.all.current`: bytes stranded in split segments.
+    #[serde(default)]
+    pub inactive_split_bytes: u64,
+    /// Total device memory, when known (0 when unknown).
+    #[serde(default)]
+    pub total_memory: u64,
+    /// The dump files written for this OOM (pickle and JSON).
+    pub dump_paths: Vec<PathBuf>,
+    /// Why the dump could not be written, if it could not.
+    pub dump_error: Option<String>,
+}

@@ -1,0 +1,313 @@
+//! [`AttachClient`]: the dashboard's end of the attach protocol. It connects, says hello, and
+//! keeps a local [`AgentState`] up to date by applying the agent's updates.
+//!
+//! A reader thread decodes frames into a channel, so [`AttachClient::next_update`] can wait
+//! with a timeout without ever cutting a frame in half.
+//!
+//! # Examples
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use allocview_agent::client::{AttachClient, find_sockets};
+//!
+//! let sock = find_sockets().into_iter().next().expect("no agent running");
+//! let mut client = AttachClient::connect(&format!("unix:{}", sock.display()), None)?;
+//! loop {
+//!     client.next_update(Duration::from_millis(500))?;
+//!     println!("{} devices", client.state().devices.len());
+//! }
+//! # Ok::<(), allocview_agent::client::ClientError>(())
+//! ```
+
+use std::io;
+use std::path::PathBuf;
+use std::thread;
+use std::time::Duration;
+
+use allocview_alloc::snapshot::Snapshot;
+use crossbeam_channel::{Receiver, RecvTimeoutError};
+
+use crate::protocol::{
+    self, ClientFrame, MAGIC, MAX_SERVER_FRAME, PROTOCOL_VERSION, ProtocolError, ServerFrame,
+};
+use crate::server::{BadAddress, Conn, ListenAddr};
+use crate::state::AgentState;
+
+pub use crate::server::default_socket_dir;
+
+/// How long the agent has to answer the hello.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Frames decoded ahead of the caller before the reader waits.
+const READ_AHEAD: usize = 256;
+
+/// Why attaching failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The address could not be parsed.
+    #[error(transparent)]
+    BadAddress(#[from] BadAddress),
+    /// The connection could not be made.
+    #[error("cannot connect to {addr}: {source}")]
+    Connect {
+        /// The address.
+        addr: String,
+        /// Why.
+        source: io::Error,
+    },
+    /// A frame could not be read or written.
+    #[error(transparent)]
+    Protocol(#[from] ProtocolError),
+    /// The peer is not an allocview agent.
+    #[error("{0} is not an allocview agent")]
+    NotAnAgent(String),
+    /// The agent speaks another protocol version.
+    #[error("protocol version mismatch: agent speaks {agent}, this client {client}")]
+    VersionMismatch {
+        /// The agent's version.
+        agent: u32,
+        /// Ours.
+        client: u32,
+    },
+    /// The agent refused the connection or a request (wrong token, bad frame, ...).
+    #[error("the agent refused: {0}")]
+    Refused(String),
+    /// The agent closed the connection.
+    #[error("disconnected: {0}")]
+    Disconnected(String),
+    /// Nothing arrived within the timeout.
+    #[error("no update within the timeout")]
+    Timeout,
+}
+
+/// What [`AttachClient::next_update`] received.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ClientUpdate {
+    /// The whole state was replaced (at connect or after a resume).
+    Full,
+    /// Changes were applied to the state.
+    Update,
+    /// A snapshot asked for with [`AttachClient::request_snapshot`].
+    Snapshot(Box<Snapshot>),
+    /// A request was carried out.
+    Ack(String),
+    /// The agent reported a problem that does not end the connection.
+    Error(String),
+}
+
+/// A connection to an agent.
+pub struct AttachClient {
+    addr: ListenAddr,
+    out: Conn,
+    frames: Receiver<Result<ServerFrame, ProtocolError>>,
+    state: AgentState,
+    pid: u32,
+    process: String,
+}
+
+impl std::fmt::Debug for AttachClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AttachClient")
+            .field("addr", &self.addr)
+            .field("pid", &self.pid)
+            .finish()
+    }
+}
+
+impl AttachClient {
+    /// Connects to `addr` (`unix:PATH`, a path, or `HOST:PORT`), presenting `token` if given,
+    /// and waits for the full state.
+    ///
+    /// # Errors
+    /// A bad address, a failed connection, a peer that is not an agent or speaks another
+    /// version, or a refusal (wrong or missing token).
+    pub fn connect(addr: &str, token: Option<String>) -> Result<AttachClient, ClientError> {
+        let addr: ListenAddr = addr.parse()?;
+        let connect_err = |source| ClientError::Connect {
+            addr: addr.to_string(),
+            source,
+        };
+        let mut input = Conn::connect(&addr).map_err(connect_err)?;
+        input
+            .set_read_timeout(Some(CONNECT_TIMEOUT))
+            .map_err(connect_err)?;
+        let mut out = input.try_clone().map_err(connect_err)?;
+        let (pid, process) =
+            match protocol::read_frame::<_, ServerFrame>(&mut input, MAX_SERVER_FRAME) {
+                Ok(ServerFrame::Hello {
+                    magic,
+                    version,
+                    pid,
+                    process,
+                    ..
+                }) => {
+                    if magic != MAGIC {
+                        return Err(ClientError::NotAnAgent(addr.to_string()));
+                    }
+                    if version != PROTOCOL_VERSION {
+                        return Err(ClientError::VersionMismatch {
+                            agent: version,
+                            client: PROTOCOL_VERSION,
+                        });
+                    }
+                    (pid, process)
+                }
+                Ok(_) | Err(ProtocolError::Malformed(_)) | Err(ProtocolError::TooLarge { .. }) => {
+                    return Err(ClientError::NotAnAgent(addr.to_string()));
+                }
+                Err(e) => return Err(e.into()),
+            };
+        protocol::write_frame(
+            &mut out,
+            &ClientFrame::Hello {
+                magic: MAGIC.into(),
+                version: PROTOCOL_VERSION,
+                token,
+            },
+        )?;
+        let state = match protocol::read_frame::<_, ServerFrame>(&mut input, MAX_SERVER_FRAME)? {
+            ServerFrame::Full { state } => *state,
+            ServerFrame::Error { message, .. } => return Err(ClientError::Refused(message)),
+            ServerFrame::Goodbye { reason } => return Err(ClientError::Disconnected(reason)),
+            other => {
+                return Err(ClientError::Refused(format!(
+                    "expected the full state, got {other:?}"
+                )));
+            }
+        };
+        input.set_read_timeout(None).map_err(connect_err)?;
+        let (tx, frames) = crossbeam_channel::bounded(READ_AHEAD);
+        thread::Builder::new()
+            .name("allocview-attach-reader".into())
+            .spawn(move || {
+                loop {
+                    let r = protocol::read_frame::<_, ServerFrame>(&mut input, MAX_SERVER_FRAME);
+                    let end = r.is_err();
+                    if tx.send(r).is_err() || end {
+                        return;
+                    }
+                }
+            })
+            .map_err(connect_err)?;
+        Ok(AttachClient {
+            addr,
+            out,
+            frames,
+            state,
+            pid,
+            process,
+        })
+    }
+
+    /// The state as of the last update applied.
+    pub fn state(&self) -> &AgentState {
+        &self.state
+    }
+
+    /// The agent's process id and name.
+    pub fn process(&self) -> (u32, &str) {
+        (self.pid, &self.process)
+    }
+
+    /// Where this client is connected.
+    pub fn addr(&self) -> &ListenAddr {
+        &self.addr
+    }
+
+    /// Waits up to `timeout` for the next frame and applies it.
+    ///
+    /// # Errors
+    /// [`ClientError::Timeout`] when nothing arrived; [`ClientError::Disconnected`] when the
+    /// agent said goodbye or the connection closed; [`ClientError::Refused`] for a fatal error.
+    pub fn next_update(&mut self, timeout: Duration) -> Result<ClientUpdate, ClientError> {
+        let frame = match self.frames.recv_timeout(timeout) {
+            Ok(Ok(f)) => f,
+            Ok(Err(ProtocolError::Closed)) | Err(RecvTimeoutError::Disconnected) => {
+                return Err(ClientError::Disconnected("connection closed".into()));
+            }
+            Ok(Err(e)) => return Err(e.into()),
+            Err(RecvTimeoutError::Timeout) => return Err(ClientError::Timeout),
+        };
+        match frame {
+            ServerFrame::Full { state } => {
+                let paused = self.state.pipeline.paused;
+                self.state = *state;
+                self.state.pipeline.paused = paused;
+                Ok(ClientUpdate::Full)
+            }
+            ServerFrame::Update { update } => {
+                protocol::apply_update(&mut self.state, &update);
+                Ok(ClientUpdate::Update)
+            }
+            ServerFrame::Snapshot { snapshot } => Ok(ClientUpdate::Snapshot(snapshot)),
+            ServerFrame::Ack { request } => Ok(ClientUpdate::Ack(request)),
+            ServerFrame::Error { message, fatal } => {
+                if fatal {
+                    Err(ClientError::Refused(message))
+                } else {
+                    Ok(ClientUpdate::Error(message))
+                }
+            }
+            ServerFrame::Goodbye { reason } => Err(ClientError::Disconnected(reason)),
+            ServerFrame::Hello { .. } => {
+                Err(ClientError::Refused("unexpected second hello".into()))
+            }
+        }
+    }
+
+    fn send(&mut self, frame: &ClientFrame) -> Result<(), ClientError> {
+        protocol::write_frame(&mut self.out, frame).map_err(ClientError::from)
+    }
+
+    /// Asks for a snapshot; it arrives as [`ClientUpdate::Snapshot`].
+    ///
+    /// # Errors
+    /// The connection failed.
+    pub fn request_snapshot(&mut self) -> Result<(), ClientError> {
+        self.send(&ClientFrame::RequestSnapshot)
+    }
+
+    /// Asks the allocator to reset its peak statistics.
+    ///
+    /// # Errors
+    /// The connection failed.
+    pub fn reset_peaks(&mut self) -> Result<(), ClientError> {
+        self.send(&ClientFrame::ResetPeaks)
+    }
+
+    /// Stops (`true`) or resumes (`false`) updates; a resume starts with a full state.
+    ///
+    /// # Errors
+    /// The connection failed.
+    pub fn pause(&mut self, paused: bool) -> Result<(), ClientError> {
+        self.state.pipeline.paused = paused;
+        self.send(&ClientFrame::Pause { paused })
+    }
+}
+
+impl Drop for AttachClient {
+    fn drop(&mut self) {
+        self.out.shutdown();
+    }
+}
+
+/// The sockets in [`default_socket_dir`], newest first: candidates for `allocview --attach`
+/// without an address.
+pub fn find_sockets() -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(default_socket_dir()) else {
+        return Vec::new();
+    };
+    let mut socks: Vec<(std::time::SystemTime, PathBuf)> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "sock"))
+        .map(|p| {
+            let t = std::fs::metadata(&p)
+                .and_then(|m| m.modified())
+                .unwrap_or(std::time::UNIX_EPOCH);
+            (t, p)
+        })
+        .collect();
+    socks.sort_by(|a, b| b.cmp(a));
+    socks.into_iter().map(|(_, p)| p).collect()
+}

@@ -1,0 +1,213 @@
+//! HdrHistograms of allocation size, lifetime and allocator latency, per pool and per stream.
+//!
+//! Gil Tene's HdrHistogram (the `hdrhistogram` crate): recording is a few nanoseconds and
+//! constant-time, memory grows with the logarithm of the range (auto-resizing), and quantiles
+//! stay within [`SIGNIFICANT_DIGITS`] decimal digits of the true value. Each recorded value goes
+//! to its pool's and its stream's set; the all-pools set is the sum of the pool sets, built when a
+//! summary is asked for, so the hot path records twice, not three times.
+
+use std::collections::BTreeMap;
+
+use hdrhistogram::Histogram;
+
+use crate::state::{
+    HistogramSet, HistogramSummary, Histograms, PoolHistograms, PoolKey, StreamHistograms,
+};
+
+/// Decimal digits of precision kept (2: quantiles within 1%, about 40 KiB per histogram over
+/// a range of 2^50).
+pub const SIGNIFICANT_DIGITS: u8 = 2;
+
+/// The quantiles a summary reports.
+const P50: f64 = 0.5;
+const P90: f64 = 0.9;
+const P99: f64 = 0.99;
+
+/// Records a value; the histograms auto-resize, so this only clamps a value beyond any range
+/// (which `record` refuses) to the highest trackable one.
+#[inline]
+fn record(h: &mut Histogram<u64>, v: u64) {
+    if h.record(v).is_err() {
+        h.saturating_record(v);
+    }
+}
+
+fn new_histogram() -> Histogram<u64> {
+    Histogram::new(SIGNIFICANT_DIGITS).expect("2 significant digits is a valid precision")
+}
+
+/// Summarises one histogram: count, extremes, mean, quantiles and log2 buckets.
+pub fn summarize(h: &Histogram<u64>) -> HistogramSummary {
+    if h.is_empty() {
+        return HistogramSummary::default();
+    }
+    let mut buckets: BTreeMap<u32, u64> = BTreeMap::new();
+    for v in h.iter_recorded() {
+        let value = h.highest_equivalent(v.value_iterated_to());
+        let bucket = u64::BITS - value.leading_zeros();
+        *buckets.entry(bucket).or_default() += v.count_at_value();
+    }
+    HistogramSummary {
+        count: h.len(),
+        min: h.min(),
+        max: h.max(),
+        mean: h.mean(),
+        p50: h.value_at_quantile(P50),
+        p90: h.value_at_quantile(P90),
+        p99: h.value_at_quantile(P99),
+        buckets: buckets
+            .into_iter()
+            .map(|(b, n)| (1u64.checked_shl(b).unwrap_or(u64::MAX), n))
+            .collect(),
+    }
+}
+
+/// Size, lifetime and latency histograms of one slice of the allocations.
+#[derive(Debug, Clone)]
+pub struct HistSet {
+    size: Histogram<u64>,
+    lifetime: Histogram<u64>,
+    latency: Histogram<u64>,
+}
+
+impl Default for HistSet {
+    fn default() -> Self {
+        HistSet {
+            size: new_histogram(),
+            lifetime: new_histogram(),
+            latency: new_histogram(),
+        }
+    }
+}
+
+impl HistSet {
+    fn add(&mut self, other: &HistSet) {
+        // Auto-resizing histograms of the same precision always add.
+        let _ = self.size.add(&other.size);
+        let _ = self.lifetime.add(&other.lifetime);
+        let _ = self.latency.add(&other.latency);
+    }
+
+    fn summary(&self) -> HistogramSet {
+        HistogramSet {
+            size: summarize(&self.size),
+            lifetime: summarize(&self.lifetime),
+            latency: summarize(&self.latency),
+        }
+    }
+
+    /// Recorded allocation sizes.
+    pub fn size(&self) -> &Histogram<u64> {
+        &self.size
+    }
+}
+
+/// The histograms of one device.
+#[derive(Debug, Clone, Default)]
+pub struct DeviceHistograms {
+    by_pool: BTreeMap<PoolKey, HistSet>,
+    by_stream: BTreeMap<u64, HistSet>,
+    version: u64,
+}
+
+impl DeviceHistograms {
+    /// Records an allocation of `requested` bytes (and, when measured, the allocator's
+    /// latency).
+    #[inline]
+    pub fn record_alloc(&mut self, pool: PoolKey, stream: u64, requested: u64, latency_ns: u32) {
+        for set in [
+            self.by_pool.entry(pool).or_default(),
+            self.by_stream.entry(stream).or_default(),
+        ] {
+            record(&mut set.size, requested);
+            if latency_ns > 0 {
+                record(&mut set.latency, u64::from(latency_ns));
+            }
+        }
+        self.version += 1;
+    }
+
+    /// Records the lifetime of a block whose free completed.
+    #[inline]
+    pub fn record_lifetime(&mut self, pool: PoolKey, stream: u64, lifetime_ns: u64) {
+        record(
+            &mut self.by_pool.entry(pool).or_default().lifetime,
+            lifetime_ns,
+        );
+        record(
+            &mut self.by_stream.entry(stream).or_default().lifetime,
+            lifetime_ns,
+        );
+        self.version += 1;
+    }
+
+    /// A counter that changes whenever a value is recorded.
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// The histograms of one pool, if anything was recorded there.
+    pub fn pool(&self, pool: PoolKey) -> Option<&HistSet> {
+        self.by_pool.get(&pool)
+    }
+
+    /// Summaries of every set, and of all pools together.
+    pub fn summary(&self) -> Histograms {
+        let mut all = HistSet::default();
+        for set in self.by_pool.values() {
+            all.add(set);
+        }
+        Histograms {
+            all: all.summary(),
+            by_pool: self
+                .by_pool
+                .iter()
+                .map(|(&pool, set)| PoolHistograms {
+                    pool,
+                    set: set.summary(),
+                })
+                .collect(),
+            by_stream: self
+                .by_stream
+                .iter()
+                .map(|(&stream, set)| StreamHistograms {
+                    stream,
+                    set: set.summary(),
+                })
+                .collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summaries_report_quantiles_and_log2_buckets() {
+        let mut h = DeviceHistograms::default();
+        for size in [512u64, 512, 1000, 4096, 1 << 20] {
+            h.record_alloc(PoolKey::Small, 0, size, 100);
+        }
+        h.record_alloc(PoolKey::Large, 1, 20 << 20, 0);
+        h.record_lifetime(PoolKey::Large, 1, 5_000);
+        let s = h.summary();
+        assert_eq!(s.all.size.count, 6);
+        assert_eq!(s.all.latency.count, 5, "unmeasured latency is not recorded");
+        assert_eq!(s.by_pool.len(), 2);
+        let small = &s.by_pool[0].set.size;
+        assert_eq!(small.count, 5);
+        assert_eq!(small.min, 512);
+        assert!(small.max >= 1 << 20 && small.max <= (1 << 20) * 101 / 100);
+        assert!(small.p50 >= 1000 && small.p50 <= 1010);
+        // 512 is in [512, 1024); 1000 too; 4096 in [4096, 8192); 1 MiB in [1 MiB, 2 MiB).
+        assert_eq!(small.buckets, vec![(1024, 3), (8192, 1), (2 << 20, 1)]);
+        assert_eq!(s.by_stream[1].set.lifetime.count, 1);
+        assert_eq!(s.all.lifetime.count, 1);
+    }
+
+    #[test]
+    fn an_empty_histogram_summarizes_to_zeros() {
+        assert_eq!(summarize(&new_histogram()), HistogramSummary::default());
+    }
+}
