@@ -689,7 +689,10 @@ impl<'d, 'a> Decoder<'d, 'a> {
             Some(f) => Arc::clone(f),
             None => {
                 self.spend(items.len() as u64, path, offset)?;
-                let f: Frames = ids.iter().map(|&i| self.frames[i as usize].clone()).collect();
+                let f: Frames = ids
+                    .iter()
+                    .map(|&i| self.frames[i as usize].clone())
+                    .collect();
                 self.lists_by_content.insert(ids, Arc::clone(&f));
                 f
             }
