@@ -108,8 +108,8 @@ fn device_section(out: &mut String, d: &DeviceSummary) {
     let t = &d.totals;
     let _ = writeln!(
         out,
-        "\n  Fragmentation: {} free of {} reserved; largest free block {}; {} of the free \
-         bytes ({}) are in split segments; rounding waste {}",
+        "\n  Fragmentation: {} free of {} reserved; largest free block {};\n  \
+         {} of the free bytes ({}) are in split segments; rounding waste {}",
         human_bytes(t.free),
         human_bytes(t.reserved),
         human_bytes(t.largest_free_block),
@@ -231,7 +231,7 @@ impl fmt::Display for Summary {
                 human_bytes(self.largest_free_block),
             ],
         ];
-        table(&mut out, "  ", &["total", ""], &rows);
+        table(&mut out, "  ", &["totals", "bytes"], &rows);
         for d in &self.devices {
             out.push('\n');
             device_section(&mut out, d);
