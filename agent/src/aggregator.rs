@@ -505,10 +505,7 @@ impl Aggregator {
             dump_paths: Vec::new(),
             dump_error: None,
         };
-        let snapshot = match &d.provider {
-            Some(p) => Some(p.snapshot()),
-            None => None,
-        };
+        let snapshot = d.provider.as_ref().map(|p| p.snapshot());
         let snapshot = snapshot.unwrap_or_else(|| Snapshot {
             segments: d.mirror.segments(),
             ..Snapshot::default()
