@@ -1,1 +1,359 @@
-//! (being written)
+//! Why an allocation ran out of memory: exhaustion, fragmentation, or memory outside the
+//! allocator.
+//!
+//! The facts of an OOM ([`OomFacts`]: the request, the device's free and total memory, what the
+//! allocator had allocated and reserved, its largest free block and the free bytes stranded in
+//! split segments) come from an allocator's `OutOfMemory` error, from an `oom` trace entry plus
+//! the allocator state at that point (replay rebuilds it), or from a snapshot taken at the OOM.
+//! [`diagnose`] classifies them, in this order:
+//!
+//! 1. **fragmentation**: the allocator holds at least the request in free reserved bytes, but no
+//!    free block it may use is large enough: the free bytes are scattered between allocated
+//!    blocks of split segments, or cached for another stream (the cure:
+//!    `expandable_segments:True`, or a `max_split_size_mb` that keeps large blocks whole);
+//! 2. **memory outside the allocator**: the device's used memory is mostly not reserved by this
+//!    allocator (another process, another allocator, the CUDA context);
+//! 3. **exhaustion**: the program's live tensors fill the memory it may use.
+//!
+//! PyTorch's own message states the same facts (allocated, reserved but unallocated, device
+//! free); this module adds the largest free block and the stranded bytes, and
+//! `what_if_avoided` replays a recorded trace under other settings to say whether they would
+//! have avoided it.
+
+use serde::{Deserialize, Serialize};
+
+use allocview_alloc::snapshot::{BlockState, SegmentInfo, TraceEntry};
+
+/// Memory outside the allocator counts as the cause when it is at least this share of the
+/// memory the allocator may use (and more than the allocator itself reserved).
+pub const OUTSIDE_SHARE: f64 = 0.25;
+
+/// The facts of one OOM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OomFacts {
+    /// Bytes asked for (rounded as the allocator rounds them).
+    pub requested: u64,
+    /// Total device memory.
+    pub device_total: u64,
+    /// Free device memory when the allocation failed.
+    pub device_free: u64,
+    /// The most this allocator may reserve (a memory fraction), when set.
+    pub allowed_max: Option<u64>,
+    /// Bytes in allocated blocks.
+    pub allocated: u64,
+    /// Bytes reserved from the device (all segments).
+    pub reserved: u64,
+    /// The largest free block in any segment.
+    pub largest_free_block: u64,
+    /// Free bytes in segments that also hold allocated blocks (they cannot be released).
+    pub stranded_in_split_segments: u64,
+}
+
+impl OomFacts {
+    /// The facts of an `oom` trace entry (its address field holds the device's free bytes, its
+    /// size the rounded request) with the allocator state at that point, given as the segments
+    /// then.
+    pub fn from_trace_entry<'a>(
+        entry: &TraceEntry,
+        segments: impl IntoIterator<Item = &'a SegmentInfo>,
+        device_total: u64,
+    ) -> OomFacts {
+        let mut f = OomFacts {
+            requested: entry.size,
+            device_total,
+            device_free: entry.addr,
+            allowed_max: None,
+            allocated: 0,
+            reserved: 0,
+            largest_free_block: 0,
+            stranded_in_split_segments: 0,
+        };
+        for seg in segments {
+            f.reserved += seg.total_size;
+            let split = seg.blocks.iter().any(|b| b.state.is_active());
+            for b in &seg.blocks {
+                match b.state {
+                    BlockState::ActiveAllocated => f.allocated += b.size,
+                    BlockState::ActivePendingFree => {}
+                    BlockState::Inactive => {
+                        f.largest_free_block = f.largest_free_block.max(b.size);
+                        if split {
+                            f.stranded_in_split_segments += b.size;
+                        }
+                    }
+                }
+            }
+        }
+        f
+    }
+
+    /// Free bytes inside reserved segments (`reserved - allocated`).
+    pub fn free_in_reserved(&self) -> u64 {
+        self.reserved.saturating_sub(self.allocated)
+    }
+
+    /// Device memory in use by something other than this allocator.
+    pub fn outside(&self) -> u64 {
+        self.device_total
+            .saturating_sub(self.device_free)
+            .saturating_sub(self.reserved)
+    }
+
+    /// The memory this allocator may use: the fraction's limit, else the device.
+    pub fn capacity(&self) -> u64 {
+        self.allowed_max.unwrap_or(self.device_total)
+    }
+}
+
+/// The kind of OOM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DiagnosisKind {
+    /// Live allocations fill the memory the allocator may use.
+    Exhaustion,
+    /// Enough free bytes are reserved, but no free block is large enough.
+    Fragmentation,
+    /// Most used device memory is not this allocator's.
+    OutsideAllocator,
+}
+
+impl DiagnosisKind {
+    /// A short name (`exhaustion`, `fragmentation`, `outside allocator`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DiagnosisKind::Exhaustion => "exhaustion",
+            DiagnosisKind::Fragmentation => "fragmentation",
+            DiagnosisKind::OutsideAllocator => "outside allocator",
+        }
+    }
+}
+
+/// What [`diagnose`] concludes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Diagnosis {
+    /// The kind.
+    pub kind: DiagnosisKind,
+    /// One readable sentence with the numbers.
+    pub explanation: String,
+    /// Bytes asked for.
+    pub requested: u64,
+    /// The largest free block.
+    pub largest_free_block: u64,
+    /// Free bytes in reserved segments.
+    pub free_in_reserved: u64,
+    /// Free bytes stranded in split segments.
+    pub stranded_in_split_segments: u64,
+    /// Device memory used outside the allocator.
+    pub outside_allocator: u64,
+    /// Bytes allocated.
+    pub allocated: u64,
+    /// Bytes reserved.
+    pub reserved: u64,
+    /// The memory the allocator may use (device total or the fraction's limit).
+    pub capacity: u64,
+}
+
+/// Classifies an OOM (see the module documentation for the rules).
+pub fn diagnose(f: &OomFacts) -> Diagnosis {
+    let free_in_reserved = f.free_in_reserved();
+    let outside = f.outside();
+    let capacity = f.capacity();
+    let req = human(f.requested);
+    let (kind, explanation) = if free_in_reserved >= f.requested {
+        let where_ = if f.largest_free_block >= f.requested {
+            format!(
+                "the largest free block ({}) is cached for another stream or pool",
+                human(f.largest_free_block)
+            )
+        } else {
+            format!("the largest free block is {}", human(f.largest_free_block))
+        };
+        (
+            DiagnosisKind::Fragmentation,
+            format!(
+                "fragmentation: {} is reserved but free, more than the {req} asked for, yet \
+                 {where_} and {} is stranded in split segments; \
+                 expandable_segments:True would let the free space be used",
+                human(free_in_reserved),
+                human(f.stranded_in_split_segments)
+            ),
+        )
+    } else if outside as f64 >= OUTSIDE_SHARE * capacity as f64 && outside > f.reserved {
+        (
+            DiagnosisKind::OutsideAllocator,
+            format!(
+                "memory outside the allocator: {} of the device's {} is used by something else \
+                 (this allocator reserves only {}), leaving {} free for the {req} asked for",
+                human(outside),
+                human(f.device_total),
+                human(f.reserved),
+                human(f.device_free)
+            ),
+        )
+    } else {
+        (
+            DiagnosisKind::Exhaustion,
+            format!(
+                "exhaustion: live allocations hold {} of the {} this allocator may use \
+                 ({} reserved, {} free on the device), so the {req} asked for does not fit",
+                human(f.allocated),
+                human(capacity),
+                human(f.reserved),
+                human(f.device_free)
+            ),
+        )
+    };
+    Diagnosis {
+        kind,
+        explanation,
+        requested: f.requested,
+        largest_free_block: f.largest_free_block,
+        free_in_reserved,
+        stranded_in_split_segments: f.stranded_in_split_segments,
+        outside_allocator: outside,
+        allocated: f.allocated,
+        reserved: f.reserved,
+        capacity,
+    }
+}
+
+/// A byte count in binary units with two decimals (`1.50 GiB`, `512 B`).
+pub fn human(bytes: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = bytes as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{v:.2} {}", UNITS[unit])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use allocview_alloc::snapshot::{BlockInfo, SegmentType, TraceAction, no_frames};
+
+    const GIB: u64 = 1 << 30;
+    const MIB: u64 = 1 << 20;
+
+    fn facts() -> OomFacts {
+        OomFacts {
+            requested: 2 * GIB,
+            device_total: 80 * GIB,
+            device_free: GIB,
+            allowed_max: None,
+            allocated: 70 * GIB,
+            reserved: 79 * GIB,
+            largest_free_block: 512 * MIB,
+            stranded_in_split_segments: 9 * GIB,
+        }
+    }
+
+    #[test]
+    fn enough_free_reserved_bytes_but_no_large_block_is_fragmentation() {
+        let d = diagnose(&facts());
+        assert_eq!(d.kind, DiagnosisKind::Fragmentation);
+        assert_eq!(d.free_in_reserved, 9 * GIB);
+        assert!(d.explanation.contains("9.00 GiB"), "{}", d.explanation);
+        assert!(d.explanation.contains("512.00 MiB"), "{}", d.explanation);
+    }
+
+    #[test]
+    fn live_allocations_filling_the_device_are_exhaustion() {
+        let f = OomFacts {
+            allocated: 78 * GIB,
+            reserved: 79 * GIB,
+            largest_free_block: 100 * MIB,
+            ..facts()
+        };
+        let d = diagnose(&f);
+        assert_eq!(d.kind, DiagnosisKind::Exhaustion);
+        assert!(d.explanation.contains("78.00 GiB"), "{}", d.explanation);
+    }
+
+    #[test]
+    fn low_device_free_with_little_reserved_is_memory_outside_the_allocator() {
+        let f = OomFacts {
+            allocated: 9 * GIB,
+            reserved: 10 * GIB,
+            largest_free_block: 100 * MIB,
+            stranded_in_split_segments: 100 * MIB,
+            ..facts()
+        };
+        let d = diagnose(&f);
+        assert_eq!(d.kind, DiagnosisKind::OutsideAllocator);
+        assert_eq!(d.outside_allocator, 69 * GIB);
+        assert!(d.explanation.contains("69.00 GiB"), "{}", d.explanation);
+    }
+
+    #[test]
+    fn facts_from_an_oom_entry_read_the_segments_at_that_point() {
+        let seg = |blocks: Vec<(u64, BlockState)>| {
+            let mut a = 0;
+            SegmentInfo {
+                device: 0,
+                address: 0,
+                total_size: blocks.iter().map(|b| b.0).sum(),
+                allocated_size: 0,
+                active_size: 0,
+                requested_size: 0,
+                stream: 0,
+                segment_type: SegmentType::Large,
+                segment_pool_id: (0, 0),
+                is_expandable: false,
+                frames: no_frames(),
+                blocks: blocks
+                    .into_iter()
+                    .map(|(size, state)| {
+                        a += size;
+                        BlockInfo {
+                            address: a - size,
+                            size,
+                            requested_size: size,
+                            state,
+                            frames: no_frames(),
+                            history: Vec::new(),
+                        }
+                    })
+                    .collect(),
+            }
+        };
+        let segs = [
+            seg(vec![
+                (10 * MIB, BlockState::ActiveAllocated),
+                (6 * MIB, BlockState::Inactive),
+                (4 * MIB, BlockState::ActiveAllocated),
+            ]),
+            seg(vec![(20 * MIB, BlockState::Inactive)]),
+        ];
+        let entry = TraceEntry {
+            action: TraceAction::Oom,
+            addr: 3 * MIB,
+            size: 64 * MIB,
+            stream: 0,
+            time_us: None,
+            frames: no_frames(),
+            compile_context: None,
+            user_metadata: None,
+        };
+        let f = OomFacts::from_trace_entry(&entry, &segs, GIB);
+        assert_eq!(f.allocated, 14 * MIB);
+        assert_eq!(f.reserved, 40 * MIB);
+        assert_eq!(f.largest_free_block, 20 * MIB);
+        assert_eq!(f.stranded_in_split_segments, 6 * MIB);
+        assert_eq!(f.device_free, 3 * MIB);
+        assert_eq!(f.requested, 64 * MIB);
+    }
+
+    #[test]
+    fn human_sizes_use_binary_units() {
+        assert_eq!(human(512), "512 B");
+        assert_eq!(human(1536), "1.50 KiB");
+        assert_eq!(human(3 * GIB), "3.00 GiB");
+    }
+}

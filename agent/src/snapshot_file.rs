@@ -1,1 +1,224 @@
-//! (being written)
+//! Snapshot files: PyTorch's pickle and allocview's JSON, told apart by their first bytes,
+//! loaded and saved through one API. The agent writes its OOM dumps through [`save`]; the TUI
+//! opens files through [`load`] / [`load_with_progress`].
+//!
+//! - [`FileFormat::Pickle`]: what `torch.cuda.memory._dump_snapshot()` writes (every version);
+//!   see [`crate::pytorch`]. Files start with `PROTO` (`0x80`, then 2 to 5).
+//! - [`FileFormat::Json`]: allocview's versioned JSON; see [`json`] and
+//!   `docs/snapshot-format.md`. Files start with `{` (after optional whitespace).
+//!
+//! [`save`] is atomic: it writes a temporary file in the same folder, flushes it to disk and
+//! renames it over the target, so a reader (or a crash) never sees half a file.
+
+pub mod json;
+
+use std::fs::{self, File};
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use allocview_alloc::snapshot::Snapshot;
+use thiserror::Error;
+
+pub use json::JsonFormatError;
+
+use crate::pytorch::{self, PytorchError};
+
+/// How much of a file [`load_with_progress`] reads between progress reports.
+pub const READ_CHUNK: usize = 1 << 20;
+
+/// The formats of snapshot files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FileFormat {
+    /// allocview's versioned JSON.
+    Json,
+    /// PyTorch's snapshot pickle (protocol 2 to 5 to read, 4 to write).
+    Pickle,
+}
+
+impl FileFormat {
+    /// The usual file extension.
+    pub fn extension(self) -> &'static str {
+        match self {
+            FileFormat::Json => "json",
+            FileFormat::Pickle => "pickle",
+        }
+    }
+}
+
+/// Errors of reading or writing snapshot files.
+#[derive(Debug, Error)]
+pub enum SnapshotFileError {
+    /// The file could not be read or written.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// The bytes are neither format.
+    #[error(
+        "not a snapshot file: neither a PyTorch pickle (starts with 80 02..05) nor allocview JSON \
+         (starts with '{{'); it starts with {found}"
+    )]
+    UnknownFormat {
+        /// The first bytes, hex.
+        found: String,
+    },
+    /// A PyTorch pickle that could not be read.
+    #[error("PyTorch snapshot: {0}")]
+    Pickle(#[from] PytorchError),
+    /// allocview JSON that could not be read.
+    #[error("allocview JSON: {0}")]
+    Json(#[from] JsonFormatError),
+    /// Any of the above, in a named file.
+    #[error("{}: {source}", path.display())]
+    InFile {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        #[source]
+        source: Box<SnapshotFileError>,
+    },
+}
+
+/// The format of a file from its first bytes, or `None` when it is neither.
+pub fn detect(bytes: &[u8]) -> Option<FileFormat> {
+    match bytes {
+        [0x80, 2..=5, ..] => Some(FileFormat::Pickle),
+        _ => match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
+            Some(b'{') => Some(FileFormat::Json),
+            _ => None,
+        },
+    }
+}
+
+/// Reads a snapshot from the bytes of a file of either format.
+///
+/// # Errors
+/// [`SnapshotFileError::UnknownFormat`], or the format's own error naming the place.
+pub fn from_bytes(bytes: &[u8]) -> Result<Snapshot, SnapshotFileError> {
+    from_bytes_with_progress(bytes, &mut |_| {})
+}
+
+fn from_bytes_with_progress(
+    bytes: &[u8],
+    progress: &mut dyn FnMut(usize),
+) -> Result<Snapshot, SnapshotFileError> {
+    match detect(bytes) {
+        Some(FileFormat::Pickle) => Ok(pytorch::from_pickle_with_progress(bytes, progress)?),
+        Some(FileFormat::Json) => Ok(json::from_json(bytes)?),
+        None => Err(SnapshotFileError::UnknownFormat {
+            found: if bytes.is_empty() {
+                "nothing (empty file)".into()
+            } else {
+                bytes
+                    .iter()
+                    .take(8)
+                    .map(|b| format!("{b:02x}"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            },
+        }),
+    }
+}
+
+/// Loads a snapshot file of either format.
+///
+/// # Errors
+/// As [`from_bytes`], or an I/O error; every error names the file.
+pub fn load(path: &Path) -> Result<Snapshot, SnapshotFileError> {
+    load_with_progress(path, &mut |_, _| {})
+}
+
+/// Loads a snapshot file, calling `progress(done, total)` as it goes: `total` is twice the
+/// file size (reading the file, then decoding it), `done` grows to `total`.
+///
+/// # Errors
+/// As [`load`].
+pub fn load_with_progress(
+    path: &Path,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Snapshot, SnapshotFileError> {
+    let io_err = |source| SnapshotFileError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut file = File::open(path).map_err(io_err)?;
+    let len = file.metadata().map_err(io_err)?.len();
+    let total = len.saturating_mul(2);
+    progress(0, total);
+    let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+    let mut chunk = vec![0u8; READ_CHUNK];
+    loop {
+        let n = match file.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(io_err(e)),
+        };
+        bytes.extend_from_slice(&chunk[..n]);
+        progress((bytes.len() as u64).min(len), total);
+    }
+    let read = bytes.len() as u64;
+    let result = from_bytes_with_progress(&bytes, &mut |pos| progress(read + pos as u64, total))
+        .map_err(|e| SnapshotFileError::InFile {
+            path: path.to_path_buf(),
+            source: Box::new(e),
+        });
+    progress(total, total);
+    result
+}
+
+/// Encodes a snapshot in a format.
+pub fn to_bytes(snapshot: &Snapshot, format: FileFormat) -> Vec<u8> {
+    match format {
+        FileFormat::Json => json::to_json(snapshot),
+        FileFormat::Pickle => pytorch::to_pickle(snapshot),
+    }
+}
+
+/// Writes a snapshot file atomically: a temporary file in the same folder, flushed to disk,
+/// then renamed over `path`.
+///
+/// # Errors
+/// An I/O error naming the file; the temporary file is removed.
+pub fn save(path: &Path, snapshot: &Snapshot, format: FileFormat) -> Result<(), SnapshotFileError> {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let io_err = |source| SnapshotFileError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let bytes = to_bytes(snapshot, format);
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let name = path
+        .file_name()
+        .ok_or_else(|| io_err(io::Error::new(io::ErrorKind::InvalidInput, "no file name")))?;
+    let tmp = dir.join(format!(
+        ".{}.tmp-{}-{}",
+        name.to_string_lossy(),
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    let write = || -> io::Result<()> {
+        let mut f = File::create(&tmp)?;
+        f.write_all(&bytes)?;
+        f.sync_all()?;
+        drop(f);
+        fs::rename(&tmp, path)?;
+        // Make the rename itself durable; not every platform can open a folder, so best effort.
+        if let Ok(d) = File::open(&dir) {
+            let _ = d.sync_all();
+        }
+        Ok(())
+    };
+    write().map_err(|e| {
+        let _ = fs::remove_file(&tmp);
+        io_err(e)
+    })
+}

@@ -1,7 +1,27 @@
 //! PyTorch's CUDA caching allocator, rule for rule (`docs/caching-allocator-spec.md`).
+//!
+//! [`CachingAllocator`] is the allocator; [`AllocatorConfig`] its settings (PyTorch's
+//! `PYTORCH_CUDA_ALLOC_CONF` syntax); [`format_memory_summary`] renders `DeviceStats` as
+//! `torch.cuda.memory_summary()` does.
 
+mod allocator;
 pub mod backend;
+mod block;
+pub mod config;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+mod device_allocator;
+pub mod error;
+mod expandable;
+pub mod history;
+pub mod pool;
 pub mod sim;
 pub mod stats;
+pub mod summary;
+
+pub use allocator::{CacheInfo, CachingAllocator, ContextProvider, MAX_REQUEST};
+pub use config::{AllocatorConfig, AllocatorConfigBuilder, ConfigError};
+pub use error::{AllocError, OomInfo, OutOfMemory};
+pub use history::{ContextLevel, HistoryOptions};
+pub use pool::PoolId;
+pub use summary::format_memory_summary;

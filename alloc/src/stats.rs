@@ -1,1 +1,104 @@
-//! (being written)
+//! [`AllocatorStats`]: the counters an allocator may keep, as TensorFlow's `AllocatorStats`
+//! (`tensorflow/core/framework/allocator.h`), with a readable [`Display`](fmt::Display) in human
+//! units ([`HumanBytes`]).
+
+use std::fmt;
+
+/// Counters an allocator keeps about itself (TensorFlow's `AllocatorStats`).
+///
+/// Byte figures count the bytes callers asked for (an allocator's own headers and padding are
+/// not included), so two allocators serving the same requests report the same numbers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct AllocatorStats {
+    /// Number of successful allocations since the stats were last cleared.
+    pub num_allocs: u64,
+    /// Bytes handed out and not yet freed.
+    pub bytes_in_use: u64,
+    /// Highest `bytes_in_use` since the stats were last cleared.
+    pub peak_bytes_in_use: u64,
+    /// Largest single allocation since the stats were last cleared.
+    pub largest_alloc_size: u64,
+    /// The most bytes this allocator will hand out at once, where it has such a limit.
+    pub bytes_limit: Option<u64>,
+}
+
+impl fmt::Display for AllocatorStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "allocs: {}, in use: {}, peak: {}, largest: {}, limit: ",
+            self.num_allocs,
+            HumanBytes(self.bytes_in_use),
+            HumanBytes(self.peak_bytes_in_use),
+            HumanBytes(self.largest_alloc_size),
+        )?;
+        match self.bytes_limit {
+            Some(limit) => write!(f, "{}", HumanBytes(limit)),
+            None => f.write_str("none"),
+        }
+    }
+}
+
+/// A byte count shown in binary units: `512 B`, `1.5 KiB`, `64.0 MiB`, `2.00 GiB`.
+///
+/// Values under 1 KiB print exactly; larger ones with one decimal (two from GiB up).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct HumanBytes(pub u64);
+
+/// Binary unit names, each 1024 times the one before.
+const UNITS: [&str; 7] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+
+/// Ratio between consecutive units.
+const UNIT_STEP: f64 = 1024.0;
+
+impl fmt::Display for HumanBytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0 < 1024 {
+            return write!(f, "{} B", self.0);
+        }
+        let mut value = self.0 as f64;
+        let mut unit = 0;
+        while value >= UNIT_STEP && unit + 1 < UNITS.len() {
+            value /= UNIT_STEP;
+            unit += 1;
+        }
+        let precision = if unit >= 3 { 2 } else { 1 };
+        write!(f, "{value:.precision$} {}", UNITS[unit])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn human_bytes_picks_the_largest_unit_below_the_value() {
+        assert_eq!(HumanBytes(0).to_string(), "0 B");
+        assert_eq!(HumanBytes(1023).to_string(), "1023 B");
+        assert_eq!(HumanBytes(1024).to_string(), "1.0 KiB");
+        assert_eq!(HumanBytes(1536).to_string(), "1.5 KiB");
+        assert_eq!(HumanBytes(64 << 20).to_string(), "64.0 MiB");
+        assert_eq!(HumanBytes(3 << 30).to_string(), "3.00 GiB");
+        assert_eq!(HumanBytes(u64::MAX).to_string(), "16.00 EiB");
+    }
+
+    #[test]
+    fn stats_display_reads_as_a_sentence_of_figures() {
+        let stats = AllocatorStats {
+            num_allocs: 3,
+            bytes_in_use: 2048,
+            peak_bytes_in_use: 4096,
+            largest_alloc_size: 100,
+            bytes_limit: Some(1 << 20),
+        };
+        assert_eq!(
+            stats.to_string(),
+            "allocs: 3, in use: 2.0 KiB, peak: 4.0 KiB, largest: 100 B, limit: 1.0 MiB"
+        );
+        let unlimited = AllocatorStats {
+            bytes_limit: None,
+            ..stats
+        };
+        assert!(unlimited.to_string().ends_with("limit: none"));
+    }
+}

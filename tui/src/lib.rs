@@ -4,3 +4,6 @@
 
 pub mod cli;
 pub mod cmd;
+pub mod state;
+pub mod units;
+pub mod view;

@@ -1,0 +1,319 @@
+//! [`Snapshot`] -> PyTorch's snapshot pickle, newest layout, written so that PyTorch's own tools
+//! (`_memory_viz.py`, the browser viewer) read it:
+//!
+//! - segments with `address`/`frames` blocks (a legacy block's `history` is kept beside them);
+//!   a segment's `allocated_size`, `active_size` and `requested_size` are recomputed from its
+//!   blocks, so they always agree;
+//! - trace entries with `time_us`, `compile_context` and `user_metadata` only when known, and
+//!   `device_free` instead of `addr` for OOM entries, as PyTorch writes them;
+//! - `allocator_settings` / `external_annotations` when present, and an extra top-level
+//!   `allocview` dict with the device metadata when there is any;
+//! - shared objects written once and referred back to with `BINGET`, as CPython's pickler does:
+//!   every frame list (by identity, then by content), every frame dict, every repeated string.
+
+use std::collections::HashMap;
+
+use allocview_alloc::snapshot::{
+    BlockInfo, BlockState, Frame, Frames, SegmentInfo, Snapshot, TraceAction, TraceEntry, Value,
+};
+
+use super::keys;
+use crate::pickle::PickleWriter;
+
+/// Items per `APPENDS`/`SETITEMS` batch, as CPython's pickler (`_BATCHSIZE`).
+const BATCH_SIZE: usize = 1000;
+
+/// Encodes a snapshot as a protocol 4 pickle.
+pub fn encode(snapshot: &Snapshot) -> Vec<u8> {
+    let mut e = Encoder {
+        w: PickleWriter::new(),
+        strings: HashMap::new(),
+        lists_by_ptr: HashMap::new(),
+        lists_by_content: HashMap::new(),
+        frames: HashMap::new(),
+    };
+    e.snapshot(snapshot);
+    e.w.finish()
+}
+
+struct Encoder<'s> {
+    w: PickleWriter,
+    strings: HashMap<&'s str, u32>,
+    lists_by_ptr: HashMap<usize, u32>,
+    lists_by_content: HashMap<&'s [Frame], u32>,
+    frames: HashMap<&'s Frame, u32>,
+}
+
+impl<'s> Encoder<'s> {
+    /// A string, memoized: written once, then referred back to.
+    fn str(&mut self, s: &'s str) {
+        if let Some(&i) = self.strings.get(s) {
+            self.w.get(i);
+        } else {
+            self.w.str(s);
+            let i = self.w.memoize();
+            self.strings.insert(s, i);
+        }
+    }
+
+    /// Writes `key: value` pairs of a dict whose `EMPTY_DICT` is on the stack.
+    fn dict(&mut self, body: impl FnOnce(&mut Self)) {
+        self.w.empty_dict();
+        self.w.mark();
+        body(self);
+        self.w.setitems();
+    }
+
+    fn list<T>(&mut self, items: &'s [T], mut each: impl FnMut(&mut Self, &'s T)) {
+        self.w.empty_list();
+        for chunk in items.chunks(BATCH_SIZE) {
+            self.w.mark();
+            for item in chunk {
+                each(self, item);
+            }
+            self.w.appends();
+        }
+    }
+
+    fn snapshot(&mut self, s: &'s Snapshot) {
+        self.dict(|e| {
+            e.str(keys::SEGMENTS);
+            e.list(&s.segments, |e, seg| e.segment(seg));
+            e.str(keys::DEVICE_TRACES);
+            e.list(&s.device_traces, |e, trace| {
+                e.list(trace, |e, entry| e.trace_entry(entry));
+            });
+            if let Some(settings) = &s.allocator_settings {
+                e.str(keys::ALLOCATOR_SETTINGS);
+                e.w.empty_dict();
+                if !settings.is_empty() {
+                    e.w.mark();
+                    for (k, v) in settings {
+                        e.str(k);
+                        e.value(v);
+                    }
+                    e.w.setitems();
+                }
+            }
+            if let Some(ann) = &s.external_annotations {
+                e.str(keys::EXTERNAL_ANNOTATIONS);
+                e.list(ann, |e, v| e.value(v));
+            }
+            if !s.devices.is_empty() {
+                e.str(keys::ALLOCVIEW);
+                e.dict(|e| {
+                    e.str(keys::DEVICES);
+                    e.list(&s.devices, |e, d| {
+                        e.dict(|e| {
+                            e.str(keys::DEVICE);
+                            e.w.int(d.device as i64);
+                            e.str(keys::TOTAL_MEMORY);
+                            match d.total_memory {
+                                Some(t) => e.w.uint(t),
+                                None => e.w.none(),
+                            }
+                            e.str(keys::TRACE_OVERFLOW);
+                            e.w.uint(d.trace_overflow);
+                        });
+                    });
+                });
+            }
+        });
+    }
+
+    fn segment(&mut self, seg: &'s SegmentInfo) {
+        let (allocated, active, requested) = segment_sums(&seg.blocks);
+        self.dict(|e| {
+            e.str(keys::DEVICE);
+            e.w.int(seg.device as i64);
+            e.str(keys::ADDRESS);
+            e.w.uint(seg.address);
+            e.str(keys::TOTAL_SIZE);
+            e.w.uint(seg.total_size);
+            e.str(keys::ALLOCATED_SIZE);
+            e.w.uint(allocated);
+            e.str(keys::ACTIVE_SIZE);
+            e.w.uint(active);
+            e.str(keys::REQUESTED_SIZE);
+            e.w.uint(requested);
+            e.str(keys::STREAM);
+            e.w.uint(seg.stream);
+            e.str(keys::SEGMENT_TYPE);
+            e.str(seg.segment_type.as_str());
+            e.str(keys::SEGMENT_POOL_ID);
+            e.w.uint(seg.segment_pool_id.0);
+            e.w.uint(seg.segment_pool_id.1);
+            e.w.tuple(Some(2));
+            e.str(keys::IS_EXPANDABLE);
+            e.w.bool(seg.is_expandable);
+            e.str(keys::FRAMES);
+            e.frames(&seg.frames);
+            e.str(keys::BLOCKS);
+            e.list(&seg.blocks, |e, b| e.block(b));
+        });
+    }
+
+    fn block(&mut self, b: &'s BlockInfo) {
+        self.dict(|e| {
+            e.str(keys::ADDRESS);
+            e.w.uint(b.address);
+            e.str(keys::SIZE);
+            e.w.uint(b.size);
+            e.str(keys::REQUESTED_SIZE);
+            e.w.uint(b.requested_size);
+            e.str(keys::STATE);
+            e.str(b.state.as_str());
+            e.str(keys::FRAMES);
+            e.frames(&b.frames);
+            if !b.history.is_empty() {
+                e.str(keys::HISTORY);
+                e.list(&b.history, |e, h| {
+                    e.dict(|e| {
+                        e.str(keys::ADDR);
+                        e.w.uint(h.addr);
+                        e.str(keys::REAL_SIZE);
+                        e.w.uint(h.real_size);
+                        e.str(keys::FRAMES);
+                        e.frames(&h.frames);
+                    });
+                });
+            }
+        });
+    }
+
+    fn trace_entry(&mut self, t: &'s TraceEntry) {
+        self.dict(|e| {
+            e.str(keys::ACTION);
+            e.str(t.action.as_str());
+            e.str(if t.action == TraceAction::Oom {
+                keys::DEVICE_FREE
+            } else {
+                keys::ADDR
+            });
+            e.w.uint(t.addr);
+            e.str(keys::SIZE);
+            e.w.uint(t.size);
+            e.str(keys::STREAM);
+            e.w.uint(t.stream);
+            if let Some(time) = t.time_us {
+                e.str(keys::TIME_US);
+                e.w.int(time);
+            }
+            if let Some(c) = &t.compile_context {
+                e.str(keys::COMPILE_CONTEXT);
+                e.str(c);
+            }
+            if let Some(m) = &t.user_metadata {
+                e.str(keys::USER_METADATA);
+                e.str(m);
+            }
+            e.str(keys::FRAMES);
+            e.frames(&t.frames);
+        });
+    }
+
+    /// A frame list: written once, then referred back to (by `Arc` identity, then content).
+    fn frames(&mut self, f: &'s Frames) {
+        if f.is_empty() {
+            self.w.empty_list();
+            return;
+        }
+        let ptr = f.as_ptr() as usize;
+        if let Some(&i) = self.lists_by_ptr.get(&ptr) {
+            self.w.get(i);
+            return;
+        }
+        let content: &'s [Frame] = f;
+        if let Some(&i) = self.lists_by_content.get(content) {
+            self.lists_by_ptr.insert(ptr, i);
+            self.w.get(i);
+            return;
+        }
+        self.w.empty_list();
+        let i = self.w.memoize();
+        for chunk in content.chunks(BATCH_SIZE) {
+            self.w.mark();
+            for frame in chunk {
+                self.frame(frame);
+            }
+            self.w.appends();
+        }
+        self.lists_by_ptr.insert(ptr, i);
+        self.lists_by_content.insert(content, i);
+    }
+
+    fn frame(&mut self, f: &'s Frame) {
+        if let Some(&i) = self.frames.get(f) {
+            self.w.get(i);
+            return;
+        }
+        self.w.empty_dict();
+        let i = self.w.memoize();
+        self.w.mark();
+        self.str(keys::NAME);
+        self.str(&f.name);
+        self.str(keys::FILENAME);
+        self.str(&f.filename);
+        self.str(keys::LINE);
+        self.w.int(f.line);
+        self.w.setitems();
+        self.frames.insert(f, i);
+    }
+
+    fn value(&mut self, v: &'s Value) {
+        match v {
+            Value::None => self.w.none(),
+            Value::Bool(b) => self.w.bool(*b),
+            Value::Int(i) => self.w.int(*i),
+            Value::Float(f) => self.w.float(*f),
+            Value::Str(s) => self.str(s),
+            Value::List(items) => self.list(items, |e, v| e.value(v)),
+            Value::Tuple(items) => match items.len() {
+                0 => self.w.empty_tuple(),
+                n @ 1..=3 => {
+                    for item in items {
+                        self.value(item);
+                    }
+                    self.w.tuple(Some(n));
+                }
+                _ => {
+                    self.w.mark();
+                    for item in items {
+                        self.value(item);
+                    }
+                    self.w.tuple(None);
+                }
+            },
+            Value::Dict(entries) => {
+                self.w.empty_dict();
+                for chunk in entries.chunks(BATCH_SIZE) {
+                    self.w.mark();
+                    for (k, v) in chunk {
+                        self.value(k);
+                        self.value(v);
+                    }
+                    self.w.setitems();
+                }
+            }
+        }
+    }
+}
+
+/// A segment's `(allocated_size, active_size, requested_size)` from its blocks, as PyTorch
+/// computes them: allocated blocks' sizes, active blocks' sizes, allocated blocks' requested
+/// sizes.
+pub fn segment_sums(blocks: &[BlockInfo]) -> (u64, u64, u64) {
+    let mut allocated = 0u64;
+    let mut active = 0u64;
+    let mut requested = 0u64;
+    for b in blocks {
+        if b.state == BlockState::ActiveAllocated {
+            allocated = allocated.saturating_add(b.size);
+            requested = requested.saturating_add(b.requested_size);
+        }
+        if b.state.is_active() {
+            active = active.saturating_add(b.size);
+        }
+    }
+    (allocated, active, requested)
+}

@@ -1,0 +1,669 @@
+//! The replay engine: one run of a trace through a `CachingAllocator` on a `SimBackend`.
+//!
+//! Two placements:
+//! - [`Placement::Recorded`] (fidelity): the initial state is installed at its recorded
+//!   addresses, and before each allocation the trace shows causing a `segment_alloc`, the
+//!   simulated device is told to place the next segment at the recorded address. Replayed
+//!   addresses then compare directly with recorded ones, and the run reports how often they
+//!   agree ([`Fidelity`]).
+//! - [`Placement::Free`] (what-if): no hints; the initial live blocks are allocated under the
+//!   run's settings (the recorded cache is the old settings' doing, so it is not carried over),
+//!   and the allocator lays everything out by its own rules.
+//!
+//! Either way frees go through an address map (recorded address -> replayed pointer).
+//! `free_requested`/`free_completed` pairs that another stream held apart are emulated with
+//! `record_stream` on a helper stream whose work completes at the recorded `free_completed`
+//! (see [`TracePlan`]); runs of `segment_free` become `empty_cache` calls unless they were the
+//! allocator's own retry; recorded `oom` entries are diagnosed at the replay's state (fidelity)
+//! or attempted again (what-if).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use allocview_alloc::caching::backend::{DeviceBackend, DevicePtr, StreamId};
+use allocview_alloc::caching::sim::SimBackend;
+use allocview_alloc::caching::{
+    AllocError, AllocatorConfig, CachingAllocator, ContextLevel, HistoryOptions, OutOfMemory,
+};
+use allocview_alloc::snapshot::{SegmentType, Snapshot, TraceAction, TraceEntry, Value};
+
+use crate::diagnosis::{OomFacts, diagnose};
+use crate::replay::initial::{InitialState, MIN_BLOCK_SIZE, SMALL_SIZE};
+use crate::replay::plan::{FreeRun, TracePlan};
+use crate::replay::report::{Divergence, Fidelity, InitialSummary, OomEvent, RunFigures};
+
+/// Device capacity of a replay that must never run out for lack of device memory.
+pub const UNLIMITED_DEVICE_MEMORY: u64 = u64::MAX / 4;
+
+/// Progress is reported every this many events.
+pub const PROGRESS_EVERY: usize = 4096;
+
+/// Where the replay places segments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    /// At the recorded addresses (fidelity).
+    Recorded,
+    /// Wherever the simulated device puts them (what-if).
+    Free,
+}
+
+/// How to run one replay.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// Allocator settings.
+    pub config: AllocatorConfig,
+    /// Column label for the report.
+    pub label: String,
+    /// Device capacity (`None`: unlimited).
+    pub device_memory: Option<u64>,
+    /// Where segments go.
+    pub placement: Placement,
+    /// Keep the replay's own trace (history) for [`RunResult::snapshot`].
+    pub keep_history: bool,
+}
+
+/// What one replay produced.
+#[derive(Debug, Clone)]
+pub struct RunResult {
+    /// The run's figures.
+    pub figures: RunFigures,
+    /// Agreement with the recording (meaningful for [`Placement::Recorded`]).
+    pub fidelity: Fidelity,
+    /// The state the run began from.
+    pub initial: InitialSummary,
+    /// OOM entries in the recording, diagnosed at the replay's state at that point.
+    pub recorded_ooms: Vec<OomEvent>,
+    /// Frees of blocks the replay never had (their allocation failed, or was unknown).
+    pub unmapped_frees: u64,
+    /// The replayed run as a snapshot (final segments and, with `keep_history`, the trace).
+    pub snapshot: Snapshot,
+}
+
+/// A replay failed to run (not an OOM: those are results).
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    /// The snapshot has no trace for the device.
+    #[error("the file has no allocation trace to replay (device {0})")]
+    NoTrace(usize),
+    /// An allocator settings string that does not parse.
+    #[error("bad allocator settings `{config}`: {message}")]
+    Config {
+        /// The string.
+        config: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The allocator or device failed in a way replay cannot continue from.
+    #[error("replay stopped at event {index}: {message}")]
+    Device {
+        /// Trace index.
+        index: usize,
+        /// What failed.
+        message: String,
+    },
+}
+
+/// The allocator settings a recording was made with, from its `allocator_settings`
+/// (`PYTORCH_CUDA_ALLOC_CONF`, else the individual keys); defaults when absent.
+///
+/// # Errors
+/// The settings string did not parse (the message names the key).
+pub fn recorded_config(snapshot: &Snapshot) -> Result<AllocatorConfig, String> {
+    let Some(settings) = &snapshot.allocator_settings else {
+        return Ok(AllocatorConfig::default());
+    };
+    let get = |k: &str| settings.iter().find(|(key, _)| key == k).map(|(_, v)| v);
+    if let Some(Value::Str(conf)) = get("PYTORCH_CUDA_ALLOC_CONF")
+        && !conf.trim().is_empty()
+    {
+        return AllocatorConfig::parse(conf).map_err(|e| e.to_string());
+    }
+    let mut parts = Vec::new();
+    if let Some(Value::Bool(true)) = get("expandable_segments") {
+        parts.push("expandable_segments:True".to_string());
+    }
+    if let Some(Value::Int(m)) = get("max_split_size")
+        && *m > 0
+        && (*m as u64) < u64::MAX / 2
+    {
+        parts.push(format!("max_split_size_mb:{}", (*m as u64) >> 20));
+    }
+    AllocatorConfig::parse(&parts.join(",")).map_err(|e| e.to_string())
+}
+
+/// Index of the first device trace with entries (replay works on one device).
+pub fn trace_index(snapshot: &Snapshot) -> Option<usize> {
+    snapshot.device_traces.iter().position(|t| !t.is_empty())
+}
+
+/// Counts segment allocations as the allocator makes them (a trace tracker).
+#[derive(Debug, Default)]
+struct SegmentWatch {
+    count: AtomicU64,
+    last_addr: AtomicU64,
+    last_size: AtomicU64,
+}
+
+/// One replay in progress.
+struct Run<'a> {
+    alloc: CachingAllocator<Arc<SimBackend>>,
+    sim: Arc<SimBackend>,
+    watch: Arc<SegmentWatch>,
+    opts: &'a RunOptions,
+    capacity: u64,
+    map: HashMap<u64, DevicePtr>,
+    /// Recorded address of a deferred free -> the helper stream holding it.
+    held: HashMap<u64, StreamId>,
+    idle_helpers: Vec<StreamId>,
+    fidelity: Fidelity,
+    figures: RunFigures,
+    recorded_ooms: Vec<OomEvent>,
+    unmapped_frees: u64,
+    base_device_alloc: i64,
+    warnings: Vec<String>,
+}
+
+/// Replays `snapshot`'s trace once.
+///
+/// `progress` is called with the number of events done, every [`PROGRESS_EVERY`] events and at
+/// the end.
+///
+/// # Errors
+/// [`ReplayError::NoTrace`] when there is nothing to replay; [`ReplayError::Device`] when the
+/// simulated device fails other than by running out of memory.
+pub fn run(
+    snapshot: &Snapshot,
+    opts: &RunOptions,
+    progress: &mut dyn FnMut(usize),
+) -> Result<RunResult, ReplayError> {
+    let trace = trace_index(snapshot).unwrap_or(0);
+    let entries: &[TraceEntry] = snapshot
+        .device_traces
+        .get(trace)
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    let device = snapshot.segments.first().map_or(0, |s| s.device);
+    let recorded = recorded_config(snapshot).unwrap_or_default();
+    let initial = InitialState::reconstruct(snapshot, trace, device, &|s| recorded.round_size(s));
+    let plan = TracePlan::new(entries);
+
+    let capacity = opts.device_memory.unwrap_or(UNLIMITED_DEVICE_MEMORY);
+    let sim = Arc::new(SimBackend::builder().capacity(capacity).auto_complete(false).build());
+    for &s in &plan.streams {
+        sim.add_stream(StreamId(s));
+    }
+    for seg in &initial.segments {
+        sim.add_stream(StreamId(seg.stream));
+    }
+    let alloc = CachingAllocator::new(Arc::clone(&sim), opts.config.clone());
+    let watch = Arc::new(SegmentWatch::default());
+    {
+        let w = Arc::clone(&watch);
+        alloc.attach_trace_tracker(move |e: &TraceEntry| {
+            if matches!(e.action, TraceAction::SegmentAlloc | TraceAction::SegmentMap) {
+                w.last_addr.store(e.addr, Ordering::Relaxed);
+                w.last_size.store(e.size, Ordering::Relaxed);
+                w.count.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+    }
+    let mut r = Run {
+        alloc,
+        sim,
+        watch,
+        opts,
+        capacity,
+        map: HashMap::with_capacity(entries.len() / 2 + 16),
+        held: HashMap::new(),
+        idle_helpers: Vec::new(),
+        fidelity: Fidelity::default(),
+        figures: RunFigures {
+            label: opts.label.clone(),
+            config: opts.config.to_conf_string(),
+            peak_reserved: 0,
+            peak_allocated: 0,
+            peak_fragmentation: 0,
+            device_mallocs: 0,
+            ooms: 0,
+            first_oom: None,
+        },
+        recorded_ooms: Vec::new(),
+        unmapped_frees: 0,
+        base_device_alloc: 0,
+        warnings: initial.warnings.clone(),
+    };
+    match opts.placement {
+        Placement::Recorded => r.install_recorded(&initial),
+        Placement::Free => r.install_free(&initial),
+    }
+    r.base_device_alloc = r.alloc.device_stats().num_device_alloc;
+    if opts.keep_history {
+        r.alloc.record_history(HistoryOptions {
+            enabled: true,
+            context: ContextLevel::Never,
+            max_entries: entries.len() * 2 + 1024,
+        });
+    }
+    r.sample();
+
+    let mut pending_segment: Option<(u64, u64)> = None;
+    for (i, e) in entries.iter().enumerate() {
+        match e.action {
+            TraceAction::SegmentAlloc => {
+                pending_segment = Some((e.addr, e.size));
+            }
+            TraceAction::Alloc => {
+                r.replay_alloc(i, e, pending_segment.take());
+            }
+            TraceAction::FreeRequested => r.replay_free(e, plan.is_deferred(i)),
+            TraceAction::FreeCompleted => r.replay_free_completed(e),
+            TraceAction::SegmentFree | TraceAction::SegmentUnmap => {
+                if let Some(kind) = plan.free_run(i) {
+                    r.replay_free_run(kind, entries, i);
+                }
+            }
+            TraceAction::Oom => {
+                pending_segment = None;
+                r.replay_recorded_oom(i, e)
+            }
+            TraceAction::SegmentMap
+            | TraceAction::Snapshot
+            | TraceAction::UserDefined => {}
+        }
+        r.sample();
+        if (i + 1) % PROGRESS_EVERY == 0 {
+            progress(i + 1);
+        }
+    }
+    progress(entries.len());
+
+    let end = r.alloc.snapshot();
+    if opts.placement == Placement::Recorded && !snapshot.segments.is_empty() {
+        r.fidelity.final_state_matches = Some(same_layout(snapshot, &end, device));
+    }
+    r.figures.device_mallocs = (r.alloc.device_stats().num_device_alloc - r.base_device_alloc).max(0) as u64;
+    let initial_summary = InitialSummary {
+        segments: initial.segments.len(),
+        live_blocks: initial.live_blocks().count(),
+        reserved: initial.reserved(),
+        allocated: initial.allocated(),
+        warnings: r.warnings.clone(),
+    };
+    Ok(RunResult {
+        figures: r.figures,
+        fidelity: r.fidelity,
+        initial: initial_summary,
+        recorded_ooms: r.recorded_ooms,
+        unmapped_frees: r.unmapped_frees,
+        snapshot: end,
+    })
+}
+
+impl Run<'_> {
+    /// Records the peaks after an event.
+    fn sample(&mut self) {
+        let s = self.alloc.device_stats();
+        let allocated = s.allocated_bytes.0[0].current.max(0) as u64;
+        let reserved = s.reserved_bytes.0[0].current.max(0) as u64;
+        let f = &mut self.figures;
+        f.peak_allocated = f.peak_allocated.max(allocated);
+        f.peak_reserved = f.peak_reserved.max(reserved);
+        f.peak_fragmentation = f.peak_fragmentation.max(reserved.saturating_sub(allocated));
+    }
+
+    /// Installs the initial state at its recorded addresses through the public API: each
+    /// segment is allocated whole at its address, freed, and carved front to back into its
+    /// blocks while every other segment is fully allocated (so best fit can only pick this
+    /// segment's remainder); the placeholders standing for free blocks are freed at the end.
+    fn install_recorded(&mut self, initial: &InitialState) {
+        let mut placeholders = Vec::new();
+        for seg in &initial.segments {
+            let stream = StreamId(seg.stream);
+            let small = seg.pool == SegmentType::Small;
+            self.sim.hint_next_segment(seg.address);
+            let first = if small { MIN_BLOCK_SIZE } else { seg.size };
+            let p = match self.alloc.malloc(first, stream) {
+                Ok(p) => p,
+                Err(e) => {
+                    self.warnings.push(format!(
+                        "initial segment {:#x} ({} bytes) could not be allocated: {e}",
+                        seg.address, seg.size
+                    ));
+                    continue;
+                }
+            };
+            if p != seg.address {
+                self.warnings.push(format!(
+                    "initial segment {:#x} was placed at {p:#x}",
+                    seg.address
+                ));
+            }
+            self.alloc.free(p);
+            for b in &seg.blocks {
+                if b.live {
+                    match self.alloc.malloc(b.size, stream) {
+                        Ok(q) => {
+                            if q != b.address {
+                                self.warnings.push(format!(
+                                    "initial block {:#x} was placed at {q:#x}",
+                                    b.address
+                                ));
+                            }
+                            self.map.insert(b.address, q);
+                        }
+                        Err(e) => self.warnings.push(format!(
+                            "initial block {:#x} could not be allocated: {e}",
+                            b.address
+                        )),
+                    }
+                    continue;
+                }
+                // A free block: placeholders, at most SMALL_SIZE each in the small pool so
+                // they stay there.
+                let chunk = if small { SMALL_SIZE } else { b.size };
+                if !small && b.size <= SMALL_SIZE {
+                    self.warnings.push(format!(
+                        "free block {:#x} of {} bytes in large segment {:#x} is too small for \
+                         the large pool; the layout after it may differ",
+                        b.address, b.size, seg.address
+                    ));
+                    continue;
+                }
+                let mut off = 0;
+                while off < b.size {
+                    let c = chunk.min(b.size - off);
+                    match self.alloc.malloc(c, stream) {
+                        Ok(q) => placeholders.push(q),
+                        Err(e) => {
+                            self.warnings.push(format!(
+                                "free block {:#x} could not be laid out: {e}",
+                                b.address
+                            ));
+                            break;
+                        }
+                    }
+                    off += c;
+                }
+            }
+        }
+        for q in placeholders {
+            self.alloc.free(q);
+        }
+    }
+
+    /// Installs the initial live blocks under the run's own settings.
+    fn install_free(&mut self, initial: &InitialState) {
+        for seg in &initial.segments {
+            for b in seg.blocks.iter().filter(|b| b.live) {
+                match self.alloc.malloc(b.requested.max(1), StreamId(seg.stream)) {
+                    Ok(p) => {
+                        self.map.insert(b.address, p);
+                    }
+                    Err(err) => {
+                        self.note_oom(0, b.requested, &err);
+                    }
+                }
+            }
+        }
+    }
+
+    fn replay_alloc(&mut self, index: usize, e: &TraceEntry, recorded_segment: Option<(u64, u64)>) {
+        let recorded = self.opts.placement == Placement::Recorded;
+        if recorded && let Some((addr, _)) = recorded_segment {
+            self.sim.hint_next_segment(addr);
+        }
+        let before = self.watch.count.load(Ordering::Relaxed);
+        let result = self.alloc.malloc(e.size, StreamId(e.stream));
+        let new_segment = (self.watch.count.load(Ordering::Relaxed) != before).then(|| {
+            (
+                self.watch.last_addr.load(Ordering::Relaxed),
+                self.watch.last_size.load(Ordering::Relaxed),
+            )
+        });
+        match result {
+            Ok(p) => {
+                self.map.insert(e.addr, p);
+                if recorded {
+                    self.check_alloc(index, e, p, recorded_segment, new_segment);
+                }
+            }
+            Err(err) => {
+                self.note_oom(index, e.size, &err);
+                if recorded {
+                    self.fidelity.allocs += 1;
+                    self.diverge(index, "alloc", format!("{:#x}", e.addr), "an OOM".into(), err.to_string());
+                }
+            }
+        }
+    }
+
+    fn check_alloc(
+        &mut self,
+        index: usize,
+        e: &TraceEntry,
+        p: DevicePtr,
+        recorded_segment: Option<(u64, u64)>,
+        new_segment: Option<(u64, u64)>,
+    ) {
+        self.fidelity.allocs += 1;
+        if p == e.addr {
+            self.fidelity.allocs_at_recorded_address += 1;
+        }
+        match (recorded_segment, new_segment) {
+            (Some(rec), Some(got)) => {
+                self.fidelity.segment_allocs += 1;
+                if rec.1 == got.1 {
+                    self.fidelity.segment_allocs_of_recorded_size += 1;
+                } else {
+                    self.diverge(
+                        index,
+                        "segment_alloc",
+                        format!("a segment of {} bytes", rec.1),
+                        format!("{} bytes", got.1),
+                        "the segment-size rule gave another size".into(),
+                    );
+                }
+                if p != e.addr && rec.0 != got.0 {
+                    self.diverge(
+                        index,
+                        "alloc",
+                        format!("{:#x}", e.addr),
+                        format!("{p:#x}"),
+                        "the recorded segment address was taken in the replay".into(),
+                    );
+                }
+            }
+            (Some(rec), None) => {
+                self.fidelity.segment_allocs += 1;
+                self.diverge(
+                    index,
+                    "segment_alloc",
+                    format!("a new segment at {:#x} of {} bytes", rec.0, rec.1),
+                    format!("a cached block at {p:#x}"),
+                    "the replay had a free block that fits; the recording did not".into(),
+                );
+            }
+            (None, Some(got)) => {
+                self.fidelity.segment_allocs += 1;
+                self.diverge(
+                    index,
+                    "alloc",
+                    format!("a cached block at {:#x}", e.addr),
+                    format!("a new segment at {:#x} of {} bytes", got.0, got.1),
+                    "the replay had no free block that fits; the recording did".into(),
+                );
+            }
+            (None, None) => {
+                if p != e.addr {
+                    self.diverge(
+                        index,
+                        "alloc",
+                        format!("{:#x}", e.addr),
+                        format!("{p:#x}"),
+                        "best fit chose another cached block".into(),
+                    );
+                }
+            }
+        }
+    }
+
+    fn diverge(&mut self, index: usize, action: &str, expected: String, got: String, why: String) {
+        if self.fidelity.first_divergence.is_none() {
+            self.fidelity.first_divergence = Some(Divergence {
+                index,
+                action: action.into(),
+                expected,
+                got,
+                why,
+            });
+        }
+    }
+
+    fn replay_free(&mut self, e: &TraceEntry, deferred: bool) {
+        let Some(p) = self.map.remove(&e.addr) else {
+            self.unmapped_frees += 1;
+            return;
+        };
+        if deferred {
+            let helper = self.helper_stream();
+            self.sim.submit_work(helper);
+            self.alloc.record_stream(p, helper);
+            self.held.insert(e.addr, helper);
+        }
+        self.alloc.free(p);
+    }
+
+    fn replay_free_completed(&mut self, e: &TraceEntry) {
+        if let Some(helper) = self.held.remove(&e.addr) {
+            // The allocator completes the free at its next malloc or synchronisation, as the
+            // recording did.
+            self.sim.complete_stream(helper);
+            self.idle_helpers.push(helper);
+        }
+    }
+
+    fn helper_stream(&mut self) -> StreamId {
+        if let Some(h) = self.idle_helpers.pop() {
+            return h;
+        }
+        match self.sim.create_stream() {
+            Ok(h) => h,
+            Err(_) => StreamId(u64::MAX - self.held.len() as u64),
+        }
+    }
+
+    fn replay_free_run(&mut self, kind: FreeRun, entries: &[TraceEntry], index: usize) {
+        match (self.opts.placement, kind) {
+            (_, FreeRun::EmptyCache) => self.alloc.empty_cache(),
+            (Placement::Free, FreeRun::Retry) => {}
+            (Placement::Recorded, FreeRun::Retry) => {
+                // The recording's device was full. When the replay's device has room, the
+                // allocator would not retry by itself: release the cache as the recording did.
+                let need = entries[index..]
+                    .iter()
+                    .find(|n| !matches!(n.action, TraceAction::SegmentFree | TraceAction::SegmentUnmap))
+                    .map_or(0, |n| n.size);
+                let free = self.sim.mem_get_info().map_or(0, |(f, _)| f);
+                if free >= need {
+                    self.alloc.empty_cache();
+                }
+            }
+        }
+    }
+
+    fn replay_recorded_oom(&mut self, index: usize, e: &TraceEntry) {
+        match self.opts.placement {
+            Placement::Recorded => {
+                let stats = self.alloc.device_stats();
+                let info = self.alloc.cache_info();
+                let facts = OomFacts {
+                    requested: e.size,
+                    device_total: if self.capacity == UNLIMITED_DEVICE_MEMORY {
+                        e.addr + stats.reserved_bytes.0[0].current.max(0) as u64
+                    } else {
+                        self.capacity
+                    },
+                    device_free: e.addr,
+                    allowed_max: None,
+                    allocated: stats.allocated_bytes.0[0].current.max(0) as u64,
+                    reserved: stats.reserved_bytes.0[0].current.max(0) as u64,
+                    largest_free_block: info.largest_free_block,
+                    stranded_in_split_segments: info.stranded_in_split_segments,
+                };
+                self.recorded_ooms.push(OomEvent {
+                    index,
+                    requested: e.size,
+                    diagnosis: diagnose(&facts),
+                });
+            }
+            Placement::Free => match self.alloc.malloc(e.size, StreamId(e.stream)) {
+                // The recorded program never got this block: give it back at once.
+                Ok(p) => self.alloc.free(p),
+                Err(err) => self.note_oom(index, e.size, &err),
+            },
+        }
+    }
+
+    fn note_oom(&mut self, index: usize, requested: u64, err: &AllocError) {
+        self.figures.ooms += 1;
+        if self.figures.first_oom.is_some() {
+            return;
+        }
+        let diagnosis = match err {
+            AllocError::OutOfMemory(oom) => diagnose(&facts_of(oom)),
+            other => {
+                self.warnings.push(format!("event {index}: {other}"));
+                return;
+            }
+        };
+        self.figures.first_oom = Some(OomEvent {
+            index,
+            requested,
+            diagnosis,
+        });
+    }
+}
+
+/// The facts of an allocator's OOM error.
+pub fn facts_of(oom: &OutOfMemory) -> OomFacts {
+    OomFacts {
+        requested: oom.rounded,
+        device_total: oom.device_total,
+        device_free: oom.device_free,
+        allowed_max: (oom.allowed_max < oom.device_total).then_some(oom.allowed_max),
+        allocated: oom.allocated,
+        reserved: oom.reserved,
+        largest_free_block: oom.largest_free_block,
+        stranded_in_split_segments: oom.stranded_in_split_segments,
+    }
+}
+
+/// Whether two snapshots have the same segments and blocks (addresses, sizes, states) on
+/// `device`.
+fn same_layout(a: &Snapshot, b: &Snapshot, device: i32) -> bool {
+    type Layout = Vec<(u64, u64, Vec<(u64, u64, bool)>)>;
+    let layout = |s: &Snapshot| -> Layout {
+        let mut v: Layout = s
+            .segments
+            .iter()
+            .filter(|seg| seg.device == device)
+            .map(|seg| {
+                let mut addr = seg.address;
+                let blocks = seg
+                    .blocks
+                    .iter()
+                    .map(|b| {
+                        let t = (addr, b.size, b.state.is_active());
+                        addr += b.size;
+                        t
+                    })
+                    .collect();
+                (seg.address, seg.total_size, blocks)
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    layout(a) == layout(b)
+}

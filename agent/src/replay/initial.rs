@@ -1,0 +1,463 @@
+//! The allocator's state at the first entry of a recorded trace.
+//!
+//! A trace rarely starts with the program: PyTorch keeps the last `max_entries` entries in a
+//! ring, and recording often starts late. The snapshot's final segments and the trace together
+//! say what existed when the trace began:
+//!
+//! - a segment that exists at the end but whose `segment_alloc` is not in the trace, or that the
+//!   trace frees (`segment_free`) before creating it, existed at the start at its recorded
+//!   address;
+//! - a block the trace frees (`free_requested`, or a lone `free_completed`) without having
+//!   allocated it, or that is active at the end without an `alloc` in the trace, was live at the
+//!   start.
+//!
+//! The layout of each initial segment follows from the allocator's invariants (forward from a
+//! consistent guess, spec "Malloc" step 7 and "Free"): live blocks sit at their addresses; an
+//! allocated block is the front of the free block it came from and a large-pool remainder of at
+//! most 1 MiB stays inside it, so a gap of at most 1 MiB after a live block in a large segment
+//! belongs to that block; any other gap is one free block (two free neighbours are always
+//! merged). Block sizes come from the final snapshot where the block survives, else from the
+//! rounded request.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use allocview_alloc::snapshot::{SegmentType, Snapshot, TraceAction, TraceEntry};
+
+/// Requests round up to a multiple of this (PyTorch's `kMinBlockSize`).
+pub const MIN_BLOCK_SIZE: u64 = 512;
+/// A rounded request of at most this goes to the small pool (`kSmallSize`).
+pub const SMALL_SIZE: u64 = 1 << 20;
+/// Segment size of the small pool (`kSmallBuffer`).
+pub const SMALL_BUFFER: u64 = 2 << 20;
+/// In the large pool a remainder must be strictly larger than this to be split off
+/// (`kSmallSize`, reused by PyTorch's `should_split`).
+pub const LARGE_SPLIT_MIN_REMAINDER: u64 = SMALL_SIZE;
+
+/// One block of an initial segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InitialBlock {
+    /// Recorded address.
+    pub address: u64,
+    /// Block size in bytes.
+    pub size: u64,
+    /// The request it serves (equal to `size` for free blocks).
+    pub requested: u64,
+    /// Allocated at trace start (else free, cached).
+    pub live: bool,
+}
+
+/// One segment that existed when the trace began, with its block layout then.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InitialSegment {
+    /// Recorded address.
+    pub address: u64,
+    /// Size in bytes.
+    pub size: u64,
+    /// Recorded stream (the allocation stream of every block in it).
+    pub stream: u64,
+    /// Small or large pool.
+    pub pool: SegmentType,
+    /// Blocks in address order; they tile the segment.
+    pub blocks: Vec<InitialBlock>,
+}
+
+/// The allocator's state at the first trace entry.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InitialState {
+    /// Segments in address order.
+    pub segments: Vec<InitialSegment>,
+    /// Facts that did not fit the model (a live block outside every segment, overlaps); each is
+    /// one readable sentence. Empty for a consistent snapshot.
+    pub warnings: Vec<String>,
+}
+
+/// Where a live-at-start block's size comes from.
+#[derive(Debug, Clone, Copy)]
+struct LiveBlock {
+    /// Block size (exact when `exact`, else the rounded request).
+    size: u64,
+    requested: u64,
+    stream: u64,
+    /// The final snapshot gave the size.
+    exact: bool,
+}
+
+/// PyTorch's default rounding: up to a multiple of [`MIN_BLOCK_SIZE`], at least one block.
+pub fn round_to_min_block(size: u64) -> u64 {
+    size.max(1).div_ceil(MIN_BLOCK_SIZE) * MIN_BLOCK_SIZE
+}
+
+impl InitialState {
+    /// Reconstructs the state at the first entry of `snapshot.device_traces[trace]` (device
+    /// `device`'s segments). `round` maps a request to its block size as the recording's
+    /// allocator rounded it ([`round_to_min_block`] for default settings).
+    pub fn reconstruct(
+        snapshot: &Snapshot,
+        trace: usize,
+        device: i32,
+        round: &dyn Fn(u64) -> u64,
+    ) -> InitialState {
+        let entries: &[TraceEntry] = snapshot
+            .device_traces
+            .get(trace)
+            .map(Vec::as_slice)
+            .unwrap_or(&[]);
+        let mut warnings = Vec::new();
+
+        // Forward pass: what the trace itself creates, and what it touches without creating.
+        let mut created_segments: HashSet<u64> = HashSet::new();
+        let mut start_segments: BTreeMap<u64, (u64, u64, Option<SegmentType>)> = BTreeMap::new();
+        let mut allocated: HashSet<u64> = HashSet::new();
+        let mut pending: HashSet<u64> = HashSet::new();
+        let mut start_blocks: BTreeMap<u64, LiveBlock> = BTreeMap::new();
+        for e in entries {
+            match e.action {
+                TraceAction::SegmentAlloc | TraceAction::SegmentMap => {
+                    created_segments.insert(e.addr);
+                }
+                TraceAction::SegmentFree | TraceAction::SegmentUnmap
+                    if !created_segments.remove(&e.addr) =>
+                {
+                    start_segments
+                        .entry(e.addr)
+                        .or_insert((e.size, e.stream, None));
+                }
+                TraceAction::Alloc => {
+                    allocated.insert(e.addr);
+                }
+                TraceAction::FreeRequested => {
+                    if allocated.remove(&e.addr) {
+                        pending.insert(e.addr);
+                    } else {
+                        pending.insert(e.addr);
+                        start_blocks.entry(e.addr).or_insert(LiveBlock {
+                            size: round(e.size),
+                            requested: e.size,
+                            stream: e.stream,
+                            exact: false,
+                        });
+                    }
+                }
+                TraceAction::FreeCompleted
+                    if !pending.remove(&e.addr) && !allocated.contains(&e.addr) =>
+                {
+                    // Freed before the trace began, completed inside it.
+                    start_blocks.entry(e.addr).or_insert(LiveBlock {
+                        size: round(e.size),
+                        requested: e.size,
+                        stream: e.stream,
+                        exact: false,
+                    });
+                }
+                _ => {}
+            }
+        }
+
+        // The final snapshot: segments and active blocks the trace did not create.
+        for seg in snapshot.segments.iter().filter(|s| s.device == device) {
+            let mut addr = seg.address;
+            for b in &seg.blocks {
+                let b_addr = block_address(seg.address, addr, b.address, !b.history.is_empty());
+                addr = b_addr + b.size;
+                if b.state.is_active() && !allocated.contains(&b_addr) {
+                    // Exact size from the end state (overrides a rounded guess).
+                    start_blocks.insert(
+                        b_addr,
+                        LiveBlock {
+                            size: b.size,
+                            requested: b.requested_size,
+                            stream: seg.stream,
+                            exact: true,
+                        },
+                    );
+                }
+            }
+            if !created_segments.contains(&seg.address) {
+                start_segments.insert(
+                    seg.address,
+                    (seg.total_size, seg.stream, Some(seg.segment_type)),
+                );
+            }
+        }
+
+        // Lay out each segment.
+        let mut segments = Vec::with_capacity(start_segments.len());
+        let mut used_blocks: HashSet<u64> = HashSet::new();
+        for (&address, &(size, stream, pool)) in &start_segments {
+            let pool = pool.unwrap_or(if size == SMALL_BUFFER {
+                SegmentType::Small
+            } else {
+                SegmentType::Large
+            });
+            let end = address + size;
+            let inside: Vec<(u64, LiveBlock)> = start_blocks
+                .range(address..end)
+                .map(|(&a, &b)| (a, b))
+                .collect();
+            let mut blocks = Vec::with_capacity(inside.len() * 2 + 1);
+            let mut cursor = address;
+            for (i, &(b_addr, live)) in inside.iter().enumerate() {
+                used_blocks.insert(b_addr);
+                if b_addr < cursor {
+                    warnings.push(format!(
+                        "block {b_addr:#x} overlaps the block before it in segment {address:#x}; \
+                         it is left out of the initial state"
+                    ));
+                    continue;
+                }
+                if b_addr > cursor {
+                    blocks.push(free_block(cursor, b_addr - cursor));
+                }
+                let next = inside.get(i + 1).map_or(end, |&(a, _)| a).min(end);
+                let mut b_size = live.size.min(end - b_addr);
+                let gap = next.saturating_sub(b_addr + b_size);
+                if !live.exact
+                    && pool == SegmentType::Large
+                    && gap > 0
+                    && gap <= LARGE_SPLIT_MIN_REMAINDER
+                {
+                    // An unsplit remainder stays inside the allocated block.
+                    b_size += gap;
+                }
+                if live.stream != stream {
+                    warnings.push(format!(
+                        "block {b_addr:#x} was freed on stream {} but its segment {address:#x} \
+                         belongs to stream {stream}",
+                        live.stream
+                    ));
+                }
+                blocks.push(InitialBlock {
+                    address: b_addr,
+                    size: b_size,
+                    requested: live.requested,
+                    live: true,
+                });
+                cursor = b_addr + b_size;
+            }
+            if cursor < end {
+                blocks.push(free_block(cursor, end - cursor));
+            }
+            segments.push(InitialSegment {
+                address,
+                size,
+                stream,
+                pool,
+                blocks,
+            });
+        }
+        for a in start_blocks.keys().filter(|a| !used_blocks.contains(a)) {
+            warnings.push(format!(
+                "block {a:#x} was live when the trace began but lies in no known segment; \
+                 it is left out of the initial state"
+            ));
+        }
+        InitialState { segments, warnings }
+    }
+
+    /// Bytes reserved at trace start.
+    pub fn reserved(&self) -> u64 {
+        self.segments.iter().map(|s| s.size).sum()
+    }
+
+    /// Bytes allocated at trace start.
+    pub fn allocated(&self) -> u64 {
+        self.live_blocks().map(|b| b.size).sum()
+    }
+
+    /// Every live block.
+    pub fn live_blocks(&self) -> impl Iterator<Item = &InitialBlock> {
+        self.segments
+            .iter()
+            .flat_map(|s| s.blocks.iter())
+            .filter(|b| b.live)
+    }
+
+    /// Live blocks by address, with the stream of their segment.
+    pub fn live_by_address(&self) -> HashMap<u64, (InitialBlock, u64)> {
+        self.segments
+            .iter()
+            .flat_map(|s| {
+                s.blocks
+                    .iter()
+                    .filter(|b| b.live)
+                    .map(|b| (b.address, (*b, s.stream)))
+            })
+            .collect()
+    }
+}
+
+fn free_block(address: u64, size: u64) -> InitialBlock {
+    InitialBlock {
+        address,
+        size,
+        requested: size,
+        live: false,
+    }
+}
+
+/// A block's address: the recorded one, or (legacy 2.0 files, which record none) the running
+/// offset in its segment's tiling.
+fn block_address(segment: u64, tiled: u64, recorded: u64, legacy: bool) -> u64 {
+    if legacy || (recorded == 0 && segment != 0) {
+        tiled
+    } else {
+        recorded
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use allocview_alloc::snapshot::{BlockInfo, BlockState, SegmentInfo, no_frames};
+
+    const MIB: u64 = 1 << 20;
+
+    fn entry(action: TraceAction, addr: u64, size: u64) -> TraceEntry {
+        TraceEntry {
+            action,
+            addr,
+            size,
+            stream: 0,
+            time_us: None,
+            frames: no_frames(),
+            compile_context: None,
+            user_metadata: None,
+        }
+    }
+
+    fn segment(address: u64, blocks: &[(u64, BlockState)]) -> SegmentInfo {
+        let mut a = address;
+        let blocks: Vec<BlockInfo> = blocks
+            .iter()
+            .map(|&(size, state)| {
+                let b = BlockInfo {
+                    address: a,
+                    size,
+                    requested_size: size,
+                    state,
+                    frames: no_frames(),
+                    history: Vec::new(),
+                };
+                a += size;
+                b
+            })
+            .collect();
+        let total = a - address;
+        SegmentInfo {
+            device: 0,
+            address,
+            total_size: total,
+            allocated_size: 0,
+            active_size: 0,
+            requested_size: 0,
+            stream: 0,
+            segment_type: if total == SMALL_BUFFER {
+                SegmentType::Small
+            } else {
+                SegmentType::Large
+            },
+            segment_pool_id: (0, 0),
+            is_expandable: false,
+            frames: no_frames(),
+            blocks,
+        }
+    }
+
+    #[test]
+    fn segments_not_created_in_the_trace_existed_at_the_start() {
+        let base = 0x1000_0000;
+        let snap = Snapshot {
+            segments: vec![segment(base, &[(20 * MIB, BlockState::Inactive)])],
+            device_traces: vec![vec![
+                entry(TraceAction::SegmentFree, 0x9000_0000, SMALL_BUFFER),
+                entry(TraceAction::SegmentAlloc, 0x5000_0000, 20 * MIB),
+                entry(TraceAction::Alloc, 0x5000_0000, 20 * MIB),
+            ]],
+            ..Snapshot::default()
+        };
+        let s = InitialState::reconstruct(&snap, 0, 0, &round_to_min_block);
+        let addrs: Vec<_> = s.segments.iter().map(|s| (s.address, s.pool)).collect();
+        assert_eq!(
+            addrs,
+            vec![
+                (base, SegmentType::Large),
+                (0x9000_0000, SegmentType::Small)
+            ]
+        );
+        assert!(s.warnings.is_empty());
+        assert_eq!(s.allocated(), 0);
+    }
+
+    #[test]
+    fn blocks_freed_without_an_alloc_were_live_and_absorb_a_small_large_pool_remainder() {
+        let base = 0x1000_0000;
+        // End: one free 20 MiB segment. The trace frees a 19.5 MiB request at its start: the
+        // remaining 0.5 MiB cannot have been split off, so the block was the whole segment.
+        let snap = Snapshot {
+            segments: vec![segment(base, &[(20 * MIB, BlockState::Inactive)])],
+            device_traces: vec![vec![
+                entry(TraceAction::FreeRequested, base, 19 * MIB + MIB / 2),
+                entry(TraceAction::FreeCompleted, base, 19 * MIB + MIB / 2),
+            ]],
+            ..Snapshot::default()
+        };
+        let s = InitialState::reconstruct(&snap, 0, 0, &round_to_min_block);
+        assert_eq!(s.segments[0].blocks.len(), 1);
+        assert_eq!(s.segments[0].blocks[0].size, 20 * MIB);
+        assert!(s.segments[0].blocks[0].live);
+    }
+
+    #[test]
+    fn active_blocks_at_the_end_never_allocated_in_the_trace_were_live_with_free_gaps_between() {
+        let base = 0x1000_0000;
+        let snap = Snapshot {
+            segments: vec![segment(
+                base,
+                &[
+                    (4 * MIB, BlockState::ActiveAllocated),
+                    (6 * MIB, BlockState::Inactive),
+                    (4 * MIB, BlockState::ActiveAllocated),
+                    (6 * MIB, BlockState::Inactive),
+                ],
+            )],
+            device_traces: vec![vec![
+                entry(TraceAction::Alloc, base + 14 * MIB, 2 * MIB),
+                entry(TraceAction::FreeRequested, base + 14 * MIB, 2 * MIB),
+                entry(TraceAction::FreeCompleted, base + 14 * MIB, 2 * MIB),
+                entry(TraceAction::FreeRequested, base + 4 * MIB, 3 * MIB),
+                entry(TraceAction::FreeCompleted, base + 4 * MIB, 3 * MIB),
+            ]],
+            ..Snapshot::default()
+        };
+        let s = InitialState::reconstruct(&snap, 0, 0, &round_to_min_block);
+        let layout: Vec<_> = s.segments[0]
+            .blocks
+            .iter()
+            .map(|b| (b.address - base, b.size, b.live))
+            .collect();
+        assert_eq!(
+            layout,
+            vec![
+                (0, 4 * MIB, true),
+                (4 * MIB, 3 * MIB, true),
+                (7 * MIB, 3 * MIB, false),
+                (10 * MIB, 4 * MIB, true),
+                (14 * MIB, 6 * MIB, false),
+            ]
+        );
+        assert_eq!(s.allocated(), 11 * MIB);
+        assert_eq!(s.reserved(), 20 * MIB);
+    }
+
+    #[test]
+    fn a_live_block_outside_every_segment_is_reported() {
+        let snap = Snapshot {
+            device_traces: vec![vec![entry(TraceAction::FreeRequested, 0x42_0000, 512)]],
+            ..Snapshot::default()
+        };
+        let s = InitialState::reconstruct(&snap, 0, 0, &round_to_min_block);
+        assert!(s.segments.is_empty());
+        assert_eq!(s.warnings.len(), 1);
+        assert!(s.warnings[0].contains("0x420000"));
+    }
+}

@@ -1,0 +1,303 @@
+//! What a replay reports: fidelity to the recording, and the figures of each run side by side.
+
+use std::fmt::{self, Write as _};
+
+use serde::{Deserialize, Serialize};
+
+use crate::diagnosis::{Diagnosis, human};
+
+/// How closely a replay at the recorded addresses followed the recording.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fidelity {
+    /// `alloc` entries replayed.
+    pub allocs: u64,
+    /// Of those, placed at the recorded address.
+    pub allocs_at_recorded_address: u64,
+    /// `segment_alloc` entries in the trace (and segments the replay allocated where the
+    /// recording did not).
+    pub segment_allocs: u64,
+    /// Segment allocations the replay made at the recorded size, where the recording made one.
+    pub segment_allocs_of_recorded_size: u64,
+    /// The first place the replay left the recording, if it did.
+    pub first_divergence: Option<Divergence>,
+    /// Whether the replay's final segments and blocks equal the snapshot's (`None` when the
+    /// file has no segments to compare with, as an RMM log).
+    pub final_state_matches: Option<bool>,
+}
+
+impl Fidelity {
+    /// Share of allocations at the recorded address, in percent (100 when there are none).
+    pub fn alloc_percent(&self) -> f64 {
+        percent(self.allocs_at_recorded_address, self.allocs)
+    }
+
+    /// Share of segment allocations of the recorded size, in percent (100 when none).
+    pub fn segment_percent(&self) -> f64 {
+        percent(self.segment_allocs_of_recorded_size, self.segment_allocs)
+    }
+
+    /// Whether every allocation and segment allocation matched.
+    pub fn is_exact(&self) -> bool {
+        self.allocs == self.allocs_at_recorded_address
+            && self.segment_allocs == self.segment_allocs_of_recorded_size
+    }
+}
+
+fn percent(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        100.0
+    } else {
+        part as f64 * 100.0 / whole as f64
+    }
+}
+
+/// The first point where a replay differs from its recording.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Divergence {
+    /// Index of the trace entry.
+    pub index: usize,
+    /// Its action (`alloc`, `segment_alloc`, ...).
+    pub action: String,
+    /// What the recording shows.
+    pub expected: String,
+    /// What the replay did.
+    pub got: String,
+    /// Why, as far as the replay can tell.
+    pub why: String,
+}
+
+impl fmt::Display for Divergence {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "event {} ({}): expected {}, got {} ({})",
+            self.index, self.action, self.expected, self.got, self.why
+        )
+    }
+}
+
+/// One OOM a run met.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OomEvent {
+    /// Index of the trace entry whose allocation failed.
+    pub index: usize,
+    /// Bytes asked for (unrounded).
+    pub requested: u64,
+    /// Why.
+    pub diagnosis: Diagnosis,
+}
+
+/// The figures of one run (the recording, or a replay under some settings).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunFigures {
+    /// Column heading: `recorded`, or the settings string.
+    pub label: String,
+    /// Allocator settings in PyTorch's syntax (empty for defaults).
+    pub config: String,
+    /// Highest reserved bytes.
+    pub peak_reserved: u64,
+    /// Highest allocated bytes.
+    pub peak_allocated: u64,
+    /// Highest `reserved - allocated`.
+    pub peak_fragmentation: u64,
+    /// Device allocations (segments, or page maps of expandable segments) during the trace.
+    pub device_mallocs: u64,
+    /// Allocations that failed.
+    pub ooms: u64,
+    /// The first of them.
+    pub first_oom: Option<OomEvent>,
+}
+
+/// The state a replay began from.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InitialSummary {
+    /// Segments that existed when the trace began.
+    pub segments: usize,
+    /// Blocks live when the trace began.
+    pub live_blocks: usize,
+    /// Bytes reserved then.
+    pub reserved: u64,
+    /// Bytes allocated then.
+    pub allocated: u64,
+    /// What did not fit the reconstruction.
+    pub warnings: Vec<String>,
+}
+
+/// One row of the runs table: its name and how to show a run's figure.
+type Row = (&'static str, fn(&RunFigures) -> String);
+
+/// Everything `allocview replay` reports.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReplayReport {
+    /// Trace entries replayed.
+    pub events: usize,
+    /// Simulated device capacity in bytes (`None`: unlimited).
+    pub device_memory: Option<u64>,
+    /// The state the replay began from.
+    pub initial: InitialSummary,
+    /// Fidelity of the replay at the recorded settings and addresses.
+    pub fidelity: Fidelity,
+    /// The runs: the recording first (the baseline), then one per `--config`.
+    pub runs: Vec<RunFigures>,
+}
+
+impl ReplayReport {
+    /// The report as text: fidelity, then the runs as a table, one column per run.
+    pub fn to_text(&self) -> String {
+        let mut out = String::new();
+        let fid = &self.fidelity;
+        let _ = writeln!(
+            out,
+            "replayed {} events on a simulated device of {}",
+            self.events,
+            self.device_memory
+                .map_or("unlimited memory".to_string(), human)
+        );
+        let _ = writeln!(
+            out,
+            "initial state: {} segments ({} reserved), {} live blocks ({} allocated)",
+            self.initial.segments,
+            human(self.initial.reserved),
+            self.initial.live_blocks,
+            human(self.initial.allocated)
+        );
+        for w in &self.initial.warnings {
+            let _ = writeln!(out, "  warning: {w}");
+        }
+        let _ = writeln!(
+            out,
+            "fidelity: {}/{} allocations at the recorded address ({:.1}%), {}/{} segment \
+             allocations of the recorded size ({:.1}%)",
+            fid.allocs_at_recorded_address,
+            fid.allocs,
+            fid.alloc_percent(),
+            fid.segment_allocs_of_recorded_size,
+            fid.segment_allocs,
+            fid.segment_percent()
+        );
+        match &fid.first_divergence {
+            Some(d) => {
+                let _ = writeln!(out, "first divergence: {d}");
+            }
+            None => {
+                let _ = writeln!(out, "no divergence");
+            }
+        }
+        if let Some(m) = fid.final_state_matches {
+            let _ = writeln!(
+                out,
+                "final segments {} the snapshot's",
+                if m { "match" } else { "differ from" }
+            );
+        }
+        out.push('\n');
+        out.push_str(&self.table());
+        for run in &self.runs {
+            if let Some(oom) = &run.first_oom {
+                let _ = writeln!(
+                    out,
+                    "{}: first OOM at event {} ({} requested): {}",
+                    run.label,
+                    oom.index,
+                    human(oom.requested),
+                    oom.diagnosis.explanation
+                );
+            }
+        }
+        out
+    }
+
+    /// The runs as an aligned table, one column per run.
+    pub fn table(&self) -> String {
+        let rows: [Row; 5] = [
+            ("peak reserved", |r| human(r.peak_reserved)),
+            ("peak allocated", |r| human(r.peak_allocated)),
+            ("peak fragmentation", |r| human(r.peak_fragmentation)),
+            ("device mallocs", |r| r.device_mallocs.to_string()),
+            ("OOMs", |r| r.ooms.to_string()),
+        ];
+        let mut cells: Vec<Vec<String>> = vec![
+            std::iter::once(String::new())
+                .chain(self.runs.iter().map(|r| r.label.clone()))
+                .collect(),
+        ];
+        for (name, f) in rows {
+            cells.push(
+                std::iter::once(name.to_string())
+                    .chain(self.runs.iter().map(f))
+                    .collect(),
+            );
+        }
+        let cols = self.runs.len() + 1;
+        let widths: Vec<usize> = (0..cols)
+            .map(|c| {
+                cells
+                    .iter()
+                    .map(|r| r[c].chars().count())
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        let mut out = String::new();
+        for row in &cells {
+            for (c, cell) in row.iter().enumerate() {
+                if c == 0 {
+                    let _ = write!(out, "{cell:<w$}", w = widths[c]);
+                } else {
+                    let _ = write!(out, "  {cell:>w$}", w = widths[c]);
+                }
+            }
+            out.push('\n');
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(label: &str, reserved: u64, ooms: u64) -> RunFigures {
+        RunFigures {
+            label: label.into(),
+            config: String::new(),
+            peak_reserved: reserved,
+            peak_allocated: reserved / 2,
+            peak_fragmentation: reserved / 2,
+            device_mallocs: 3,
+            ooms,
+            first_oom: None,
+        }
+    }
+
+    #[test]
+    fn the_table_has_one_column_per_run_with_the_recording_first() {
+        let report = ReplayReport {
+            events: 10,
+            device_memory: Some(1 << 30),
+            initial: InitialSummary::default(),
+            fidelity: Fidelity {
+                allocs: 4,
+                allocs_at_recorded_address: 3,
+                segment_allocs: 0,
+                ..Fidelity::default()
+            },
+            runs: vec![
+                run("recorded", 4 << 20, 0),
+                run("expandable_segments:True", 2 << 20, 1),
+            ],
+        };
+        let table = report.table();
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines.len(), 6);
+        assert!(lines[0].trim_start().starts_with("recorded"));
+        assert!(lines[0].ends_with("expandable_segments:True"));
+        assert!(lines[1].starts_with("peak reserved"));
+        assert!(lines[1].contains("4.00 MiB") && lines[1].ends_with("2.00 MiB"));
+        assert!(lines[5].ends_with('1'));
+        let text = report.to_text();
+        assert!(text.contains("3/4 allocations at the recorded address (75.0%)"));
+        assert!(text.contains("0/0 segment allocations of the recorded size (100.0%)"));
+        assert!(!report.fidelity.is_exact());
+    }
+}

@@ -1,0 +1,406 @@
+//! `CachingAllocator`: PyTorch's CUDA caching allocator over any [`DeviceBackend`].
+//!
+//! The algorithm is `docs/caching-allocator-spec.md`, which restates PyTorch 2.x's
+//! `DeviceCachingAllocator` (c10/cuda/CUDACachingAllocator.cpp) rule by rule: requests round up
+//! ([`AllocatorConfig::round_size`]), go to the small pool (rounded size up to 1 MiB) or the
+//! large pool, and take the best-fitting cached block of the same stream, ordered by
+//! `(stream, size, address)`; when none fits, a new segment comes from the device (2 MiB for
+//! small requests, 20 MiB for 1-10 MiB, else the request rounded to 2 MiB), then the cache is
+//! freed and the device asked again. Blocks split (the allocated piece is the front) and merge
+//! with free neighbours on free. Frees of blocks used by other streams wait for events.
+//!
+//! # Locking
+//! One mutex protects the whole state (one device per allocator). Stack context is gathered
+//! before it is taken, OOM observers are called after it is released; trace trackers, free
+//! memory callbacks, stream filters and the event sink run under it and must not call back
+//! into the allocator.
+//!
+//! # Events
+//! With an event sink set ([`CachingAllocator::set_event_sink`]), every call publishes, at its
+//! end and still under the lock (so events of different threads never interleave out of
+//! order), the events below, in the order the allocator did the work. `time_ns` is the call's
+//! start, `latency_ns` the time the whole call took, `device` the allocator's device, `stream`
+//! the stream of the block or segment, `pool` `Small`/`Large`, `flags` carry
+//! [`FLAG_EXPANDABLE`](crate::event::FLAG_EXPANDABLE) (block or pages of an expandable segment),
+//! [`FLAG_PRIVATE_POOL`](crate::event::FLAG_PRIVATE_POOL) with `pool_id` = the private pool's
+//! first id, [`FLAG_OVERSIZE`](crate::event::FLAG_OVERSIZE) (size >= `max_split_size`) and
+//! [`FLAG_CACHED`](crate::event::FLAG_CACHED) (an `Alloc` served without a device call).
+//!
+//! | action | when | `addr` | `size` | `requested` |
+//! |---|---|---|---|---|
+//! | `SegmentAlloc` | a device segment was allocated | segment | segment size | 0 |
+//! | `SegmentFree` | a whole segment went back to the device | segment | segment size | 0 |
+//! | `SegmentMap` | pages were mapped into an expandable segment | first page | bytes mapped | 0 |
+//! | `SegmentUnmap` | whole free pages were unmapped | first page | bytes unmapped | 0 |
+//! | `Alloc` | a block was handed out | block | block size after any split (includes an unsplit remainder) | request |
+//! | `FreeRequested` | the program freed a block | block | block size | request |
+//! | `FreeCompleted` | the block went back to the free set | block, before merging | block size before merging | request |
+//! | `AllocRetry` | the cache was flushed and the device asked again (`num_alloc_retries`) | 0 | 0 | 0 |
+//! | `SyncAllStreams` | all outstanding events were waited for (`num_sync_all_streams`) | 0 | 0 | 0 |
+//! | `Oom` | an allocation failed (`num_ooms`) | device free bytes | rounded request | request |
+//! | `Snapshot`, `UserDefined`, `ResetPeaks`, `ResetAccumulated` | as named | 0 | 0 | 0 |
+//!
+//! A consumer mirrors segments and blocks from these: an `Alloc` inside a free block of the
+//! mirror takes its front `size` bytes (the rest stays free); `FreeCompleted` frees the block and
+//! merges it with free, mapped-alike neighbours of the same segment (a block between
+//! `FreeRequested` and `FreeCompleted` is pending, not free); `SegmentMap` adds free pages that
+//! merge with a free neighbour. Stats then follow the spec: `allocated_*` drop at
+//! `FreeRequested`, `active_*` and `requested_bytes` at `FreeCompleted`; expandable segments
+//! count in `reserved_bytes` but not in `segment` or `inactive_split*`. With no sink set the
+//! cost is one branch per event point.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::caching::backend::{DeviceBackend, DevicePtr, StreamId};
+use crate::caching::config::AllocatorConfig;
+use crate::caching::device_allocator::{DeviceCachingAllocator, MallocFailure};
+use crate::caching::error::{AllocError, OomInfo};
+use crate::caching::history::{ContextLevel, HistoryOptions};
+use crate::caching::pool::PoolId;
+use crate::caching::stats::DeviceStats;
+use crate::caching::summary::format_memory_summary;
+use crate::event::{EventAction, EventSink};
+use crate::snapshot::{DeviceMeta, Frame, Frames, Snapshot, TraceAction, TraceEntry};
+
+/// Requests of this size or more are refused outright (PyTorch: "more than 1EB").
+pub const MAX_REQUEST: u64 = 1 << 60;
+
+/// A context provider: returns the frames to attach to a block or trace entry.
+pub type ContextProvider = Arc<dyn Fn() -> Frames + Send + Sync>;
+
+/// Cache figures (`torch.cuda` `cacheInfo`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CacheInfo {
+    /// `reserved - allocated`.
+    pub cached_bytes: u64,
+    /// The largest free cached block.
+    pub largest_free_block: u64,
+}
+
+/// PyTorch's CUDA caching allocator for one device, over a [`DeviceBackend`].
+pub struct CachingAllocator<B: DeviceBackend> {
+    backend: B,
+    state: Mutex<DeviceCachingAllocator>,
+    /// The context level, readable without the lock (gathering happens before it).
+    context_level: AtomicU8,
+    provider: Mutex<Option<ContextProvider>>,
+}
+
+impl<B: DeviceBackend> CachingAllocator<B> {
+    /// An allocator for the backend's device.
+    pub fn new(backend: B, config: AllocatorConfig) -> Self {
+        let device = backend.device();
+        CachingAllocator {
+            backend,
+            state: Mutex::new(DeviceCachingAllocator::new(device, config)),
+            context_level: AtomicU8::new(ContextLevel::Never as u8),
+            provider: Mutex::new(None),
+        }
+    }
+
+    /// The device backend.
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    /// The device index.
+    pub fn device(&self) -> i32 {
+        self.lock().device
+    }
+
+    /// The settings.
+    pub fn config(&self) -> AllocatorConfig {
+        self.lock().config.clone()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, DeviceCachingAllocator> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Calls the context provider when the context level is at least `level`.
+    fn gather(&self, level: ContextLevel) -> Option<Frames> {
+        if self.context_level.load(Ordering::Relaxed) < level as u8 {
+            return None;
+        }
+        let provider = self
+            .provider
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        provider.map(|f| f())
+    }
+
+    /// Allocates `size` bytes for use on `stream`.
+    ///
+    /// # Errors
+    /// [`AllocError::OutOfMemory`] when no cached block fits and the device has no room even
+    /// after the cache is freed (OOM observers have been called); [`AllocError::Device`] for
+    /// other device failures; [`AllocError::InvalidArgument`] for a request of 1 EiB or more.
+    pub fn malloc(&self, size: u64, stream: StreamId) -> Result<DevicePtr, AllocError> {
+        if size >= MAX_REQUEST {
+            return Err(AllocError::InvalidArgument(format!(
+                "request of {size} bytes is more than 1 EiB"
+            )));
+        }
+        let context = self.gather(ContextLevel::State);
+        let mut st = self.lock();
+        st.begin_call();
+        let r = st.malloc(&self.backend, size, stream, context);
+        st.end_call();
+        match r {
+            Ok(p) => Ok(p),
+            Err(MallocFailure::Error(e)) => Err(e),
+            Err(MallocFailure::Oom(oom, info, observers)) => {
+                drop(st);
+                for o in &observers {
+                    o(&info);
+                }
+                Err(AllocError::OutOfMemory(oom))
+            }
+        }
+    }
+
+    /// Frees a pointer [`malloc`](Self::malloc) returned.
+    ///
+    /// # Errors
+    /// [`AllocError::InvalidPointer`] for an unknown pointer or a double free;
+    /// [`AllocError::Device`] when recording a stream event fails.
+    pub fn free(&self, ptr: DevicePtr) -> Result<(), AllocError> {
+        let context = self.gather(ContextLevel::All);
+        let mut st = self.lock();
+        st.begin_call();
+        let r = st.free(&self.backend, ptr, context);
+        st.end_call();
+        r
+    }
+
+    /// Notes that `stream` uses the block at `ptr`: its free will wait for the stream's work.
+    ///
+    /// # Errors
+    /// [`AllocError::InvalidPointer`] when `ptr` is not an allocated block.
+    pub fn record_stream(&self, ptr: DevicePtr, stream: StreamId) -> Result<(), AllocError> {
+        self.lock().record_stream(ptr, stream)
+    }
+
+    /// Completes pending frees, then returns every whole cached segment to the device (and
+    /// unmaps free pages of expandable segments), then releases freeable private pools.
+    ///
+    /// # Errors
+    /// [`AllocError::Device`] when the device fails; [`AllocError::InvalidArgument`] during a
+    /// graph capture (the allocator cannot synchronize then).
+    pub fn empty_cache(&self) -> Result<(), AllocError> {
+        let context = self.gather(ContextLevel::All);
+        let mut st = self.lock();
+        if !st.captures.is_empty() {
+            return Err(AllocError::InvalidArgument(
+                "empty_cache during a graph capture (allocate_to_pool is active)".into(),
+            ));
+        }
+        st.begin_call();
+        let r = st.release_cached_blocks(&self.backend, context.as_ref());
+        st.end_call();
+        r
+    }
+
+    /// Limits the bytes this allocator may reserve to `fraction` of the device's total memory.
+    ///
+    /// # Errors
+    /// [`AllocError::InvalidArgument`] for a fraction outside [0, 1];
+    /// [`AllocError::Device`] when the device cannot report its memory.
+    pub fn set_memory_fraction(&self, fraction: f64) -> Result<(), AllocError> {
+        if !(0.0..=1.0).contains(&fraction) {
+            return Err(AllocError::InvalidArgument(format!(
+                "memory fraction {fraction} is not within [0, 1]"
+            )));
+        }
+        let (_, total) = self.backend.mem_get_info()?;
+        let mut st = self.lock();
+        st.allowed_memory_maximum = (fraction * total as f64) as u64;
+        st.set_fraction = true;
+        Ok(())
+    }
+
+    /// `reserved - allocated` and the largest free cached block.
+    pub fn cache_info(&self) -> CacheInfo {
+        let st = self.lock();
+        CacheInfo {
+            cached_bytes: st.cached_bytes(),
+            largest_free_block: st.largest_free_block(),
+        }
+    }
+
+    /// The base and size of the segment containing `ptr` (for an expandable segment, of the
+    /// contiguous mapped range), or `None` when no segment holds it.
+    pub fn base_allocation(&self, ptr: DevicePtr) -> Option<(DevicePtr, u64)> {
+        self.lock().base_allocation(ptr)
+    }
+
+    /// A copy of the statistics.
+    pub fn device_stats(&self) -> DeviceStats {
+        self.lock().stats.clone()
+    }
+
+    /// The statistics as `torch.cuda.memory_stats()` keys.
+    pub fn memory_stats(&self) -> BTreeMap<String, i64> {
+        self.device_stats().memory_stats()
+    }
+
+    /// The `torch.cuda.memory_summary()` table.
+    pub fn memory_summary(&self) -> String {
+        let (stats, device) = {
+            let st = self.lock();
+            (st.stats.clone(), st.device)
+        };
+        format_memory_summary(&stats, device)
+    }
+
+    /// `peak = current` everywhere.
+    pub fn reset_peak_stats(&self) {
+        let mut st = self.lock();
+        st.begin_call();
+        st.stats.reset_peak();
+        st.emit_plain(EventAction::ResetPeaks, StreamId::DEFAULT);
+        st.end_call();
+    }
+
+    /// `allocated = freed = 0` and the counters to 0.
+    pub fn reset_accumulated_stats(&self) {
+        let mut st = self.lock();
+        st.begin_call();
+        st.stats.reset_accumulated();
+        st.emit_plain(EventAction::ResetAccumulated, StreamId::DEFAULT);
+        st.end_call();
+    }
+
+    /// The segments (sorted by address), this device's trace, the settings, and the device's
+    /// total memory and trace overflow. Records a `snapshot` trace entry (seen in the next
+    /// snapshot's trace, as in PyTorch).
+    pub fn snapshot(&self) -> Snapshot {
+        let total_memory = self.backend.mem_get_info().ok().map(|(_, t)| t);
+        let mut st = self.lock();
+        st.begin_call();
+        let trace = st.ring.entries();
+        let overflow = st.ring.overflow();
+        let (segments, total_active) = st.segments();
+        st.record_trace(
+            TraceAction::Snapshot,
+            0,
+            total_active,
+            StreamId::DEFAULT,
+            None,
+        );
+        st.emit_plain(EventAction::Snapshot, StreamId::DEFAULT);
+        st.end_call();
+        let device = st.device;
+        let mut device_traces = vec![Vec::new(); device.max(0) as usize];
+        device_traces.push(trace);
+        Snapshot {
+            segments,
+            device_traces,
+            allocator_settings: Some(st.config.to_settings()),
+            external_annotations: Some(Vec::new()),
+            devices: vec![DeviceMeta {
+                device,
+                total_memory,
+                trace_overflow: overflow,
+            }],
+        }
+    }
+
+    /// Turns trace history on or off (off clears it) and sets the context level and ring size.
+    pub fn record_history(&self, opts: HistoryOptions) {
+        let mut st = self.lock();
+        st.record_history = opts.enabled;
+        st.context_level = if opts.enabled {
+            opts.context
+        } else {
+            ContextLevel::Never
+        };
+        st.ring.set_max(opts.max_entries);
+        if !opts.enabled {
+            st.ring.clear();
+        }
+        self.context_level
+            .store(st.context_level as u8, Ordering::Relaxed);
+    }
+
+    /// Sets (or removes) the function that supplies stack frames. It is called outside the
+    /// lock, only when the context level needs frames for the call; frames are stored shared.
+    pub fn set_context_provider(&self, f: Option<ContextProvider>) {
+        *self.provider.lock().unwrap_or_else(|e| e.into_inner()) = f;
+    }
+
+    /// Adds an observer called (outside the lock) on every out-of-memory failure.
+    pub fn attach_oom_observer(&self, f: impl Fn(&OomInfo) + Send + Sync + 'static) {
+        self.lock().oom_observers.push(Arc::new(f));
+    }
+
+    /// Adds a tracker that receives every trace entry, even with history off (called under
+    /// the lock: it must not call the allocator).
+    pub fn attach_trace_tracker(&self, f: impl Fn(&TraceEntry) + Send + Sync + 'static) {
+        self.lock().trackers.push(Arc::new(f));
+    }
+
+    /// Adds a free-memory callback, run when no cached block fits, before a device allocation
+    /// (PyTorch's `FreeCudaMemoryCallbacksRegistry`). It returns whether it freed anything; it
+    /// runs under the lock and must not call the allocator.
+    pub fn add_free_memory_callback(&self, f: impl Fn() -> bool + Send + Sync + 'static) {
+        self.lock().free_callbacks.push(Arc::new(f));
+    }
+
+    /// Sets (or removes) the sink events are published to (see the module docs).
+    pub fn set_event_sink(&self, sink: Option<Arc<dyn EventSink>>) {
+        self.lock().sink = sink;
+    }
+
+    /// Records a `user_defined` trace entry named `name` (a one-frame context).
+    pub fn record_user_annotation(&self, name: &str, stream: StreamId) {
+        let frames: Frames = Arc::from(vec![Frame {
+            name: name.to_string(),
+            filename: String::new(),
+            line: 0,
+        }]);
+        let mut st = self.lock();
+        st.begin_call();
+        st.record_annotation(frames, stream);
+        st.end_call();
+    }
+
+    /// Routes allocations on streams the filter accepts to the private pool `pool` (created, or
+    /// its use count raised), as a graph capture does.
+    pub fn begin_allocate_to_pool(
+        &self,
+        pool: PoolId,
+        filter: impl Fn(StreamId) -> bool + Send + Sync + 'static,
+    ) {
+        self.lock().begin_allocate_to_pool(pool, Arc::new(filter));
+    }
+
+    /// Stops routing allocations to `pool`.
+    pub fn end_allocate_to_pool(&self, pool: PoolId) {
+        self.lock().end_allocate_to_pool(pool);
+    }
+
+    /// Drops one use of `pool`; at zero its cached memory goes back with the next
+    /// `empty_cache`.
+    pub fn release_pool(&self, pool: PoolId) {
+        self.lock().release_pool(pool);
+    }
+}
+
+impl<B: DeviceBackend> Drop for CachingAllocator<B> {
+    fn drop(&mut self) {
+        let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        st.destroy_events(&self.backend);
+    }
+}
+
+impl<B: DeviceBackend + std::fmt::Debug> std::fmt::Debug for CachingAllocator<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CachingAllocator")
+            .field("backend", &self.backend)
+            .finish_non_exhaustive()
+    }
+}

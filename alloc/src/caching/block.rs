@@ -1,0 +1,162 @@
+//! Blocks (pieces of a segment) and the slab that holds them.
+//!
+//! PyTorch keeps each `Block` on the heap and links neighbours by pointer. Here blocks live in a
+//! slab (`BlockArena`) and link by index: a split reuses a freed slot, so the cached
+//! malloc/free path allocates nothing once the slab has grown to the working set.
+
+use crate::caching::backend::StreamId;
+use crate::snapshot::Frames;
+
+/// Index of a block in its arena.
+pub(crate) type BlockId = u32;
+
+/// "No block" (a null `prev`/`next`, no expandable segment).
+pub(crate) const NIL: u32 = u32::MAX;
+
+/// One block: a contiguous range of a segment, allocated, free, or waiting for streams.
+#[derive(Debug, Clone)]
+pub(crate) struct Block {
+    /// Device address of the first byte.
+    pub addr: u64,
+    /// Size in bytes.
+    pub size: u64,
+    /// The request this block last served (PyTorch keeps it after the free).
+    pub requested: u64,
+    /// The stream it was allocated for.
+    pub stream: StreamId,
+    /// Index of its `BlockPool`.
+    pub pool: u32,
+    /// Neighbour below in the same segment, or `NIL`.
+    pub prev: BlockId,
+    /// Neighbour above in the same segment, or `NIL`.
+    pub next: BlockId,
+    /// Handed out to the program.
+    pub allocated: bool,
+    /// Backed by physical memory (always true outside expandable segments).
+    pub mapped: bool,
+    /// In use in the arena (false for a free slot).
+    pub live: bool,
+    /// Outstanding device events (frees waiting for other streams).
+    pub event_count: u32,
+    /// Streams other than the allocation stream that used the block (`record_stream`).
+    pub stream_uses: Vec<StreamId>,
+    /// The pool's free-block search count when the block was cached (garbage collection age).
+    pub gc_count_base: i64,
+    /// Index of the expandable segment the block lies in, or `NIL`.
+    pub expandable: u32,
+    /// Context where the block was last allocated.
+    pub context: Option<Frames>,
+    /// Context where its segment was allocated (kept on the segment's first block).
+    pub segment_context: Option<Frames>,
+}
+
+impl Block {
+    /// A live, free, mapped block.
+    pub(crate) fn new(addr: u64, size: u64, stream: StreamId, pool: u32) -> Block {
+        Block {
+            addr,
+            size,
+            requested: 0,
+            stream,
+            pool,
+            prev: NIL,
+            next: NIL,
+            allocated: false,
+            mapped: true,
+            live: true,
+            event_count: 0,
+            stream_uses: Vec::new(),
+            gc_count_base: 0,
+            expandable: NIL,
+            context: None,
+            segment_context: None,
+        }
+    }
+
+    /// Part of a segment that holds other blocks.
+    #[inline]
+    pub(crate) fn is_split(&self) -> bool {
+        self.prev != NIL || self.next != NIL
+    }
+
+    /// Part of an expandable segment.
+    #[inline]
+    pub(crate) fn is_expandable(&self) -> bool {
+        self.expandable != NIL
+    }
+
+    /// Not allocated, no pending events, no recorded stream uses: may be merged or reused.
+    #[inline]
+    pub(crate) fn is_free(&self) -> bool {
+        !self.allocated && self.event_count == 0 && self.stream_uses.is_empty()
+    }
+
+    /// Allocated, or freed while other streams still use it.
+    #[inline]
+    pub(crate) fn is_active(&self) -> bool {
+        self.allocated || self.event_count > 0 || !self.stream_uses.is_empty()
+    }
+}
+
+/// A slab of blocks with a free list of slots.
+#[derive(Debug, Default)]
+pub(crate) struct BlockArena {
+    blocks: Vec<Block>,
+    free: Vec<BlockId>,
+}
+
+impl BlockArena {
+    pub(crate) fn with_capacity(n: usize) -> BlockArena {
+        BlockArena {
+            blocks: Vec::with_capacity(n),
+            free: Vec::with_capacity(n),
+        }
+    }
+
+    /// Stores a block, reusing a free slot when there is one.
+    pub(crate) fn insert(&mut self, b: Block) -> BlockId {
+        if let Some(id) = self.free.pop() {
+            self.blocks[id as usize] = b;
+            id
+        } else {
+            self.blocks.push(b);
+            (self.blocks.len() - 1) as BlockId
+        }
+    }
+
+    /// Frees a slot.
+    pub(crate) fn remove(&mut self, id: BlockId) {
+        let b = &mut self.blocks[id as usize];
+        b.live = false;
+        b.context = None;
+        b.segment_context = None;
+        b.stream_uses.clear();
+        b.prev = NIL;
+        b.next = NIL;
+        self.free.push(id);
+    }
+
+    /// Every live block with its id.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (BlockId, &Block)> {
+        self.blocks
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.live)
+            .map(|(i, b)| (i as BlockId, b))
+    }
+}
+
+impl std::ops::Index<BlockId> for BlockArena {
+    type Output = Block;
+    #[inline]
+    fn index(&self, id: BlockId) -> &Block {
+        &self.blocks[id as usize]
+    }
+}
+
+impl std::ops::IndexMut<BlockId> for BlockArena {
+    #[inline]
+    fn index_mut(&mut self, id: BlockId) -> &mut Block {
+        &mut self.blocks[id as usize]
+    }
+}

@@ -1,0 +1,702 @@
+//! `AllocatorConfig`: the caching allocator's settings, parsed from PyTorch's
+//! `PYTORCH_CUDA_ALLOC_CONF` syntax, and the size-rounding rule they drive.
+//!
+//! The syntax and the checks follow PyTorch's `CUDAAllocatorConfig::parseArgs` (2.x): the string
+//! is split into tokens (`,` `:` `[` `]` and runs of anything else, whitespace ignored), then read
+//! as `key:value` pairs separated by commas. `roundup_power2_divisions` also takes a list
+//! `[256:1,512:2,>:8]` whose keys are sizes in MB (powers of two) naming the bucket
+//! `log2(key)`; the first key also fills every lower bucket and `>` fills from the last named
+//! bucket itself to the end (PyTorch's quirk, matched here and announced with a warning).
+//!
+//! [`AllocatorConfig::round_size`] is PyTorch's `round_size`: below [`MIN_BLOCK_SIZE`] a request
+//! becomes 512 bytes; with `d` divisions for the request's power-of-two bucket (`d > 1` and the
+//! request above `512 * d`) it rounds up to the next `1/d` step between powers of two; else to a
+//! multiple of 512.
+
+use std::fmt;
+
+use crate::snapshot::Value;
+
+/// Smallest block: every request rounds up to a multiple of this (PyTorch's `kMinBlockSize`).
+pub const MIN_BLOCK_SIZE: u64 = 512;
+/// Largest rounded request served from the small pool (`kSmallSize`, 1 MiB).
+pub const SMALL_SIZE: u64 = 1 << 20;
+/// Segment size for small-pool requests (`kSmallBuffer`, 2 MiB).
+pub const SMALL_BUFFER: u64 = 2 << 20;
+/// Segment size for requests of 1 MiB up to [`MIN_LARGE_ALLOC`] (`kLargeBuffer`, 20 MiB); also
+/// the default slack an oversize request may waste (`max_non_split_rounding_mb`).
+pub const LARGE_BUFFER: u64 = 20 << 20;
+/// From this rounded size on, a segment is the request rounded up to [`ROUND_LARGE`]
+/// (`kMinLargeAlloc`, 10 MiB).
+pub const MIN_LARGE_ALLOC: u64 = 10 << 20;
+/// Rounding of large segments (`kRoundLarge`, 2 MiB).
+pub const ROUND_LARGE: u64 = 2 << 20;
+/// Number of power-of-two buckets `roundup_power2_divisions` configures: 1 MiB .. 32 GiB and up.
+pub const ROUNDUP_BUCKETS: usize = 16;
+/// log2 of the first bucket's start (1 MiB).
+const FIRST_BUCKET_LOG2: u32 = 20;
+/// One MiB, the unit of the `*_mb` settings.
+const MIB: u64 = 1 << 20;
+/// Smallest accepted `max_split_size_mb` and `max_non_split_rounding_mb` (the large buffer, 20).
+pub const MIN_SPLIT_SIZE_MB: u64 = LARGE_BUFFER / MIB;
+/// Largest accepted `pinned_num_register_threads` (PyTorch's `pinned_max_register_threads`).
+pub const MAX_PINNED_REGISTER_THREADS: u64 = 128;
+/// Environment variable read first by [`AllocatorConfig::from_env`].
+pub const ENV_VAR: &str = "ALLOCVIEW_ALLOC_CONF";
+/// PyTorch's variable, read when [`ENV_VAR`] is unset.
+pub const PYTORCH_ENV_VAR: &str = "PYTORCH_CUDA_ALLOC_CONF";
+
+/// Every key the parser accepts, for error messages.
+pub const VALID_KEYS: &str = "max_split_size_mb, max_non_split_rounding_mb, \
+garbage_collection_threshold, roundup_power2_divisions, expandable_segments, \
+release_lock_on_cudamalloc, backend, pinned_use_cuda_host_register, pinned_num_register_threads, \
+pinned_use_background_threads, pinned_reserve_segment_size_mb, graph_capture_record_stream_reuse";
+
+/// A configuration string or builder value that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// A key the allocator does not know.
+    #[error("unknown allocator setting '{key}'; valid settings: {valid}")]
+    UnknownKey {
+        /// The key as written.
+        key: String,
+        /// The keys that are accepted.
+        valid: &'static str,
+    },
+    /// A value out of range or of the wrong form.
+    #[error("invalid value '{value}' for '{key}': expected {expected}")]
+    InvalidValue {
+        /// The setting.
+        key: String,
+        /// The value as written.
+        value: String,
+        /// What would have been accepted.
+        expected: &'static str,
+    },
+    /// The string does not follow the `key:value,key:value` syntax.
+    #[error("malformed allocator config near '{near}' (token {position}): {problem}")]
+    Syntax {
+        /// What is wrong.
+        problem: &'static str,
+        /// The token where it went wrong (or `end of string`).
+        near: String,
+        /// Index of that token.
+        position: usize,
+    },
+}
+
+/// Expected forms, named once.
+const EXPECT_SPLIT_MB: &str = "an integer number of MiB, at least 20";
+const EXPECT_THRESHOLD: &str = "a number strictly between 0 and 1";
+const EXPECT_BOOL: &str = "True or False";
+const EXPECT_DIVISIONS: &str = "0 or a power of two, either one value (roundup_power2_divisions:4) \
+or a list [256:1,512:2,>:8] whose keys are power-of-two sizes in MB or '>'";
+const EXPECT_BACKEND: &str = "native (cudaMallocAsync is not supported by allocview)";
+const EXPECT_THREADS: &str = "a power of two no larger than 128";
+const EXPECT_POSITIVE: &str = "a positive integer";
+
+/// The caching allocator's settings. [`Default`] is PyTorch's defaults (no `max_split_size`,
+/// no garbage collection, no rounding divisions, no expandable segments).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AllocatorConfig {
+    max_split_size: Option<u64>,
+    max_non_split_rounding: u64,
+    garbage_collection_threshold: f64,
+    expandable_segments: bool,
+    release_lock_on_cudamalloc: bool,
+    roundup_power2_divisions: [u64; ROUNDUP_BUCKETS],
+    pinned_num_register_threads: u64,
+    pinned_use_cuda_host_register: bool,
+    pinned_use_background_threads: bool,
+    pinned_reserve_segment_size_mb: u64,
+    graph_capture_record_stream_reuse: bool,
+    source: String,
+}
+
+impl Default for AllocatorConfig {
+    fn default() -> Self {
+        AllocatorConfig {
+            max_split_size: None,
+            max_non_split_rounding: LARGE_BUFFER,
+            garbage_collection_threshold: 0.0,
+            expandable_segments: false,
+            release_lock_on_cudamalloc: false,
+            roundup_power2_divisions: [0; ROUNDUP_BUCKETS],
+            pinned_num_register_threads: 1,
+            pinned_use_cuda_host_register: false,
+            pinned_use_background_threads: false,
+            pinned_reserve_segment_size_mb: 0,
+            graph_capture_record_stream_reuse: false,
+            source: String::new(),
+        }
+    }
+}
+
+/// The bucket of `roundup_power2_divisions` a size falls in: `floor(log2(size)) - 20`, clamped to
+/// `0..16` (so every size below 2 MiB uses bucket 0).
+pub fn roundup_bucket(size: u64) -> usize {
+    let log = 63 - size.max(1).leading_zeros();
+    (log.saturating_sub(FIRST_BUCKET_LOG2) as usize).min(ROUNDUP_BUCKETS - 1)
+}
+
+/// Segment size for a rounded request (PyTorch's `get_allocation_size`): at most 1 MiB -> 2 MiB;
+/// below 10 MiB -> 20 MiB; else rounded up to 2 MiB.
+pub fn segment_size(rounded: u64) -> u64 {
+    if rounded <= SMALL_SIZE {
+        SMALL_BUFFER
+    } else if rounded < MIN_LARGE_ALLOC {
+        LARGE_BUFFER
+    } else {
+        rounded.div_ceil(ROUND_LARGE).saturating_mul(ROUND_LARGE)
+    }
+}
+
+impl AllocatorConfig {
+    /// A builder with typed setters, starting from the defaults.
+    pub fn builder() -> AllocatorConfigBuilder {
+        AllocatorConfigBuilder {
+            config: AllocatorConfig::default(),
+        }
+    }
+
+    /// Parses PyTorch's syntax, e.g.
+    /// `max_split_size_mb:128,roundup_power2_divisions:[256:1,512:2,>:8],garbage_collection_threshold:0.6,expandable_segments:True`.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the key and the valid forms: unknown key, `max_split_size_mb`
+    /// below 20, a threshold not strictly between 0 and 1, a bool other than True/False, bad
+    /// divisions, or broken syntax.
+    pub fn parse(s: &str) -> Result<AllocatorConfig, ConfigError> {
+        let tokens = tokenize(s);
+        let mut p = Parser { tokens, i: 0 };
+        let mut c = AllocatorConfig {
+            source: s.to_string(),
+            ..AllocatorConfig::default()
+        };
+        while p.i < p.tokens.len() {
+            let key = p.next_word("a setting name")?;
+            p.expect(":")?;
+            match key.as_str() {
+                "max_split_size_mb" => {
+                    let mb = p.integer(&key, EXPECT_SPLIT_MB)?;
+                    if mb < MIN_SPLIT_SIZE_MB {
+                        return Err(invalid(&key, mb.to_string(), EXPECT_SPLIT_MB));
+                    }
+                    c.max_split_size = Some(mb_to_bytes(mb));
+                }
+                "max_non_split_rounding_mb" => {
+                    let mb = p.integer(&key, EXPECT_SPLIT_MB)?;
+                    if mb < MIN_SPLIT_SIZE_MB {
+                        return Err(invalid(&key, mb.to_string(), EXPECT_SPLIT_MB));
+                    }
+                    c.max_non_split_rounding = mb_to_bytes(mb);
+                }
+                "garbage_collection_threshold" => {
+                    let word = p.next_word(EXPECT_THRESHOLD)?;
+                    c.garbage_collection_threshold = parse_threshold(&key, &word)?;
+                }
+                "expandable_segments" => c.expandable_segments = p.boolean(&key)?,
+                "release_lock_on_cudamalloc" | "release_lock_on_hipmalloc" => {
+                    c.release_lock_on_cudamalloc = p.boolean(&key)?
+                }
+                "pinned_use_cuda_host_register" | "pinned_use_hip_host_register" => {
+                    c.pinned_use_cuda_host_register = p.boolean(&key)?
+                }
+                "pinned_use_background_threads" => {
+                    c.pinned_use_background_threads = p.boolean(&key)?
+                }
+                "graph_capture_record_stream_reuse" => {
+                    c.graph_capture_record_stream_reuse = p.boolean(&key)?
+                }
+                "pinned_num_register_threads" => {
+                    let n = p.integer(&key, EXPECT_THREADS)?;
+                    if !n.is_power_of_two() || n > MAX_PINNED_REGISTER_THREADS {
+                        return Err(invalid(&key, n.to_string(), EXPECT_THREADS));
+                    }
+                    c.pinned_num_register_threads = n;
+                }
+                "pinned_reserve_segment_size_mb" => {
+                    let n = p.integer(&key, EXPECT_POSITIVE)?;
+                    if n == 0 {
+                        return Err(invalid(&key, "0".into(), EXPECT_POSITIVE));
+                    }
+                    c.pinned_reserve_segment_size_mb = n;
+                }
+                "backend" => {
+                    let word = p.next_word(EXPECT_BACKEND)?;
+                    if word != "native" {
+                        return Err(invalid(&key, word, EXPECT_BACKEND));
+                    }
+                }
+                "roundup_power2_divisions" => {
+                    c.roundup_power2_divisions = p.divisions(&key)?;
+                }
+                _ => {
+                    return Err(ConfigError::UnknownKey {
+                        key,
+                        valid: VALID_KEYS,
+                    });
+                }
+            }
+            if p.i < p.tokens.len() {
+                p.expect(",")?;
+            }
+        }
+        Ok(c)
+    }
+
+    /// Reads `ALLOCVIEW_ALLOC_CONF`, falling back to `PYTORCH_CUDA_ALLOC_CONF`, else the default.
+    ///
+    /// # Errors
+    /// As [`parse`](Self::parse), for whichever variable was used.
+    pub fn from_env() -> Result<AllocatorConfig, ConfigError> {
+        match std::env::var(ENV_VAR).or_else(|_| std::env::var(PYTORCH_ENV_VAR)) {
+            Ok(s) => AllocatorConfig::parse(&s),
+            Err(_) => Ok(AllocatorConfig::default()),
+        }
+    }
+
+    /// PyTorch's `round_size`: the block size a request of `size` bytes gets.
+    pub fn round_size(&self, size: u64) -> u64 {
+        if size < MIN_BLOCK_SIZE {
+            return MIN_BLOCK_SIZE;
+        }
+        let divisions = self.roundup_power2_divisions[roundup_bucket(size)];
+        if divisions > 1 && size > MIN_BLOCK_SIZE.saturating_mul(divisions) {
+            roundup_power2_next_division(size, divisions)
+        } else {
+            size.div_ceil(MIN_BLOCK_SIZE).saturating_mul(MIN_BLOCK_SIZE)
+        }
+    }
+
+    /// `max_split_size` in bytes; `None` = unlimited (blocks of any size may be split).
+    pub fn max_split_size(&self) -> Option<u64> {
+        self.max_split_size
+    }
+
+    /// `max_split_size` in bytes with unlimited as `u64::MAX` (PyTorch's `SIZE_MAX`).
+    pub fn max_split_size_or_max(&self) -> u64 {
+        self.max_split_size.unwrap_or(u64::MAX)
+    }
+
+    /// How much larger than an oversize request a cached oversize block may be (bytes).
+    pub fn max_non_split_rounding(&self) -> u64 {
+        self.max_non_split_rounding
+    }
+
+    /// `garbage_collection_threshold` (0 = off).
+    pub fn garbage_collection_threshold(&self) -> f64 {
+        self.garbage_collection_threshold
+    }
+
+    /// Whether new segments are expandable.
+    pub fn expandable_segments(&self) -> bool {
+        self.expandable_segments
+    }
+
+    /// `release_lock_on_cudamalloc` (recorded; allocview keeps its lock across device calls).
+    pub fn release_lock_on_cudamalloc(&self) -> bool {
+        self.release_lock_on_cudamalloc
+    }
+
+    /// Divisions per bucket (bucket `i` covers sizes from `2^i` MiB; 0 = off).
+    pub fn roundup_power2_divisions(&self) -> [u64; ROUNDUP_BUCKETS] {
+        self.roundup_power2_divisions
+    }
+
+    /// `pinned_num_register_threads` (host allocator setting; no effect here).
+    pub fn pinned_num_register_threads(&self) -> u64 {
+        self.pinned_num_register_threads
+    }
+
+    /// `pinned_use_cuda_host_register` (host allocator setting; no effect here).
+    pub fn pinned_use_cuda_host_register(&self) -> bool {
+        self.pinned_use_cuda_host_register
+    }
+
+    /// The string this config was parsed from (or rendered from the builder's settings).
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// PyTorch's `allocator_settings` dict, with the keys in the order PyTorch 2.2+ writes them.
+    pub fn to_settings(&self) -> Vec<(String, Value)> {
+        let divisions = (0..ROUNDUP_BUCKETS)
+            .map(|i| {
+                (
+                    Value::Str((1u64 << i).to_string()),
+                    Value::Int(self.roundup_power2_divisions[i] as i64),
+                )
+            })
+            .collect();
+        vec![
+            (PYTORCH_ENV_VAR.into(), Value::Str(self.source.clone())),
+            (
+                "max_split_size".into(),
+                Value::Int(self.max_split_size.map_or(-1, |b| b as i64)),
+            ),
+            (
+                "garbage_collection_threshold".into(),
+                Value::Float(self.garbage_collection_threshold),
+            ),
+            (
+                "expandable_segments".into(),
+                Value::Bool(self.expandable_segments),
+            ),
+            (
+                "pinned_num_register_threads".into(),
+                Value::Int(self.pinned_num_register_threads as i64),
+            ),
+            (
+                "release_lock_on_cudamalloc".into(),
+                Value::Bool(self.release_lock_on_cudamalloc),
+            ),
+            (
+                "pinned_use_cuda_host_register".into(),
+                Value::Bool(self.pinned_use_cuda_host_register),
+            ),
+            ("roundup_power2_divisions".into(), Value::Dict(divisions)),
+        ]
+    }
+
+    /// Renders the non-default settings in PyTorch's syntax (parsing it gives this config back).
+    pub fn to_conf_string(&self) -> String {
+        let mut parts: Vec<String> = Vec::new();
+        if let Some(m) = self.max_split_size {
+            parts.push(format!("max_split_size_mb:{}", m / MIB));
+        }
+        if self.max_non_split_rounding != LARGE_BUFFER {
+            parts.push(format!(
+                "max_non_split_rounding_mb:{}",
+                self.max_non_split_rounding / MIB
+            ));
+        }
+        if self.garbage_collection_threshold > 0.0 {
+            parts.push(format!(
+                "garbage_collection_threshold:{}",
+                self.garbage_collection_threshold
+            ));
+        }
+        if self.roundup_power2_divisions != [0; ROUNDUP_BUCKETS] {
+            let items: Vec<String> = (0..ROUNDUP_BUCKETS)
+                .map(|i| format!("{}:{}", 1u64 << i, self.roundup_power2_divisions[i]))
+                .collect();
+            parts.push(format!("roundup_power2_divisions:[{}]", items.join(",")));
+        }
+        if self.expandable_segments {
+            parts.push("expandable_segments:True".into());
+        }
+        if self.release_lock_on_cudamalloc {
+            parts.push("release_lock_on_cudamalloc:True".into());
+        }
+        parts.join(",")
+    }
+}
+
+impl fmt::Display for AllocatorConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_conf_string())
+    }
+}
+
+/// PyTorch's `roundup_power2_next_division`: powers of two stay; else the next multiple of
+/// `floor_pow2(size) / divisions` (or the next power of two when that step is 0).
+fn roundup_power2_next_division(size: u64, divisions: u64) -> u64 {
+    if size.is_power_of_two() {
+        return size;
+    }
+    let floor = 1u64 << (63 - size.leading_zeros());
+    let step = floor >> (63 - divisions.leading_zeros());
+    if step == 0 {
+        return floor.saturating_mul(2);
+    }
+    let rounded_floor = size & !(step - 1);
+    if rounded_floor == size {
+        size
+    } else {
+        rounded_floor.saturating_add(step)
+    }
+}
+
+fn mb_to_bytes(mb: u64) -> u64 {
+    mb.saturating_mul(MIB)
+}
+
+fn invalid(key: &str, value: String, expected: &'static str) -> ConfigError {
+    ConfigError::InvalidValue {
+        key: key.to_string(),
+        value,
+        expected,
+    }
+}
+
+fn parse_threshold(key: &str, word: &str) -> Result<f64, ConfigError> {
+    match word.parse::<f64>() {
+        Ok(v) if v > 0.0 && v < 1.0 => Ok(v),
+        _ => Err(invalid(key, word.to_string(), EXPECT_THRESHOLD)),
+    }
+}
+
+/// Splits like PyTorch's `lexArgs`: `,` `:` `[` `]` are tokens of their own, whitespace
+/// separates, anything else accumulates.
+fn tokenize(s: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    for ch in s.chars() {
+        match ch {
+            ',' | ':' | '[' | ']' => {
+                if !cur.is_empty() {
+                    out.push(std::mem::take(&mut cur));
+                }
+                out.push(ch.to_string());
+            }
+            c if c.is_whitespace() => {
+                if !cur.is_empty() {
+                    out.push(std::mem::take(&mut cur));
+                }
+            }
+            c => cur.push(c),
+        }
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out
+}
+
+struct Parser {
+    tokens: Vec<String>,
+    i: usize,
+}
+
+const PUNCT: [&str; 4] = [",", ":", "[", "]"];
+
+impl Parser {
+    fn near(&self) -> String {
+        self.tokens
+            .get(self.i)
+            .cloned()
+            .unwrap_or_else(|| "end of string".into())
+    }
+
+    fn syntax(&self, problem: &'static str) -> ConfigError {
+        ConfigError::Syntax {
+            problem,
+            near: self.near(),
+            position: self.i,
+        }
+    }
+
+    fn peek(&self) -> Option<&str> {
+        self.tokens.get(self.i).map(String::as_str)
+    }
+
+    fn expect(&mut self, tok: &'static str) -> Result<(), ConfigError> {
+        if self.peek() == Some(tok) {
+            self.i += 1;
+            Ok(())
+        } else {
+            Err(self.syntax(match tok {
+                ":" => "expected ':' between a setting and its value",
+                "," => "expected ',' between settings",
+                "]" => "expected ']' to close the list",
+                _ => "unexpected token",
+            }))
+        }
+    }
+
+    fn next_word(&mut self, _what: &'static str) -> Result<String, ConfigError> {
+        match self.peek() {
+            Some(t) if !PUNCT.contains(&t) => {
+                let t = t.to_string();
+                self.i += 1;
+                Ok(t)
+            }
+            _ => Err(self.syntax("expected a name or a value")),
+        }
+    }
+
+    fn integer(&mut self, key: &str, expected: &'static str) -> Result<u64, ConfigError> {
+        let w = self.next_word(expected)?;
+        w.parse::<u64>().map_err(|_| invalid(key, w, expected))
+    }
+
+    fn boolean(&mut self, key: &str) -> Result<bool, ConfigError> {
+        let w = self.next_word(EXPECT_BOOL)?;
+        match w.as_str() {
+            "True" => Ok(true),
+            "False" => Ok(false),
+            _ => Err(invalid(key, w, EXPECT_BOOL)),
+        }
+    }
+
+    fn divisions(&mut self, key: &str) -> Result<[u64; ROUNDUP_BUCKETS], ConfigError> {
+        let mut out = [0u64; ROUNDUP_BUCKETS];
+        if self.peek() != Some("[") {
+            let d = self.integer(key, EXPECT_DIVISIONS)?;
+            if d != 0 && !d.is_power_of_two() {
+                return Err(invalid(key, d.to_string(), EXPECT_DIVISIONS));
+            }
+            return Ok([d; ROUNDUP_BUCKETS]);
+        }
+        self.i += 1;
+        let mut first = true;
+        let mut last_index = 0usize;
+        let mut named_any = false;
+        loop {
+            if self.peek() == Some("]") {
+                self.i += 1;
+                break;
+            }
+            let k = self.next_word(EXPECT_DIVISIONS)?;
+            self.expect(":")?;
+            let v = self.integer(key, EXPECT_DIVISIONS)?;
+            if v != 0 && !v.is_power_of_two() {
+                return Err(invalid(key, format!("{k}:{v}"), EXPECT_DIVISIONS));
+            }
+            if k == ">" {
+                if named_any {
+                    tracing::warn!(
+                        bucket_mb = 1u64 << last_index,
+                        divisions = v,
+                        "roundup_power2_divisions: '>' also overrides the last named bucket \
+                         ({} MB), as PyTorch does",
+                        1u64 << last_index
+                    );
+                }
+                out[last_index..].fill(v);
+            } else {
+                let mb = k
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|m| m.is_power_of_two())
+                    .ok_or_else(|| invalid(key, format!("{k}:{v}"), EXPECT_DIVISIONS))?;
+                let index = ((63 - mb.leading_zeros()) as usize).min(ROUNDUP_BUCKETS - 1);
+                if first {
+                    out[..index].fill(v);
+                    first = false;
+                }
+                out[index] = v;
+                last_index = index;
+                named_any = true;
+            }
+            match self.peek() {
+                Some("]") => {}
+                Some(",") => self.i += 1,
+                _ => return Err(self.syntax("expected ',' or ']' in the divisions list")),
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Typed setters for an [`AllocatorConfig`]; [`build`](Self::build) checks the same rules as
+/// [`AllocatorConfig::parse`].
+#[derive(Debug, Clone)]
+pub struct AllocatorConfigBuilder {
+    config: AllocatorConfig,
+}
+
+impl AllocatorConfigBuilder {
+    /// `max_split_size_mb` (at least 20).
+    pub fn max_split_size_mb(mut self, mb: u64) -> Self {
+        self.config.max_split_size = Some(mb_to_bytes(mb));
+        self
+    }
+
+    /// `max_non_split_rounding_mb` (at least 20).
+    pub fn max_non_split_rounding_mb(mut self, mb: u64) -> Self {
+        self.config.max_non_split_rounding = mb_to_bytes(mb);
+        self
+    }
+
+    /// `garbage_collection_threshold` (strictly between 0 and 1).
+    pub fn garbage_collection_threshold(mut self, t: f64) -> Self {
+        self.config.garbage_collection_threshold = t;
+        self
+    }
+
+    /// `expandable_segments`.
+    pub fn expandable_segments(mut self, on: bool) -> Self {
+        self.config.expandable_segments = on;
+        self
+    }
+
+    /// `release_lock_on_cudamalloc`.
+    pub fn release_lock_on_cudamalloc(mut self, on: bool) -> Self {
+        self.config.release_lock_on_cudamalloc = on;
+        self
+    }
+
+    /// `roundup_power2_divisions:N` for every bucket (0 or a power of two).
+    pub fn roundup_power2_divisions(mut self, d: u64) -> Self {
+        self.config.roundup_power2_divisions = [d; ROUNDUP_BUCKETS];
+        self
+    }
+
+    /// Divisions per bucket (bucket `i` covers sizes from `2^i` MiB).
+    pub fn roundup_power2_divisions_per_bucket(mut self, d: [u64; ROUNDUP_BUCKETS]) -> Self {
+        self.config.roundup_power2_divisions = d;
+        self
+    }
+
+    /// Checks the settings and returns the config.
+    ///
+    /// # Errors
+    /// [`ConfigError::InvalidValue`] naming the first setting out of range.
+    pub fn build(self) -> Result<AllocatorConfig, ConfigError> {
+        let mut c = self.config;
+        if let Some(m) = c.max_split_size
+            && m < LARGE_BUFFER
+        {
+            return Err(invalid(
+                "max_split_size_mb",
+                (m / MIB).to_string(),
+                EXPECT_SPLIT_MB,
+            ));
+        }
+        if c.max_non_split_rounding < LARGE_BUFFER {
+            return Err(invalid(
+                "max_non_split_rounding_mb",
+                (c.max_non_split_rounding / MIB).to_string(),
+                EXPECT_SPLIT_MB,
+            ));
+        }
+        let t = c.garbage_collection_threshold;
+        if t != 0.0 && !(t > 0.0 && t < 1.0) {
+            return Err(invalid(
+                "garbage_collection_threshold",
+                t.to_string(),
+                EXPECT_THRESHOLD,
+            ));
+        }
+        if let Some(d) = c
+            .roundup_power2_divisions
+            .iter()
+            .find(|d| **d != 0 && !d.is_power_of_two())
+        {
+            return Err(invalid(
+                "roundup_power2_divisions",
+                d.to_string(),
+                EXPECT_DIVISIONS,
+            ));
+        }
+        c.source = c.to_conf_string();
+        Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokenizer_splits_punctuation_and_skips_whitespace() {
+        assert_eq!(
+            tokenize("a:1, b : [2:3,>:4]"),
+            vec![
+                "a", ":", "1", ",", "b", ":", "[", "2", ":", "3", ",", ">", ":", "4", "]"
+            ]
+        );
+    }
+}

@@ -1,0 +1,1660 @@
+//! The allocator's state and algorithm for one device: PyTorch's `DeviceCachingAllocator`
+//! (c10/cuda/CUDACachingAllocator.cpp, 2.x), function for function.
+//!
+//! Everything here runs under the allocator's one mutex; the public wrapper
+//! ([`CachingAllocator`](crate::caching::CachingAllocator)) takes it, gathers stack context
+//! before it, and calls OOM observers after it.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::Arc;
+
+use crate::caching::backend::{DeviceBackend, DeviceError, DevicePtr, EventId, StreamId};
+use crate::caching::block::{Block, BlockArena, BlockId, NIL};
+use crate::caching::config::{
+    AllocatorConfig, LARGE_BUFFER, MIN_BLOCK_SIZE, SMALL_BUFFER, SMALL_SIZE, segment_size,
+};
+use crate::caching::error::{AllocError, OomInfo, OutOfMemory};
+use crate::caching::expandable::ExpandableSegment;
+use crate::caching::history::{ContextLevel, TraceRing};
+use crate::caching::pool::{BlockPool, PoolId, PrivatePool, size_key};
+use crate::caching::stats::DeviceStats;
+use crate::event::{
+    Event, EventAction, EventPool, EventSink, FLAG_CACHED, FLAG_EXPANDABLE, FLAG_OVERSIZE,
+    FLAG_PRIVATE_POOL, now_ns,
+};
+use crate::snapshot::{
+    BlockInfo, BlockState, Frames, SegmentInfo, SegmentType, TraceAction, TraceEntry, no_frames,
+};
+
+/// A trace tracker callback.
+pub(crate) type TraceTracker = Arc<dyn Fn(&TraceEntry) + Send + Sync>;
+/// An OOM observer callback.
+pub(crate) type OomObserver = Arc<dyn Fn(&OomInfo) + Send + Sync>;
+/// A free-memory callback: frees memory elsewhere, returns whether it did.
+pub(crate) type FreeMemoryCallback = Arc<dyn Fn() -> bool + Send + Sync>;
+/// Which streams a capture routes to its private pool.
+pub(crate) type StreamFilter = Arc<dyn Fn(StreamId) -> bool + Send + Sync>;
+
+/// Index of the default large pool.
+const LARGE_POOL: u32 = 0;
+/// Index of the default small pool.
+const SMALL_POOL: u32 = 1;
+/// Slab slots and allocated-map entries reserved up front, so early calls do not grow them.
+const INITIAL_BLOCKS: usize = 1024;
+/// Events of one call are buffered before publishing; this many fit before the buffer grows.
+const INITIAL_PENDING_EVENTS: usize = 64;
+
+/// A multiplicative hasher for device addresses (they are distinct multiples of 512; SipHash
+/// would cost more than the rest of the cached path).
+#[derive(Default)]
+pub(crate) struct AddrHasher(u64);
+
+impl Hasher for AddrHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(*b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        let x = (v ^ (v >> 29)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        self.0 = x ^ (x >> 32);
+    }
+}
+
+type AddrMap<V> = HashMap<u64, V, BuildHasherDefault<AddrHasher>>;
+
+/// Why a malloc failed, with what the caller must do outside the lock.
+pub(crate) enum MallocFailure {
+    /// Out of memory: call these observers with this info, then return the error.
+    Oom(Box<OutOfMemory>, OomInfo, Vec<OomObserver>),
+    /// Any other error.
+    Error(AllocError),
+}
+
+impl From<AllocError> for MallocFailure {
+    fn from(e: AllocError) -> Self {
+        MallocFailure::Error(e)
+    }
+}
+
+impl From<DeviceError> for MallocFailure {
+    fn from(e: DeviceError) -> Self {
+        MallocFailure::Error(AllocError::Device(e))
+    }
+}
+
+/// One request being served (PyTorch's `AllocParams`).
+struct Params {
+    stream: StreamId,
+    size: u64,
+    pool: u32,
+    alloc_size: u64,
+    block: BlockId,
+}
+
+/// The state of one device's caching allocator.
+pub(crate) struct DeviceCachingAllocator {
+    pub(crate) device: i32,
+    pub(crate) config: AllocatorConfig,
+    /// `max_split_size` with unlimited as `u64::MAX`.
+    max_split: u64,
+    pub(crate) stats: DeviceStats,
+    arena: BlockArena,
+    /// Block pools: 0 = default large, 1 = default small, then private pools' pairs.
+    pools: Vec<BlockPool>,
+    free_pool_slots: Vec<u32>,
+    private_pools: Vec<PrivatePool>,
+    pub(crate) captures: Vec<(PoolId, StreamFilter)>,
+    /// Blocks handed out to the program, by address.
+    allocated: AddrMap<BlockId>,
+    /// Frees with stream uses made during a capture, waiting for the capture to end.
+    deferred_until_no_capture: Vec<BlockId>,
+    /// Streams recorded on blocks during a capture (they need no event afterwards).
+    cudagraph_stream_uses: HashMap<BlockId, Vec<StreamId>>,
+    /// Outstanding events per stream, in record order.
+    events: BTreeMap<StreamId, VecDeque<(EventId, BlockId)>>,
+    pending_events: usize,
+    event_pool: Vec<EventId>,
+    /// Bytes reserved from the device (all pools, private ones included).
+    total_allocated_memory: u64,
+    pub(crate) allowed_memory_maximum: u64,
+    pub(crate) set_fraction: bool,
+    expandable: Vec<Option<ExpandableSegment>>,
+    pub(crate) record_history: bool,
+    pub(crate) context_level: ContextLevel,
+    pub(crate) ring: TraceRing,
+    pub(crate) trackers: Vec<TraceTracker>,
+    pub(crate) oom_observers: Vec<OomObserver>,
+    pub(crate) free_callbacks: Vec<FreeMemoryCallback>,
+    pub(crate) sink: Option<Arc<dyn EventSink>>,
+    /// Events of the current call, published when it ends (with its latency).
+    pending: Vec<Event>,
+    call_start_ns: u64,
+    empty_frames: Frames,
+}
+
+impl DeviceCachingAllocator {
+    pub(crate) fn new(device: i32, config: AllocatorConfig) -> DeviceCachingAllocator {
+        let max_split = config.max_split_size_or_max();
+        let stats = DeviceStats {
+            max_split_size: config.max_split_size().map_or(-1, |m| m as i64),
+            ..DeviceStats::default()
+        };
+        let mut allocated = AddrMap::default();
+        allocated.reserve(INITIAL_BLOCKS);
+        DeviceCachingAllocator {
+            device,
+            config,
+            max_split,
+            stats,
+            arena: BlockArena::with_capacity(INITIAL_BLOCKS),
+            pools: vec![BlockPool::new(false, None), BlockPool::new(true, None)],
+            free_pool_slots: Vec::new(),
+            private_pools: Vec::new(),
+            captures: Vec::new(),
+            allocated,
+            deferred_until_no_capture: Vec::new(),
+            cudagraph_stream_uses: HashMap::new(),
+            events: BTreeMap::new(),
+            pending_events: 0,
+            event_pool: Vec::new(),
+            total_allocated_memory: 0,
+            allowed_memory_maximum: 0,
+            set_fraction: false,
+            expandable: Vec::new(),
+            record_history: false,
+            context_level: ContextLevel::Never,
+            ring: TraceRing::new(),
+            trackers: Vec::new(),
+            oom_observers: Vec::new(),
+            free_callbacks: Vec::new(),
+            sink: None,
+            pending: Vec::with_capacity(INITIAL_PENDING_EVENTS),
+            call_start_ns: 0,
+            empty_frames: no_frames(),
+        }
+    }
+
+    // ---------------------------------------------------------------- calls, events, trace
+
+    /// Starts a public call: notes the time when events are published.
+    #[inline]
+    pub(crate) fn begin_call(&mut self) {
+        if self.sink.is_some() {
+            self.call_start_ns = now_ns();
+        }
+    }
+
+    /// Ends a public call: publishes its events with the call's latency.
+    #[inline]
+    pub(crate) fn end_call(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let latency = now_ns().saturating_sub(self.call_start_ns);
+        let latency = u32::try_from(latency).unwrap_or(u32::MAX);
+        if let Some(sink) = &self.sink {
+            for e in self.pending.iter_mut() {
+                e.latency_ns = latency;
+                sink.publish(e);
+            }
+        }
+        self.pending.clear();
+    }
+
+    /// Queues an event for a block or segment of `pool` (nothing when no sink is set).
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    fn emit(
+        &mut self,
+        action: EventAction,
+        pool: u32,
+        addr: u64,
+        size: u64,
+        requested: u64,
+        stream: StreamId,
+        mut flags: u8,
+    ) {
+        if self.sink.is_none() {
+            return;
+        }
+        let p = &self.pools[pool as usize];
+        let mut e = Event::new(
+            action,
+            self.device as i16,
+            if p.is_small {
+                EventPool::Small
+            } else {
+                EventPool::Large
+            },
+            addr,
+            size,
+        );
+        if let Some(owner) = p.owner {
+            flags |= FLAG_PRIVATE_POOL;
+            e.pool_id = owner.0;
+        }
+        e.time_ns = self.call_start_ns;
+        e.requested = requested;
+        e.stream = stream.0;
+        e.flags = flags;
+        self.pending.push(e);
+    }
+
+    /// Queues an event that concerns no block (retry, sync, snapshot, resets).
+    pub(crate) fn emit_plain(&mut self, action: EventAction, stream: StreamId) {
+        self.emit(action, LARGE_POOL, 0, 0, 0, stream, 0);
+    }
+
+    fn block_flags(&self, id: BlockId) -> u8 {
+        let b = &self.arena[id];
+        let mut f = 0;
+        if b.is_expandable() {
+            f |= FLAG_EXPANDABLE;
+        }
+        if b.size >= self.max_split {
+            f |= FLAG_OVERSIZE;
+        }
+        f
+    }
+
+    /// PyTorch's `record_trace`: to the trackers always, to the ring when history is on.
+    pub(crate) fn record_trace(
+        &mut self,
+        action: TraceAction,
+        addr: u64,
+        size: u64,
+        stream: StreamId,
+        context: Option<&Frames>,
+    ) {
+        if !self.record_history && self.trackers.is_empty() {
+            return;
+        }
+        let frames = match context {
+            Some(f) if self.context_level >= ContextLevel::Alloc => f.clone(),
+            _ => self.empty_frames.clone(),
+        };
+        let te = TraceEntry {
+            action,
+            addr,
+            size,
+            stream: stream.0,
+            time_us: Some((now_ns() / 1000) as i64),
+            frames,
+            compile_context: None,
+            user_metadata: None,
+        };
+        for t in &self.trackers {
+            t(&te);
+        }
+        if self.record_history {
+            self.ring.push(te);
+        }
+    }
+
+    /// A user annotation: the name travels as a one-frame context.
+    pub(crate) fn record_annotation(&mut self, frames: Frames, stream: StreamId) {
+        if self.record_history || !self.trackers.is_empty() {
+            let te = TraceEntry {
+                action: TraceAction::UserDefined,
+                addr: 0,
+                size: 0,
+                stream: stream.0,
+                time_us: Some((now_ns() / 1000) as i64),
+                frames,
+                compile_context: None,
+                user_metadata: None,
+            };
+            for t in &self.trackers {
+                t(&te);
+            }
+            if self.record_history {
+                self.ring.push(te);
+            }
+        }
+        self.emit_plain(EventAction::UserDefined, stream);
+    }
+
+    // ---------------------------------------------------------------- stats helpers
+
+    fn is_small(&self, pool: u32) -> bool {
+        self.pools[pool as usize].is_small
+    }
+
+    fn insert_into_blocks(&mut self, id: BlockId) {
+        let b = &mut self.arena[id];
+        let pool = &mut self.pools[b.pool as usize];
+        b.gc_count_base = pool.get_free_blocks_call_count;
+        pool.blocks.insert(size_key(b.stream, b.size, b.addr), id);
+    }
+
+    fn remove_from_blocks(&mut self, id: BlockId) {
+        let b = &self.arena[id];
+        self.pools[b.pool as usize]
+            .blocks
+            .remove(&size_key(b.stream, b.size, b.addr));
+    }
+
+    fn private_pool_of(&mut self, pool: u32) -> Option<&mut PrivatePool> {
+        let owner = self.pools[pool as usize].owner?;
+        self.private_pools.iter_mut().find(|p| p.id == owner)
+    }
+
+    // ---------------------------------------------------------------- malloc
+
+    /// PyTorch's `malloc`.
+    pub(crate) fn malloc<B: DeviceBackend>(
+        &mut self,
+        be: &B,
+        orig_size: u64,
+        stream: StreamId,
+        context: Option<Frames>,
+    ) -> Result<DevicePtr, MallocFailure> {
+        if self.captures.is_empty() {
+            self.process_events(be, context.as_ref())?;
+        }
+        let size = self.config.round_size(orig_size);
+        let pool = self.get_pool(size, stream);
+        let alloc_size = segment_size(size);
+        let mut p = Params {
+            stream,
+            size,
+            pool,
+            alloc_size,
+            block: NIL,
+        };
+
+        let mut found = self.get_free_block(&mut p)
+            || (self.trigger_free_memory_callbacks() && self.get_free_block(&mut p));
+        let mut from_device = false;
+        if !found {
+            if self.set_fraction && self.config.garbage_collection_threshold() > 0.0 {
+                self.garbage_collect_cached_blocks(be, context.as_ref())?;
+            }
+            found = self.alloc_block(be, &mut p, false, context.as_ref())?;
+            if !found && self.release_available_cached_blocks(be, &p, context.as_ref())? {
+                found = self.alloc_block(be, &mut p, false, context.as_ref())?;
+            }
+            if !found && self.captures.is_empty() {
+                self.release_cached_blocks(be, context.as_ref())?;
+                found = self.alloc_block(be, &mut p, true, context.as_ref())?;
+            }
+            from_device = found;
+        }
+
+        if !found {
+            return Err(self.out_of_memory(be, &p, orig_size, context.as_ref()));
+        }
+
+        let split = self.should_split(p.block, p.size);
+        let id = self.alloc_found_block(&p, orig_size, context, split, !from_device);
+        Ok(self.arena[id].addr)
+    }
+
+    fn out_of_memory<B: DeviceBackend>(
+        &mut self,
+        be: &B,
+        p: &Params,
+        orig_size: u64,
+        context: Option<&Frames>,
+    ) -> MallocFailure {
+        let (device_free, device_total) = match be.mem_get_info() {
+            Ok(v) => v,
+            Err(e) => return e.into(),
+        };
+        self.record_trace(TraceAction::Oom, device_free, p.size, p.stream, context);
+        self.stats.num_ooms += 1;
+        self.emit(
+            EventAction::Oom,
+            p.pool,
+            device_free,
+            p.size,
+            orig_size,
+            p.stream,
+            0,
+        );
+        let allocated = self.stats.allocated_bytes.0[0].current.max(0) as u64;
+        let reserved = self.stats.reserved_bytes.0[0].current.max(0) as u64;
+        let oom = OutOfMemory {
+            device: self.device,
+            stream: p.stream,
+            requested: orig_size,
+            rounded: p.size,
+            segment_size: p.alloc_size,
+            device_total,
+            device_free,
+            allowed_max: self.set_fraction.then_some(self.allowed_memory_maximum),
+            allocated,
+            reserved,
+            reserved_unallocated: reserved.saturating_sub(allocated),
+            largest_free_block: self.largest_free_block(),
+            stranded_in_split_segments: self.stats.inactive_split_bytes.0[0].current.max(0) as u64,
+            expandable_segments: self.config.expandable_segments(),
+        };
+        let info = OomInfo {
+            device: self.device,
+            size: p.size,
+            segment_size: p.alloc_size,
+            requested: orig_size,
+            total_or_allowed: if self.set_fraction {
+                self.allowed_memory_maximum
+            } else {
+                device_total
+            },
+            device_free,
+            stream: p.stream,
+        };
+        MallocFailure::Oom(Box::new(oom), info, self.oom_observers.clone())
+    }
+
+    /// The largest free cached block over every pool.
+    pub(crate) fn largest_free_block(&self) -> u64 {
+        self.pools
+            .iter()
+            .flat_map(|p| p.blocks.keys())
+            .map(|k| k.1)
+            .max()
+            .unwrap_or(0)
+    }
+
+    fn get_pool(&self, size: u64, stream: StreamId) -> u32 {
+        if !self.captures.is_empty() {
+            for (id, filter) in &self.captures {
+                if filter(stream)
+                    && let Some(pp) = self.private_pools.iter().find(|p| p.id == *id)
+                {
+                    return if size <= SMALL_SIZE {
+                        pp.small
+                    } else {
+                        pp.large
+                    };
+                }
+            }
+        }
+        if size <= SMALL_SIZE {
+            SMALL_POOL
+        } else {
+            LARGE_POOL
+        }
+    }
+
+    fn should_split(&self, id: BlockId, size: u64) -> bool {
+        let b = &self.arena[id];
+        let remaining = b.size - size;
+        if self.is_small(b.pool) || self.config.expandable_segments() {
+            remaining >= MIN_BLOCK_SIZE
+        } else {
+            size < self.max_split && remaining > SMALL_SIZE
+        }
+    }
+
+    /// PyTorch's `get_free_block`: best fit by `(stream, size, address)`.
+    fn get_free_block(&mut self, p: &mut Params) -> bool {
+        let gc_on = self.set_fraction && self.config.garbage_collection_threshold() > 0.0;
+        let pool = &mut self.pools[p.pool as usize];
+        if gc_on {
+            pool.get_free_blocks_call_count += 1;
+        }
+        let stream = p.stream.0;
+        let mut iter = pool.blocks.range(size_key(p.stream, p.size, 0)..);
+        let Some((&key, &first)) = iter.next() else {
+            return false;
+        };
+        if key.0 != stream {
+            return false;
+        }
+        let (mut key, mut id) = (key, first);
+        if self.arena[id].is_expandable() {
+            // For best fit, an expandable block counts with the unmapped range after it.
+            let arena = &self.arena;
+            let expandable_size = |b: BlockId| {
+                let blk = &arena[b];
+                let extra = if blk.next != NIL && !arena[blk.next].mapped {
+                    arena[blk.next].size
+                } else {
+                    0
+                };
+                blk.size + extra
+            };
+            for (&k2, &n) in iter {
+                if !arena[id].is_expandable()
+                    || k2.0 != stream
+                    || expandable_size(n) >= expandable_size(id)
+                {
+                    break;
+                }
+                key = k2;
+                id = n;
+            }
+        }
+        let bsize = key.1;
+        if p.size < self.max_split && bsize >= self.max_split {
+            return false;
+        }
+        if p.size >= self.max_split
+            && bsize >= p.size.saturating_add(self.config.max_non_split_rounding())
+        {
+            return false;
+        }
+        self.pools[p.pool as usize].blocks.remove(&key);
+        p.block = id;
+        true
+    }
+
+    fn trigger_free_memory_callbacks(&self) -> bool {
+        let mut freed = false;
+        for cb in &self.free_callbacks {
+            freed |= cb();
+        }
+        freed
+    }
+
+    /// PyTorch's `garbage_collect_cached_blocks`: frees unsplit large blocks of at least the
+    /// average age until the excess over the threshold is reclaimed.
+    fn garbage_collect_cached_blocks<B: DeviceBackend>(
+        &mut self,
+        be: &B,
+        context: Option<&Frames>,
+    ) -> Result<(), AllocError> {
+        let threshold = (self.config.garbage_collection_threshold()
+            * self.allowed_memory_maximum as f64) as u64;
+        if self.total_allocated_memory <= threshold {
+            return Ok(());
+        }
+        let target = self.total_allocated_memory - threshold;
+        let mut reclaimed = 0u64;
+        let clock = self.pools[LARGE_POOL as usize].get_free_blocks_call_count;
+        let mut total_age = 0i64;
+        let mut freeable = 0i64;
+        for &id in self.pools[LARGE_POOL as usize].blocks.values() {
+            let b = &self.arena[id];
+            if !b.is_split() && !b.is_expandable() {
+                total_age += clock - b.gc_count_base;
+                freeable += 1;
+            }
+        }
+        if freeable == 0 {
+            return Ok(());
+        }
+        let mut block_freed = true;
+        while reclaimed < target && block_freed && freeable > 0 {
+            let age_threshold = total_age as f64 / freeable as f64;
+            block_freed = false;
+            let ids: Vec<BlockId> = self.pools[LARGE_POOL as usize]
+                .blocks
+                .values()
+                .copied()
+                .collect();
+            for id in ids {
+                let b = &self.arena[id];
+                let age = clock - b.gc_count_base;
+                if !b.is_split() && !b.is_expandable() && age as f64 >= age_threshold {
+                    block_freed = true;
+                    reclaimed += b.size;
+                    total_age -= age;
+                    freeable -= 1;
+                    self.release_block(be, id, context)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// PyTorch's `alloc_block`: a new segment (or mapped pages) for the request.
+    fn alloc_block<B: DeviceBackend>(
+        &mut self,
+        be: &B,
+        p: &mut Params,
+        is_retry: bool,
+        context: Option<&Frames>,
+    ) -> Result<bool, AllocError> {
+        if is_retry {
+            self.stats.num_alloc_retries += 1;
+            self.emit_plain(EventAction::AllocRetry, p.stream);
+        }
+        let size = p.alloc_size;
+        if self.set_fraction
+            && self.total_allocated_memory.saturating_add(size) > self.allowed_memory_maximum
+        {
+            return Ok(false);
+        }
+        if self.config.expandable_segments() {
+            return match self
+                .try_allocate_expandable_block(be, p.stream, p.pool, p.size, context)?
+            {
+                Some(id) => {
+                    p.block = id;
+                    Ok(true)
+                }
+                None => Ok(false),
+            };
+        }
+        let ptr = match be.malloc(size) {
+            Ok(ptr) => ptr,
+            Err(e) if e.is_out_of_memory() => return Ok(false),
+            Err(e) => return Err(e.into()),
+        };
+        if let Some(pp) = self.private_pool_of(p.pool) {
+            pp.segment_count += 1;
+        }
+        self.total_allocated_memory += size;
+        let mut b = Block::new(ptr, size, p.stream, p.pool);
+        b.segment_context = context.cloned();
+        let id = self.arena.insert(b);
+        let small = self.is_small(p.pool);
+        self.stats.segment.update_pool(small, 1);
+        self.stats.reserved_bytes.update_pool(small, size as i64);
+        if size >= self.max_split {
+            self.stats.oversize_segments.update(1);
+        }
+        self.stats.num_device_alloc += 1;
+        self.record_trace(TraceAction::SegmentAlloc, ptr, size, p.stream, context);
+        let flags = if size >= self.max_split {
+            FLAG_OVERSIZE
+        } else {
+            0
+        };
+        self.emit(
+            EventAction::SegmentAlloc,
+            p.pool,
+            ptr,
+            size,
+            0,
+            p.stream,
+            flags,
+        );
+        p.block = id;
+        Ok(true)
+    }
+
+    /// PyTorch's `release_available_cached_blocks`: frees cached oversize blocks of this stream
+    /// (one at least as large as the request, else the largest ones until enough).
+    fn release_available_cached_blocks<B: DeviceBackend>(
+        &mut self,
+        be: &B,
+        p: &Params,
+        context: Option<&Frames>,
+    ) -> Result<bool, AllocError> {
+        if self.max_split == u64::MAX {
+            return Ok(false);
+        }
+        let key_size = p.size.max(self.max_split);
+        let pool = &self.pools[p.pool as usize];
+        let one = pool
+            .blocks
+            .range(size_key(p.stream, key_size, 0)..)
+            .next()
+            .filter(|(k, _)| k.0 == p.stream.0)
+            .map(|(_, &id)| id);
+        if let Some(id) = one {
+            if self.releasable(id) {
+                self.release_block(be, id, context)?;
+                return Ok(true);
+            }
+            return Ok(false);
+        }
+        let candidates: Vec<BlockId> = pool
+            .blocks
+            .range(size_key(p.stream, 0, 0)..size_key(p.stream, key_size, 0))
+            .rev()
+            .take_while(|(k, _)| k.1 >= self.max_split)
+            .map(|(_, &id)| id)
+            .collect();
+        let mut total = 0u64;
+        for id in candidates {
+            if total >= key_size {
+                break;
+            }
+            if !self.releasable(id) {
+                continue;
+            }
+            total += self.arena[id].size;
+            self.release_block(be, id, context)?;
+        }
+        Ok(total >= key_size)
+    }
+
+    /// A whole device segment that can be given back.
+    fn releasable(&self, id: BlockId) -> bool {
+        let b = &self.arena[id];
+        !b.is_split() && !b.is_expandable()
+    }
+
+    /// PyTorch's `release_cached_blocks` (what `empty_cache` does).
+    pub(crate) fn release_cached_blocks<B: DeviceBackend>(
+        &mut self,
+        be: &B,
+        context: Option<&Frames>,
+    ) -> Result<(), AllocError> {
+        self.synchronize_and_free_events(be, context)?;
+        self.release_blocks(be, LARGE_POOL, context)?;
+        self.release_blocks(be, SMALL_POOL, context)?;
+        let mut i = 0;
+        while i < self.private_pools.len() {
+            if self.private_pools[i].use_count > 0 {
+                i += 1;
+                continue;
+            }
+            let (small, large) = (self.private_pools[i].small, self.private_pools[i].large);
+            self.release_blocks(be, small, context)?;
+            self.release_blocks(be, large, context)?;
+            if self.private_pools[i].segment_count == 0 {
+                let pp = self.private_pools.remove(i);
+                for slot in [pp.small, pp.large] {
+                    let pool = &mut self.pools[slot as usize];
+                    *pool = BlockPool::new(pool.is_small, None);
+                    self.free_pool_slots.push(slot);
+                }
+            } else {
+                i += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// PyTorch's `release_blocks`: every unsplit cached segment of the pool goes back to the
+    /// device; free pages of expandable segments are unmapped.
+    fn release_blocks<B: DeviceBackend>(
+        &mut self,
+        be: &B,
+        pool: u32,
+        context: Option<&Frames>,
+    ) -> Result<(), AllocError> {
+        let ids: Vec<BlockId> = self.pools[pool as usize].blocks.values().copied().collect();
+        let mut to_unmap = Vec::new();
+        for id in ids {
+            let b = &self.arena[id];
+            if b.is_expandable() {
+                to_unmap.push(id);
+            } else if !b.is_split() {
+                self.release_block(be, id, context)?;
+            }
+        }
+        for id in to_unmap {
+            let b = &self.arena[id];
+            if !b.live || !b.mapped || !b.is_free() {
+                continue;
+            }
+            self.unmap_block(be, id, context)?;
+            let b = &self.arena[id];
+            if b.live && !b.is_split() && !b.mapped {
+                self.release_expandable_segment(be, id)?;
+            }
+        }
+        // Reserved ranges left wholly unmapped (an expansion that ran out of memory) go too.
+        let idle: Vec<BlockId> = self.pools[pool as usize]
+            .unmapped
+            .values()
+            .copied()
+            .filter(|&id| !self.arena[id].is_split())
+            .collect();
+        for id in idle {
+            self.release_expandable_segment(be, id)?;
+        }
+        Ok(())
+    }
+
+    /// PyTorch's `release_block`: one whole segment back to the device.
+    fn release_block<B: DeviceBackend>(
+        &mut self,
+        be: &B,
+        id: BlockId,
+        context: Option<&Frames>,
+    ) -> Result<(), AllocError> {
+        let (addr, size, stream, pool) = {
+            let b = &self.arena[id];
+            (b.addr, b.size, b.stream, b.pool)
+        };
+        self.stats.num_device_free += 1;
+        let seg_ctx = self.arena[id].segment_context.clone();
+        self.record_trace(
+            TraceAction::SegmentFree,
+            addr,
+            size,
+            stream,
+            context.or(seg_ctx.as_ref()),
+        );
+        be.free(addr)?;
+        self.total_allocated_memory -= size;
+        if let Some(pp) = self.private_pool_of(pool) {
+            pp.segment_count -= 1;
+        }
+        let small = self.is_small(pool);
+        self.stats.segment.update_pool(small, -1);
+        self.stats.reserved_bytes.update_pool(small, -(size as i64));
+        let flags = if size >= self.max_split {
+            self.stats.oversize_segments.update(-1);
+            FLAG_OVERSIZE
+        } else {
+            0
+        };
+        self.emit(EventAction::SegmentFree, pool, addr, size, 0, stream, flags);
+        self.remove_from_blocks(id);
+        self.arena.remove(id);
+        Ok(())
+    }
+
+    // ---------------------------------------------------------------- found block, free
+
+    /// PyTorch's `alloc_found_block`: split off the front when asked, account, record.
+    fn alloc_found_block(
+        &mut self,
+        p: &Params,
+        orig_size: u64,
+        context: Option<Frames>,
+        split: bool,
+        cached: bool,
+    ) -> BlockId {
+        let size = p.size;
+        let mut id = p.block;
+        let pool = self.arena[id].pool;
+        let small = self.is_small(pool);
+        let already_split = self.arena[id].is_split();
+        let expandable = self.arena[id].is_expandable();
+        if split {
+            let remaining = id;
+            let (addr, prev, es, seg_ctx) = {
+                let r = &mut self.arena[remaining];
+                (r.addr, r.prev, r.expandable, r.segment_context.take())
+            };
+            let mut front = Block::new(addr, size, p.stream, pool);
+            front.expandable = es;
+            front.prev = prev;
+            front.next = remaining;
+            front.segment_context = seg_ctx;
+            let new_id = self.arena.insert(front);
+            if prev != NIL {
+                self.arena[prev].next = new_id;
+            }
+            {
+                let r = &mut self.arena[remaining];
+                r.prev = new_id;
+                r.addr += size;
+                r.size -= size;
+            }
+            self.insert_into_blocks(remaining);
+            if !expandable {
+                if already_split {
+                    self.stats
+                        .inactive_split_bytes
+                        .update_pool(small, -(size as i64));
+                } else {
+                    let rem = self.arena[remaining].size as i64;
+                    self.stats.inactive_split_bytes.update_pool(small, rem);
+                    self.stats.inactive_split.update_pool(small, 1);
+                }
+            }
+            id = new_id;
+        } else if already_split && !expandable {
+            let bsize = self.arena[id].size as i64;
+            self.stats.inactive_split_bytes.update_pool(small, -bsize);
+            self.stats.inactive_split.update_pool(small, -1);
+        }
+
+        let (addr, bsize, stream) = {
+            let b = &mut self.arena[id];
+            b.allocated = true;
+            b.requested = orig_size;
+            b.context = context;
+            (b.addr, b.size, b.stream)
+        };
+        let ctx = self.arena[id].context.clone();
+        self.record_trace(TraceAction::Alloc, addr, orig_size, stream, ctx.as_ref());
+        self.allocated.insert(addr, id);
+        let s = &mut self.stats;
+        s.allocation.update_pool(small, 1);
+        s.allocated_bytes.update_pool(small, bsize as i64);
+        s.active.update_pool(small, 1);
+        s.active_bytes.update_pool(small, bsize as i64);
+        s.requested_bytes.update_pool(small, orig_size as i64);
+        if bsize >= self.max_split {
+            s.oversize_allocations.update(1);
+        }
+        let mut flags = self.block_flags(id);
+        if cached {
+            flags |= FLAG_CACHED;
+        }
+        self.emit(
+            EventAction::Alloc,
+            pool,
+            addr,
+            bsize,
+            orig_size,
+            stream,
+            flags,
+        );
+        id
+    }
+
+    /// PyTorch's `free`: allocated drops now; the block is cached now or once other streams
+    /// are done with it.
+    pub(crate) fn free<B: DeviceBackend>(
+        &mut self,
+        be: &B,
+        ptr: DevicePtr,
+        context: Option<Frames>,
+    ) -> Result<(), AllocError> {
+        let id = self
+            .allocated
+            .remove(&ptr)
+            .ok_or(AllocError::InvalidPointer(ptr))?;
+        let (addr, size, requested, stream, pool) = {
+            let b = &mut self.arena[id];
+            b.allocated = false;
+            (b.addr, b.size, b.requested, b.stream, b.pool)
+        };
+        let small = self.is_small(pool);
+        self.stats.allocation.update_pool(small, -1);
+        self.stats
+            .allocated_bytes
+            .update_pool(small, -(size as i64));
+        let ctx = context.clone().or_else(|| self.arena[id].context.clone());
+        self.record_trace(
+            TraceAction::FreeRequested,
+            addr,
+            requested,
+            stream,
+            ctx.as_ref(),
+        );
+        if size >= self.max_split {
+            self.stats.oversize_allocations.update(-1);
+        }
+        let flags = self.block_flags(id);
+        self.emit(
+            EventAction::FreeRequested,
+            pool,
+            addr,
+            size,
+            requested,
+            stream,
+            flags,
+        );
+        if !self.arena[id].stream_uses.is_empty() {
+            if !self.captures.is_empty() {
+                self.deferred_until_no_capture.push(id);
+            } else {
+                self.insert_events(be, id)?;
+            }
+        } else {
+            self.free_block(id, context.as_ref());
+        }
+        Ok(())
+    }
+
+    /// PyTorch's `free_block`: back to the free set, merged with free neighbours.
+    fn free_block(&mut self, id: BlockId, context: Option<&Frames>) {
+        let (addr, size, requested, stream, pool, expandable) = {
+            let b = &self.arena[id];
+            (
+                b.addr,
+                b.size,
+                b.requested,
+                b.stream,
+                b.pool,
+                b.is_expandable(),
+            )
+        };
+        let ctx = self.arena[id].context.take();
+        self.record_trace(
+            TraceAction::FreeCompleted,
+            addr,
+            requested,
+            stream,
+            context.or(ctx.as_ref()),
+        );
+        let flags = self.block_flags(id);
+        self.emit(
+            EventAction::FreeCompleted,
+            pool,
+            addr,
+            size,
+            requested,
+            stream,
+            flags,
+        );
+        let mut net_blocks = 0i64;
+        let mut net_size = 0i64;
+        for cand in [self.arena[id].prev, self.arena[id].next] {
+            let subsumed = self.try_merge_blocks(id, cand);
+            if subsumed > 0 {
+                net_blocks -= 1;
+                net_size -= subsumed as i64;
+            }
+        }
+        self.insert_into_blocks(id);
+        if self.arena[id].is_split() {
+            net_blocks += 1;
+            net_size += self.arena[id].size as i64;
+        }
+        let small = self.is_small(pool);
+        let s = &mut self.stats;
+        if !expandable {
+            s.inactive_split.update_pool(small, net_blocks);
+            s.inactive_split_bytes.update_pool(small, net_size);
+        }
+        s.active.update_pool(small, -1);
+        s.active_bytes.update_pool(small, -(size as i64));
+        s.requested_bytes.update_pool(small, -(requested as i64));
+    }
+
+    /// PyTorch's `try_merge_blocks`: `dst` absorbs `src` when `src` is free and in the same
+    /// mapped state. Returns the bytes absorbed.
+    fn try_merge_blocks(&mut self, dst: BlockId, src: BlockId) -> u64 {
+        if src == NIL {
+            return 0;
+        }
+        let s = &self.arena[src];
+        if !s.is_free() || s.mapped != self.arena[dst].mapped {
+            return 0;
+        }
+        let (s_addr, s_size, s_prev, s_next, s_mapped, s_stream, s_pool) =
+            (s.addr, s.size, s.prev, s.next, s.mapped, s.stream, s.pool);
+        if s_mapped {
+            self.pools[s_pool as usize]
+                .blocks
+                .remove(&size_key(s_stream, s_size, s_addr));
+        } else {
+            self.pools[s_pool as usize]
+                .unmapped
+                .remove(&(s_stream.0, s_addr));
+        }
+        if self.arena[dst].prev == src {
+            let seg_ctx = self.arena[src].segment_context.take();
+            let d = &mut self.arena[dst];
+            d.addr = s_addr;
+            d.prev = s_prev;
+            d.segment_context = seg_ctx;
+            if s_prev != NIL {
+                self.arena[s_prev].next = dst;
+            }
+        } else {
+            self.arena[dst].next = s_next;
+            if s_next != NIL {
+                self.arena[s_next].prev = dst;
+            }
+        }
+        self.arena[dst].size += s_size;
+        self.arena.remove(src);
+        s_size
+    }
+
+    // ---------------------------------------------------------------- streams and events
+
+    /// `record_stream`: another stream uses the block.
+    pub(crate) fn record_stream(
+        &mut self,
+        ptr: DevicePtr,
+        stream: StreamId,
+    ) -> Result<(), AllocError> {
+        let &id = self
+            .allocated
+            .get(&ptr)
+            .ok_or(AllocError::InvalidPointer(ptr))?;
+        let b = &mut self.arena[id];
+        if stream == b.stream {
+            return Ok(());
+        }
+        if !b.stream_uses.contains(&stream) {
+            b.stream_uses.push(stream);
+        }
+        if !self.captures.is_empty() {
+            let uses = self.cudagraph_stream_uses.entry(id).or_default();
+            if !uses.contains(&stream) {
+                uses.push(stream);
+            }
+        }
+        Ok(())
+    }
+
+    fn get_event<B: DeviceBackend>(&mut self, be: &B) -> Result<EventId, DeviceError> {
+        match self.event_pool.pop() {
+            Some(e) => Ok(e),
+            None => be.create_event(),
+        }
+    }
+
+    /// PyTorch's `insert_events`: one event per using stream.
+    fn insert_events<B: DeviceBackend>(&mut self, be: &B, id: BlockId) -> Result<(), AllocError> {
+        let streams = std::mem::take(&mut self.arena[id].stream_uses);
+        for s in streams {
+            let ev = self.get_event(be)?;
+            be.record_event(ev, s)?;
+            self.arena[id].event_count += 1;
+            self.events.entry(s).or_default().push_back((ev, id));
+            self.pending_events += 1;
+        }
+        Ok(())
+    }
+
+    fn insert_events_deferred_until_no_capture<B: DeviceBackend>(
+        &mut self,
+        be: &B,
+        context: Option<&Frames>,
+    ) -> Result<(), AllocError> {
+        if self.deferred_until_no_capture.is_empty() {
+            return Ok(());
+        }
+        let blocks = std::mem::take(&mut self.deferred_until_no_capture);
+        for id in blocks {
+            // Streams recorded during the capture are done with the block by now.
+            if let Some(graph_uses) = self.cudagraph_stream_uses.remove(&id) {
+                self.arena[id]
+                    .stream_uses
+                    .retain(|s| !graph_uses.contains(s));
+            }
+            self.insert_events(be, id)?;
+            if self.arena[id].event_count == 0 {
+                self.free_block(id, context);
+            }
+        }
+        Ok(())
+    }
+
+    /// PyTorch's `process_events`: completed events, per stream in FIFO order, complete their
+    /// blocks' frees.
+    fn process_events<B: DeviceBackend>(
+        &mut self,
+        be: &B,
+        context: Option<&Frames>,
+    ) -> Result<(), AllocError> {
+        self.insert_events_deferred_until_no_capture(be, context)?;
+        if self.pending_events == 0 {
+            return Ok(());
+        }
+        let mut events = std::mem::take(&mut self.events);
+        let mut result = Ok(());
+        'streams: for queue in events.values_mut() {
+            while let Some(&(ev, id)) = queue.front() {
+                match be.query_event(ev) {
+                    Ok(false) => break,
+                    Ok(true) => {}
+                    Err(e) => {
+                        result = Err(e.into());
+                        break 'streams;
+                    }
+                }
+                queue.pop_front();
+                self.pending_events -= 1;
+                self.event_pool.push(ev);
+                let b = &mut self.arena[id];
+                b.event_count -= 1;
+                if b.event_count == 0 {
+                    self.free_block(id, context);
+                }
+            }
+        }
+        events.retain(|_, q| !q.is_empty());
+        self.events = events;
+        result
+    }
+
+    /// PyTorch's `synchronize_and_free_events`: wait for every outstanding event.
+    fn synchronize_and_free_events<B: DeviceBackend>(
+        &mut self,
+        be: &B,
+        context: Option<&Frames>,
+    ) -> Result<(), AllocError> {
+        self.stats.num_sync_all_streams += 1;
+        self.emit_plain(EventAction::SyncAllStreams, StreamId::DEFAULT);
+        self.insert_events_deferred_until_no_capture(be, context)?;
+        let events = std::mem::take(&mut self.events);
+        for (_, queue) in events {
+            for (ev, id) in queue {
+                be.synchronize_event(ev)?;
+                self.pending_events -= 1;
+                self.event_pool.push(ev);
+                let b = &mut self.arena[id];
+                b.event_count -= 1;
+                if b.event_count == 0 {
+                    self.free_block(id, context);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Destroys pooled events (at drop).
+    pub(crate) fn destroy_events<B: DeviceBackend>(&mut self, be: &B) {
+        for ev in self.event_pool.drain(..) {
+            let _ = be.destroy_event(ev);
+        }
+    }
+
+    // ---------------------------------------------------------------- expandable segments
+
+    fn try_allocate_expandable_block<B: DeviceBackend>(
+        &mut self,
+        be: &B,
+        stream: StreamId,
+        pool: u32,
+        size: u64,
+        context: Option<&Frames>,
+    ) -> Result<Option<BlockId>, AllocError> {
+        let Some(mut candidate) = self.find_expandable_block(be, stream, pool, size)? else {
+            return Ok(None);
+        };
+        if !self.arena[candidate].mapped {
+            let want = self.arena[candidate].size.min(size);
+            if !self.map_block(be, candidate, want, context)? {
+                return Ok(None);
+            }
+        }
+        while self.arena[candidate].size < size {
+            let remaining = size - self.arena[candidate].size;
+            let next = self.arena[candidate].next;
+            let want = remaining.min(self.arena[next].size);
+            if !self.map_block(be, next, want, context)? {
+                return Ok(None);
+            }
+            candidate = next;
+        }
+        self.remove_from_blocks(candidate);
+        Ok(Some(candidate))
+    }
+
+    fn allocatable(&self, id: BlockId) -> bool {
+        id != NIL && self.arena[id].is_free()
+    }
+
+    /// The lowest-addressed free/unmapped run with room for `size`, or a new segment.
+    fn find_expandable_block<B: DeviceBackend>(
+        &mut self,
+        be: &B,
+        stream: StreamId,
+        pool: u32,
+        size: u64,
+    ) -> Result<Option<BlockId>, AllocError> {
+        let has_room = |this: &Self, mut b: BlockId| {
+            let mut bytes = 0u64;
+            while bytes < size && this.allocatable(b) {
+                bytes += this.arena[b].size;
+                b = this.arena[b].next;
+            }
+            bytes >= size
+        };
+        for (&(s, _), &id) in self.pools[pool as usize].unmapped.range((stream.0, 0)..) {
+            if s != stream.0 {
+                break;
+            }
+            let mut c = id;
+            let prev = self.arena[c].prev;
+            if self.allocatable(prev) {
+                c = prev;
+            }
+            if has_room(self, c) {
+                return Ok(Some(c));
+            }
+        }
+        let page = if self.is_small(pool) {
+            SMALL_BUFFER
+        } else {
+            LARGE_BUFFER
+        };
+        let (_, total) = be.mem_get_info()?;
+        let es = match ExpandableSegment::reserve(be, total, page) {
+            Ok(es) => es,
+            Err(e) if e.is_out_of_memory() => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let (va, full) = (es.va, es.size());
+        let slot = match self.expandable.iter().position(Option::is_none) {
+            Some(i) => {
+                self.expandable[i] = Some(es);
+                i
+            }
+            None => {
+                self.expandable.push(Some(es));
+                self.expandable.len() - 1
+            }
+        };
+        if let Some(pp) = self.private_pool_of(pool) {
+            pp.segment_count += 1;
+        }
+        let mut b = Block::new(va, full, stream, pool);
+        b.mapped = false;
+        b.expandable = slot as u32;
+        let id = self.arena.insert(b);
+        self.pools[pool as usize]
+            .unmapped
+            .insert((stream.0, va), id);
+        Ok(Some(id))
+    }
+
+    /// PyTorch's `map_block`: back the front `size` bytes of an unmapped block with pages.
+    fn map_block<B: DeviceBackend>(
+        &mut self,
+        be: &B,
+        to_map: BlockId,
+        size: u64,
+        context: Option<&Frames>,
+    ) -> Result<bool, AllocError> {
+        let (addr, bsize, stream, pool, es, next) = {
+            let b = &self.arena[to_map];
+            (b.addr, b.size, b.stream, b.pool, b.expandable, b.next)
+        };
+        let Some(seg) = self.expandable[es as usize].as_mut() else {
+            return Ok(false);
+        };
+        let (mptr, msize) = seg.map(be, addr, size)?;
+        if msize == 0 {
+            return Ok(false);
+        }
+        self.pools[pool as usize].unmapped.remove(&(stream.0, addr));
+        self.arena[to_map].mapped = true;
+        if msize < bsize {
+            let mut rest = Block::new(addr + msize, bsize - msize, stream, pool);
+            rest.mapped = false;
+            rest.expandable = es;
+            rest.prev = to_map;
+            rest.next = next;
+            let rid = self.arena.insert(rest);
+            if next != NIL {
+                self.arena[next].prev = rid;
+            }
+            self.arena[to_map].next = rid;
+            self.arena[to_map].size = msize;
+            self.pools[pool as usize]
+                .unmapped
+                .insert((stream.0, addr + msize), rid);
+        }
+        let prev = self.arena[to_map].prev;
+        self.try_merge_blocks(to_map, prev);
+        let next = self.arena[to_map].next;
+        self.try_merge_blocks(to_map, next);
+        self.insert_into_blocks(to_map);
+        self.total_allocated_memory += msize;
+        let small = self.is_small(pool);
+        self.stats.reserved_bytes.update_pool(small, msize as i64);
+        self.stats.num_device_alloc += 1;
+        self.record_trace(TraceAction::SegmentMap, mptr, msize, stream, context);
+        let b = &mut self.arena[to_map];
+        if b.prev == NIL && b.segment_context.is_none() {
+            b.segment_context = context.cloned();
+        }
+        self.emit(
+            EventAction::SegmentMap,
+            pool,
+            mptr,
+            msize,
+            0,
+            stream,
+            FLAG_EXPANDABLE,
+        );
+        Ok(true)
+    }
+
+    /// PyTorch's `unmap_block`: give back the whole free pages inside a free block.
+    fn unmap_block<B: DeviceBackend>(
+        &mut self,
+        be: &B,
+        id: BlockId,
+        context: Option<&Frames>,
+    ) -> Result<(), AllocError> {
+        let (addr, size, stream, pool, es) = {
+            let b = &self.arena[id];
+            (b.addr, b.size, b.stream, b.pool, b.expandable)
+        };
+        let Some(seg) = self.expandable[es as usize].as_mut() else {
+            return Ok(());
+        };
+        let (uptr, usize_) = seg.unmap(be, addr, size)?;
+        if usize_ == 0 {
+            return Ok(());
+        }
+        self.remove_from_blocks(id);
+        let before = uptr - addr;
+        if before > 0 {
+            let prev = self.arena[id].prev;
+            let mut bf = Block::new(addr, before, stream, pool);
+            bf.expandable = es;
+            bf.prev = prev;
+            bf.next = id;
+            bf.segment_context = self.arena[id].segment_context.take();
+            let bid = self.arena.insert(bf);
+            if prev != NIL {
+                self.arena[prev].next = bid;
+            }
+            self.arena[id].prev = bid;
+            self.insert_into_blocks(bid);
+        }
+        let after = size - before - usize_;
+        if after > 0 {
+            let next = self.arena[id].next;
+            let mut af = Block::new(uptr + usize_, after, stream, pool);
+            af.expandable = es;
+            af.prev = id;
+            af.next = next;
+            let aid = self.arena.insert(af);
+            if next != NIL {
+                self.arena[next].prev = aid;
+            }
+            self.arena[id].next = aid;
+            self.insert_into_blocks(aid);
+        }
+        {
+            let b = &mut self.arena[id];
+            b.addr = uptr;
+            b.size = usize_;
+            b.mapped = false;
+        }
+        let prev = self.arena[id].prev;
+        self.try_merge_blocks(id, prev);
+        let next = self.arena[id].next;
+        self.try_merge_blocks(id, next);
+        let key = (stream.0, self.arena[id].addr);
+        self.pools[pool as usize].unmapped.insert(key, id);
+        self.total_allocated_memory -= usize_;
+        let small = self.is_small(pool);
+        self.stats
+            .reserved_bytes
+            .update_pool(small, -(usize_ as i64));
+        self.stats.num_device_free += 1;
+        let seg_ctx = self.arena[id].segment_context.clone();
+        self.record_trace(
+            TraceAction::SegmentUnmap,
+            uptr,
+            usize_,
+            stream,
+            context.or(seg_ctx.as_ref()),
+        );
+        self.emit(
+            EventAction::SegmentUnmap,
+            pool,
+            uptr,
+            usize_,
+            0,
+            stream,
+            FLAG_EXPANDABLE,
+        );
+        Ok(())
+    }
+
+    /// Gives back the address range of an expandable segment with nothing mapped.
+    fn release_expandable_segment<B: DeviceBackend>(
+        &mut self,
+        be: &B,
+        id: BlockId,
+    ) -> Result<(), AllocError> {
+        let (addr, stream, pool, es) = {
+            let b = &self.arena[id];
+            (b.addr, b.stream, b.pool, b.expandable)
+        };
+        if let Some(seg) = self.expandable[es as usize].take() {
+            be.vm_release(seg.va, seg.size())?;
+        }
+        self.pools[pool as usize].unmapped.remove(&(stream.0, addr));
+        if let Some(pp) = self.private_pool_of(pool) {
+            pp.segment_count -= 1;
+        }
+        self.arena.remove(id);
+        Ok(())
+    }
+
+    // ---------------------------------------------------------------- private pools
+
+    pub(crate) fn begin_allocate_to_pool(&mut self, id: PoolId, filter: StreamFilter) {
+        if id.is_default() {
+            tracing::warn!("begin_allocate_to_pool: (0, 0) names the default pools; ignored");
+            return;
+        }
+        if let Some(c) = self.captures.iter_mut().find(|(p, _)| *p == id) {
+            tracing::warn!(pool = %id, "begin_allocate_to_pool: already recording to this pool; the new stream filter replaces the old");
+            c.1 = filter;
+            return;
+        }
+        match self.private_pools.iter_mut().find(|p| p.id == id) {
+            Some(pp) => pp.use_count += 1,
+            None => {
+                let slot = |small: bool, pools: &mut Vec<BlockPool>, free: &mut Vec<u32>| {
+                    let pool = BlockPool::new(small, Some(id));
+                    match free.pop() {
+                        Some(s) => {
+                            pools[s as usize] = pool;
+                            s
+                        }
+                        None => {
+                            pools.push(pool);
+                            (pools.len() - 1) as u32
+                        }
+                    }
+                };
+                let large = slot(false, &mut self.pools, &mut self.free_pool_slots);
+                let small = slot(true, &mut self.pools, &mut self.free_pool_slots);
+                self.private_pools.push(PrivatePool {
+                    id,
+                    use_count: 1,
+                    segment_count: 0,
+                    large,
+                    small,
+                });
+            }
+        }
+        self.captures.push((id, filter));
+    }
+
+    pub(crate) fn end_allocate_to_pool(&mut self, id: PoolId) {
+        match self.captures.iter().position(|(p, _)| *p == id) {
+            Some(i) => {
+                self.captures.remove(i);
+            }
+            None => {
+                tracing::warn!(pool = %id, "end_allocate_to_pool: not recording to this pool")
+            }
+        }
+    }
+
+    pub(crate) fn release_pool(&mut self, id: PoolId) {
+        match self.private_pools.iter_mut().find(|p| p.id == id) {
+            Some(pp) if pp.use_count > 0 => pp.use_count -= 1,
+            Some(_) => tracing::warn!(pool = %id, "release_pool: pool already released"),
+            None => tracing::warn!(pool = %id, "release_pool: no such private pool"),
+        }
+    }
+
+    // ---------------------------------------------------------------- queries
+
+    /// The segment base and size containing `ptr` (for expandable segments, the contiguous
+    /// mapped range).
+    pub(crate) fn base_allocation(&self, ptr: DevicePtr) -> Option<(DevicePtr, u64)> {
+        let id = match self.allocated.get(&ptr) {
+            Some(&id) => id,
+            None => self
+                .arena
+                .iter()
+                .find(|(_, b)| b.mapped && b.addr <= ptr && ptr < b.addr + b.size)
+                .map(|(id, _)| id)?,
+        };
+        let mut head = id;
+        while self.arena[head].prev != NIL && self.arena[self.arena[head].prev].mapped {
+            head = self.arena[head].prev;
+        }
+        let base = self.arena[head].addr;
+        let mut size = 0;
+        let mut b = head;
+        while b != NIL && self.arena[b].mapped {
+            size += self.arena[b].size;
+            b = self.arena[b].next;
+        }
+        Some((base, size))
+    }
+
+    /// The segments (one per contiguous mapped range for expandable segments), sorted by
+    /// address, and the total active bytes.
+    pub(crate) fn segments(&self) -> (Vec<SegmentInfo>, u64) {
+        let mut out = Vec::new();
+        let mut total_active = 0;
+        for (id, head) in self.arena.iter() {
+            if !head.mapped || (head.prev != NIL && self.arena[head.prev].mapped) {
+                continue;
+            }
+            let pool = &self.pools[head.pool as usize];
+            let mut seg = SegmentInfo {
+                device: self.device,
+                address: head.addr,
+                total_size: 0,
+                allocated_size: 0,
+                active_size: 0,
+                requested_size: 0,
+                stream: head.stream.0,
+                segment_type: if pool.is_small {
+                    SegmentType::Small
+                } else {
+                    SegmentType::Large
+                },
+                segment_pool_id: pool.owner.map_or((0, 0), |p| (p.0, p.1)),
+                is_expandable: head.is_expandable(),
+                frames: head
+                    .segment_context
+                    .clone()
+                    .unwrap_or_else(|| self.empty_frames.clone()),
+                blocks: Vec::new(),
+            };
+            let mut b = id;
+            while b != NIL && self.arena[b].mapped {
+                let blk = &self.arena[b];
+                let active = blk.is_active();
+                seg.total_size += blk.size;
+                if blk.allocated {
+                    seg.allocated_size += blk.size;
+                }
+                if active {
+                    seg.active_size += blk.size;
+                    seg.requested_size += blk.requested;
+                }
+                seg.blocks.push(BlockInfo {
+                    address: blk.addr,
+                    size: blk.size,
+                    requested_size: blk.requested,
+                    state: if blk.allocated {
+                        BlockState::ActiveAllocated
+                    } else if active {
+                        BlockState::ActivePendingFree
+                    } else {
+                        BlockState::Inactive
+                    },
+                    frames: blk
+                        .context
+                        .clone()
+                        .unwrap_or_else(|| self.empty_frames.clone()),
+                    history: Vec::new(),
+                });
+                b = blk.next;
+            }
+            total_active += seg.active_size;
+            out.push(seg);
+        }
+        out.sort_by_key(|s| s.address);
+        (out, total_active)
+    }
+
+    /// `reserved - allocated` (all pools).
+    pub(crate) fn cached_bytes(&self) -> u64 {
+        let r = self.stats.reserved_bytes.0[0].current;
+        let a = self.stats.allocated_bytes.0[0].current;
+        (r - a).max(0) as u64
+    }
+}

@@ -1,0 +1,87 @@
+//! Block pools: the ordered sets of free blocks a request searches (PyTorch's `BlockPool`), and
+//! the private pools of graph captures (`PrivatePool`, named by a [`PoolId`]).
+//!
+//! A pool orders its free blocks by `(stream, size, address)` in a `BTreeMap`, so best fit is one
+//! `range` lookup from `(stream, size, 0)`: the first key with the same stream is the smallest
+//! block that fits, the lowest address among equals. Unmapped ranges of expandable segments are
+//! kept apart, ordered by `(stream, address)`.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use crate::caching::backend::StreamId;
+use crate::caching::block::BlockId;
+
+/// A memory pool id, PyTorch's `MempoolId_t`: `(0, 0)` is the default pools; graph captures use
+/// private pools with other ids.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct PoolId(pub u64, pub u64);
+
+impl PoolId {
+    /// The default pools.
+    pub const DEFAULT: PoolId = PoolId(0, 0);
+
+    /// Whether this names the default pools.
+    pub fn is_default(self) -> bool {
+        self == PoolId::DEFAULT
+    }
+}
+
+impl fmt::Display for PoolId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "({}, {})", self.0, self.1)
+    }
+}
+
+/// Free-set key: `(stream, size, address)`.
+pub(crate) type SizeKey = (u64, u64, u64);
+/// Unmapped-set key: `(stream, address)`.
+pub(crate) type AddrKey = (u64, u64);
+
+/// The free blocks of one size class (small or large) of one pool.
+#[derive(Debug)]
+pub(crate) struct BlockPool {
+    /// Small (rounded requests up to 1 MiB) or large.
+    pub is_small: bool,
+    /// The private pool this belongs to (`None` for the default pools).
+    pub owner: Option<PoolId>,
+    /// Free, mapped blocks by `(stream, size, address)`.
+    pub blocks: BTreeMap<SizeKey, BlockId>,
+    /// Unmapped ranges of expandable segments by `(stream, address)`.
+    pub unmapped: BTreeMap<AddrKey, BlockId>,
+    /// Free-block searches so far (the clock of garbage collection ages).
+    pub get_free_blocks_call_count: i64,
+}
+
+impl BlockPool {
+    pub(crate) fn new(is_small: bool, owner: Option<PoolId>) -> BlockPool {
+        BlockPool {
+            is_small,
+            owner,
+            blocks: BTreeMap::new(),
+            unmapped: BTreeMap::new(),
+            get_free_blocks_call_count: 0,
+        }
+    }
+}
+
+/// The key of a block in a pool's free set.
+#[inline]
+pub(crate) fn size_key(stream: StreamId, size: u64, addr: u64) -> SizeKey {
+    (stream.0, size, addr)
+}
+
+/// A private pool (graph capture memory).
+#[derive(Debug)]
+pub(crate) struct PrivatePool {
+    /// Its id.
+    pub id: PoolId,
+    /// Captures using it; at 0 its memory may be returned by the next `empty_cache`.
+    pub use_count: i64,
+    /// Live segments (device allocations and expandable ranges) holding its memory.
+    pub segment_count: i64,
+    /// Index of its large `BlockPool`.
+    pub large: u32,
+    /// Index of its small `BlockPool`.
+    pub small: u32,
+}

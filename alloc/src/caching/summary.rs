@@ -1,0 +1,145 @@
+//! `format_memory_summary`: the text table of `torch.cuda.memory_summary()`, from a
+//! [`DeviceStats`].
+//!
+//! The layout is PyTorch's (`torch/cuda/memory.py`, `memory_summary`): 75 columns between `|`
+//! borders; a header naming the device; "CUDA OOMs | cudaMalloc retries"; the columns Metric,
+//! Cur Usage, Peak Usage, Tot Alloc, Tot Freed; one group of rows per stat array (all, then
+//! "from large pool" and "from small pool"), then the oversize stats. Sizes print as a 6-digit
+//! integer and a unit (B, KiB, ... PiB), the unit chosen from the group's "all" row and stepping
+//! up once that figure reaches 768 of the next unit; counts print as `%7d` with K/M suffixes
+//! stepping at 750,000.
+
+use std::fmt::Write as _;
+
+use crate::caching::stats::{DeviceStats, Stat, StatArray, StatType};
+
+/// Width of the table between its `|` borders.
+pub const SUMMARY_WIDTH: usize = 75;
+/// A size steps up to the next unit once the reference figure reaches this many of it
+/// (768 KiB shows as KiB, 767 KiB as B).
+const SIZE_STEP: i64 = 768 * 1024;
+/// A count steps up to K (then M) once the reference figure reaches this.
+const COUNT_STEP: i64 = 750 * 1000;
+const SIZE_UNITS: [&str; 6] = ["B  ", "KiB", "MiB", "GiB", "TiB", "PiB"];
+const COUNT_UNITS: [&str; 3] = [" ", "K", "M"];
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Size,
+    Count,
+}
+
+/// PyTorch's `_format_size(sz, pref_sz)`: the unit is chosen from `pref` (the "all" row).
+fn format_size(mut sz: i64, pref: i64) -> String {
+    let mut pref = pref as f64;
+    let mut unit = SIZE_UNITS[0];
+    for next in &SIZE_UNITS[1..] {
+        if pref < SIZE_STEP as f64 {
+            break;
+        }
+        unit = next;
+        sz = sz.div_euclid(1024);
+        pref /= 1024.0;
+    }
+    format!("{sz:6} {unit}")
+}
+
+/// PyTorch's `_format_count(cnt, pref_cnt)`.
+fn format_count(mut cnt: i64, pref: i64) -> String {
+    let mut pref = pref as f64;
+    let mut unit = COUNT_UNITS[0];
+    for next in &COUNT_UNITS[1..] {
+        if pref < COUNT_STEP as f64 {
+            break;
+        }
+        unit = next;
+        cnt = cnt.div_euclid(1000);
+        pref /= 1000.0;
+    }
+    format!("{cnt:7} {unit} ")
+}
+
+fn format_value(kind: Kind, v: i64, pref: i64) -> String {
+    match kind {
+        Kind::Size => format_size(v, pref),
+        Kind::Count => format_count(v, pref),
+    }
+}
+
+fn row(out: &mut Vec<String>, name: &str, kind: Kind, s: &Stat, pref: &Stat) {
+    out.push(format!(
+        " {name:<21} | {} | {} | {} | {} ",
+        format_value(kind, s.current, pref.current),
+        format_value(kind, s.peak, pref.peak),
+        format_value(kind, s.allocated, pref.allocated),
+        format_value(kind, s.freed, pref.freed),
+    ));
+}
+
+/// The `torch.cuda.memory_summary(device)` table for these stats (not abbreviated), each line
+/// ending in a newline.
+pub fn format_memory_summary(stats: &DeviceStats, device: i32) -> String {
+    let metrics: [(&StatArray, &str, Kind); 9] = [
+        (&stats.allocated_bytes, "Allocated memory", Kind::Size),
+        (&stats.active_bytes, "Active memory", Kind::Size),
+        (&stats.requested_bytes, "Requested memory", Kind::Size),
+        (&stats.reserved_bytes, "GPU reserved memory", Kind::Size),
+        (
+            &stats.inactive_split_bytes,
+            "Non-releasable memory",
+            Kind::Size,
+        ),
+        (&stats.allocation, "Allocations", Kind::Count),
+        (&stats.active, "Active allocs", Kind::Count),
+        (&stats.segment, "GPU reserved segments", Kind::Count),
+        (&stats.inactive_split, "Non-releasable allocs", Kind::Count),
+    ];
+    let rule = "-".repeat(SUMMARY_WIDTH);
+    let double = "=".repeat(SUMMARY_WIDTH);
+    let mut lines: Vec<String> = vec![
+        double.clone(),
+        format!(
+            " {:16} PyTorch CUDA memory summary, device ID {:<17} ",
+            "", device
+        ),
+        rule.clone(),
+        format!(
+            "  {:9} CUDA OOMs: {:<12} | {:6} cudaMalloc retries: {:<8}  ",
+            "", stats.num_ooms, "", stats.num_alloc_retries
+        ),
+        double.clone(),
+        "        Metric         | Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  ".to_string(),
+    ];
+    for (arr, name, kind) in metrics {
+        lines.push(rule.clone());
+        let all = arr.get(StatType::All);
+        row(&mut lines, name, kind, all, all);
+        row(
+            &mut lines,
+            "      from large pool",
+            kind,
+            arr.get(StatType::LargePool),
+            all,
+        );
+        row(
+            &mut lines,
+            "      from small pool",
+            kind,
+            arr.get(StatType::SmallPool),
+            all,
+        );
+    }
+    for (s, name) in [
+        (&stats.oversize_allocations, "Oversize allocations"),
+        (&stats.oversize_segments, "Oversize GPU segments"),
+    ] {
+        lines.push(rule.clone());
+        row(&mut lines, name, Kind::Count, s, s);
+    }
+    lines.push(double);
+    let mut out = String::with_capacity(lines.len() * (SUMMARY_WIDTH + 3));
+    for l in &lines {
+        let _ = writeln!(out, "|{l}|");
+    }
+    out
+}

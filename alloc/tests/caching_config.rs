@@ -1,0 +1,257 @@
+//! `AllocatorConfig`: parsing PyTorch's syntax, its errors, and the rounding rule, with numbers
+//! worked out by hand.
+
+use allocview_alloc::caching::config::{
+    AllocatorConfig, ConfigError, LARGE_BUFFER, ROUNDUP_BUCKETS, SMALL_BUFFER, roundup_bucket,
+    segment_size,
+};
+use allocview_alloc::snapshot::Value;
+
+const KIB: u64 = 1 << 10;
+const MIB: u64 = 1 << 20;
+
+#[test]
+fn default_rounding_is_to_multiples_of_512_with_a_512_minimum() {
+    let c = AllocatorConfig::default();
+    assert_eq!(c.round_size(0), 512);
+    assert_eq!(c.round_size(1), 512);
+    assert_eq!(c.round_size(512), 512);
+    assert_eq!(c.round_size(513), 1024);
+    assert_eq!(c.round_size(1_200), 1_536);
+    assert_eq!(c.round_size(1_300_000), 1_300_480); // 2540 * 512
+}
+
+#[test]
+fn four_divisions_round_to_quarter_steps_between_powers_of_two() {
+    let c = AllocatorConfig::parse("roundup_power2_divisions:4").unwrap();
+    // 1,200 is not above 512 * 4 = 2,048: plain 512 rounding.
+    assert_eq!(c.round_size(1_200), 1_536);
+    // 1,300,000 lies in [1 MiB, 2 MiB): steps of 256 KiB; next step is 1 MiB + 256 KiB.
+    assert_eq!(c.round_size(1_300_000), 1_310_720);
+    assert_eq!(c.round_size(1_310_720), 1_310_720);
+    // Powers of two stay.
+    assert_eq!(c.round_size(4 * MIB), 4 * MIB);
+    // 5 MiB + 1 in [4 MiB, 8 MiB): steps of 1 MiB -> 6 MiB.
+    assert_eq!(c.round_size(5 * MIB + 1), 6 * MIB);
+    // 3,000 in [2 KiB, 4 KiB): steps of 512 -> 3,072.
+    assert_eq!(c.round_size(3_000), 3_072);
+}
+
+#[test]
+fn many_divisions_give_fine_steps_only_above_512_times_d() {
+    // 64 divisions: 2,100 is not above 512 * 64 = 32,768, so
+    // plain rounding applies; 40,000 in [32 KiB, 64 KiB) gives 512-byte steps.
+    let c = AllocatorConfig::parse("roundup_power2_divisions:64").unwrap();
+    assert_eq!(c.round_size(2_100), 2_560);
+    assert_eq!(c.round_size(40_000), 40_448); // 79 * 512
+}
+
+#[test]
+fn bucket_index_is_log2_minus_20_clamped() {
+    assert_eq!(roundup_bucket(1), 0);
+    assert_eq!(roundup_bucket(2 * MIB - 1), 0);
+    assert_eq!(roundup_bucket(2 * MIB), 1);
+    assert_eq!(roundup_bucket(256 * MIB), 8);
+    assert_eq!(roundup_bucket(u64::MAX), ROUNDUP_BUCKETS - 1);
+}
+
+#[test]
+fn divisions_list_fills_lower_buckets_from_the_first_key_and_greater_from_the_last_named() {
+    let c = AllocatorConfig::parse("roundup_power2_divisions:[256:1,512:2,1024:4,>:8]").unwrap();
+    let d = c.roundup_power2_divisions();
+    // 256 MB is bucket 8; the first key fills buckets 0..8 too.
+    assert!(d[..=8].iter().all(|&v| v == 1), "{d:?}");
+    assert_eq!(d[9], 2);
+    // PyTorch's quirk: '>' fills from the last named bucket (1024 MB = bucket 10) itself.
+    assert_eq!(d[10], 8);
+    assert!(d[10..].iter().all(|&v| v == 8));
+}
+
+#[test]
+fn divisions_list_without_greater_leaves_higher_buckets_off() {
+    let c = AllocatorConfig::parse("roundup_power2_divisions:[1:4, 4:2]").unwrap();
+    let d = c.roundup_power2_divisions();
+    assert_eq!(&d[..4], &[4, 0, 2, 0]);
+    assert!(d[3..].iter().all(|&v| v == 0));
+    // 1.3 MB uses bucket 0 (4 divisions); 4.5 MB bucket 2 (2 divisions: 2 MiB steps -> 6 MiB).
+    assert_eq!(c.round_size(1_300_000), 1_310_720);
+    assert_eq!(c.round_size(4 * MIB + 512 * KIB), 6 * MIB);
+}
+
+#[test]
+fn segment_sizes_follow_the_request_class() {
+    assert_eq!(segment_size(512), SMALL_BUFFER);
+    assert_eq!(segment_size(MIB), SMALL_BUFFER);
+    // A 1 MiB + 1 request rounds to 1 MiB + 512 and gets a 20 MiB segment.
+    let c = AllocatorConfig::default();
+    assert_eq!(segment_size(c.round_size(MIB + 1)), LARGE_BUFFER);
+    assert_eq!(segment_size(10 * MIB - 512), LARGE_BUFFER);
+    assert_eq!(segment_size(10 * MIB), 10 * MIB);
+    assert_eq!(segment_size(10 * MIB + 512), 12 * MIB);
+}
+
+#[test]
+fn full_config_string_parses_every_setting() {
+    let c = AllocatorConfig::parse(
+        "max_split_size_mb:128,roundup_power2_divisions:[256:1,512:2,>:8],\
+         garbage_collection_threshold:0.6,expandable_segments:True,\
+         max_non_split_rounding_mb:40, release_lock_on_cudamalloc:False,\
+         pinned_use_cuda_host_register:True,pinned_num_register_threads:8,backend:native",
+    )
+    .unwrap();
+    assert_eq!(c.max_split_size(), Some(128 * MIB));
+    assert_eq!(c.max_non_split_rounding(), 40 * MIB);
+    assert_eq!(c.garbage_collection_threshold(), 0.6);
+    assert!(c.expandable_segments());
+    assert!(!c.release_lock_on_cudamalloc());
+    assert!(c.pinned_use_cuda_host_register());
+    assert_eq!(c.pinned_num_register_threads(), 8);
+}
+
+#[test]
+fn empty_string_is_the_default() {
+    assert_eq!(
+        AllocatorConfig::parse("").unwrap(),
+        AllocatorConfig::default()
+    );
+    assert_eq!(AllocatorConfig::default().max_split_size(), None);
+    assert_eq!(AllocatorConfig::default().max_split_size_or_max(), u64::MAX);
+}
+
+fn err(s: &str) -> String {
+    AllocatorConfig::parse(s).unwrap_err().to_string()
+}
+
+#[test]
+fn unknown_key_is_an_error_that_names_it_and_the_valid_keys() {
+    let e = AllocatorConfig::parse("max_split_mb:100").unwrap_err();
+    assert!(matches!(e, ConfigError::UnknownKey { ref key, .. } if key == "max_split_mb"));
+    let m = e.to_string();
+    assert!(
+        m.contains("max_split_mb") && m.contains("max_split_size_mb"),
+        "{m}"
+    );
+}
+
+#[test]
+fn max_split_size_below_20_mb_is_an_error() {
+    let m = err("max_split_size_mb:19");
+    assert!(
+        m.contains("max_split_size_mb") && m.contains("at least 20"),
+        "{m}"
+    );
+    assert!(AllocatorConfig::parse("max_split_size_mb:20").is_ok());
+    assert!(err("max_split_size_mb:abc").contains("max_split_size_mb"));
+    assert!(err("max_non_split_rounding_mb:10").contains("max_non_split_rounding_mb"));
+}
+
+#[test]
+fn threshold_outside_zero_one_is_an_error() {
+    for bad in ["0", "1", "1.5", "-0.1", "x"] {
+        let m = err(&format!("garbage_collection_threshold:{bad}"));
+        assert!(
+            m.contains("garbage_collection_threshold") && m.contains("strictly between 0 and 1"),
+            "{m}"
+        );
+    }
+}
+
+#[test]
+fn bad_bool_is_an_error_naming_true_and_false() {
+    let m = err("expandable_segments:yes");
+    assert!(
+        m.contains("expandable_segments") && m.contains("True or False"),
+        "{m}"
+    );
+    assert!(err("expandable_segments:true").contains("True or False"));
+}
+
+#[test]
+fn bad_divisions_are_errors_naming_the_valid_forms() {
+    for bad in [
+        "roundup_power2_divisions:3",
+        "roundup_power2_divisions:[256:3]",
+        "roundup_power2_divisions:[300:2]",
+        "roundup_power2_divisions:[256:2",
+        "roundup_power2_divisions:[256]",
+    ] {
+        let m = err(bad);
+        assert!(
+            m.contains("roundup_power2_divisions") || m.contains("malformed"),
+            "{bad}: {m}"
+        );
+    }
+    assert!(err("roundup_power2_divisions:3").contains("power of two"));
+}
+
+#[test]
+fn syntax_errors_say_where() {
+    let m = err("expandable_segments True");
+    assert!(m.contains("expected ':'"), "{m}");
+    let m = err("expandable_segments:True max_split_size_mb:30");
+    assert!(m.contains("expected ','"), "{m}");
+    assert!(err("backend:cudaMallocAsync").contains("native"));
+}
+
+#[test]
+fn builder_checks_the_same_rules() {
+    assert!(
+        AllocatorConfig::builder()
+            .max_split_size_mb(10)
+            .build()
+            .is_err()
+    );
+    assert!(
+        AllocatorConfig::builder()
+            .garbage_collection_threshold(1.0)
+            .build()
+            .is_err()
+    );
+    assert!(
+        AllocatorConfig::builder()
+            .roundup_power2_divisions(6)
+            .build()
+            .is_err()
+    );
+    let c = AllocatorConfig::builder()
+        .max_split_size_mb(64)
+        .expandable_segments(true)
+        .roundup_power2_divisions(4)
+        .build()
+        .unwrap();
+    // The builder's config renders to a string that parses back to the same settings.
+    let again = AllocatorConfig::parse(c.source()).unwrap();
+    assert_eq!(again, c);
+}
+
+#[test]
+fn settings_have_pytorchs_keys_in_pytorchs_order() {
+    let c = AllocatorConfig::parse("max_split_size_mb:128").unwrap();
+    let s = c.to_settings();
+    let keys: Vec<&str> = s.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(
+        keys,
+        [
+            "PYTORCH_CUDA_ALLOC_CONF",
+            "max_split_size",
+            "garbage_collection_threshold",
+            "expandable_segments",
+            "pinned_num_register_threads",
+            "release_lock_on_cudamalloc",
+            "pinned_use_cuda_host_register",
+            "roundup_power2_divisions",
+        ]
+    );
+    assert_eq!(s[0].1, Value::Str("max_split_size_mb:128".into()));
+    assert_eq!(s[1].1, Value::Int(128 << 20));
+    assert_eq!(
+        AllocatorConfig::default().to_settings()[1].1,
+        Value::Int(-1)
+    );
+    let Value::Dict(d) = &s[7].1 else {
+        panic!("divisions are a dict")
+    };
+    assert_eq!(d.len(), 16);
+    assert_eq!(d[0].0, Value::Str("1".into()));
+    assert_eq!(d[15].0, Value::Str("32768".into()));
+}

@@ -1,0 +1,304 @@
+//! What the caching allocator tells observers: trace history and trackers, context levels,
+//! snapshots, and the events it publishes.
+
+#[path = "support/backend.rs"]
+mod backend;
+#[path = "support/builders.rs"]
+mod builders;
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use allocview_alloc::caching::{ContextLevel, HistoryOptions};
+use allocview_alloc::event::{
+    Event, EventAction, EventPool, EventSink, FLAG_CACHED, FLAG_OVERSIZE,
+};
+use allocview_alloc::snapshot::{BlockState, Frame, Frames, SegmentType, TraceAction, Value};
+use builders::*;
+
+fn actions(a: &Alloc) -> Vec<(TraceAction, u64, u64)> {
+    a.snapshot().device_traces[0]
+        .iter()
+        .map(|t| (t.action, t.addr, t.size))
+        .collect()
+}
+
+fn frames(name: &str) -> Frames {
+    Arc::from(vec![Frame {
+        name: name.into(),
+        filename: "train.py".into(),
+        line: 7,
+    }])
+}
+
+#[test]
+fn history_records_pytorchs_actions_with_unrounded_alloc_sizes() {
+    let (a, _) = allocator();
+    a.record_history(HistoryOptions::default());
+    let p = a.malloc(1000, S0).unwrap();
+    a.free(p).unwrap();
+    a.empty_cache().unwrap();
+    let t = actions(&a);
+    let seg = p;
+    assert_eq!(
+        t,
+        vec![
+            (TraceAction::SegmentAlloc, seg, 2 * MIB),
+            (TraceAction::Alloc, p, 1000),
+            (TraceAction::FreeRequested, p, 1000),
+            (TraceAction::FreeCompleted, p, 1000),
+            (TraceAction::SegmentFree, seg, 2 * MIB),
+        ]
+    );
+    // The snapshot entry of that call shows up in the next one.
+    assert_eq!(actions(&a).last().unwrap().0, TraceAction::Snapshot);
+}
+
+#[test]
+fn the_ring_keeps_the_newest_entries_and_counts_the_overflow() {
+    let (a, _) = allocator();
+    a.record_history(HistoryOptions {
+        enabled: true,
+        context: ContextLevel::Never,
+        max_entries: 3,
+    });
+    for _ in 0..3 {
+        let p = a.malloc(512, S0).unwrap();
+        a.free(p).unwrap();
+    }
+    // 1 segment_alloc + 3 x (alloc, free_requested, free_completed) = 10 entries; 3 kept.
+    let snap = a.snapshot();
+    let kept: Vec<TraceAction> = snap.device_traces[0].iter().map(|t| t.action).collect();
+    assert_eq!(
+        kept,
+        [
+            TraceAction::Alloc,
+            TraceAction::FreeRequested,
+            TraceAction::FreeCompleted
+        ]
+    );
+    assert_eq!(snap.devices[0].trace_overflow, 7);
+    assert_eq!(snap.devices[0].total_memory, Some(8 * GIB));
+    // Disabling clears the ring.
+    a.record_history(HistoryOptions {
+        enabled: false,
+        ..HistoryOptions::default()
+    });
+    assert!(a.snapshot().device_traces[0].is_empty());
+}
+
+#[test]
+fn trackers_receive_every_entry_even_with_history_off() {
+    let (a, _) = allocator();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s2 = seen.clone();
+    a.attach_trace_tracker(move |t| s2.lock().unwrap().push((t.action, t.size)));
+    let p = a.malloc(3000, S1).unwrap();
+    a.free(p).unwrap();
+    a.record_user_annotation("step 3", S1);
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(
+        seen,
+        [
+            (TraceAction::SegmentAlloc, 2 * MIB),
+            (TraceAction::Alloc, 3000),
+            (TraceAction::FreeRequested, 3000),
+            (TraceAction::FreeCompleted, 3000),
+            (TraceAction::UserDefined, 0),
+        ]
+    );
+    assert!(a.snapshot().device_traces[0].is_empty(), "history is off");
+}
+
+#[test]
+fn user_annotations_carry_their_name_as_a_frame() {
+    let (a, _) = allocator();
+    a.record_history(HistoryOptions::default());
+    a.record_user_annotation("forward", S0);
+    let t = &a.snapshot().device_traces[0][0];
+    assert_eq!(t.action, TraceAction::UserDefined);
+    assert_eq!(t.frames[0].name, "forward");
+}
+
+fn counting_provider(a: &Alloc) -> Arc<AtomicUsize> {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c2 = calls.clone();
+    let n = Arc::new(AtomicU64::new(0));
+    a.set_context_provider(Some(Arc::new(move || {
+        c2.fetch_add(1, Ordering::SeqCst);
+        frames(&format!("site{}", n.fetch_add(1, Ordering::SeqCst)))
+    })));
+    calls
+}
+
+#[test]
+fn context_level_state_keeps_frames_on_live_blocks_only() {
+    let (a, _) = allocator();
+    let calls = counting_provider(&a);
+    a.record_history(HistoryOptions {
+        context: ContextLevel::State,
+        ..HistoryOptions::default()
+    });
+    let p = a.malloc(512, S0).unwrap();
+    let q = a.malloc(512, S0).unwrap();
+    a.free(q).unwrap();
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        2,
+        "gathered at malloc, not at free"
+    );
+    let snap = a.snapshot();
+    let blocks = &snap.segments[0].blocks;
+    assert_eq!(blocks[0].address, p);
+    assert_eq!(blocks[0].frames[0].name, "site0");
+    assert!(blocks[1].frames.is_empty(), "free blocks keep no frames");
+    assert!(snap.device_traces[0].iter().all(|t| t.frames.is_empty()));
+}
+
+#[test]
+fn context_level_alloc_puts_frames_on_alloc_entries_and_all_on_free_sites() {
+    let (a, _) = allocator();
+    let calls = counting_provider(&a);
+    a.record_history(HistoryOptions {
+        context: ContextLevel::Alloc,
+        ..HistoryOptions::default()
+    });
+    let p = a.malloc(512, S0).unwrap();
+    a.free(p).unwrap();
+    let t = &a.snapshot().device_traces[0];
+    assert_eq!(t[1].action, TraceAction::Alloc);
+    assert_eq!(t[1].frames[0].name, "site0");
+    // PyTorch: a free entry carries the allocation's context when the free site is not taken.
+    assert_eq!(t[2].frames[0].name, "site0");
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+
+    a.record_history(HistoryOptions {
+        context: ContextLevel::All,
+        ..HistoryOptions::default()
+    });
+    let p = a.malloc(512, S0).unwrap();
+    a.free(p).unwrap();
+    let t = a.snapshot().device_traces[0].clone();
+    let n = t.len();
+    assert_eq!(t[n - 2].action, TraceAction::FreeRequested);
+    assert_eq!(t[n - 2].frames[0].name, "site2", "the free site");
+    // Frames are shared, not copied: the alloc entry and the block hold one allocation.
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+}
+
+#[test]
+fn snapshot_describes_segments_blocks_and_settings_like_pytorch() {
+    let (a, dev) = allocator_with(8 * GIB, "max_split_size_mb:64");
+    let p = a.malloc(1000, S0).unwrap();
+    let q = a.malloc(3 * MIB, S1).unwrap();
+    a.record_stream(q, S2).unwrap();
+    dev.submit_work(S2);
+    a.free(q).unwrap();
+    let snap = check_consistent(&a);
+    assert_eq!(snap.segments.len(), 2);
+    assert!(snap.segments[0].address < snap.segments[1].address);
+    let small = snap
+        .segments
+        .iter()
+        .find(|s| s.address <= p && p < s.address + s.total_size)
+        .unwrap();
+    assert_eq!(small.segment_type, SegmentType::Small);
+    assert_eq!(small.stream, 0);
+    assert_eq!(small.blocks[0].requested_size, 1000);
+    assert_eq!(small.requested_size, 1000);
+    assert_eq!(small.allocated_size, 1024);
+    let large = snap.segments.iter().find(|s| s.stream == 1).unwrap();
+    assert_eq!(large.segment_type, SegmentType::Large);
+    assert_eq!(large.blocks[0].state, BlockState::ActivePendingFree);
+    assert_eq!(large.active_size, 3 * MIB);
+    assert_eq!(large.allocated_size, 0);
+    assert_eq!(large.segment_pool_id, (0, 0));
+    assert!(!large.is_expandable);
+    let settings = snap.allocator_settings.unwrap();
+    assert_eq!(settings[1], ("max_split_size".into(), Value::Int(64 << 20)));
+}
+
+/// A sink that counts and keeps events.
+#[derive(Default)]
+struct Keep(Mutex<Vec<Event>>);
+
+impl EventSink for Keep {
+    fn publish(&self, e: &Event) {
+        self.0.lock().unwrap().push(*e);
+    }
+}
+
+#[test]
+fn events_mirror_trace_entries_with_block_sizes_and_flags() {
+    let (a, dev) = allocator_with(8 * GIB, "max_split_size_mb:20");
+    let sink = Arc::new(Keep::default());
+    a.set_event_sink(Some(sink.clone()));
+    let p = a.malloc(5 * MIB + 100, S1).unwrap();
+    let q = a.malloc(5 * MIB, S1).unwrap();
+    a.free(q).unwrap();
+    let big = a.malloc(30 * MIB, S0).unwrap();
+    a.free(big).unwrap();
+    a.record_stream(p, S2).unwrap();
+    dev.submit_work(S2);
+    a.free(p).unwrap();
+    a.empty_cache().unwrap();
+    a.reset_peak_stats();
+    let ev = sink.0.lock().unwrap().clone();
+    let got: Vec<(EventAction, u64, u64, u64)> = ev
+        .iter()
+        .map(|e| (e.action, e.addr, e.size, e.requested))
+        .collect();
+    let seg = p;
+    let rounded = 5 * MIB + 512;
+    assert_eq!(
+        got,
+        vec![
+            (EventAction::SegmentAlloc, seg, 20 * MIB, 0),
+            (EventAction::Alloc, p, rounded, 5 * MIB + 100),
+            (EventAction::Alloc, q, 5 * MIB, 5 * MIB),
+            (EventAction::FreeRequested, q, 5 * MIB, 5 * MIB),
+            (EventAction::FreeCompleted, q, 5 * MIB, 5 * MIB),
+            (EventAction::SegmentAlloc, big, 30 * MIB, 0),
+            (EventAction::Alloc, big, 30 * MIB, 30 * MIB),
+            (EventAction::FreeRequested, big, 30 * MIB, 30 * MIB),
+            (EventAction::FreeCompleted, big, 30 * MIB, 30 * MIB),
+            (EventAction::FreeRequested, p, rounded, 5 * MIB + 100),
+            (EventAction::SyncAllStreams, 0, 0, 0),
+            (EventAction::FreeCompleted, p, rounded, 5 * MIB + 100),
+            (EventAction::SegmentFree, big, 30 * MIB, 0),
+            (EventAction::SegmentFree, seg, 20 * MIB, 0),
+            (EventAction::ResetPeaks, 0, 0, 0),
+        ]
+    );
+    assert_eq!(ev[1].pool, EventPool::Large);
+    assert_eq!(ev[1].stream, 1);
+    assert_eq!(ev[1].flags & FLAG_CACHED, 0, "served by a new segment");
+    assert_ne!(ev[2].flags & FLAG_CACHED, 0, "served from the cache");
+    assert_ne!(ev[6].flags & FLAG_OVERSIZE, 0);
+    assert!(ev.iter().all(|e| e.device == 0 && e.time_ns > 0));
+    // Without a sink nothing is published.
+    a.set_event_sink(None);
+    a.malloc(512, S0).unwrap();
+    assert_eq!(sink.0.lock().unwrap().len(), ev.len());
+}
+
+#[test]
+fn retries_and_ooms_are_published() {
+    let (a, _) = allocator_with(40 * MIB, "");
+    let sink = Arc::new(Keep::default());
+    a.set_event_sink(Some(sink.clone()));
+    let p = a.malloc(5 * MIB, S0).unwrap();
+    a.free(p).unwrap();
+    a.malloc(30 * MIB, S0).unwrap();
+    assert!(a.malloc(30 * MIB, S0).is_err());
+    let ev = sink.0.lock().unwrap().clone();
+    let count = |act| ev.iter().filter(|e| e.action == act).count();
+    assert_eq!(count(EventAction::AllocRetry), 2);
+    assert_eq!(count(EventAction::SyncAllStreams), 2);
+    let oom = ev.iter().find(|e| e.action == EventAction::Oom).unwrap();
+    assert_eq!(
+        (oom.addr, oom.size, oom.requested),
+        (10 * MIB, 30 * MIB, 30 * MIB)
+    );
+    assert_eq!(a.device_stats().num_alloc_retries, 2);
+}

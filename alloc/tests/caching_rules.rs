@@ -1,0 +1,486 @@
+//! One test per rule of the caching allocator spec, with the numbers worked out by hand.
+
+#[path = "support/backend.rs"]
+mod backend;
+#[path = "support/builders.rs"]
+mod builders;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use allocview_alloc::caching::AllocError;
+use builders::*;
+
+#[test]
+fn a_small_request_takes_512_bytes_of_a_new_2_mib_small_segment() {
+    let (a, dev) = allocator();
+    let p = a.malloc(1, S0).unwrap();
+    let s = a.device_stats();
+    assert_eq!(cur(&s.allocated_bytes), 512);
+    assert_eq!(s.allocated_bytes.0[1].current, 512, "small pool");
+    assert_eq!(cur(&s.requested_bytes), 1);
+    assert_eq!(cur(&s.reserved_bytes), 2 * MIB as i64);
+    assert_eq!(s.segment.0[1].current, 1);
+    assert_eq!(s.num_device_alloc, 1);
+    assert_eq!(dev.used(), 2 * MIB);
+    // The allocated piece is the front of the segment; the rest is an inactive split block.
+    assert_eq!(a.base_allocation(p), Some((p, 2 * MIB)));
+    assert_eq!(cur(&s.inactive_split), 1);
+    assert_eq!(cur(&s.inactive_split_bytes), (2 * MIB - 512) as i64);
+    check_consistent(&a);
+}
+
+#[test]
+fn segment_sizes_are_2_mib_20_mib_or_the_request_rounded_to_2_mib() {
+    let (a, _) = allocator();
+    let small = a.malloc(MIB, S0).unwrap();
+    let mid = a.malloc(MIB + 1, S0).unwrap();
+    // On another stream, so it cannot fit in the 20 MiB segment's free tail.
+    let big = a.malloc(10 * MIB + 1, S1).unwrap();
+    assert_eq!(a.base_allocation(small).unwrap().1, 2 * MIB);
+    assert_eq!(a.base_allocation(mid).unwrap().1, 20 * MIB);
+    assert_eq!(a.base_allocation(big).unwrap().1, 12 * MIB);
+    let s = a.device_stats();
+    assert_eq!(cur(&s.reserved_bytes), (2 + 20 + 12) * MIB as i64);
+    assert_eq!(s.segment.0[2].current, 2, "two large segments");
+    check_consistent(&a);
+}
+
+#[test]
+fn best_fit_takes_the_smallest_block_that_fits_at_the_lowest_address() {
+    let (a, _) = allocator();
+    // One 2 MiB segment cut into pieces of 64, 16, 64, 16 KiB and the rest.
+    let p1 = a.malloc(64 * KIB, S0).unwrap();
+    let k1 = a.malloc(16 * KIB, S0).unwrap();
+    let p2 = a.malloc(64 * KIB, S0).unwrap();
+    let k2 = a.malloc(16 * KIB, S0).unwrap();
+    a.free(p1).unwrap();
+    a.free(p2).unwrap();
+    // Free: 64 KiB at p1, 64 KiB at p2, and the tail (2 MiB - 160 KiB). A 40 KiB request takes
+    // the 64 KiB block at the lower address.
+    let q = a.malloc(40 * KIB, S0).unwrap();
+    assert_eq!(q, p1);
+    // 24 KiB remained at p1 + 40 KiB: a 20 KiB request fits it best.
+    let r = a.malloc(20 * KIB, S0).unwrap();
+    assert_eq!(r, p1 + 40 * KIB);
+    let _ = (k1, k2);
+    check_consistent(&a);
+}
+
+#[test]
+fn blocks_are_never_shared_across_streams() {
+    let (a, _) = allocator();
+    let p = a.malloc(1000, S0).unwrap();
+    a.free(p).unwrap();
+    let q = a.malloc(1000, S1).unwrap();
+    assert_ne!(
+        a.base_allocation(q).unwrap().0,
+        a.base_allocation(p).unwrap().0
+    );
+    assert_eq!(a.device_stats().segment.0[0].current, 2);
+    let r = a.malloc(1000, S0).unwrap();
+    assert_eq!(r, p, "stream 0 reuses its own cached block");
+    check_consistent(&a);
+}
+
+#[test]
+fn a_large_block_with_exactly_1_mib_left_over_is_not_split() {
+    let (a, _) = allocator();
+    // 19 MiB gets a 20 MiB segment; the remainder of exactly 1 MiB stays inside the block.
+    let p = a.malloc(19 * MIB, S0).unwrap();
+    let s = a.device_stats();
+    assert_eq!(cur(&s.allocated_bytes), 20 * MIB as i64);
+    assert_eq!(cur(&s.requested_bytes), 19 * MIB as i64);
+    assert_eq!(cur(&s.inactive_split), 0);
+    let snap = check_consistent(&a);
+    assert_eq!(snap.segments[0].blocks.len(), 1);
+    a.free(p).unwrap();
+    // 512 bytes less leaves 1 MiB + 512 > 1 MiB: split.
+    let (a, _) = allocator();
+    a.malloc(19 * MIB - 512, S0).unwrap();
+    let s = a.device_stats();
+    assert_eq!(cur(&s.allocated_bytes), (19 * MIB - 512) as i64);
+    assert_eq!(cur(&s.inactive_split_bytes), (MIB + 512) as i64);
+    check_consistent(&a);
+}
+
+#[test]
+fn small_pool_blocks_split_when_512_bytes_remain() {
+    let (a, _) = allocator();
+    let p = a.malloc(2 * MIB - 512, S0).unwrap(); // rounded 2 MiB - 512 > 1 MiB: large pool!
+    assert_eq!(a.device_stats().segment.0[2].current, 1);
+    a.free(p).unwrap();
+    // A 1 MiB small request in a 2 MiB small segment leaves exactly 1 MiB, split off.
+    let q = a.malloc(MIB, S0).unwrap();
+    let s = a.device_stats();
+    assert_eq!(s.allocated_bytes.0[1].current, MIB as i64);
+    assert_eq!(s.inactive_split_bytes.0[1].current, MIB as i64);
+    let _ = q;
+    check_consistent(&a);
+}
+
+#[test]
+fn freeing_merges_with_free_neighbours_and_undoes_inactive_split() {
+    let (a, _) = allocator();
+    let x = a.malloc(4 * KIB, S0).unwrap();
+    let y = a.malloc(4 * KIB, S0).unwrap();
+    let z = a.malloc(4 * KIB, S0).unwrap();
+    assert_eq!((y - x, z - y), (4 * KIB, 4 * KIB));
+    let s = a.device_stats();
+    assert_eq!(cur(&s.inactive_split), 1);
+    a.free(y).unwrap(); // a hole between x and z: two inactive split blocks
+    let s = a.device_stats();
+    assert_eq!(cur(&s.inactive_split), 2);
+    assert_eq!(cur(&s.inactive_split_bytes), (2 * MIB - 8 * KIB) as i64);
+    a.free(z).unwrap(); // z merges with y and the tail: net one block less
+    let s = a.device_stats();
+    assert_eq!(cur(&s.inactive_split), 1);
+    assert_eq!(cur(&s.inactive_split_bytes), (2 * MIB - 4 * KIB) as i64);
+    a.free(x).unwrap(); // the whole segment is one free block: not split any more
+    let s = a.device_stats();
+    assert_eq!(
+        (cur(&s.inactive_split), cur(&s.inactive_split_bytes)),
+        (0, 0)
+    );
+    let snap = check_consistent(&a);
+    assert_eq!(snap.segments[0].blocks.len(), 1);
+    a.empty_cache().unwrap();
+    assert_eq!(cur(&a.device_stats().reserved_bytes), 0);
+}
+
+#[test]
+fn a_request_below_max_split_size_never_takes_an_oversize_block() {
+    let (a, _) = allocator_with(8 * GIB, "max_split_size_mb:20");
+    let big = a.malloc(30 * MIB, S0).unwrap();
+    assert_eq!(a.device_stats().oversize_segments.current, 1);
+    assert_eq!(a.device_stats().oversize_allocations.current, 1);
+    a.free(big).unwrap();
+    // 5 MiB < 20 MiB may not take the cached 30 MiB block: a new 20 MiB segment.
+    let p = a.malloc(5 * MIB, S0).unwrap();
+    assert_ne!(p, big);
+    let s = a.device_stats();
+    assert_eq!(cur(&s.reserved_bytes), 50 * MIB as i64);
+    // 25 MiB >= 20 MiB may take it: 30 < 25 + 20. Unsplit (oversize blocks never split).
+    let q = a.malloc(25 * MIB, S0).unwrap();
+    assert_eq!(q, big);
+    let s = a.device_stats();
+    // 5 MiB split from its 20 MiB segment, plus the whole 30 MiB block.
+    assert_eq!(cur(&s.allocated_bytes), (5 + 30) * MIB as i64);
+    assert_eq!(s.max_split_size, 20 * MIB as i64);
+    check_consistent(&a);
+}
+
+#[test]
+fn an_oversize_request_takes_a_cached_block_only_within_max_non_split_rounding() {
+    let (a, _) = allocator_with(8 * GIB, "max_split_size_mb:20");
+    let big = a.malloc(44 * MIB, S0).unwrap();
+    a.free(big).unwrap();
+    // 22 MiB + 20 MiB = 42 MiB <= 44 MiB: too wasteful, a new segment instead.
+    let p = a.malloc(22 * MIB, S0).unwrap();
+    assert_ne!(p, big);
+    // 24 MiB + 20 MiB = 44 MiB: still not strictly below; 26 MiB: 46 > 44 takes it.
+    let q = a.malloc(26 * MIB, S0).unwrap();
+    assert_eq!(q, big);
+    check_consistent(&a);
+}
+
+#[test]
+fn with_max_split_size_oversize_cached_blocks_of_the_stream_are_freed_before_the_full_flush() {
+    // 100 MiB device: a cached 60 MiB oversize block and a live 30 MiB block.
+    let (a, dev) = allocator_with(100 * MIB, "max_split_size_mb:20");
+    let big = a.malloc(60 * MIB, S0).unwrap();
+    let _live = a.malloc(30 * MIB, S0).unwrap();
+    a.free(big).unwrap();
+    // 40 MiB does not fit beside (90 MiB used); the cached 60 MiB block is released (step c),
+    // and the second attempt succeeds: no retry counted, no sync.
+    let p = a.malloc(40 * MIB, S0).unwrap();
+    let s = a.device_stats();
+    assert_eq!(s.num_alloc_retries, 0);
+    assert_eq!(s.num_sync_all_streams, 0);
+    assert_eq!(s.num_device_free, 1);
+    assert_eq!(dev.used(), 70 * MIB);
+    let _ = p;
+    check_consistent(&a);
+}
+
+#[test]
+fn only_the_attempt_after_the_full_flush_counts_as_a_retry() {
+    // 40 MiB device; a cached 20 MiB segment blocks a 30 MiB request until it is released.
+    let (a, dev) = allocator_with(40 * MIB, "");
+    let p = a.malloc(5 * MIB, S0).unwrap();
+    a.free(p).unwrap();
+    assert_eq!(dev.used(), 20 * MIB);
+    let q = a.malloc(30 * MIB, S0).unwrap();
+    let s = a.device_stats();
+    assert_eq!(s.num_alloc_retries, 1);
+    assert_eq!(s.num_sync_all_streams, 1);
+    assert_eq!(s.num_device_free, 1);
+    assert_eq!(dev.used(), 30 * MIB);
+    // An allocation that fits at once counts nothing.
+    a.free(q).unwrap();
+    a.malloc(30 * MIB, S0).unwrap();
+    assert_eq!(a.device_stats().num_alloc_retries, 1);
+}
+
+#[test]
+fn allocated_drops_at_free_and_active_when_a_stream_deferred_free_completes() {
+    let (a, dev) = allocator();
+    let p = a.malloc(4096, S0).unwrap();
+    a.record_stream(p, S1).unwrap();
+    dev.submit_work(S1);
+    a.free(p).unwrap();
+    let s = a.device_stats();
+    assert_eq!(cur(&s.allocated_bytes), 0);
+    assert_eq!(cur(&s.allocation), 0);
+    assert_eq!(cur(&s.active_bytes), 4096);
+    assert_eq!(cur(&s.requested_bytes), 4096);
+    let snap = check_consistent(&a);
+    assert_eq!(
+        snap.segments[0].blocks[0].state,
+        allocview_alloc::snapshot::BlockState::ActivePendingFree
+    );
+    // The block is not reused while stream 1 has not finished.
+    let q = a.malloc(4096, S0).unwrap();
+    assert_ne!(q, p);
+    dev.complete_stream(S1);
+    a.free(q).unwrap();
+    // The next malloc processes the completed event: the block is free and reused.
+    let r = a.malloc(4096, S0).unwrap();
+    assert_eq!(r, p);
+    let s = a.device_stats();
+    assert_eq!(cur(&s.active_bytes), 4096);
+    check_consistent(&a);
+}
+
+#[test]
+fn record_stream_on_the_allocation_stream_is_ignored() {
+    let (a, dev) = allocator();
+    let p = a.malloc(4096, S1).unwrap();
+    a.record_stream(p, S1).unwrap();
+    dev.submit_work(S1);
+    a.free(p).unwrap();
+    assert_eq!(cur(&a.device_stats().active_bytes), 0);
+}
+
+#[test]
+fn deferred_frees_complete_in_fifo_order_per_stream() {
+    let (a, dev) = allocator();
+    let p = a.malloc(4096, S0).unwrap();
+    let q = a.malloc(8192, S0).unwrap();
+    a.record_stream(p, S1).unwrap();
+    dev.submit_work(S1);
+    a.free(p).unwrap();
+    a.record_stream(q, S1).unwrap();
+    dev.submit_work(S1);
+    a.free(q).unwrap();
+    assert_eq!(cur(&a.device_stats().active), 2);
+    dev.complete_stream(S1);
+    a.malloc(512, S2).unwrap();
+    assert_eq!(
+        cur(&a.device_stats().active),
+        1,
+        "only the new block is active"
+    );
+    check_consistent(&a);
+}
+
+#[test]
+fn empty_cache_waits_for_pending_frees_and_returns_every_whole_segment() {
+    let (a, dev) = allocator();
+    let p = a.malloc(4096, S0).unwrap();
+    let big = a.malloc(30 * MIB, S0).unwrap();
+    a.record_stream(p, S1).unwrap();
+    dev.submit_work(S1);
+    a.free(p).unwrap();
+    a.free(big).unwrap();
+    a.empty_cache().unwrap();
+    let s = a.device_stats();
+    assert_eq!(s.num_sync_all_streams, 1);
+    assert_eq!(cur(&s.reserved_bytes), 0);
+    assert_eq!(cur(&s.segment), 0);
+    assert_eq!(cur(&s.active), 0);
+    assert_eq!(s.num_device_free, 2);
+    assert_eq!(dev.used(), 0);
+}
+
+#[test]
+fn a_memory_fraction_refuses_a_segment_without_asking_the_device() {
+    let (a, dev) = allocator_with(100 * MIB, "");
+    a.set_memory_fraction(0.5).unwrap();
+    let p = a.malloc(40 * MIB, S0).unwrap();
+    // 40 + 20 > 50: refused; nothing cached to free; OOM with the allowed limit.
+    let e = a.malloc(5 * MIB, S0).unwrap_err();
+    let oom = e.out_of_memory().expect("an OOM");
+    assert_eq!(oom.allowed_max, Some(50 * MIB));
+    assert_eq!(oom.rounded, 5 * MIB);
+    assert_eq!(dev.used(), 40 * MIB);
+    assert_eq!(a.device_stats().num_ooms, 1);
+    a.free(p).unwrap();
+    assert!(a.set_memory_fraction(1.5).is_err());
+    assert!(a.set_memory_fraction(-0.1).is_err());
+}
+
+#[test]
+fn garbage_collection_frees_old_cached_blocks_above_the_threshold() {
+    // allowed = 100 MiB, threshold 0.5: collect when reserved > 50 MiB.
+    for (conf, reserved_after, device_frees) in [
+        ("garbage_collection_threshold:0.5", 40 * MIB, 2),
+        ("", 100 * MIB, 0),
+    ] {
+        let (a, _) = allocator_with(100 * MIB, conf);
+        a.set_memory_fraction(1.0).unwrap();
+        let x = a.malloc(30 * MIB, S0).unwrap();
+        let y = a.malloc(30 * MIB, S0).unwrap();
+        a.free(x).unwrap();
+        a.free(y).unwrap();
+        // 40 MiB fits no cached block. With GC: reserved 60 > 50, both blocks are of average
+        // age, both go; then the 40 MiB segment. Without: 60 + 40 = 100 fits beside them.
+        a.malloc(40 * MIB, S0).unwrap();
+        let s = a.device_stats();
+        assert_eq!(cur(&s.reserved_bytes), reserved_after as i64, "{conf}");
+        assert_eq!(s.num_device_free, device_frees, "{conf}");
+        assert_eq!(s.num_alloc_retries, 0);
+    }
+}
+
+#[test]
+fn oom_records_an_entry_counts_and_calls_observers_outside_the_lock() {
+    let (a, dev) = allocator_with(64 * MIB, "");
+    let a = Arc::new(a);
+    a.record_history(Default::default());
+    let calls = Arc::new(AtomicUsize::new(0));
+    let (a2, c2) = (a.clone(), calls.clone());
+    a.attach_oom_observer(move |info| {
+        // Calling the allocator here would deadlock if observers ran under the lock.
+        assert_eq!(a2.device_stats().num_ooms, 1);
+        assert_eq!(info.size, 100 * MIB);
+        assert_eq!(info.segment_size, 100 * MIB);
+        assert_eq!(info.total_or_allowed, 64 * MIB);
+        assert_eq!(info.device_free, 64 * MIB);
+        c2.fetch_add(1, Ordering::SeqCst);
+    });
+    let e = a.malloc(100 * MIB - 100, S0).unwrap_err();
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    let AllocError::OutOfMemory(oom) = &e else {
+        panic!("{e}")
+    };
+    assert_eq!(oom.requested, 100 * MIB - 100);
+    assert_eq!(oom.device_total, 64 * MIB);
+    assert_eq!(dev.used(), 0);
+    let msg = e.to_string();
+    assert!(
+        msg.contains("100.00 MiB") && msg.contains("64.00 MiB"),
+        "{msg}"
+    );
+    let s = a.device_stats();
+    assert_eq!((s.num_ooms, s.num_alloc_retries), (1, 1));
+    let snap = a.snapshot();
+    let oom_entry = snap.device_traces[0]
+        .iter()
+        .find(|t| t.action == allocview_alloc::snapshot::TraceAction::Oom)
+        .expect("an oom entry");
+    assert_eq!(
+        oom_entry.addr,
+        64 * MIB,
+        "the address field holds device free"
+    );
+    assert_eq!(oom_entry.size, 100 * MIB, "the size is the rounded request");
+}
+
+#[test]
+fn oom_message_names_the_fragmentation_and_the_config_variable() {
+    let (a, _) = allocator_with(40 * MIB, "");
+    // Two 20 MiB segments, each with a small live block: 38 MiB stranded in split segments.
+    let p = a.malloc(2 * MIB, S0).unwrap();
+    let _q = a.malloc(18 * MIB, S0).unwrap();
+    let r = a.malloc(2 * MIB, S0).unwrap();
+    let _t = a.malloc(18 * MIB, S0).unwrap();
+    a.free(p).unwrap();
+    a.free(r).unwrap();
+    let e = a.malloc(3 * MIB, S0).unwrap_err();
+    let oom = e.out_of_memory().unwrap();
+    assert_eq!(oom.reserved_unallocated, 4 * MIB);
+    assert_eq!(oom.stranded_in_split_segments, 4 * MIB);
+    assert_eq!(oom.largest_free_block, 2 * MIB);
+    assert!(oom.expandable_segments_would_help());
+    let msg = e.to_string();
+    assert!(
+        msg.contains("ALLOCVIEW_ALLOC_CONF=expandable_segments:True"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn free_memory_callbacks_run_before_a_new_segment() {
+    let (a, _) = allocator();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let r2 = runs.clone();
+    a.add_free_memory_callback(move || {
+        r2.fetch_add(1, Ordering::SeqCst);
+        false
+    });
+    let p = a.malloc(100, S0).unwrap();
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    a.free(p).unwrap();
+    a.malloc(100, S0).unwrap();
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "a cached block needs no callback"
+    );
+}
+
+#[test]
+fn unknown_pointers_and_double_frees_are_invalid_pointer_errors() {
+    let (a, _) = allocator();
+    let p = a.malloc(100, S0).unwrap();
+    assert_eq!(a.free(p + 512), Err(AllocError::InvalidPointer(p + 512)));
+    a.free(p).unwrap();
+    assert_eq!(a.free(p), Err(AllocError::InvalidPointer(p)));
+    assert!(a.record_stream(p, S1).is_err());
+    assert!(a.malloc(1 << 61, S0).is_err());
+}
+
+#[test]
+fn cache_info_reports_cached_bytes_and_the_largest_free_block() {
+    let (a, _) = allocator();
+    let p = a.malloc(5 * MIB, S0).unwrap();
+    let info = a.cache_info();
+    assert_eq!(info.cached_bytes, 15 * MIB);
+    assert_eq!(info.largest_free_block, 15 * MIB);
+    a.free(p).unwrap();
+    assert_eq!(a.cache_info().largest_free_block, 20 * MIB);
+}
+
+#[test]
+fn base_allocation_finds_the_segment_of_any_pointer_inside_it() {
+    let (a, _) = allocator();
+    let p = a.malloc(4 * KIB, S0).unwrap();
+    let q = a.malloc(4 * KIB, S0).unwrap();
+    assert_eq!(a.base_allocation(q), Some((p, 2 * MIB)));
+    assert_eq!(a.base_allocation(p + 100 * KIB), Some((p, 2 * MIB)));
+    assert_eq!(a.base_allocation(1), None);
+}
+
+#[test]
+fn stats_resets_follow_pytorch() {
+    let (a, _) = allocator();
+    let p = a.malloc(MIB, S0).unwrap();
+    a.free(p).unwrap();
+    a.reset_peak_stats();
+    let s = a.device_stats();
+    assert_eq!(s.allocated_bytes.0[0].peak, 0);
+    assert_eq!(s.reserved_bytes.0[0].peak, 2 * MIB as i64);
+    a.reset_accumulated_stats();
+    let s = a.device_stats();
+    assert_eq!(
+        (s.allocated_bytes.0[0].allocated, s.num_device_alloc),
+        (0, 0)
+    );
+    let m = a.memory_stats();
+    assert_eq!(m["reserved_bytes.all.current"], 2 * MIB as i64);
+    assert!(
+        a.memory_summary()
+            .contains("PyTorch CUDA memory summary, device ID 0")
+    );
+}

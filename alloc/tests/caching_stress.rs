@@ -1,0 +1,84 @@
+//! Eight threads share one allocator: random allocs and frees (some cross-stream), then the
+//! stats agree with the snapshot and everything goes back to the device.
+
+#[path = "support/backend.rs"]
+mod backend;
+#[path = "support/builders.rs"]
+mod builders;
+
+use std::sync::Arc;
+use std::thread;
+
+use allocview_alloc::caching::backend::StreamId;
+use builders::*;
+
+const THREADS: u64 = 8;
+const OPS_PER_THREAD: usize = 2_000;
+/// Live blocks a thread keeps at most.
+const MAX_LIVE: usize = 32;
+
+/// A small xorshift generator: deterministic per thread, no dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+#[test]
+fn eight_threads_sharing_one_allocator_leave_consistent_stats() {
+    let (a, dev) = allocator_with(4 * GIB, "");
+    let a = Arc::new(a);
+    let handles: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let a = a.clone();
+            let dev = dev.clone();
+            thread::spawn(move || {
+                let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (t + 1));
+                let stream = StreamId(t % 3);
+                let mut live = Vec::new();
+                for _ in 0..OPS_PER_THREAD {
+                    let r = rng.next();
+                    if live.len() < MAX_LIVE && (live.is_empty() || !r.is_multiple_of(3)) {
+                        let size = match r % 10 {
+                            0..=6 => 1 + (r >> 8) % MIB,
+                            7 | 8 => MIB + (r >> 8) % (8 * MIB),
+                            _ => 10 * MIB + (r >> 8) % (20 * MIB),
+                        };
+                        live.push(a.malloc(size, stream).expect("4 GiB is enough"));
+                    } else {
+                        let p = live.swap_remove((r >> 4) as usize % live.len());
+                        if r.is_multiple_of(7) {
+                            let other = StreamId((t + 1) % 3);
+                            a.record_stream(p, other).unwrap();
+                            dev.submit_work(other);
+                        }
+                        a.free(p).unwrap();
+                    }
+                }
+                live
+            })
+        })
+        .collect();
+    let mut leftovers = Vec::new();
+    for h in handles {
+        leftovers.extend(h.join().unwrap());
+    }
+    check_consistent(&a);
+    let s = a.device_stats();
+    assert_eq!(cur(&s.allocation) as usize, leftovers.len());
+    for p in leftovers {
+        a.free(p).unwrap();
+    }
+    dev.complete_all();
+    a.empty_cache().unwrap();
+    check_consistent(&a);
+    let s = a.device_stats();
+    assert_eq!((cur(&s.reserved_bytes), cur(&s.active)), (0, 0));
+    assert_eq!(s.allocation.0[0].allocated, s.allocation.0[0].freed);
+    assert_eq!(dev.used(), 0);
+}

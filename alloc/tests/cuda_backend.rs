@@ -1,0 +1,219 @@
+//! The CUDA backend (feature `cuda`).
+//!
+//! Without a GPU (no `libcuda`, or no device) opening a device must return
+//! `NoDriver`/`NoDevice`, never panic: that is checked everywhere. The real-device checks run
+//! only with `ALLOCVIEW_CUDA_TESTS=1` (on a machine with a GPU); otherwise each prints a visible
+//! "skipped: no GPU" line and passes.
+#![cfg(feature = "cuda")]
+
+use allocview_alloc::caching::backend::{DeviceBackend, DeviceError, EventId, StreamId};
+use allocview_alloc::caching::cuda::{CudaBackend, MIN_VM_GRANULARITY};
+
+const MIB: u64 = 1 << 20;
+
+/// Set to `1` to run the checks that need a real GPU.
+const GPU_TESTS_VAR: &str = "ALLOCVIEW_CUDA_TESTS";
+
+fn gpu_tests_enabled() -> bool {
+    std::env::var(GPU_TESTS_VAR).is_ok_and(|v| v == "1")
+}
+
+/// Device 0 when the GPU checks are enabled; otherwise prints the skip line and returns `None`.
+fn gpu(test: &str) -> Option<CudaBackend> {
+    if !gpu_tests_enabled() {
+        println!("skipped: no GPU ({test}; set {GPU_TESTS_VAR}=1 on a machine with one)");
+        return None;
+    }
+    match CudaBackend::new(0) {
+        Ok(backend) => Some(backend),
+        Err(err) => panic!("{GPU_TESTS_VAR}=1 but CUDA device 0 could not be opened: {err}"),
+    }
+}
+
+fn is_invalid<T: std::fmt::Debug>(result: Result<T, DeviceError>) -> bool {
+    matches!(result, Err(DeviceError::Invalid(_)))
+}
+
+#[test]
+fn opening_a_device_without_a_gpu_returns_no_driver_or_no_device_instead_of_panicking() {
+    let opened = CudaBackend::new(0);
+    if gpu_tests_enabled() {
+        assert!(opened.is_ok(), "{GPU_TESTS_VAR}=1 but: {:?}", opened.err());
+        return;
+    }
+    match opened {
+        Err(DeviceError::NoDriver(msg)) => {
+            assert!(!msg.is_empty());
+            println!("no CUDA driver here, as expected without a GPU: {msg}");
+        }
+        Err(DeviceError::NoDevice(msg)) => {
+            println!("CUDA driver but no device here: {msg}");
+        }
+        Err(other) => panic!("expected NoDriver or NoDevice without a GPU, got {other:?}"),
+        Ok(_) => println!(
+            "skipped: a GPU is present but {GPU_TESTS_VAR} is unset, so the no-GPU error is not \
+             checked"
+        ),
+    }
+}
+
+#[test]
+fn a_negative_or_absent_device_ordinal_is_an_error_not_a_panic() {
+    for ordinal in [-1, 4096] {
+        match CudaBackend::new(ordinal) {
+            Err(DeviceError::NoDriver(_) | DeviceError::NoDevice(_)) => {}
+            other => panic!("device {ordinal}: expected NoDriver or NoDevice, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn segments_are_allocated_and_freed_and_bad_frees_are_invalid() {
+    let Some(gpu) = gpu("malloc/free") else {
+        return;
+    };
+    assert_eq!(gpu.device(), 0);
+    let a = gpu.malloc(2 * MIB).unwrap();
+    let b = gpu.malloc(20 * MIB).unwrap();
+    assert_ne!(a, b);
+    assert_eq!(a % 512, 0);
+    gpu.memset(b, 0xab, 20 * MIB).unwrap();
+    let mut tail = [0u8; 512];
+    gpu.copy_to_host(b + 20 * MIB - 512, &mut tail).unwrap();
+    assert!(tail.iter().all(|&x| x == 0xab));
+    gpu.free(a).unwrap();
+    assert!(is_invalid(gpu.free(a)), "double free");
+    assert!(is_invalid(gpu.free(b + 512)), "interior pointer");
+    assert!(is_invalid(gpu.memset(a, 0, 512)), "freed memory");
+    assert!(is_invalid(gpu.malloc(0)));
+    gpu.free(b).unwrap();
+}
+
+#[test]
+fn mem_get_info_sees_allocations_and_oversized_mallocs_are_out_of_memory() {
+    let Some(gpu) = gpu("mem_get_info") else {
+        return;
+    };
+    let (free, total) = gpu.mem_get_info().unwrap();
+    assert!(total > 0 && free <= total);
+    let big = 1 << 30;
+    let p = gpu.malloc(big).unwrap();
+    let (free_after, total_after) = gpu.mem_get_info().unwrap();
+    assert_eq!(total_after, total);
+    // Other processes may allocate meanwhile, but ours is at least this much.
+    assert!(
+        free_after + big <= free + 64 * MIB,
+        "{free} -> {free_after}"
+    );
+    gpu.free(p).unwrap();
+    assert_eq!(
+        gpu.malloc(2 * total),
+        Err(DeviceError::OutOfMemory { size: 2 * total })
+    );
+}
+
+#[test]
+fn events_complete_after_the_work_recorded_before_them_on_their_stream() {
+    let Some(gpu) = gpu("streams and events") else {
+        return;
+    };
+    let s1 = gpu.create_stream().unwrap();
+    let s2 = gpu.create_stream().unwrap();
+    assert_ne!(s1, s2);
+    assert_ne!(s1, StreamId::DEFAULT);
+    let (e1, e2) = (gpu.create_event().unwrap(), gpu.create_event().unwrap());
+    // An event never recorded is complete.
+    assert!(gpu.query_event(e1).unwrap());
+    // Queue real work on the default stream, then record on it and on a side stream.
+    let buffer = gpu.malloc(256 * MIB).unwrap();
+    gpu.memset(buffer, 1, 256 * MIB).unwrap();
+    gpu.record_event(e1, StreamId::DEFAULT).unwrap();
+    gpu.record_event(e2, s1).unwrap();
+    gpu.synchronize_event(e1).unwrap();
+    assert!(gpu.query_event(e1).unwrap());
+    gpu.synchronize_device().unwrap();
+    assert!(gpu.query_event(e2).unwrap());
+    // Re-recording works; the event completes again.
+    gpu.record_event(e1, s2).unwrap();
+    gpu.synchronize_event(e1).unwrap();
+    assert!(gpu.query_event(e1).unwrap());
+    // Unknown ids never reach the driver.
+    assert!(is_invalid(gpu.record_event(e1, StreamId(0xdead_0000))));
+    assert!(is_invalid(gpu.record_event(EventId(0xdead_0000), s1)));
+    gpu.destroy_event(e1).unwrap();
+    assert!(is_invalid(gpu.query_event(e1)));
+    assert!(is_invalid(gpu.destroy_event(e1)));
+    gpu.destroy_event(e2).unwrap();
+    gpu.free(buffer).unwrap();
+}
+
+#[test]
+fn virtual_memory_reserves_maps_unmaps_and_releases_and_rejects_misuse() {
+    let Some(gpu) = gpu("virtual memory") else {
+        return;
+    };
+    let g = gpu.vm_granularity();
+    assert!(g >= MIN_VM_GRANULARITY);
+    let va = gpu.vm_reserve(16 * g).unwrap();
+    assert_eq!(va % g, 0);
+    let (free_before, _) = gpu.mem_get_info().unwrap();
+    gpu.vm_map(va, 4 * g).unwrap();
+    let (free_mapped, _) = gpu.mem_get_info().unwrap();
+    assert!(free_mapped + 4 * g <= free_before + 64 * MIB);
+    // Mapped memory is writable and readable (cuMemSetAccess took effect).
+    gpu.memset(va, 0x5a, 4 * g).unwrap();
+    let mut probe = [0u8; 4096];
+    gpu.copy_to_host(va + 3 * g, &mut probe).unwrap();
+    assert!(probe.iter().all(|&x| x == 0x5a));
+    // Misuse.
+    assert!(is_invalid(gpu.vm_map(va + 512, g)));
+    assert!(
+        is_invalid(gpu.vm_map(va + 3 * g, 2 * g)),
+        "overlaps a mapping"
+    );
+    assert!(
+        is_invalid(gpu.vm_map(va + 15 * g, 2 * g)),
+        "runs off the end"
+    );
+    assert!(
+        is_invalid(gpu.vm_unmap(va + 3 * g, 2 * g)),
+        "partly unmapped"
+    );
+    assert!(is_invalid(gpu.vm_release(va, 16 * g)), "still mapped");
+    assert!(is_invalid(gpu.vm_release(va, 8 * g)), "wrong size");
+    assert!(is_invalid(gpu.memset(va + 4 * g, 0, 512)), "unmapped page");
+    // Unmap one page in the middle, map it again, then unmap everything.
+    gpu.vm_unmap(va + g, g).unwrap();
+    assert!(is_invalid(gpu.memset(va + g, 0, 512)));
+    gpu.vm_map(va + g, g).unwrap();
+    gpu.memset(va + g, 1, g).unwrap();
+    gpu.vm_unmap(va, 4 * g).unwrap();
+    gpu.vm_release(va, 16 * g).unwrap();
+    assert!(is_invalid(gpu.vm_release(va, 16 * g)));
+}
+
+#[test]
+fn the_backend_is_usable_from_several_threads() {
+    let Some(gpu) = gpu("threads") else {
+        return;
+    };
+    let gpu = std::sync::Arc::new(gpu);
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let gpu = std::sync::Arc::clone(&gpu);
+            std::thread::spawn(move || {
+                for _ in 0..50 {
+                    let p = gpu.malloc(2 * MIB).unwrap();
+                    let e = gpu.create_event().unwrap();
+                    gpu.record_event(e, StreamId::DEFAULT).unwrap();
+                    gpu.synchronize_event(e).unwrap();
+                    gpu.destroy_event(e).unwrap();
+                    gpu.free(p).unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+}

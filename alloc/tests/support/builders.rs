@@ -1,0 +1,93 @@
+//! Shared builders and checks for the caching allocator's tests.
+
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use allocview_alloc::caching::backend::StreamId;
+use allocview_alloc::caching::stats::DeviceStats;
+use allocview_alloc::caching::{AllocatorConfig, CachingAllocator};
+use allocview_alloc::snapshot::{BlockState, Snapshot};
+
+use super::backend::SimBackend;
+
+pub const KIB: u64 = 1 << 10;
+pub const MIB: u64 = 1 << 20;
+pub const GIB: u64 = 1 << 30;
+pub const S0: StreamId = StreamId(0);
+pub const S1: StreamId = StreamId(1);
+pub const S2: StreamId = StreamId(2);
+
+pub type Alloc = CachingAllocator<Arc<SimBackend>>;
+
+/// An allocator over a fresh simulated device of `capacity` bytes, with a handle on the device.
+pub fn allocator_with(capacity: u64, config: &str) -> (Alloc, Arc<SimBackend>) {
+    let dev = Arc::new(SimBackend::new(capacity));
+    let cfg = AllocatorConfig::parse(config).expect("test config parses");
+    (CachingAllocator::new(dev.clone(), cfg), dev)
+}
+
+/// An allocator with default settings on an 8 GiB device.
+pub fn allocator() -> (Alloc, Arc<SimBackend>) {
+    allocator_with(8 * GIB, "")
+}
+
+/// The `all` current value of a stat array.
+pub fn cur(a: &allocview_alloc::caching::stats::StatArray) -> i64 {
+    a.0[0].current
+}
+
+/// Checks the snapshot's structure (blocks tile segments, segments do not overlap) and that the
+/// allocator's current stats equal those the snapshot implies. Expandable segments count in
+/// neither `segment` stat (PyTorch counts only device allocations there).
+pub fn check_consistent(a: &Alloc) -> Snapshot {
+    let snap = a.snapshot();
+    let mut last_end = 0u64;
+    let mut expandable_segments = 0;
+    for seg in &snap.segments {
+        assert!(
+            seg.address >= last_end,
+            "segments overlap at {:#x}",
+            seg.address
+        );
+        last_end = seg.address + seg.total_size;
+        let mut at = seg.address;
+        let (mut alloc, mut active, mut req) = (0, 0, 0);
+        for b in &seg.blocks {
+            assert_eq!(b.address, at, "blocks tile the segment");
+            assert!(b.size > 0 && b.size % 512 == 0);
+            at += b.size;
+            if b.state == BlockState::ActiveAllocated {
+                alloc += b.size;
+            }
+            if b.state.is_active() {
+                active += b.size;
+                req += b.requested_size;
+            }
+        }
+        assert_eq!(at, seg.address + seg.total_size, "blocks cover the segment");
+        assert_eq!(
+            (alloc, active, req),
+            (seg.allocated_size, seg.active_size, seg.requested_size)
+        );
+        if seg.is_expandable {
+            expandable_segments += 1;
+        }
+    }
+    let stats = a.device_stats();
+    let mut from_snap =
+        DeviceStats::from_snapshot(&snap, a.device(), a.config().max_split_size()).currents();
+    let mut mine = stats.currents();
+    if expandable_segments > 0 || a.config().expandable_segments() {
+        for k in [
+            "segment.all.current",
+            "segment.small_pool.current",
+            "segment.large_pool.current",
+        ] {
+            from_snap.remove(k);
+            mine.remove(k);
+        }
+    }
+    assert_eq!(mine, from_snap, "stats agree with the snapshot");
+    snap
+}

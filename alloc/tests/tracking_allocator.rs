@@ -1,0 +1,217 @@
+//! `TrackingAllocator` against the worked example of TensorFlow's tracking allocator tests
+//! (seed `001_d231bced76141022.txt`), number for number.
+
+// Tests of the crate that holds allocview's unsafe code exercise it directly.
+#![allow(unsafe_code)]
+
+use std::collections::HashMap;
+use std::ptr::NonNull;
+use std::sync::Mutex;
+
+use allocview_alloc::allocator::{AllocError, Allocator};
+use allocview_alloc::attributes::AllocationAttributes;
+use allocview_alloc::cpu::CpuAllocator;
+use allocview_alloc::tracking::TrackingAllocator;
+
+/// TensorFlow's `TestableSizeTrackingAllocator`: tracks sizes itself (allocated = requested).
+#[derive(Default)]
+struct SizeTrackingAllocator {
+    cpu: CpuAllocator,
+    sizes: Mutex<HashMap<usize, usize>>,
+}
+
+impl Allocator for SizeTrackingAllocator {
+    fn name(&self) -> &str {
+        "size-tracking"
+    }
+    fn allocate_raw(
+        &self,
+        alignment: usize,
+        num_bytes: usize,
+        attrs: &AllocationAttributes,
+    ) -> Result<NonNull<u8>, AllocError> {
+        let ptr = self.cpu.allocate_raw(alignment, num_bytes, attrs)?;
+        self.sizes
+            .lock()
+            .unwrap()
+            .insert(ptr.as_ptr() as usize, num_bytes);
+        Ok(ptr)
+    }
+    unsafe fn deallocate_raw(&self, ptr: NonNull<u8>) {
+        self.sizes.lock().unwrap().remove(&(ptr.as_ptr() as usize));
+        // SAFETY: the caller hands back a pointer of ours, which came from `self.cpu`.
+        unsafe { self.cpu.deallocate_raw(ptr) }
+    }
+    fn tracks_allocation_sizes(&self) -> bool {
+        true
+    }
+    fn requested_size(&self, ptr: NonNull<u8>) -> Option<usize> {
+        self.sizes
+            .lock()
+            .unwrap()
+            .get(&(ptr.as_ptr() as usize))
+            .copied()
+    }
+    fn allocated_size(&self, ptr: NonNull<u8>) -> Option<usize> {
+        self.requested_size(ptr)
+    }
+}
+
+/// An allocator that reports a bigger allocated size than asked (rounds to 64).
+#[derive(Default)]
+struct RoundingAllocator(SizeTrackingAllocator);
+
+impl Allocator for RoundingAllocator {
+    fn name(&self) -> &str {
+        "rounding"
+    }
+    fn allocate_raw(
+        &self,
+        alignment: usize,
+        num_bytes: usize,
+        attrs: &AllocationAttributes,
+    ) -> Result<NonNull<u8>, AllocError> {
+        self.0.allocate_raw(alignment, num_bytes, attrs)
+    }
+    unsafe fn deallocate_raw(&self, ptr: NonNull<u8>) {
+        // SAFETY: forwarded under the caller's contract.
+        unsafe { self.0.deallocate_raw(ptr) }
+    }
+    fn tracks_allocation_sizes(&self) -> bool {
+        true
+    }
+    fn allocated_size(&self, ptr: NonNull<u8>) -> Option<usize> {
+        self.0.requested_size(ptr).map(|n| n.div_ceil(64) * 64)
+    }
+}
+
+const ATTRS: AllocationAttributes = AllocationAttributes::new();
+
+/// (total_bytes, high_watermark, currently allocated, last allocation id).
+fn figures<A: Allocator>(ta: &TrackingAllocator<A>) -> (usize, usize, usize, u64) {
+    (
+        ta.total_bytes(),
+        ta.high_watermark(),
+        ta.current_bytes(),
+        ta.last_allocation_id(),
+    )
+}
+
+fn alloc<A: Allocator>(ta: &TrackingAllocator<A>, n: usize) -> NonNull<u8> {
+    ta.allocate_raw(4, n, &ATTRS).unwrap()
+}
+
+fn free<A: Allocator>(ta: &TrackingAllocator<A>, p: NonNull<u8>) {
+    // SAFETY: every pointer passed here came from `alloc` on `ta` and is freed once.
+    unsafe { ta.deallocate_raw(p) }
+}
+
+#[test]
+fn over_an_allocator_that_does_not_track_sizes_the_seed_numbers_hold() {
+    let inner = CpuAllocator::new();
+    assert!(!inner.tracks_allocation_sizes());
+    let ta = TrackingAllocator::new(inner);
+    let p1 = alloc(&ta, 4);
+    assert_eq!(figures(&ta), (4, 4, 4, 1));
+    assert_eq!(ta.requested_size(p1), Some(4));
+    assert_eq!(ta.allocated_size(p1), Some(4));
+    assert_eq!(ta.allocation_id(p1), Some(1));
+    free(&ta, p1);
+    assert_eq!(figures(&ta), (4, 4, 0, 1));
+    let p2 = alloc(&ta, 12);
+    assert_eq!(figures(&ta), (16, 12, 12, 2));
+    assert_eq!(ta.allocation_id(p2), Some(2));
+    free(&ta, p2);
+    assert_eq!(figures(&ta), (16, 12, 0, 2));
+    assert_eq!(ta.finish(), (16, 12, 0));
+}
+
+#[test]
+fn over_a_size_tracking_allocator_the_seed_numbers_hold() {
+    let ta = TrackingAllocator::new(SizeTrackingAllocator::default());
+    let p1 = alloc(&ta, 4);
+    assert_eq!(figures(&ta), (4, 4, 4, 1));
+    free(&ta, p1);
+    assert_eq!(figures(&ta), (4, 4, 0, 1));
+    let p2 = alloc(&ta, 12);
+    assert_eq!(figures(&ta), (16, 12, 12, 2));
+    free(&ta, p2);
+    assert_eq!(figures(&ta), (16, 12, 0, 2));
+    let ((total, high, live), inner) = ta.into_parts();
+    assert_eq!((total, high, live), (16, 12, 0));
+    assert!(inner.sizes.lock().unwrap().is_empty());
+}
+
+#[test]
+fn large_then_small_allocation_keeps_the_first_as_high_watermark() {
+    let ta = TrackingAllocator::new(SizeTrackingAllocator::default());
+    let p1 = alloc(&ta, 12);
+    assert_eq!(figures(&ta), (12, 12, 12, 1));
+    free(&ta, p1);
+    assert_eq!(figures(&ta), (12, 12, 0, 1));
+    let p2 = alloc(&ta, 4);
+    assert_eq!(figures(&ta), (16, 12, 4, 2));
+    free(&ta, p2);
+    assert_eq!(figures(&ta), (16, 12, 0, 2));
+    assert_eq!(ta.finish(), (16, 12, 0));
+}
+
+#[test]
+fn the_inner_allocators_allocated_size_is_what_gets_counted() {
+    let ta = TrackingAllocator::new(RoundingAllocator::default());
+    let p = alloc(&ta, 12);
+    assert_eq!(ta.requested_size(p), Some(12));
+    assert_eq!(ta.allocated_size(p), Some(64));
+    assert_eq!(figures(&ta), (64, 64, 64, 1));
+    free(&ta, p);
+    assert_eq!(ta.finish(), (64, 64, 0));
+}
+
+#[test]
+fn finish_reports_allocations_still_live_and_they_stay_freeable() {
+    let ta = TrackingAllocator::new(std::sync::Arc::new(CpuAllocator::new()));
+    let a = alloc(&ta, 100);
+    let b = alloc(&ta, 28);
+    free(&ta, a);
+    assert_eq!(ta.live_allocations(), 1);
+    let stats = ta.stats().unwrap();
+    assert_eq!(
+        (
+            stats.num_allocs,
+            stats.bytes_in_use,
+            stats.peak_bytes_in_use
+        ),
+        (2, 28, 128)
+    );
+    let ((total, high, live), inner) = ta.into_parts();
+    assert_eq!((total, high, live), (128, 128, 28));
+    // SAFETY: `b` came from the inner allocator (through the tracker) and was not freed.
+    unsafe { inner.deallocate_raw(b) };
+    assert_eq!(inner.stats().unwrap().bytes_in_use, 0);
+}
+
+#[test]
+fn unknown_pointers_have_no_sizes_or_ids() {
+    let ta = TrackingAllocator::new(CpuAllocator::new());
+    let other = CpuAllocator::new();
+    let p = other.allocate_raw(64, 8, &ATTRS).unwrap();
+    assert_eq!(ta.requested_size(p), None);
+    assert_eq!(ta.allocated_size(p), None);
+    assert_eq!(ta.allocation_id(p), None);
+    // SAFETY: `p` came from `other`.
+    unsafe { other.deallocate_raw(p) };
+}
+
+#[test]
+fn failures_of_the_inner_allocator_are_not_recorded() {
+    let ta = TrackingAllocator::new(CpuAllocator::with_limit(10));
+    assert!(matches!(
+        ta.allocate_raw(8, 11, &ATTRS),
+        Err(AllocError::LimitExceeded {
+            requested: 11,
+            limit: 10,
+            ..
+        })
+    ));
+    assert_eq!(figures(&ta), (0, 0, 0, 0));
+}

@@ -1,0 +1,293 @@
+//! The dashboard's state model: everything the views show, with no ratatui type in sight
+//! (the tokio-console split: `state/` is data, `view/` renders it).
+//!
+//! A [`State`] is fed by small adapters, one per source:
+//! - [`from_snapshot`]: a [`Snapshot`](allocview_alloc::snapshot::Snapshot) at a chosen trace
+//!   event (post-mortem, `allocview open`), rebuilt by [`timetravel`];
+//! - `from_agent`: an `AgentState` (live: embedded in `allocview demo`, or received by an
+//!   attach client).
+//!
+//! Derived tables (pools, streams) are computed from the segment list here, so the views stay
+//! pure render functions and the numbers are tested without a terminal.
+
+pub mod filter;
+pub mod from_snapshot;
+pub mod histogram;
+pub mod oom;
+pub mod pools;
+pub mod streams;
+pub mod timeline;
+pub mod timetravel;
+pub mod ui;
+
+use std::sync::Arc;
+
+use allocview_alloc::caching::stats::DeviceStats;
+use allocview_alloc::snapshot::{BlockState, SegmentInfo, TraceEntry};
+
+pub use histogram::{Bucket, HistogramSummary, HistogramUnit};
+pub use oom::{Diagnosis, OomReport};
+pub use pools::{PoolKind, PoolRow};
+pub use streams::StreamRow;
+pub use timeline::{Sample, Timeline};
+pub use ui::{UiState, View};
+
+/// Where the data comes from and how fresh it is: the header's first words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mode {
+    /// Receiving updates.
+    Live,
+    /// Updates paused by the user (`p`).
+    Paused,
+    /// Lost the agent; reconnect attempt number n.
+    Reconnecting(u32),
+    /// A snapshot file at one event of its trace.
+    File {
+        /// File name (no folder).
+        name: String,
+        /// Events applied so far (0 = the state before the first trace entry).
+        event: usize,
+        /// Events in the trace.
+        total: usize,
+    },
+}
+
+/// Facts about the watched process and device, shown in the header.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Source {
+    /// Process id of the watched program, when known.
+    pub pid: Option<u32>,
+    /// Program name (`train.py`, `allocview demo`), when known.
+    pub program: Option<String>,
+    /// Device index.
+    pub device: i32,
+    /// Device name (`H100`, `simulated`), when known.
+    pub device_name: Option<String>,
+    /// Total device memory, when known.
+    pub total_memory: Option<u64>,
+    /// Free device memory, when known.
+    pub device_free: Option<u64>,
+    /// Memory fraction limit applied by the allocator (1.0 = none).
+    pub memory_fraction: Option<f64>,
+    /// Update rate of the source in Hz, when live.
+    pub rate_hz: Option<f64>,
+    /// Events the agent dropped because its channel was full.
+    pub dropped: u64,
+    /// Times the agent or client had to resynchronise from a full snapshot.
+    pub resyncs: u64,
+    /// Trace entries lost to the history ring overflowing.
+    pub trace_overflow: u64,
+}
+
+/// Everything the dashboard shows, from any source.
+#[derive(Debug, Clone, PartialEq)]
+pub struct State {
+    /// Live, paused, reconnecting or a file at an event.
+    pub mode: Mode,
+    /// Process and device facts.
+    pub source: Source,
+    /// The allocator's counters (PyTorch's `memory_stats()`).
+    pub stats: DeviceStats,
+    /// Segments of the shown device, in address order.
+    pub segments: Vec<SegmentInfo>,
+    /// Per-stream usage (derived from the segments when the source has no better figures).
+    pub streams: Vec<StreamRow>,
+    /// Usage over time.
+    pub timeline: Timeline,
+    /// Histograms (size, lifetime, latency), grouped.
+    pub histograms: Vec<HistogramSummary>,
+    /// Recent trace entries, oldest first (live: the last events; file: the whole trace).
+    pub trace: Arc<[TraceEntry]>,
+    /// Index into [`State::trace`] of the current event in file mode (entries before it have
+    /// happened).
+    pub trace_cursor: Option<usize>,
+    /// Every OOM, oldest first.
+    pub ooms: Vec<OomReport>,
+    /// Where `s` last saved a snapshot, or a message for the status line.
+    pub status: Option<String>,
+}
+
+impl Default for State {
+    fn default() -> Self {
+        State {
+            mode: Mode::Live,
+            source: Source::default(),
+            stats: DeviceStats::default(),
+            segments: Vec::new(),
+            streams: Vec::new(),
+            timeline: Timeline::default(),
+            histograms: Vec::new(),
+            trace: Arc::from(Vec::new()),
+            trace_cursor: None,
+            ooms: Vec::new(),
+            status: None,
+        }
+    }
+}
+
+/// The fragmentation figures of the overview.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Fragmentation {
+    /// Reserved but not allocated (cached by the allocator).
+    pub cached_free: u64,
+    /// Largest free block in any segment.
+    pub largest_free: u64,
+    /// Free bytes inside segments that also hold active blocks (cannot be released).
+    pub stranded: u64,
+}
+
+impl State {
+    /// Reserved, allocated and free figures over the segments, and the largest free block.
+    pub fn fragmentation(&self) -> Fragmentation {
+        let mut f = Fragmentation::default();
+        for seg in &self.segments {
+            let has_active = seg.blocks.iter().any(|b| b.state.is_active());
+            for b in seg
+                .blocks
+                .iter()
+                .filter(|b| b.state == BlockState::Inactive)
+            {
+                f.cached_free += b.size;
+                f.largest_free = f.largest_free.max(b.size);
+                if has_active {
+                    f.stranded += b.size;
+                }
+            }
+        }
+        f
+    }
+
+    /// The per-stream table: the source's own when it has one, else derived from segments.
+    pub fn stream_rows(&self) -> Vec<StreamRow> {
+        if self.streams.is_empty() {
+            streams::from_segments(&self.segments)
+        } else {
+            self.streams.clone()
+        }
+    }
+
+    /// The pool table derived from the segments.
+    pub fn pool_rows(&self) -> Vec<PoolRow> {
+        let max_split =
+            (self.stats.max_split_size >= 0).then_some(self.stats.max_split_size as u64);
+        pools::from_segments(&self.segments, max_split)
+    }
+
+    /// Indices of the segments the segment view lists under `filter`: largest first, then by
+    /// address.
+    pub fn segment_order(&self, filter: ui::SegmentFilter) -> Vec<usize> {
+        use allocview_alloc::snapshot::SegmentType;
+        let mut idx: Vec<usize> = (0..self.segments.len())
+            .filter(|&i| match filter {
+                ui::SegmentFilter::All => true,
+                ui::SegmentFilter::Large => self.segments[i].segment_type == SegmentType::Large,
+                ui::SegmentFilter::Small => self.segments[i].segment_type == SegmentType::Small,
+            })
+            .collect();
+        idx.sort_unstable_by_key(|&i| {
+            let s = &self.segments[i];
+            (std::cmp::Reverse(s.total_size), s.address)
+        });
+        idx
+    }
+
+    /// The segment index and block index holding `addr`, if any.
+    pub fn find_block(&self, addr: u64) -> Option<(usize, usize)> {
+        let seg = self
+            .segments
+            .iter()
+            .position(|s| addr >= s.address && addr < s.address + s.total_size)?;
+        let block = self.segments[seg]
+            .blocks
+            .iter()
+            .position(|b| addr >= b.address && addr < b.address + b.size)
+            .unwrap_or(0);
+        Some((seg, block))
+    }
+
+    /// Indices of the trace entries that pass `filter`.
+    pub fn trace_rows(&self, filter: &filter::TraceFilter) -> Vec<usize> {
+        (0..self.trace.len())
+            .filter(|&i| filter.matches(&self.trace[i]))
+            .collect()
+    }
+
+    /// The trace row selected by default: in file mode the last entry applied, else the newest.
+    pub fn default_trace_row(&self, rows: &[usize]) -> usize {
+        match self.trace_cursor {
+            Some(cursor) => rows.iter().rposition(|&i| i < cursor).unwrap_or(0),
+            None => rows.len().saturating_sub(1),
+        }
+    }
+
+    /// Whether the picture is known to be partial (drops, resyncs or a lost trace).
+    pub fn is_partial(&self) -> bool {
+        self.source.dropped > 0 || self.source.resyncs > 0
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod fixtures {
+    //! Hand-built states for the unit tests of state and views.
+
+    use std::sync::Arc;
+
+    use allocview_alloc::snapshot::{BlockInfo, Frame, SegmentType};
+
+    use super::*;
+
+    /// A block.
+    pub fn block(address: u64, size: u64, requested: u64, state: BlockState) -> BlockInfo {
+        BlockInfo {
+            address,
+            size,
+            requested_size: requested,
+            state,
+            frames: Arc::from(vec![Frame {
+                name: "step 41 forward".into(),
+                filename: "train.py".into(),
+                line: 130,
+            }]),
+            history: Vec::new(),
+        }
+    }
+
+    /// A segment tiled by `blocks`.
+    pub fn segment(
+        address: u64,
+        stream: u64,
+        kind: SegmentType,
+        blocks: Vec<BlockInfo>,
+    ) -> SegmentInfo {
+        let total_size = blocks.iter().map(|b| b.size).sum();
+        let allocated_size = blocks
+            .iter()
+            .filter(|b| b.state == BlockState::ActiveAllocated)
+            .map(|b| b.size)
+            .sum();
+        let active_size = blocks
+            .iter()
+            .filter(|b| b.state.is_active())
+            .map(|b| b.size)
+            .sum();
+        let requested_size = blocks
+            .iter()
+            .filter(|b| b.state == BlockState::ActiveAllocated)
+            .map(|b| b.requested_size)
+            .sum();
+        SegmentInfo {
+            device: 0,
+            address,
+            total_size,
+            allocated_size,
+            active_size,
+            requested_size,
+            stream,
+            segment_type: kind,
+            segment_pool_id: (0, 0),
+            is_expandable: false,
+            frames: allocview_alloc::snapshot::no_frames(),
+            blocks,
+        }
+    }
+}

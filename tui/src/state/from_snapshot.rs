@@ -1,0 +1,333 @@
+//! Adapter from a snapshot file to the dashboard [`State`], at any event of its trace
+//! (`allocview open`).
+//!
+//! Everything that does not depend on the chosen event is computed once when the file is
+//! opened: the time-travel checkpoints, the usage timeline (one forward pass), the histograms
+//! (allocation sizes; lifetimes from each `alloc` to the `free_completed` at the same address)
+//! and the OOM reports (the state at each `oom` entry).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use allocview_alloc::caching::stats::{DeviceStats, StatType};
+use allocview_alloc::snapshot::{Snapshot, TraceAction, TraceEntry, Value};
+
+use super::histogram::{HistogramUnit, Log2Histogram};
+use super::oom::{Diagnosis, OomReport};
+use super::timeline::{Sample, Timeline};
+use super::timetravel::{SMALL_SIZE, TimeTravel, Totals, is_segment_event};
+use super::{Fragmentation, HistogramSummary, Mode, Source, State};
+use crate::units::MIB;
+
+/// Microseconds per second.
+const US_PER_S: f64 = 1e6;
+/// Nanoseconds per microsecond.
+const NS_PER_US: u64 = 1000;
+/// Requests below this get a 20 MiB segment; from here the segment is the request rounded
+/// up to 2 MiB (PyTorch's `kMinLargeAlloc`).
+const MIN_LARGE_ALLOC: u64 = 10 * MIB;
+/// Segment size for mid-sized requests (`kLargeBuffer`).
+const LARGE_BUFFER: u64 = 20 * MIB;
+/// Rounding of large segments (`kRoundLarge`).
+const ROUND_LARGE: u64 = 2 * MIB;
+/// Segment size for small requests (`kSmallBuffer`).
+const SMALL_BUFFER: u64 = 2 * MIB;
+
+/// Size of the segment the allocator asks the device for, for a rounded request.
+pub fn segment_size_for(rounded: u64) -> u64 {
+    if rounded <= SMALL_SIZE {
+        SMALL_BUFFER
+    } else if rounded < MIN_LARGE_ALLOC {
+        LARGE_BUFFER
+    } else {
+        rounded.div_ceil(ROUND_LARGE) * ROUND_LARGE
+    }
+}
+
+/// The device a snapshot is shown for: the one with the most segments, else the first with a
+/// trace, else 0.
+pub fn main_device(snapshot: &Snapshot) -> i32 {
+    let mut counts: HashMap<i32, usize> = HashMap::new();
+    for s in &snapshot.segments {
+        *counts.entry(s.device).or_default() += 1;
+    }
+    if let Some((&d, _)) = counts.iter().max_by_key(|&(&d, &n)| (n, -d)) {
+        return d;
+    }
+    snapshot
+        .device_traces
+        .iter()
+        .position(|t| !t.is_empty())
+        .map_or(0, |d| d as i32)
+}
+
+/// `max_split_size` from a file's `allocator_settings` (`None` = unlimited or not recorded).
+pub fn max_split_size(snapshot: &Snapshot) -> Option<u64> {
+    let settings = snapshot.allocator_settings.as_ref()?;
+    settings.iter().find_map(|(k, v)| match (k.as_str(), v) {
+        ("max_split_size", Value::Int(n)) if *n > 0 && *n < i64::MAX => Some(*n as u64),
+        _ => None,
+    })
+}
+
+/// A snapshot file prepared for viewing at any event.
+#[derive(Debug, Clone)]
+pub struct PostMortem {
+    name: String,
+    path: String,
+    tt: TimeTravel,
+    trace: Arc<[TraceEntry]>,
+    timeline: Timeline,
+    /// x of each event number (index = event).
+    event_x: Vec<f64>,
+    histograms: Vec<HistogramSummary>,
+    ooms: Vec<OomReport>,
+    total_memory: Option<u64>,
+    trace_overflow: u64,
+    max_split: Option<u64>,
+}
+
+impl PostMortem {
+    /// Prepares `snapshot`, read from `path`.
+    pub fn new(path: &str, snapshot: &Snapshot) -> PostMortem {
+        let device = main_device(snapshot);
+        let tt = TimeTravel::new(snapshot, device);
+        let name = std::path::Path::new(path)
+            .file_name()
+            .map_or_else(|| path.to_string(), |n| n.to_string_lossy().into_owned());
+        let meta = snapshot.devices.iter().find(|m| m.device == device);
+        let total_memory = meta.and_then(|m| m.total_memory);
+        let trace: Arc<[TraceEntry]> = Arc::from(tt.trace().to_vec());
+
+        // Timeline and event positions: seconds when every entry has a time, else events.
+        let timed = !trace.is_empty() && trace.iter().all(|e| e.time_us.is_some());
+        let t0 = trace.first().and_then(|e| e.time_us).unwrap_or(0);
+        let x_of = |i: usize, e: Option<&TraceEntry>| -> f64 {
+            match e.and_then(|e| e.time_us) {
+                Some(t) if timed => (t - t0) as f64 / US_PER_S,
+                _ => i as f64,
+            }
+        };
+        let mut timeline = Timeline {
+            x_is_events: !timed,
+            ..Timeline::default()
+        };
+        let mut event_x = Vec::with_capacity(trace.len() + 1);
+        event_x.push(0.0);
+        let (_, start) = tt.at(0);
+        timeline.push(sample(0.0, &start));
+        tt.for_each_total(|i, e, totals| {
+            let x = x_of(i, Some(e));
+            event_x.push(x);
+            timeline.push(sample(x, totals));
+            if e.action == TraceAction::Oom {
+                timeline.ooms.push(x);
+            }
+        });
+
+        let histograms = histograms(&trace);
+        let mut pm = PostMortem {
+            name,
+            path: path.to_string(),
+            tt,
+            trace,
+            timeline,
+            event_x,
+            histograms,
+            ooms: Vec::new(),
+            total_memory,
+            trace_overflow: meta.map_or(0, |m| m.trace_overflow),
+            max_split: max_split_size(snapshot),
+        };
+        pm.ooms = pm.oom_reports();
+        pm
+    }
+
+    /// Number of events (trace entries).
+    pub fn len(&self) -> usize {
+        self.tt.len()
+    }
+
+    /// Whether the file has no trace.
+    pub fn is_empty(&self) -> bool {
+        self.tt.is_empty()
+    }
+
+    /// The time-travel engine.
+    pub fn time_travel(&self) -> &TimeTravel {
+        &self.tt
+    }
+
+    /// The event number after `event` at which the next OOM has happened.
+    pub fn next_oom(&self, event: usize) -> Option<usize> {
+        self.tt
+            .next_matching(event, |e| e.action == TraceAction::Oom)
+    }
+
+    /// The event number after `event` at which the next segment event has happened.
+    pub fn next_segment_event(&self, event: usize) -> Option<usize> {
+        self.tt.next_matching(event, is_segment_event)
+    }
+
+    fn oom_reports(&self) -> Vec<OomReport> {
+        let mut out = Vec::new();
+        for (i, e) in self.trace.iter().enumerate() {
+            if e.action != TraceAction::Oom {
+                continue;
+            }
+            let (segs, totals) = self.tt.at(i);
+            let state = State {
+                segments: segs,
+                ..State::default()
+            };
+            let Fragmentation {
+                cached_free,
+                largest_free,
+                ..
+            } = state.fragmentation();
+            out.push(OomReport {
+                number: out.len() as u64 + 1,
+                time_us: e.time_us,
+                device: self.tt.device(),
+                stream: e.stream,
+                requested: e.size,
+                rounded: e.size,
+                segment_size: Some(segment_size_for(e.size)),
+                device_total: self.total_memory,
+                device_free: Some(e.addr),
+                allocated: totals.allocated,
+                reserved: totals.reserved,
+                largest_free,
+                diagnosis: Diagnosis::of(e.size, cached_free, largest_free, totals.allocated),
+                what_if: Vec::new(),
+                dump_path: Some(self.path.clone()),
+                frames: e.frames.clone(),
+                trace_index: Some(i),
+            });
+        }
+        out
+    }
+
+    /// The snapshot after `event` entries: the segments then and the trace so far.
+    pub fn snapshot_at(&self, event: usize) -> Snapshot {
+        let (segments, _) = self.tt.at(event);
+        let event = event.min(self.trace.len());
+        let mut traces = vec![Vec::new(); self.tt.device().max(0) as usize + 1];
+        traces[self.tt.device().max(0) as usize] = self.trace[..event].to_vec();
+        Snapshot {
+            segments,
+            device_traces: traces,
+            ..Snapshot::default()
+        }
+    }
+
+    /// The dashboard state after `event` entries (clamped to the trace).
+    pub fn state_at(&self, event: usize) -> State {
+        let event = event.min(self.len());
+        let (segments, totals) = self.tt.at(event);
+        let device = self.tt.device();
+        let snap = Snapshot {
+            segments,
+            ..Snapshot::default()
+        };
+        let mut stats = DeviceStats::from_snapshot(&snap, device, self.max_split);
+        patch_counters(&mut stats, &totals);
+        let mut timeline = self.timeline.clone();
+        timeline.cursor = self.event_x.get(event).copied();
+        State {
+            mode: Mode::File {
+                name: self.name.clone(),
+                event,
+                total: self.len(),
+            },
+            source: Source {
+                program: Some(self.name.clone()),
+                device,
+                total_memory: self.total_memory,
+                trace_overflow: self.trace_overflow,
+                ..Source::default()
+            },
+            stats,
+            segments: snap.segments,
+            streams: Vec::new(),
+            timeline,
+            histograms: self.histograms.clone(),
+            trace: self.trace.clone(),
+            trace_cursor: Some(event),
+            ooms: self.ooms.clone(),
+            status: (totals.mismatches > 0).then(|| {
+                format!(
+                    "{} trace entries did not fit the reconstructed state (truncated trace?)",
+                    totals.mismatches
+                )
+            }),
+        }
+    }
+}
+
+fn sample(x: f64, t: &Totals) -> Sample {
+    Sample {
+        x,
+        reserved: t.reserved,
+        allocated: t.allocated,
+        active: t.active,
+    }
+}
+
+/// Puts the trace's counters and peaks into stats recomputed from segments.
+fn patch_counters(stats: &mut DeviceStats, t: &Totals) {
+    let all = StatType::All as usize;
+    stats.allocated_bytes.0[all].peak = t.peak_allocated as i64;
+    stats.reserved_bytes.0[all].peak = t.peak_reserved as i64;
+    stats.active_bytes.0[all].peak = t.peak_active as i64;
+    stats.allocation.0[all].allocated = t.allocs as i64;
+    stats.num_device_alloc = t.segment_allocs as i64;
+    stats.num_device_free = t.segment_frees as i64;
+    stats.num_ooms = t.ooms as i64;
+}
+
+/// Size and lifetime histograms of a trace, for all requests and per pool.
+fn histograms(trace: &[TraceEntry]) -> Vec<HistogramSummary> {
+    let groups = ["all", "small pool", "large pool"];
+    let mut sizes: Vec<Log2Histogram> = groups.iter().map(|_| Log2Histogram::new()).collect();
+    let mut lifetimes: Vec<Log2Histogram> = groups.iter().map(|_| Log2Histogram::new()).collect();
+    let mut born: HashMap<u64, (i64, usize)> = HashMap::new();
+    for e in trace {
+        let pool = if e.size <= SMALL_SIZE { 1 } else { 2 };
+        match e.action {
+            TraceAction::Alloc => {
+                sizes[0].record(e.size);
+                sizes[pool].record(e.size);
+                if let Some(t) = e.time_us {
+                    born.insert(e.addr, (t, pool));
+                }
+            }
+            TraceAction::FreeCompleted => {
+                if let (Some(t), Some((t0, pool))) = (e.time_us, born.remove(&e.addr)) {
+                    let ns = (t - t0).max(0) as u64 * NS_PER_US;
+                    lifetimes[0].record(ns);
+                    lifetimes[pool].record(ns);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    for (i, (s, l)) in sizes.into_iter().zip(lifetimes).enumerate() {
+        out.push(s.summary("size", groups[i], HistogramUnit::Bytes));
+        out.push(l.summary("lifetime", groups[i], HistogramUnit::Nanos));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segment_sizes_follow_pytorch() {
+        assert_eq!(segment_size_for(512), 2 * MIB);
+        assert_eq!(segment_size_for(MIB + 512), 20 * MIB);
+        assert_eq!(segment_size_for(10 * MIB + 1), 12 * MIB);
+    }
+}

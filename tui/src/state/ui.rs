@@ -1,0 +1,149 @@
+//! What the user is looking at: the view, selections, scroll positions, filters, the help
+//! overlay. Changed only by the app loop applying an [`Action`](crate::input::Action).
+
+use super::filter::TraceFilter;
+
+/// The seven views, in tab order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum View {
+    /// Gauges, counters and the usage chart.
+    #[default]
+    Overview,
+    /// One row per segment, blocks drawn to scale.
+    Segments,
+    /// Small, large and private pools.
+    Pools,
+    /// Usage per stream.
+    Streams,
+    /// Size, lifetime and latency histograms.
+    Histograms,
+    /// The event log.
+    Trace,
+    /// Each OOM with its facts.
+    Oom,
+}
+
+impl View {
+    /// Every view in tab order.
+    pub const ALL: [View; 7] = [
+        View::Overview,
+        View::Segments,
+        View::Pools,
+        View::Streams,
+        View::Histograms,
+        View::Trace,
+        View::Oom,
+    ];
+
+    /// The tab title.
+    pub fn title(self) -> &'static str {
+        match self {
+            View::Overview => "Overview",
+            View::Segments => "Segments",
+            View::Pools => "Pools",
+            View::Streams => "Streams",
+            View::Histograms => "Histograms",
+            View::Trace => "Trace",
+            View::Oom => "OOM",
+        }
+    }
+
+    /// Position in tab order (0-based).
+    pub fn index(self) -> usize {
+        View::ALL.iter().position(|&v| v == self).unwrap_or(0)
+    }
+
+    /// The view with this 0-based index, wrapping around.
+    pub fn from_index(i: usize) -> View {
+        View::ALL[i % View::ALL.len()]
+    }
+
+    /// The next view (Tab).
+    pub fn next(self) -> View {
+        View::from_index(self.index() + 1)
+    }
+
+    /// The previous view (Shift-Tab).
+    pub fn prev(self) -> View {
+        View::from_index(self.index() + View::ALL.len() - 1)
+    }
+}
+
+/// Which segments the segment view lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SegmentFilter {
+    /// Every segment.
+    #[default]
+    All,
+    /// Large pool only.
+    Large,
+    /// Small pool only.
+    Small,
+}
+
+impl SegmentFilter {
+    /// The next filter (`f`).
+    pub fn next(self) -> SegmentFilter {
+        match self {
+            SegmentFilter::All => SegmentFilter::Large,
+            SegmentFilter::Large => SegmentFilter::Small,
+            SegmentFilter::Small => SegmentFilter::All,
+        }
+    }
+
+    /// `all`, `large`, `small`.
+    pub fn label(self) -> &'static str {
+        match self {
+            SegmentFilter::All => "all",
+            SegmentFilter::Large => "large",
+            SegmentFilter::Small => "small",
+        }
+    }
+}
+
+/// The user's side of the dashboard.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct UiState {
+    /// The view shown.
+    pub view: View,
+    /// The help overlay is open.
+    pub help: bool,
+    /// The detail pane is open (segments: block facts; OOM: frames).
+    pub detail: bool,
+    /// Selected row of the segment list (index into the filtered list).
+    pub segment_row: usize,
+    /// Selected block within the selected segment.
+    pub block: usize,
+    /// Which segments are listed.
+    pub segment_filter: SegmentFilter,
+    /// Selected stream row.
+    pub stream_row: usize,
+    /// Which histogram group is shown (index into the distinct groups).
+    pub histogram_group: usize,
+    /// Selected trace row (index into the filtered trace); `None` follows the newest entry.
+    pub trace_row: Option<usize>,
+    /// The trace filter in force.
+    pub trace_filter: TraceFilter,
+    /// The filter being typed after `/`, if any.
+    pub filter_input: Option<String>,
+    /// Selected OOM.
+    pub oom: usize,
+    /// Updates are paused (live sources).
+    pub paused: bool,
+    /// The user asked to quit.
+    pub quit: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tab_order_wraps_both_ways() {
+        assert_eq!(View::Overview.next(), View::Segments);
+        assert_eq!(View::Oom.next(), View::Overview);
+        assert_eq!(View::Overview.prev(), View::Oom);
+        assert_eq!(View::from_index(6), View::Oom);
+        assert_eq!(View::Trace.index(), 5);
+    }
+}

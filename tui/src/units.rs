@@ -1,0 +1,273 @@
+//! Human units: byte sizes with three significant digits (`9.80 GiB`, `640 MiB`, `512 B`),
+//! counts with thousands separators (`1,204,331`), durations (`1.25 ms`), and the size parser
+//! behind `--device-memory` (`16GiB`, `512MiB`, `8000000000`).
+
+use std::fmt::Write as _;
+
+/// One kibibyte.
+pub const KIB: u64 = 1 << 10;
+/// One mebibyte.
+pub const MIB: u64 = 1 << 20;
+/// One gibibyte.
+pub const GIB: u64 = 1 << 30;
+/// One tebibyte.
+pub const TIB: u64 = 1 << 40;
+
+/// Binary unit names and their sizes, smallest first.
+const BYTE_UNITS: [(&str, u64); 5] = [
+    ("B", 1),
+    ("KiB", KIB),
+    ("MiB", MIB),
+    ("GiB", GIB),
+    ("TiB", TIB),
+];
+
+/// Significant digits shown for sizes and durations.
+const SIGNIFICANT_DIGITS: usize = 3;
+
+/// Formats `value` (below 1,000) with three significant digits: `0.98`, `1.50`, `12.1`, `640`.
+fn three_digits(value: f64) -> String {
+    let mut decimals = if value >= 100.0 {
+        0
+    } else if value >= 10.0 {
+        1
+    } else {
+        SIGNIFICANT_DIGITS - 1
+    };
+    loop {
+        let s = format!("{value:.decimals$}");
+        let digits = s.chars().filter(char::is_ascii_digit).count();
+        // Rounding can carry into a fourth digit (9.996 -> "10.00"): drop a decimal.
+        if digits <= SIGNIFICANT_DIGITS || decimals == 0 {
+            return s;
+        }
+        decimals -= 1;
+    }
+}
+
+/// A byte count in binary units with three significant digits: `0 B`, `512 B`, `1.50 KiB`,
+/// `640 MiB`, `12.1 GiB`. Values that would read 1,000 or more of a unit move to the next
+/// (`1000 B` is `0.98 KiB`).
+pub fn bytes(n: u64) -> String {
+    let mut idx = BYTE_UNITS
+        .iter()
+        .rposition(|&(_, unit)| n >= unit)
+        .unwrap_or(0);
+    if n as f64 / BYTE_UNITS[idx].1 as f64 >= 999.5 && idx + 1 < BYTE_UNITS.len() {
+        idx += 1;
+    }
+    let (name, unit) = BYTE_UNITS[idx];
+    if unit == 1 {
+        return format!("{n} B");
+    }
+    format!("{} {name}", three_digits(n as f64 / unit as f64))
+}
+
+/// A signed byte count (`-1.50 GiB`).
+pub fn signed_bytes(n: i64) -> String {
+    if n < 0 {
+        format!("-{}", bytes(n.unsigned_abs()))
+    } else {
+        bytes(n as u64)
+    }
+}
+
+/// A count with thousands separators: `1,204,331`.
+pub fn count(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A signed count with thousands separators.
+pub fn signed_count(n: i64) -> String {
+    if n < 0 {
+        format!("-{}", count(n.unsigned_abs()))
+    } else {
+        count(n as u64)
+    }
+}
+
+/// A duration in nanoseconds with three significant digits: `850 ns`, `1.25 µs`, `3.40 ms`,
+/// `12.0 s`.
+pub fn nanos(ns: u64) -> String {
+    const UNITS: [(&str, f64); 3] = [("s", 1e9), ("ms", 1e6), ("µs", 1e3)];
+    for (name, unit) in UNITS {
+        if ns as f64 >= unit {
+            return format!("{} {name}", three_digits(ns as f64 / unit));
+        }
+    }
+    format!("{ns} ns")
+}
+
+/// A percentage with no decimals, as `24%`.
+pub fn percent(part: u64, whole: u64) -> String {
+    if whole == 0 {
+        return "0%".to_string();
+    }
+    format!("{:.0}%", part as f64 * 100.0 / whole as f64)
+}
+
+/// A device address as `0x7f3a2c400000`.
+pub fn address(addr: u64) -> String {
+    let mut s = String::with_capacity(16);
+    let _ = write!(s, "{addr:#x}");
+    s
+}
+
+/// Why a size string was rejected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SizeError {
+    /// Nothing was given.
+    #[error("empty size: give a number of bytes or a number with a unit, e.g. 16GiB")]
+    Empty,
+    /// The number part does not parse.
+    #[error(
+        "bad size {0:?}: expected a number of bytes or a number with a unit (B, KiB, MiB, GiB, TiB, KB, MB, GB, TB), e.g. 16GiB or 512MiB"
+    )]
+    BadNumber(String),
+    /// The unit is unknown.
+    #[error(
+        "bad size {input:?}: unknown unit {unit:?} (use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)"
+    )]
+    BadUnit {
+        /// The whole input.
+        input: String,
+        /// The unit part.
+        unit: String,
+    },
+    /// The value does not fit in 64 bits or is negative.
+    #[error("bad size {0:?}: out of range")]
+    OutOfRange(String),
+}
+
+/// Parses a size: plain bytes (`8000000000`, `1_000`), or a number and a unit, binary (`KiB`,
+/// `MiB`, `GiB`, `TiB`, also `K`/`M`/`G`/`T`) or decimal (`KB`, `MB`, `GB`, `TB`), case
+/// insensitive, with an optional space and fraction (`1.5 GiB`).
+///
+/// # Errors
+/// [`SizeError`] naming what is wrong with the input.
+pub fn parse_size(input: &str) -> Result<u64, SizeError> {
+    let s = input.trim();
+    if s.is_empty() {
+        return Err(SizeError::Empty);
+    }
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '_'))
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let num: String = num.chars().filter(|&c| c != '_').collect();
+    if num.is_empty() {
+        return Err(SizeError::BadNumber(input.to_string()));
+    }
+    let unit = unit.trim();
+    let multiplier: u64 = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" => KIB,
+        "m" | "mib" => MIB,
+        "g" | "gib" => GIB,
+        "t" | "tib" => TIB,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "tb" => 1_000_000_000_000,
+        _ => {
+            return Err(SizeError::BadUnit {
+                input: input.to_string(),
+                unit: unit.to_string(),
+            });
+        }
+    };
+    if num.contains('.') {
+        let v: f64 = num
+            .parse()
+            .map_err(|_| SizeError::BadNumber(input.to_string()))?;
+        let total = v * multiplier as f64;
+        if !total.is_finite() || total < 0.0 || total >= u64::MAX as f64 {
+            return Err(SizeError::OutOfRange(input.to_string()));
+        }
+        Ok(total.round() as u64)
+    } else {
+        let v: u64 = num
+            .parse()
+            .map_err(|_| SizeError::OutOfRange(input.to_string()))?;
+        v.checked_mul(multiplier)
+            .ok_or_else(|| SizeError::OutOfRange(input.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_have_three_significant_digits() {
+        assert_eq!(bytes(0), "0 B");
+        assert_eq!(bytes(512), "512 B");
+        assert_eq!(bytes(999), "999 B");
+        assert_eq!(bytes(1000), "0.98 KiB");
+        assert_eq!(bytes(1024), "1.00 KiB");
+        assert_eq!(bytes(1536), "1.50 KiB");
+        assert_eq!(bytes(640 * MIB), "640 MiB");
+        assert_eq!(bytes(12 * GIB + GIB / 10), "12.1 GiB");
+        assert_eq!(bytes(3 * GIB / 2), "1.50 GiB");
+        assert_eq!(bytes(80 * GIB), "80.0 GiB");
+        assert_eq!(bytes(1023 * MIB), "1.00 GiB");
+    }
+
+    #[test]
+    fn rounding_never_shows_four_digits() {
+        for n in [99_950 * KIB, 1023 * KIB + 1000, 102_399 * KIB] {
+            let s = bytes(n);
+            let digits = s.chars().filter(char::is_ascii_digit).count();
+            assert!(digits <= 3, "{n} -> {s}");
+            assert!(!s.starts_with("1000"), "{n} -> {s}");
+        }
+    }
+
+    #[test]
+    fn counts_have_thousands_separators() {
+        assert_eq!(count(0), "0");
+        assert_eq!(count(999), "999");
+        assert_eq!(count(1000), "1,000");
+        assert_eq!(count(1_204_331), "1,204,331");
+        assert_eq!(signed_count(-12_034), "-12,034");
+    }
+
+    #[test]
+    fn durations_pick_a_unit() {
+        assert_eq!(nanos(850), "850 ns");
+        assert_eq!(nanos(1250), "1.25 µs");
+        assert_eq!(nanos(3_400_000), "3.40 ms");
+        assert_eq!(nanos(12_000_000_000), "12.0 s");
+    }
+
+    #[test]
+    fn sizes_parse_with_and_without_units() {
+        assert_eq!(parse_size("16GiB"), Ok(16 * GIB));
+        assert_eq!(parse_size("512MiB"), Ok(512 * MIB));
+        assert_eq!(parse_size("8000000000"), Ok(8_000_000_000));
+        assert_eq!(parse_size("1.5 GiB"), Ok(3 * GIB / 2));
+        assert_eq!(parse_size("2gb"), Ok(2_000_000_000));
+        assert_eq!(parse_size("1_024"), Ok(1024));
+    }
+
+    #[test]
+    fn bad_sizes_are_clear_errors() {
+        assert_eq!(parse_size(""), Err(SizeError::Empty));
+        assert!(matches!(parse_size("GiB"), Err(SizeError::BadNumber(_))));
+        let e = parse_size("16 parsecs").unwrap_err();
+        assert!(e.to_string().contains("unknown unit \"parsecs\""), "{e}");
+        assert!(matches!(
+            parse_size("99999999999TiB"),
+            Err(SizeError::OutOfRange(_))
+        ));
+        assert!(matches!(parse_size("1.2.3"), Err(SizeError::BadNumber(_))));
+    }
+}

@@ -1,0 +1,157 @@
+//! The views: pure functions from ([`State`], [`UiState`]) to a ratatui [`Buffer`], one file
+//! per panel (the tokio-console / ratatui demo2 layout). Nothing here changes state or does
+//! I/O, so every panel is tested by rendering into a buffer.
+//!
+//! Screen layout: a two-line header (mode, process, device, drops; then the tabs), the view,
+//! and a one-line footer (file slider, filter prompt, status, or key hints). The help overlay
+//! draws on top.
+
+pub mod footer;
+pub mod header;
+pub mod help;
+pub mod histograms;
+pub mod oom;
+pub mod overview;
+pub mod pools;
+pub mod segments;
+pub mod streams;
+pub mod theme;
+pub mod trace;
+
+use ratatui::Frame;
+use ratatui::buffer::Buffer;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::text::Line;
+
+use crate::state::{State, UiState, View};
+
+/// Rows of the header.
+pub const HEADER_ROWS: u16 = 2;
+/// Rows of the footer.
+pub const FOOTER_ROWS: u16 = 1;
+
+/// The three regions of the screen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Regions {
+    /// Header (status line and tabs).
+    pub header: Rect,
+    /// The view.
+    pub body: Rect,
+    /// Footer.
+    pub footer: Rect,
+}
+
+/// Splits the screen.
+pub fn regions(area: Rect) -> Regions {
+    let [header, body, footer] = Layout::vertical([
+        Constraint::Length(HEADER_ROWS),
+        Constraint::Min(0),
+        Constraint::Length(FOOTER_ROWS),
+    ])
+    .areas(area);
+    Regions {
+        header,
+        body,
+        footer,
+    }
+}
+
+/// Draws a whole screen into a frame.
+pub fn draw(frame: &mut Frame<'_>, state: &State, ui: &UiState) {
+    let area = frame.area();
+    render(area, frame.buffer_mut(), state, ui);
+}
+
+/// Draws a whole screen into `buf` over `area`.
+pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
+    let area = area.intersection(buf.area);
+    if area.is_empty() {
+        return;
+    }
+    let r = regions(area);
+    header::render(r.header, buf, state, ui);
+    render_view(ui.view, r.body, buf, state, ui);
+    footer::render(r.footer, buf, state, ui);
+    if ui.help {
+        help::render(area, buf, state);
+    }
+}
+
+/// Draws one view's body.
+pub fn render_view(view: View, area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
+    match view {
+        View::Overview => overview::render(area, buf, state, ui),
+        View::Segments => segments::render(area, buf, state, ui),
+        View::Pools => pools::render(area, buf, state, ui),
+        View::Streams => streams::render(area, buf, state, ui),
+        View::Histograms => histograms::render(area, buf, state, ui),
+        View::Trace => trace::render(area, buf, state, ui),
+        View::Oom => oom::render(area, buf, state, ui),
+    }
+}
+
+/// Writes `line` on row `row` of `area`, clipped to it; rows outside are ignored.
+pub fn put(buf: &mut Buffer, area: Rect, row: u16, line: &Line<'_>) {
+    let area = area.intersection(buf.area);
+    if row < area.height {
+        buf.set_line(area.x, area.y + row, line, area.width);
+    }
+}
+
+/// Pads or cuts `s` to exactly `width` cells, aligned right.
+pub fn right(s: &str, width: usize) -> String {
+    let n = s.chars().count();
+    if n >= width {
+        s.chars().take(width).collect()
+    } else {
+        format!("{}{s}", " ".repeat(width - n))
+    }
+}
+
+/// Pads or cuts `s` to exactly `width` cells, aligned left.
+pub fn left(s: &str, width: usize) -> String {
+    let n = s.chars().count();
+    if n >= width {
+        s.chars().take(width).collect()
+    } else {
+        format!("{s}{}", " ".repeat(width - n))
+    }
+}
+
+/// The view a click at row `y` of the tab line selects (`None` when the click is elsewhere).
+pub fn tab_at(area: Rect, x: u16, y: u16) -> Option<View> {
+    let r = regions(area);
+    if r.header.height < HEADER_ROWS || y != r.header.y + 1 {
+        return None;
+    }
+    let mut at = r.header.x + 1;
+    for v in View::ALL {
+        let w = header::tab_label(v).chars().count() as u16;
+        if x >= at && x < at + w {
+            return Some(v);
+        }
+        at += w + header::TAB_GAP;
+    }
+    None
+}
+
+#[cfg(test)]
+pub(crate) mod testing {
+    //! Helpers for render tests.
+
+    use ratatui::buffer::Buffer;
+    use ratatui::layout::Rect;
+
+    /// The text of a buffer, one string per row, trailing spaces kept.
+    pub fn rows(buf: &Buffer) -> Vec<String> {
+        let a = buf.area;
+        (a.y..a.y + a.height)
+            .map(|y| (a.x..a.x + a.width).map(|x| buf[(x, y)].symbol()).collect())
+            .collect()
+    }
+
+    /// A buffer of a size.
+    pub fn buffer(w: u16, h: u16) -> Buffer {
+        Buffer::empty(Rect::new(0, 0, w, h))
+    }
+}

@@ -1,0 +1,187 @@
+//! The header on every view: mode (`● live`, `○ paused`, `◌ reconnecting (3)`, or the file and
+//! event), process, device, update rate, dropped events and resyncs (red when not zero), and
+//! the tab line.
+
+use ratatui::buffer::Buffer;
+use ratatui::layout::Rect;
+use ratatui::style::{Modifier, Style};
+use ratatui::text::{Line, Span};
+
+use super::{put, theme};
+use crate::state::{Mode, State, UiState, View};
+use crate::units;
+
+/// Cells between two tabs.
+pub const TAB_GAP: u16 = 2;
+
+/// `1 Overview`.
+pub fn tab_label(v: View) -> String {
+    format!("{} {}", v.index() + 1, v.title())
+}
+
+/// The mode words.
+pub fn mode_span(mode: &Mode) -> Span<'static> {
+    match mode {
+        Mode::Live => Span::styled("● live", Style::new().fg(theme::ALLOCATED)),
+        Mode::Paused => Span::styled("○ paused", Style::new().fg(theme::PENDING)),
+        Mode::Reconnecting(n) => Span::styled(
+            format!("◌ reconnecting ({n})"),
+            Style::new().fg(theme::ALERT),
+        ),
+        Mode::File { name, event, total } => Span::styled(
+            format!(
+                "file {name}  event {}/{}",
+                units::count(*event as u64),
+                units::count(*total as u64)
+            ),
+            Style::new().fg(theme::ACCENT),
+        ),
+    }
+}
+
+/// Draws the two header lines.
+pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
+    let s = &state.source;
+    let mut spans = vec![
+        Span::styled(" allocview", theme::title()),
+        Span::raw("  "),
+        mode_span(&state.mode),
+    ];
+    // Optional parts in display order, with the order in which narrow terminals drop them
+    // (program first, then rate, then device): the drop counts always stay.
+    let mut optional: Vec<(u8, Span<'static>)> = Vec::new();
+    if !matches!(state.mode, Mode::File { .. }) {
+        let mut who = String::new();
+        if let Some(pid) = s.pid {
+            who.push_str(&format!("pid {pid}"));
+        }
+        if let Some(p) = &s.program {
+            if !who.is_empty() {
+                who.push(' ');
+            }
+            who.push_str(p);
+        }
+        if !who.is_empty() {
+            optional.push((0, Span::raw(format!("  {who}"))));
+        }
+    }
+    let mut dev = format!("  dev {}", s.device);
+    match (&s.device_name, s.total_memory) {
+        (Some(n), Some(t)) => dev.push_str(&format!(" ({n} {})", units::bytes(t))),
+        (Some(n), None) => dev.push_str(&format!(" ({n})")),
+        (None, Some(t)) => dev.push_str(&format!(" ({})", units::bytes(t))),
+        (None, None) => {}
+    }
+    optional.push((2, Span::raw(dev)));
+    if let Some(hz) = s.rate_hz {
+        optional.push((1, Span::raw(format!("  {hz:.0} Hz"))));
+    }
+    let drops = vec![
+        Span::raw("  dropped "),
+        Span::styled(units::count(s.dropped), theme::alert_if(s.dropped > 0)),
+        Span::raw("  resync "),
+        Span::styled(units::count(s.resyncs), theme::alert_if(s.resyncs > 0)),
+    ];
+    let help = " ? help ";
+    let width = area.width as usize;
+    let len = |v: &[Span<'_>]| v.iter().map(|s| s.width()).sum::<usize>();
+    let fixed = len(&spans) + len(&drops) + help.len();
+    let mut optional_width: usize = optional.iter().map(|(_, s)| s.width()).sum();
+    for prio in 0..=2 {
+        if fixed + optional_width <= width {
+            break;
+        }
+        optional.retain(|(p, s)| {
+            if *p == prio {
+                optional_width -= s.width();
+                false
+            } else {
+                true
+            }
+        });
+    }
+    spans.extend(optional.into_iter().map(|(_, s)| s));
+    spans.extend(drops);
+    let used = len(&spans);
+    if used + help.len() <= width {
+        spans.push(Span::raw(" ".repeat(width - used - help.len())));
+        spans.push(Span::styled(help, theme::dim()));
+    }
+    put(buf, area, 0, &Line::from(spans));
+
+    let mut tabs = vec![Span::raw(" ")];
+    for v in View::ALL {
+        let label = tab_label(v);
+        let style = if v == ui.view {
+            theme::selected().add_modifier(Modifier::BOLD)
+        } else if v == View::Oom && !state.ooms.is_empty() {
+            Style::new().fg(theme::ALERT)
+        } else {
+            theme::dim()
+        };
+        tabs.push(Span::styled(label, style));
+        tabs.push(Span::raw(" ".repeat(TAB_GAP as usize)));
+    }
+    put(buf, area, 1, &Line::from(tabs));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::Source;
+    use crate::view::testing::{buffer, rows};
+
+    fn state() -> State {
+        State {
+            source: Source {
+                pid: Some(4242),
+                program: Some("train.py".into()),
+                device_name: Some("H100".into()),
+                total_memory: Some(80 << 30),
+                rate_hz: Some(10.0),
+                dropped: 3,
+                ..Source::default()
+            },
+            ..State::default()
+        }
+    }
+
+    #[test]
+    fn the_header_names_mode_process_device_and_drops() {
+        let mut buf = buffer(100, 2);
+        render(buf.area, &mut buf, &state(), &UiState::default());
+        let r = rows(&buf);
+        assert_eq!(
+            r[0].trim_end(),
+            " allocview  ● live  pid 4242 train.py  dev 0 (H100 80.0 GiB)  10 Hz  dropped 3  resync 0     ? help"
+        );
+        assert!(r[1].starts_with(" 1 Overview  2 Segments  3 Pools"));
+        // The non-zero drop count is red.
+        let x = r[0][..r[0].find("dropped 3").unwrap()].chars().count() as u16 + 8;
+        assert_eq!(buf[(x, 0)].fg, theme::ALERT);
+    }
+
+    #[test]
+    fn narrow_headers_keep_the_drop_counts() {
+        let mut buf = buffer(50, 2);
+        render(buf.area, &mut buf, &state(), &UiState::default());
+        let r = rows(&buf);
+        assert!(r[0].contains("dropped 3  resync 0"), "{}", r[0]);
+        assert!(!r[0].contains("train.py"));
+    }
+
+    #[test]
+    fn file_mode_shows_the_event() {
+        let s = State {
+            mode: Mode::File {
+                name: "oom.pickle".into(),
+                event: 12_034,
+                total: 19_342,
+            },
+            ..State::default()
+        };
+        let mut buf = buffer(100, 2);
+        render(buf.area, &mut buf, &s, &UiState::default());
+        assert!(rows(&buf)[0].contains("file oom.pickle  event 12,034/19,342"));
+    }
+}

@@ -1,0 +1,130 @@
+//! View 7, OOM: each OOM with its facts (request, device and allocator memory), the diagnosis,
+//! the largest free block, what-if replays when computed, the snapshot dump and the context.
+
+use ratatui::buffer::Buffer;
+use ratatui::layout::Rect;
+use ratatui::style::Style;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Widget};
+
+use super::{put, theme};
+use crate::state::{OomReport, State, UiState};
+use crate::units;
+
+/// Microseconds per second.
+const US_PER_S: i64 = 1_000_000;
+/// Seconds per day.
+const S_PER_DAY: i64 = 86_400;
+
+/// `14:03:11.204` (UTC) from microseconds since the epoch.
+pub fn clock(time_us: i64) -> String {
+    let s = time_us.div_euclid(US_PER_S);
+    let ms = time_us.rem_euclid(US_PER_S) / 1000;
+    let day = s.rem_euclid(S_PER_DAY);
+    format!(
+        "{:02}:{:02}:{:02}.{ms:03}",
+        day / 3600,
+        day / 60 % 60,
+        day % 60
+    )
+}
+
+/// The lines of one OOM's box.
+pub fn lines(o: &OomReport) -> Vec<Line<'static>> {
+    let mut v = vec![
+        Line::raw(format!(" {}", o.request_line())),
+        Line::raw(format!(" {}", o.memory_line())),
+        Line::from(vec![
+            Span::raw(" diagnosis: "),
+            Span::styled(o.diagnosis.to_string(), theme::alert()),
+        ]),
+        Line::raw(format!(
+            " largest free block: {}",
+            units::bytes(o.largest_free)
+        )),
+    ];
+    for (i, w) in o.what_if.iter().enumerate() {
+        let head = if i == 0 {
+            " what-if (replayed): "
+        } else {
+            "                     "
+        };
+        v.push(Line::raw(format!("{head}{w}")));
+    }
+    match &o.dump_path {
+        Some(p) => v.push(Line::from(vec![
+            Span::raw(" snapshot: "),
+            Span::styled(p.clone(), Style::new().fg(theme::ACCENT)),
+            Span::styled(format!(" (open with: allocview open {p})"), theme::dim()),
+        ])),
+        None => v.push(Line::styled(" snapshot: none written", theme::dim())),
+    }
+    if !o.frames.is_empty() {
+        let ctx: Vec<String> = o.frames.iter().take(4).map(|f| f.name.clone()).collect();
+        v.push(Line::raw(format!(" context: {}", ctx.join(" ← "))));
+    }
+    v
+}
+
+/// Draws the OOM list, the selected one first.
+pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
+    if state.ooms.is_empty() {
+        let block = Block::bordered().title(Span::styled(" OOM ", theme::title()));
+        let inner = block.inner(area);
+        block.render(area, buf);
+        put(buf, inner, 0, &Line::raw(" No OOM so far."));
+        put(
+            buf,
+            inner,
+            1,
+            &Line::styled(
+                " (allocview demo --scenario oom drives a run into one; in a file, n jumps to the next)",
+                theme::dim(),
+            ),
+        );
+        return;
+    }
+    let selected = ui.oom.min(state.ooms.len() - 1);
+    let mut y = area.y;
+    for (i, o) in state.ooms.iter().enumerate().skip(selected) {
+        if y >= area.bottom() {
+            break;
+        }
+        let body = lines(o);
+        let h = (body.len() as u16 + 2).min(area.bottom() - y);
+        let rect = Rect::new(area.x, y, area.width, h);
+        let mut title = format!(" OOM #{}", o.number);
+        if let Some(t) = o.time_us {
+            title.push_str(&format!("  {}", clock(t)));
+        }
+        title.push_str(&format!("  device {}  stream {} ", o.device, o.stream));
+        let style = if i == selected {
+            theme::alert()
+        } else {
+            Style::new().fg(theme::ALERT)
+        };
+        let block = Block::bordered()
+            .border_style(Style::new().fg(theme::ALERT))
+            .title(Span::styled(title, style))
+            .title(
+                Line::styled(format!(" {} of {} ", i + 1, state.ooms.len()), theme::dim())
+                    .right_aligned(),
+            );
+        let inner = block.inner(rect);
+        block.render(rect, buf);
+        for (r, l) in body.iter().enumerate() {
+            put(buf, inner, r as u16, l);
+        }
+        y += h;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clock_reads_utc_time_of_day() {
+        assert_eq!(clock(1_700_000_000_123_456), "22:13:20.123");
+    }
+}

@@ -1,0 +1,285 @@
+//! View 1, Overview: allocated / active / reserved gauges with peaks, the limit, the
+//! fragmentation figures, the counters (allocations, device mallocs and frees, retries, OOMs,
+//! syncs, dropped events), and usage over time as a braille chart with OOMs marked in red.
+
+use ratatui::buffer::Buffer;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Color, Style};
+use ratatui::symbols::Marker;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Axis, Block, Chart, Dataset, GraphType, Widget};
+
+use allocview_alloc::caching::stats::{Stat, StatType};
+
+use super::{put, right, theme};
+use crate::state::{State, UiState};
+use crate::units;
+
+/// Width of the counters panel.
+pub const COUNTERS_WIDTH: u16 = 28;
+/// Below this width the counters panel is dropped (the gauges keep their numbers).
+pub const MIN_WIDTH_WITH_COUNTERS: u16 = 80;
+/// Rows of the top panels (7 rows of figures and the borders).
+pub const TOP_ROWS: u16 = 9;
+/// Width of a gauge's label column.
+const LABEL: usize = 11;
+/// Width of a figure column (`12.1 GiB`).
+const FIGURE: usize = 9;
+
+fn gauge(label: &str, stat: &Stat, scale: u64, width: usize, color: Color) -> Line<'static> {
+    let value = stat.current.max(0) as u64;
+    let peak = stat.peak.max(0) as u64;
+    let tail = format!(
+        " {}  peak {}",
+        right(&units::bytes(value), FIGURE),
+        right(&units::bytes(peak), FIGURE)
+    );
+    let bar = width.saturating_sub(LABEL + tail.len() + 1);
+    let filled = if scale == 0 {
+        0
+    } else {
+        ((value as f64 / scale as f64) * bar as f64).round() as usize
+    }
+    .min(bar);
+    Line::from(vec![
+        Span::raw(format!(" {:<w$}", label, w = LABEL - 1)),
+        Span::styled(
+            theme::ALLOCATED_GLYPH.repeat(filled),
+            Style::new().fg(color),
+        ),
+        Span::styled(
+            theme::FREE_GLYPH.repeat(bar - filled),
+            Style::new().fg(theme::FREE),
+        ),
+        Span::raw(tail),
+    ])
+}
+
+/// The scale of the gauges: device memory when known, else the peak reserved.
+pub fn gauge_scale(state: &State) -> u64 {
+    let reserved = state.stats.reserved_bytes.get(StatType::All);
+    state
+        .source
+        .total_memory
+        .unwrap_or_else(|| reserved.peak.max(reserved.current).max(0) as u64)
+}
+
+fn memory_lines(state: &State, width: usize) -> Vec<Line<'static>> {
+    let st = &state.stats;
+    let scale = gauge_scale(state);
+    let mut lines = vec![
+        gauge(
+            "allocated",
+            st.allocated_bytes.get(StatType::All),
+            scale,
+            width,
+            theme::ALLOCATED,
+        ),
+        gauge(
+            "active",
+            st.active_bytes.get(StatType::All),
+            scale,
+            width,
+            theme::ACTIVE,
+        ),
+        gauge(
+            "reserved",
+            st.reserved_bytes.get(StatType::All),
+            scale,
+            width,
+            theme::RESERVED,
+        ),
+    ];
+    let src = &state.source;
+    let limit = match src.total_memory {
+        Some(total) => {
+            let fraction = src.memory_fraction.unwrap_or(1.0);
+            let mut s = format!(
+                " limit     {} (fraction {fraction:.2})",
+                units::bytes((total as f64 * fraction) as u64)
+            );
+            if let Some(free) = src.device_free {
+                s.push_str(&format!("   device free {}", units::bytes(free)));
+            }
+            s
+        }
+        None => " limit     device size not recorded".to_string(),
+    };
+    lines.push(Line::raw(limit));
+    let f = state.fragmentation();
+    let reserved = st.reserved_bytes.get(StatType::All).current.max(0) as u64;
+    lines.push(Line::raw(format!(
+        " fragmentation: {} cached but unallocated ({}),",
+        units::bytes(f.cached_free),
+        units::percent(f.cached_free, reserved)
+    )));
+    lines.push(Line::raw(format!(
+        "   largest free block {}, {} stranded in split segments",
+        units::bytes(f.largest_free),
+        units::bytes(f.stranded)
+    )));
+    lines
+}
+
+fn counter_lines(state: &State, width: usize) -> Vec<Line<'static>> {
+    let st = &state.stats;
+    let allocations = st.allocation.get(StatType::All).allocated.max(0) as u64;
+    let rows: [(&str, u64, bool); 7] = [
+        ("allocations", allocations, false),
+        ("device mallocs", st.num_device_alloc.max(0) as u64, false),
+        ("device frees", st.num_device_free.max(0) as u64, false),
+        ("retries", st.num_alloc_retries.max(0) as u64, false),
+        ("OOMs", st.num_ooms.max(0) as u64, true),
+        (
+            "syncs of all streams",
+            st.num_sync_all_streams.max(0) as u64,
+            false,
+        ),
+        ("dropped events", state.source.dropped, true),
+    ];
+    rows.iter()
+        .map(|&(label, n, alert)| {
+            let value = units::count(n);
+            let pad = width.saturating_sub(label.len() + value.len() + 2);
+            Line::from(vec![
+                Span::raw(format!(" {label}{}", " ".repeat(pad))),
+                Span::styled(value, theme::alert_if(alert && n > 0)),
+            ])
+        })
+        .collect()
+}
+
+/// Draws the usage chart into `area` (with its border).
+pub fn render_chart(area: Rect, buf: &mut Buffer, state: &State) {
+    let t = &state.timeline;
+    let title = Line::from(vec![
+        Span::styled(" Over time ", theme::title()),
+        Span::styled("── reserved ", Style::new().fg(theme::RESERVED)),
+        Span::styled("── allocated ", Style::new().fg(theme::ALLOCATED)),
+        Span::styled("── active ", Style::new().fg(theme::ACTIVE)),
+        Span::styled(
+            if t.ooms.is_empty() { "" } else { "│ OOM " },
+            Style::new().fg(theme::ALERT),
+        ),
+    ]);
+    let block = Block::bordered().title(title);
+    if area.height < 3 || area.width < 10 {
+        block.render(area, buf);
+        return;
+    }
+    if t.samples.is_empty() {
+        let inner = block.inner(area);
+        block.render(area, buf);
+        put(
+            buf,
+            inner,
+            0,
+            &Line::styled(" no samples yet", theme::dim()),
+        );
+        return;
+    }
+    let (x0, mut x1) = t.x_range();
+    if x1 <= x0 {
+        x1 = x0 + 1.0;
+    }
+    let max_y = (t.max_y().max(1) as f64) * 1.05;
+    let series = |f: fn(&crate::state::Sample) -> u64| -> Vec<(f64, f64)> {
+        t.samples.iter().map(|s| (s.x, f(s) as f64)).collect()
+    };
+    let reserved = series(|s| s.reserved);
+    let allocated = series(|s| s.allocated);
+    let active = series(|s| s.active);
+    let oom_lines: Vec<[(f64, f64); 2]> = t.ooms.iter().map(|&x| [(x, 0.0), (x, max_y)]).collect();
+    let cursor = t.cursor.map(|x| [(x, 0.0), (x, max_y)]);
+    let mut datasets = vec![
+        Dataset::default()
+            .marker(Marker::Braille)
+            .graph_type(GraphType::Line)
+            .style(Style::new().fg(theme::RESERVED))
+            .data(&reserved),
+        Dataset::default()
+            .marker(Marker::Braille)
+            .graph_type(GraphType::Line)
+            .style(Style::new().fg(theme::ACTIVE))
+            .data(&active),
+        Dataset::default()
+            .marker(Marker::Braille)
+            .graph_type(GraphType::Line)
+            .style(Style::new().fg(theme::ALLOCATED))
+            .data(&allocated),
+    ];
+    for l in &oom_lines {
+        datasets.push(
+            Dataset::default()
+                .marker(Marker::Braille)
+                .graph_type(GraphType::Line)
+                .style(Style::new().fg(theme::ALERT))
+                .data(l),
+        );
+    }
+    if let Some(c) = &cursor {
+        datasets.push(
+            Dataset::default()
+                .marker(Marker::Braille)
+                .graph_type(GraphType::Line)
+                .style(Style::new().fg(Color::White))
+                .data(c),
+        );
+    }
+    let x_label = |x: f64| {
+        if t.x_is_events {
+            units::count(x.max(0.0) as u64)
+        } else {
+            format!("{:.0} s", x - x0)
+        }
+    };
+    let chart = Chart::new(datasets)
+        .block(block)
+        .x_axis(
+            Axis::default()
+                .bounds([x0, x1])
+                .style(theme::dim())
+                .labels([x_label(x0), x_label(x1)]),
+        )
+        .y_axis(
+            Axis::default()
+                .bounds([0.0, max_y])
+                .style(theme::dim())
+                .labels([
+                    "0".to_string(),
+                    units::bytes((max_y / 2.0) as u64),
+                    units::bytes(max_y as u64),
+                ]),
+        );
+    chart.render(area, buf);
+}
+
+/// Draws the overview.
+pub fn render(area: Rect, buf: &mut Buffer, state: &State, _ui: &UiState) {
+    let [top, chart] =
+        Layout::vertical([Constraint::Length(TOP_ROWS), Constraint::Min(0)]).areas(area);
+    let with_counters = area.width >= MIN_WIDTH_WITH_COUNTERS;
+    let [memory, counters] = Layout::horizontal([
+        Constraint::Min(0),
+        Constraint::Length(if with_counters { COUNTERS_WIDTH } else { 0 }),
+    ])
+    .areas(top);
+    let block = Block::bordered().title(Span::styled(" Memory ", theme::title()));
+    let inner = block.inner(memory);
+    block.render(memory, buf);
+    for (i, l) in memory_lines(state, inner.width as usize).iter().enumerate() {
+        put(buf, inner, i as u16, l);
+    }
+    if with_counters {
+        let block = Block::bordered().title(Span::styled(" Counters ", theme::title()));
+        let inner = block.inner(counters);
+        block.render(counters, buf);
+        for (i, l) in counter_lines(state, inner.width as usize)
+            .iter()
+            .enumerate()
+        {
+            put(buf, inner, i as u16, l);
+        }
+    }
+    render_chart(chart, buf, state);
+}

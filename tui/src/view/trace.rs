@@ -1,0 +1,133 @@
+//! View 6, Trace: the event log (time, action, address, size, stream, pool, context), filtered
+//! with `/` (action, stream, size range, address); in file mode the entries after the current
+//! event are dimmed and the current one is marked.
+
+use ratatui::buffer::Buffer;
+use ratatui::layout::Rect;
+use ratatui::style::{Modifier, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Widget};
+
+use allocview_alloc::snapshot::{TraceAction, TraceEntry};
+
+use super::segments::scroll_offset;
+use super::{left, put, right, theme};
+use crate::state::timetravel::SMALL_SIZE;
+use crate::state::{State, UiState};
+use crate::units;
+
+/// Microseconds per second.
+const US_PER_S: f64 = 1e6;
+
+fn action_style(a: TraceAction) -> Style {
+    match a {
+        TraceAction::Alloc => Style::new().fg(theme::ALLOCATED),
+        TraceAction::FreeRequested => Style::new().fg(theme::PENDING),
+        TraceAction::FreeCompleted => Style::new().fg(theme::FREE),
+        TraceAction::SegmentAlloc | TraceAction::SegmentMap => Style::new().fg(theme::RESERVED),
+        TraceAction::SegmentFree | TraceAction::SegmentUnmap => Style::new().fg(theme::ACTIVE),
+        TraceAction::Oom => theme::alert(),
+        TraceAction::Snapshot | TraceAction::UserDefined => Style::new().fg(theme::ACCENT),
+    }
+}
+
+fn context(e: &TraceEntry) -> String {
+    if let Some(f) = e.frames.first() {
+        if f.filename == "??" || f.filename.is_empty() {
+            return f.name.clone();
+        }
+        let file = f.filename.rsplit('/').next().unwrap_or(&f.filename);
+        return format!("{} {file}:{}", f.name, f.line);
+    }
+    e.user_metadata.clone().unwrap_or_default()
+}
+
+/// Draws the trace table.
+pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
+    let rows = state.trace_rows(&ui.trace_filter);
+    let filter = if ui.trace_filter.is_empty() {
+        String::new()
+    } else {
+        format!(" filter: {} ", ui.trace_filter.text)
+    };
+    let block = Block::bordered()
+        .title(Span::styled(
+            format!(
+                " Trace ({} of {}) ",
+                units::count(rows.len() as u64),
+                units::count(state.trace.len() as u64)
+            ),
+            theme::title(),
+        ))
+        .title(Line::styled(filter, Style::new().fg(theme::PENDING)).right_aligned());
+    let inner = block.inner(area);
+    block.render(area, buf);
+    let head = format!(
+        "{} {}{}{}{}  {}",
+        right("time", 9),
+        left("action", 14),
+        right("address", 15),
+        right("size", 9),
+        right("strm", 5),
+        "pool context"
+    );
+    put(buf, inner, 0, &Line::styled(head, theme::title()));
+    if rows.is_empty() {
+        let msg = if state.trace.is_empty() {
+            " no trace recorded"
+        } else {
+            " no entry matches the filter (/ to change it)"
+        };
+        put(buf, inner, 1, &Line::styled(msg, theme::dim()));
+        return;
+    }
+    let visible = inner.height.saturating_sub(1) as usize;
+    let selected = ui
+        .trace_row
+        .unwrap_or_else(|| state.default_trace_row(&rows))
+        .min(rows.len() - 1);
+    let offset = scroll_offset(selected, visible);
+    let t0 = state.trace.first().and_then(|e| e.time_us);
+    for (r, &i) in rows.iter().skip(offset).take(visible).enumerate() {
+        let e = &state.trace[i];
+        let time = match (e.time_us, t0) {
+            (Some(t), Some(t0)) => format!("{:.3} s", (t - t0) as f64 / US_PER_S),
+            _ => format!("#{}", units::count(i as u64 + 1)),
+        };
+        let pool = if e.action == TraceAction::Oom || e.size > SMALL_SIZE {
+            "L"
+        } else {
+            "S"
+        };
+        let future = state.trace_cursor.is_some_and(|c| i >= c);
+        let current = state.trace_cursor.is_some_and(|c| c > 0 && i == c - 1);
+        let mut base = if future { theme::dim() } else { Style::new() };
+        if offset + r == selected {
+            base = base.add_modifier(Modifier::REVERSED);
+        }
+        let marker = if current { "▶" } else { " " };
+        let line = Line::from(vec![
+            Span::styled(format!("{}{} ", marker, right(&time, 8)), base),
+            Span::styled(
+                left(e.action.as_str(), 14),
+                if future {
+                    base
+                } else {
+                    action_style(e.action).patch(base)
+                },
+            ),
+            Span::styled(
+                format!(
+                    "{}{}{}  {}    {}",
+                    right(&units::address(e.addr), 15),
+                    right(&units::bytes(e.size), 9),
+                    right(&format!("s{}", e.stream), 5),
+                    pool,
+                    context(e)
+                ),
+                base,
+            ),
+        ]);
+        put(buf, inner, r as u16 + 1, &line);
+    }
+}

@@ -1,0 +1,208 @@
+//! Render tests: every panel survives any size, and whole screens are `insta` snapshots of a
+//! `TestBackend` (deterministic data, no clock).
+
+#[path = "support/builders.rs"]
+mod support;
+
+use allocview::state::ui::SegmentFilter;
+use allocview::state::{Mode, State, UiState, View};
+use allocview::view;
+use ratatui::Terminal;
+use ratatui::backend::TestBackend;
+use ratatui::buffer::Buffer;
+use ratatui::layout::Rect;
+
+const SIZES: [(u16, u16); 6] = [(0, 0), (1, 1), (80, 24), (200, 60), (13, 3), (79, 7)];
+
+fn text(buf: &Buffer) -> Vec<String> {
+    let a = buf.area;
+    (a.y..a.y + a.height)
+        .map(|y| (a.x..a.x + a.width).map(|x| buf[(x, y)].symbol()).collect())
+        .collect()
+}
+
+fn screen(state: &State, ui: &UiState, w: u16, h: u16) -> Terminal<TestBackend> {
+    let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
+    t.draw(|f| view::draw(f, state, ui)).unwrap();
+    t
+}
+
+fn states() -> Vec<State> {
+    let mut file = support::live_state();
+    file.mode = Mode::File {
+        name: "oom.pickle".into(),
+        event: 5,
+        total: 8,
+    };
+    file.trace_cursor = Some(5);
+    vec![
+        State::default(),
+        support::live_state(),
+        file,
+        support::many_segments(300),
+    ]
+}
+
+#[test]
+fn every_panel_renders_at_every_size_without_panicking() {
+    for state in states() {
+        for view in View::ALL {
+            for (w, h) in SIZES {
+                for help in [false, true] {
+                    let ui = UiState {
+                        view,
+                        help,
+                        detail: true,
+                        segment_row: 10_000,
+                        block: 99,
+                        oom: 7,
+                        trace_row: Some(12_345),
+                        histogram_group: 17,
+                        ..UiState::default()
+                    };
+                    let mut buf = Buffer::empty(Rect::new(0, 0, w, h));
+                    view::render(buf.area, &mut buf, &state, &ui);
+                    // Each panel alone, too, also at an offset origin.
+                    let mut buf = Buffer::empty(Rect::new(3, 2, w, h));
+                    view::render_view(view, buf.area, &mut buf, &state, &ui);
+                    // Full screens through a terminal.
+                    let _ = screen(&state, &ui, w.max(1), h.max(1));
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn every_view_has_a_title_and_its_numbers_at_80x24() {
+    let state = support::live_state();
+    let expect = [
+        (
+            View::Overview,
+            vec!["Memory", "Counters", "allocated", "1,204,331", "Over time"],
+        ),
+        (
+            View::Segments,
+            vec![
+                "Segments (4, by size)",
+                "0x7f3a2c000000",
+                "200 MiB L s0",
+                "Enter detail",
+            ],
+        ),
+        (View::Pools, vec!["Pools", "small", "large", "2.00 MiB"]),
+        (View::Streams, vec!["Streams (2)", " s0", " s1"]),
+        (
+            View::Histograms,
+            vec!["size — all", "p50", "lifetime — all"],
+        ),
+        (
+            View::Trace,
+            vec!["Trace (8 of 8)", "segment_alloc", "oom", "step 40 forward"],
+        ),
+        (
+            View::Oom,
+            vec![
+                "OOM #1",
+                "tried to allocate 1.50 GiB",
+                "FRAGMENTATION",
+                "largest free block: 610 MiB",
+            ],
+        ),
+    ];
+    for (view, words) in expect {
+        let ui = UiState {
+            view,
+            ..UiState::default()
+        };
+        let t = screen(&state, &ui, 80, 24);
+        let all = text(t.backend().buffer()).join("\n");
+        for w in words {
+            assert!(all.contains(w), "{view:?} lacks {w:?}:\n{all}");
+        }
+        assert!(all.contains(" allocview  ● live"), "{all}");
+    }
+}
+
+#[test]
+fn narrow_overviews_drop_the_counters_before_the_numbers() {
+    let state = support::live_state();
+    let ui = UiState::default();
+    let wide = text(screen(&state, &ui, 80, 24).backend().buffer()).join("\n");
+    let narrow = text(screen(&state, &ui, 60, 24).backend().buffer()).join("\n");
+    assert!(wide.contains("Counters"));
+    assert!(!narrow.contains("Counters"));
+    for w in ["peak", "342 MiB", "16.0 GiB", "largest free block"] {
+        assert!(narrow.contains(w), "{w} missing:\n{narrow}");
+    }
+}
+
+#[test]
+fn segment_filter_and_selection_show_in_the_list() {
+    let state = support::live_state();
+    let ui = UiState {
+        view: View::Segments,
+        segment_filter: SegmentFilter::Small,
+        ..UiState::default()
+    };
+    let all = text(screen(&state, &ui, 120, 30).backend().buffer()).join("\n");
+    assert!(all.contains("Segments (1, by size)"), "{all}");
+    assert!(all.contains("2.00 MiB S s0"));
+    assert!(all.contains("requested  100 KiB"), "{all}");
+}
+
+#[test]
+fn the_help_overlay_lists_every_key() {
+    let state = support::live_state();
+    let ui = UiState {
+        help: true,
+        ..UiState::default()
+    };
+    let all = text(screen(&state, &ui, 100, 30).backend().buffer()).join("\n");
+    for (k, _) in view::help::KEYS {
+        assert!(all.contains(k), "help lacks {k}");
+    }
+}
+
+#[test]
+fn drops_and_resyncs_turn_red() {
+    let mut state = support::live_state();
+    state.source.dropped = 12;
+    let t = screen(&state, &UiState::default(), 120, 36);
+    let buf = t.backend().buffer();
+    let row: String = (0..120).map(|x| buf[(x, 0)].symbol()).collect();
+    let x = row[..row.find("dropped 12").unwrap()].chars().count() as u16 + 8;
+    assert_eq!(buf[(x, 0)].fg, view::theme::ALERT);
+}
+
+macro_rules! snapshot_view {
+    ($name:ident, $view:expr) => {
+        #[test]
+        fn $name() {
+            let ui = UiState {
+                view: $view,
+                ..UiState::default()
+            };
+            let t = screen(&support::live_state(), &ui, 120, 36);
+            insta::assert_snapshot!(t.backend());
+        }
+    };
+}
+
+snapshot_view!(overview_screen, View::Overview);
+snapshot_view!(segments_screen, View::Segments);
+snapshot_view!(pools_screen, View::Pools);
+snapshot_view!(streams_screen, View::Streams);
+snapshot_view!(histograms_screen, View::Histograms);
+snapshot_view!(trace_screen, View::Trace);
+snapshot_view!(oom_screen, View::Oom);
+
+#[test]
+fn help_screen() {
+    let ui = UiState {
+        help: true,
+        ..UiState::default()
+    };
+    let t = screen(&support::live_state(), &ui, 120, 36);
+    insta::assert_snapshot!(t.backend());
+}

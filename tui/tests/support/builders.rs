@@ -1,0 +1,278 @@
+//! Deterministic states for render tests: hand-built segments, streams, timeline, histograms,
+//! trace and OOMs (no clock, no randomness).
+
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use allocview::state::histogram::{HistogramUnit, Log2Histogram};
+use allocview::state::{Diagnosis, Mode, OomReport, Sample, Source, State, Timeline};
+use allocview_alloc::caching::stats::DeviceStats;
+use allocview_alloc::snapshot::{
+    BlockInfo, BlockState, Frame, SegmentInfo, SegmentType, Snapshot, TraceAction, TraceEntry,
+    no_frames,
+};
+
+pub const KIB: u64 = 1 << 10;
+pub const MIB: u64 = 1 << 20;
+pub const GIB: u64 = 1 << 30;
+
+pub fn frames(tag: &str) -> Arc<[Frame]> {
+    Arc::from(vec![
+        Frame {
+            name: tag.to_string(),
+            filename: "??".into(),
+            line: 0,
+        },
+        Frame {
+            name: "forward".into(),
+            filename: "/src/model.py".into(),
+            line: 88,
+        },
+    ])
+}
+
+pub fn block(address: u64, size: u64, requested: u64, state: BlockState) -> BlockInfo {
+    BlockInfo {
+        address,
+        size,
+        requested_size: requested,
+        state,
+        frames: if state == BlockState::Inactive {
+            no_frames()
+        } else {
+            frames("step 41 forward")
+        },
+        history: Vec::new(),
+    }
+}
+
+/// A segment tiled by blocks described as (size, requested, state).
+pub fn segment(
+    address: u64,
+    stream: u64,
+    kind: SegmentType,
+    parts: &[(u64, u64, BlockState)],
+) -> SegmentInfo {
+    let mut at = address;
+    let mut blocks = Vec::new();
+    for &(size, req, state) in parts {
+        blocks.push(block(at, size, req, state));
+        at += size;
+    }
+    let sum = |f: &dyn Fn(&BlockInfo) -> bool, g: &dyn Fn(&BlockInfo) -> u64| -> u64 {
+        blocks.iter().filter(|b| f(b)).map(g).sum()
+    };
+    SegmentInfo {
+        device: 0,
+        address,
+        total_size: at - address,
+        allocated_size: sum(&|b| b.state == BlockState::ActiveAllocated, &|b| b.size),
+        active_size: sum(&|b| b.state.is_active(), &|b| b.size),
+        requested_size: sum(&|b| b.state == BlockState::ActiveAllocated, &|b| {
+            b.requested_size
+        }),
+        stream,
+        segment_type: kind,
+        segment_pool_id: (0, 0),
+        is_expandable: false,
+        frames: no_frames(),
+        blocks,
+    }
+}
+
+pub fn segments() -> Vec<SegmentInfo> {
+    use BlockState::*;
+    vec![
+        segment(
+            0x7f3a_2c00_0000,
+            0,
+            SegmentType::Large,
+            &[
+                (64 * MIB, 63 * MIB, ActiveAllocated),
+                (16 * MIB, 16 * MIB, Inactive),
+                (80 * MIB, 80 * MIB, ActiveAllocated),
+                (20 * MIB, 20 * MIB, ActivePendingFree),
+                (20 * MIB, 20 * MIB, Inactive),
+            ],
+        ),
+        segment(
+            0x7f3a_1800_0000,
+            0,
+            SegmentType::Large,
+            &[(120 * MIB, 120 * MIB, ActiveAllocated)],
+        ),
+        segment(
+            0x7f3a_1600_0000,
+            1,
+            SegmentType::Large,
+            &[
+                (3 * MIB, 3 * MIB, ActiveAllocated),
+                (17 * MIB, 17 * MIB, Inactive),
+            ],
+        ),
+        segment(
+            0x7f3a_15e0_0000,
+            0,
+            SegmentType::Small,
+            &[
+                (128 * KIB, 100 * KIB, ActiveAllocated),
+                (128 * KIB, 128 * KIB, Inactive),
+                (256 * KIB, 256 * KIB, ActiveAllocated),
+                (512 * KIB, 512 * KIB, Inactive),
+                (1024 * KIB, 1000 * KIB, ActiveAllocated),
+            ],
+        ),
+    ]
+}
+
+pub fn trace() -> Vec<TraceEntry> {
+    let mut out = Vec::new();
+    let t0 = 1_700_000_000_000_000i64;
+    let actions = [
+        (TraceAction::SegmentAlloc, 0x7f3a_2c00_0000, 200 * MIB),
+        (TraceAction::Alloc, 0x7f3a_2c00_0000, 63 * MIB),
+        (TraceAction::Alloc, 0x7f3a_3000_0000, 80 * MIB),
+        (TraceAction::FreeRequested, 0x7f3a_3500_0000, 20 * MIB),
+        (TraceAction::Alloc, 0x7f3a_15e0_0000, 100 * KIB),
+        (TraceAction::FreeCompleted, 0x7f3a_15e2_0000, 128 * KIB),
+        (TraceAction::Oom, 2 * GIB, 6 * GIB),
+        (TraceAction::SegmentFree, 0x7f3a_0000_0000, 20 * MIB),
+    ];
+    for (i, &(action, addr, size)) in actions.iter().enumerate() {
+        out.push(TraceEntry {
+            action,
+            addr,
+            size,
+            stream: (i % 3 == 2) as u64,
+            time_us: Some(t0 + i as i64 * 12_345),
+            frames: frames(&format!("step {} forward", 40 + i / 4)),
+            compile_context: None,
+            user_metadata: None,
+        });
+    }
+    out
+}
+
+pub fn timeline() -> Timeline {
+    let mut t = Timeline::default();
+    for i in 0..120u64 {
+        let wave = (i % 20) * 200 * MIB;
+        t.push(Sample {
+            x: i as f64 * 0.5,
+            reserved: 6 * GIB + (i / 20) * 256 * MIB,
+            allocated: 2 * GIB + wave,
+            active: 2 * GIB + wave + 64 * MIB,
+        });
+    }
+    t.ooms.push(55.0);
+    t
+}
+
+pub fn histograms() -> Vec<allocview::state::HistogramSummary> {
+    let mut out = Vec::new();
+    for (group, scale) in [("all", 1u64), ("small pool", 1), ("large pool", 1024)] {
+        let mut size = Log2Histogram::new();
+        let mut life = Log2Histogram::new();
+        let mut lat = Log2Histogram::new();
+        for i in 1..=500u64 {
+            size.record((i * i * 37 % 100_000 + 512) * scale);
+            life.record(i * 1_000_003 % 50_000_000);
+            lat.record(200 + i * 13 % 5000);
+        }
+        out.push(size.summary("size", group, HistogramUnit::Bytes));
+        out.push(life.summary("lifetime", group, HistogramUnit::Nanos));
+        out.push(lat.summary("latency", group, HistogramUnit::Nanos));
+    }
+    out
+}
+
+pub fn oom() -> OomReport {
+    OomReport {
+        number: 1,
+        time_us: Some(1_700_000_000_123_456),
+        device: 0,
+        stream: 0,
+        requested: 3 * GIB / 2,
+        rounded: 3 * GIB / 2,
+        segment_size: Some(3 * GIB / 2),
+        device_total: Some(16 * GIB),
+        device_free: Some(900 * MIB),
+        allocated: 12 * GIB,
+        reserved: 15 * GIB,
+        largest_free: 610 * MIB,
+        diagnosis: Diagnosis::of(3 * GIB / 2, 3 * GIB, 610 * MIB, 12 * GIB),
+        what_if: vec!["expandable_segments:True → no OOM, peak reserved 14.2 GiB".into()],
+        dump_path: Some("allocview-dumps/oom-0001-pid4242.json".into()),
+        frames: frames("step 41 forward"),
+        trace_index: Some(6),
+    }
+}
+
+/// A live state with a bit of everything.
+pub fn live_state() -> State {
+    let segments = segments();
+    let snap = Snapshot {
+        segments: segments.clone(),
+        ..Snapshot::default()
+    };
+    let mut stats = DeviceStats::from_snapshot(&snap, 0, None);
+    stats.allocation.0[0].allocated = 1_204_331;
+    stats.num_device_alloc = 412;
+    stats.num_device_free = 380;
+    stats.num_alloc_retries = 2;
+    stats.num_ooms = 1;
+    stats.reserved_bytes.0[0].peak = (14 * GIB) as i64;
+    stats.allocated_bytes.0[0].peak = (12 * GIB) as i64;
+    stats.active_bytes.0[0].peak = (12 * GIB + 100 * MIB) as i64;
+    State {
+        mode: Mode::Live,
+        source: Source {
+            pid: Some(4242),
+            program: Some("train.py".into()),
+            device: 0,
+            device_name: Some("simulated".into()),
+            total_memory: Some(16 * GIB),
+            device_free: Some(9 * GIB),
+            memory_fraction: Some(1.0),
+            rate_hz: Some(10.0),
+            dropped: 0,
+            resyncs: 0,
+            trace_overflow: 0,
+        },
+        stats,
+        segments,
+        streams: Vec::new(),
+        timeline: timeline(),
+        histograms: histograms(),
+        trace: Arc::from(trace()),
+        trace_cursor: None,
+        ooms: vec![oom()],
+        status: None,
+    }
+}
+
+/// Many segments, for size and speed tests.
+pub fn many_segments(n: usize) -> State {
+    use BlockState::*;
+    let mut segs = Vec::with_capacity(n);
+    for i in 0..n as u64 {
+        let k = i % 7;
+        segs.push(segment(
+            0x7000_0000_0000 + i * 64 * MIB,
+            i % 3,
+            SegmentType::Large,
+            &[
+                ((k + 1) * MIB, (k + 1) * MIB - 512, ActiveAllocated),
+                (2 * MIB, 2 * MIB, Inactive),
+                ((7 - k) * MIB + 512, 512, ActivePendingFree),
+                (MIB, MIB, ActiveAllocated),
+                (12 * MIB, 12 * MIB, Inactive),
+            ],
+        ));
+    }
+    State {
+        segments: segs,
+        ..live_state()
+    }
+}
