@@ -156,15 +156,15 @@ pub fn pool_key(e: &Event) -> PoolKey {
     }
 }
 
-/// The pool key of a snapshot segment: a private pool when its id is not `(0, 0)` (named by
-/// the non-zero half, as events carry one id).
+/// The pool key of a snapshot segment: a private pool when its id is not `(0, 0)`, named by
+/// the first half as events carry it.
 pub fn segment_pool_key(seg: &SegmentInfo) -> PoolKey {
     match seg.segment_pool_id {
         (0, 0) => match seg.segment_type {
             SegmentType::Small => PoolKey::Small,
             SegmentType::Large => PoolKey::Large,
         },
-        (0, id) | (id, _) => PoolKey::Private(id),
+        (id, _) => PoolKey::Private(id),
     }
 }
 
@@ -748,8 +748,9 @@ impl DeviceMirror {
                     } else {
                         SegmentType::Large
                     },
+                    // Events carry the first half of a private pool's id only.
                     segment_pool_id: match s.pool {
-                        PoolKey::Private(id) => (0, id),
+                        PoolKey::Private(id) => (id, 0),
                         _ => (0, 0),
                     },
                     is_expandable: s.expandable,
