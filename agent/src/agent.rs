@@ -32,7 +32,8 @@ use allocview_alloc::event::{EventSink, now_ns};
 use allocview_alloc::snapshot::Snapshot;
 
 use crate::aggregator::{
-    self, AggregatorConfig, AggregatorHandle, Command, DEFAULT_RECENT_EVENTS, DEFAULT_TICK,
+    self, AggregatorConfig, AggregatorHandle, Command, DEFAULT_MAX_DUMPS, DEFAULT_RECENT_EVENTS,
+    DEFAULT_TICK,
 };
 use crate::dump::OomDumper;
 use crate::prometheus::MetricsServer;
@@ -104,6 +105,7 @@ pub struct AgentBuilder {
     write_timeout: Duration,
     recent_events: usize,
     process_name: Option<String>,
+    max_dumps: u64,
 }
 
 impl Default for AgentBuilder {
@@ -121,6 +123,7 @@ impl Default for AgentBuilder {
             write_timeout: DEFAULT_WRITE_TIMEOUT,
             recent_events: DEFAULT_RECENT_EVENTS,
             process_name: None,
+            max_dumps: DEFAULT_MAX_DUMPS,
         }
     }
 }
@@ -210,6 +213,12 @@ impl AgentBuilder {
         self
     }
 
+    /// OOM dumps written at most (later OOMs are recorded without files).
+    pub fn max_dumps(mut self, n: u64) -> Self {
+        self.max_dumps = n;
+        self
+    }
+
     /// The process name clients see (default: the executable's name).
     pub fn process_name(mut self, name: impl Into<String>) -> Self {
         self.process_name = Some(name.into());
@@ -249,6 +258,7 @@ impl AgentBuilder {
             process: process.clone(),
             providers: self.providers.clone(),
             dumper: OomDumper::new(self.dump_dir.unwrap_or_else(aggregator::default_dump_dir)),
+            max_dumps: self.max_dumps,
         };
         let (handle, join) = aggregator::spawn(cfg, rx).map_err(|source| AgentError::Thread {
             what: "aggregator",

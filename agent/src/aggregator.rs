@@ -43,6 +43,10 @@ pub const DEFAULT_TICK: Duration = Duration::from_millis(100);
 /// Events kept per device for the trace view.
 pub const DEFAULT_RECENT_EVENTS: usize = 1024;
 
+/// OOM dumps written per agent at most: an OOM storm (a loop retrying a failed allocation)
+/// must not fill the disk; later OOMs are still recorded, without files.
+pub const DEFAULT_MAX_DUMPS: u64 = 32;
+
 /// Attempts at a resync whose snapshot and stats agree, before trying again next tick.
 const RESYNC_ATTEMPTS: usize = 3;
 
@@ -135,6 +139,7 @@ pub(crate) struct AggregatorConfig {
     pub process: ProcessInfo,
     pub providers: Vec<Arc<dyn SnapshotProvider>>,
     pub dumper: OomDumper,
+    pub max_dumps: u64,
 }
 
 /// What was last sent to clients, per device.
@@ -560,6 +565,15 @@ impl Aggregator {
             dump_paths: Vec::new(),
             dump_error: None,
         };
+        if self.dumps_written + self.dump_failures >= self.cfg.max_dumps {
+            rec.dump_error = Some(format!(
+                "not written: this agent writes at most {} OOM dumps",
+                self.cfg.max_dumps
+            ));
+            tracing::error!(oom = index, device, "allocation failed: out of memory");
+            self.ooms.push(rec);
+            return;
+        }
         let snapshot = d.provider.as_ref().map(|p| p.snapshot());
         let snapshot = snapshot.unwrap_or_else(|| Snapshot {
             segments: d.mirror.segments(),
