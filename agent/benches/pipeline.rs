@@ -29,7 +29,13 @@ fn event(i: u64) -> Event {
         time_ns: i,
         requested: 4000,
         latency_ns: 100,
-        ..Event::new(EventAction::Alloc, 0, EventPool::Small, 0x7f00_0000_0000 + i, 4096)
+        ..Event::new(
+            EventAction::Alloc,
+            0,
+            EventPool::Small,
+            0x7f00_0000_0000 + i,
+            4096,
+        )
     }
 }
 
@@ -132,7 +138,11 @@ fn recorded_stream() -> Vec<Event> {
         x ^= x >> 7;
         x ^= x << 17;
         if live.len() < 256 && (live.is_empty() || x % 3 != 0) {
-            let size = if x % 10 < 8 { 1 + (x >> 8) % MIB } else { MIB + (x >> 8) % (16 * MIB) };
+            let size = if x % 10 < 8 {
+                1 + (x >> 8) % MIB
+            } else {
+                MIB + (x >> 8) % (16 * MIB)
+            };
             live.push(alloc.malloc(size, StreamId((x >> 40) % 4)).unwrap());
         } else {
             let p = live.swap_remove((x >> 4) as usize % live.len());

@@ -308,8 +308,8 @@ fn a_client_that_never_reads_is_disconnected_and_the_host_carries_on() {
     let agent = Agent::builder()
         .listen(format!("unix:{}", sock.display()))
         .dump_dir(dir.path())
-        .tick(Duration::from_millis(2))
-        .client_queue(2)
+        .tick(Duration::from_millis(20))
+        .client_queue(8)
         .write_timeout(Duration::from_millis(200))
         .spawn()
         .unwrap();
@@ -327,28 +327,31 @@ fn a_client_that_never_reads_is_disconnected_and_the_host_carries_on() {
     .unwrap();
     let mut good = AttachClient::connect(&format!("unix:{}", sock.display()), None).unwrap();
     wait_until(|| agent.state().pipeline.clients == 2);
-    // Big updates: thousands of segments, each update carries the changed segment list.
+    // Big updates: a thousand segments, and a layout change on every round, so each update
+    // carries the whole segment list (about 250 KB): the stuck client's socket buffer fills,
+    // then its queue.
     let sink = agent.sink();
+    for i in 0..1000u64 {
+        sink.publish(&Event::new(
+            EventAction::SegmentAlloc,
+            0,
+            EventPool::Large,
+            SEG + i * 2 * MIB,
+            2 * MIB,
+        ));
+    }
     let mut i = 0u64;
     let deadline = Instant::now() + WAIT;
     while agent.state().pipeline.clients == 2 {
-        assert!(
-            Instant::now() < deadline,
-            "the stuck client was never dropped"
-        );
-        for _ in 0..200 {
-            sink.publish(&Event::new(
-                EventAction::SegmentAlloc,
-                0,
-                EventPool::Large,
-                SEG + i * 2 * MIB,
-                2 * MIB,
-            ));
-            i += 1;
-        }
-        agent.flush();
+        assert!(Instant::now() < deadline, "the stuck client was never dropped");
+        sink.publish(&Event {
+            requested: 512,
+            ..Event::new(EventAction::Alloc, 0, EventPool::Large, SEG + i * 2 * MIB, 512)
+        });
+        i += 1;
+        std::thread::sleep(Duration::from_millis(20));
         // The good client keeps up.
-        while good.next_update(Duration::from_millis(1)).is_ok() {}
+        while good.next_update(Duration::ZERO).is_ok() {}
     }
     // The host carries on: the good client still follows.
     agent.flush();

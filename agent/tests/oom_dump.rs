@@ -63,8 +63,14 @@ fn an_oom_leaves_a_pickle_and_a_json_dump_that_load_back() {
             .collect();
         assert_eq!(live.len(), 1);
         assert_eq!(live[0].requested_size, 5 * MIB);
-        let oom = snap.device_traces[0].iter().find(|t| t.action.as_str() == "oom");
-        assert_eq!(oom.map(|t| t.size), Some(300 * MIB), "the trace holds the OOM");
+        let oom = snap.device_traces[0]
+            .iter()
+            .find(|t| t.action.as_str() == "oom");
+        assert_eq!(
+            oom.map(|t| t.size),
+            Some(300 * MIB),
+            "the trace holds the OOM"
+        );
     }
     assert_eq!(from_pickle.segments, from_json.segments);
     // No temporary files left behind.
@@ -123,6 +129,12 @@ fn an_oom_storm_writes_at_most_the_configured_number_of_dumps() {
     let state = agent.state();
     assert_eq!(state.ooms.len(), 5);
     assert_eq!(state.pipeline.dumps_written, 2);
-    assert!(state.ooms[4].dump_error.as_deref().unwrap().contains("at most 2"));
+    assert!(
+        state.ooms[4]
+            .dump_error
+            .as_deref()
+            .unwrap()
+            .contains("at most 2")
+    );
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 4);
 }

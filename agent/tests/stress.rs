@@ -112,7 +112,10 @@ fn eight_threads_with_a_small_channel_drop_resync_and_end_exact() {
     agent.flush();
     let state = agent.state();
     let p = &state.pipeline;
-    assert!(p.dropped_total > 0, "a {CHANNEL}-event channel must overflow: {p:?}");
+    assert!(
+        p.dropped_total > 0,
+        "a {CHANNEL}-event channel must overflow: {p:?}"
+    );
     assert!(!p.dropped_by_action.is_empty());
     assert!(p.resyncs >= 1, "drops lead to a resync: {p:?}");
     assert!(!p.partial);
