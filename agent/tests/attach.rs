@@ -343,10 +343,19 @@ fn a_client_that_never_reads_is_disconnected_and_the_host_carries_on() {
     let mut i = 0u64;
     let deadline = Instant::now() + WAIT;
     while agent.state().pipeline.clients == 2 {
-        assert!(Instant::now() < deadline, "the stuck client was never dropped");
+        assert!(
+            Instant::now() < deadline,
+            "the stuck client was never dropped"
+        );
         sink.publish(&Event {
             requested: 512,
-            ..Event::new(EventAction::Alloc, 0, EventPool::Large, SEG + i * 2 * MIB, 512)
+            ..Event::new(
+                EventAction::Alloc,
+                0,
+                EventPool::Large,
+                SEG + i * 2 * MIB,
+                512,
+            )
         });
         i += 1;
         std::thread::sleep(Duration::from_millis(20));
