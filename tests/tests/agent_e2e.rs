@@ -32,7 +32,13 @@ impl Rng {
 
 /// The layout of segments and blocks, without frames (the mirror records none) and without
 /// the requested size of free blocks (PyTorch reports the last request there).
-fn layout(segments: &[SegmentInfo]) -> Vec<(u64, u64, u64, bool, Vec<(u64, u64, &'static str)>)> {
+/// `(address, size, state)` of a block.
+type BlockLayout = (u64, u64, &'static str);
+
+/// `(address, size, stream, expandable, blocks)` of a segment.
+type SegmentLayout = (u64, u64, u64, bool, Vec<BlockLayout>);
+
+fn layout(segments: &[SegmentInfo]) -> Vec<SegmentLayout> {
     segments
         .iter()
         .map(|s| {
