@@ -137,7 +137,7 @@ fn recorded_stream() -> Vec<Event> {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        if live.len() < 256 && (live.is_empty() || x % 3 != 0) {
+        if live.len() < 256 && (live.is_empty() || !x.is_multiple_of(3)) {
             let size = if x % 10 < 8 {
                 1 + (x >> 8) % MIB
             } else {
