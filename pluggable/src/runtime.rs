@@ -3,7 +3,7 @@
 //! their own).
 //!
 //! At start the runtime counts the devices (the simulated ones configured, or the CUDA driver's
-//! count without opening any device), registers one [`DeviceSlot`] per device as the agent's
+//! count without opening any device), registers one `DeviceSlot` per device as the agent's
 //! snapshot provider, and starts the agent (listening at `ALLOCVIEW_ADDR`, else its default
 //! unix socket; OOM dumps in `ALLOCVIEW_DUMP_DIR`). A device's allocator is created on its
 //! first allocation and publishes every event into the agent's sink, so `allocview --attach`
