@@ -1,5 +1,5 @@
 //! A Rust program's own heap, watched by the agent: `Instrumented<System>` behind
-//! `#[global_allocator]` publishing into the agent's sink (what `examples/02-heap-service.rs`
+//! `#[global_allocator]` publishing into the agent's sink (what `examples/src/bin/heap-service.rs`
 //! does), seen through `Agent::state` and through an attach client over a real socket.
 //!
 //! Other threads (the test harness, the agent's own) allocate too, so the checks use the
