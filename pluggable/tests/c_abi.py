@@ -10,6 +10,9 @@ MODE is one of:
             still works afterwards, the agent writes an OOM dump (ALLOCVIEW_SIM_MEMORY small)
   default   the default (CUDA) backend: on a machine without a GPU malloc returns null; the
             reason goes to stderr once (the Rust side counts the lines)
+  fake-cuda the CUDA backend over the stand-in libcuda of alloc/tests/cuda_backend (host memory
+            behind device addresses: the script writes through the pointers, which would crash
+            on a real GPU), with or without expandable segments
   attach    allocates a known set, prints READY, then keeps allocating and freeing until stdin
             closes (the Rust side attaches meanwhile)
 
@@ -165,6 +168,29 @@ def mode_default(lib):
     print("default: null", flush=True)
 
 
+def mode_fake_cuda(lib):
+    sizes = [512, 4096, 100_000, MiB, 3 * MiB, 24 * MiB]
+    live = []
+    for size in sizes:
+        p = lib.allocview_malloc(size, 0, STREAM_A)
+        check(p, f"malloc({size}) returned null on the stand-in driver")
+        ctypes.memset(p, 0x5A, size)  # the memory behind the pointer is mapped and writable
+        check(ctypes.string_at(p + size - 1, 1) == b"\x5a", f"malloc({size}): memory did not hold a write")
+        live.append((p, size))
+    s = stats(lib)
+    want = sum(rounded(size) for size in sizes)
+    check(s["allocated_bytes.all.current"] == want,
+          f"allocated_bytes.all.current = {s['allocated_bytes.all.current']}, want {want}")
+    check(s["num_device_alloc"] > 0, "no device allocation was made")
+    for p, size in live:
+        lib.allocview_free(p, size, 0, STREAM_A)
+    lib.allocview_empty_cache()
+    s = stats(lib)
+    check(s["allocated_bytes.all.current"] == 0, "memory left allocated")
+    check(s["reserved_bytes.all.current"] == 0, f"reserved after empty_cache = {s['reserved_bytes.all.current']}")
+    print(f"fake-cuda: ok ({s['num_device_alloc']} device allocations)", flush=True)
+
+
 def mode_attach(lib):
     held = [
         (lib.allocview_malloc(MiB, 0, STREAM_A), MiB, STREAM_A),
@@ -199,7 +225,14 @@ def main():
         print(__doc__, file=sys.stderr)
         sys.exit(2)
     lib = load(sys.argv[1])
-    {"sim": mode_sim, "oom": mode_oom, "default": mode_default, "attach": mode_attach}[sys.argv[2]](lib)
+    modes = {
+        "sim": mode_sim,
+        "oom": mode_oom,
+        "default": mode_default,
+        "fake-cuda": mode_fake_cuda,
+        "attach": mode_attach,
+    }
+    modes[sys.argv[2]](lib)
 
 
 if __name__ == "__main__":
