@@ -1,6 +1,7 @@
 //! `allocview screenshot --out DIR`: renders every view of a headless, seeded demo run (the
 //! OOM scenario, so the OOM view has a real failure to show) at a fixed size, to SVG and PNG;
-//! plus the help overlay and the post-mortem view of the run's trace at its first OOM.
+//! plus the help overlay and the post-mortem views (segments, OOM with what-if replays) of the
+//! run's trace at its first OOM.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -134,8 +135,16 @@ pub fn run(args: &ScreenshotArgs) -> anyhow::Result<()> {
         view: View::Segments,
         ..UiState::default()
     };
-    let buf = screen(&pm.state_at(event), &ui, args.width, args.height);
+    let at_oom = pm.state_at(event);
+    let buf = screen(&at_oom, &ui, args.width, args.height);
     written.extend(write(&args.out, "8-open-time-travel", &buf)?);
+    // The same OOM in the file: facts, diagnosis and the what-if replays.
+    let ui = UiState {
+        view: View::Oom,
+        ..UiState::default()
+    };
+    let buf = screen(&at_oom, &ui, args.width, args.height);
+    written.extend(write(&args.out, "9-open-oom-what-if", &buf)?);
     for p in written {
         println!("{}", p.display());
     }
