@@ -1,6 +1,7 @@
 //! Rendering cost: a full frame of the segment view with 10,000 segments into a 200x60
 //! `TestBackend`, beside the baseline of an empty frame (header and footer only, no data) in
-//! the same run. Goal: under 5 ms per frame.
+//! the same run. Goal: under 5 ms per frame. And time travel: a seek in a long trace with
+//! checkpoints against a replay from the start.
 
 #[path = "../tests/support/builders.rs"]
 mod support;
@@ -47,5 +48,19 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench);
+/// Seeking in a 95,000-event trace: the checkpointed seek against replaying from the start.
+fn time_travel(c: &mut Criterion) {
+    let snap = support::traced_snapshot(5_000);
+    let src = allocview::source::file::FileSource::new("bench.json", &snap);
+    let tt = src.post_mortem().time_travel();
+    let mid = tt.len() / 2 + 255;
+    let mut g = c.benchmark_group("seek_95000_events");
+    g.bench_function("baseline_full_replay", |b| {
+        b.iter(|| tt.at_by_full_replay(mid))
+    });
+    g.bench_function("checkpointed_seek", |b| b.iter(|| tt.at(mid)));
+    g.finish();
+}
+
+criterion_group!(benches, bench, time_travel);
 criterion_main!(benches);
