@@ -53,7 +53,7 @@ const REPLAY_UNAVAILABLE: &str = "not measured by this command: allocview_agent:
     not expose its replay engine yet";
 
 /// Every benchmark, in the order they run and print.
-const ENTRIES: [Entry; 9] = [
+const ENTRIES: [Entry; 10] = [
     Entry {
         name: "caching.alloc_free_pair",
         baseline: "glibc malloc + free of the same sizes (512 B .. 24 MiB)",
@@ -81,6 +81,13 @@ const ENTRIES: [Entry; 9] = [
         goal: Goal::NanosAtMost(15.0),
         unit: Unit::Time,
         run: Ok(agent::publish),
+    },
+    Entry {
+        name: "agent.publish_live",
+        baseline: "an empty publish through the same dyn EventSink call",
+        goal: Goal::NanosAtMost(15.0),
+        unit: Unit::Time,
+        run: Ok(agent::publish_live),
     },
     Entry {
         name: "agent.ingest",
@@ -170,6 +177,27 @@ pub fn run_benchmarks(
     Ok(outcomes)
 }
 
+/// The machine the figures come from: cores, and the load average where the system reports it
+/// (a busy machine inflates wall-clock figures, both sides alike).
+fn machine_line() -> String {
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let load = std::fs::read_to_string(LOADAVG)
+        .ok()
+        .and_then(|s| s.split_whitespace().next().map(str::to_string));
+    match load {
+        Some(l) => format!(
+            "machine: {cores} cores, load average {l}; each side ran about the same seconds, \
+             interleaved"
+        ),
+        None => {
+            format!("machine: {cores} cores; each side ran about the same seconds, interleaved")
+        }
+    }
+}
+
+/// Where Linux reports the load average.
+const LOADAVG: &str = "/proc/loadavg";
+
 /// Runs the command.
 pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     let quiet = args.json;
@@ -181,7 +209,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     let text = if args.json {
         outcome::to_json(&outcomes)
     } else {
-        outcome::to_table(&outcomes)
+        format!("{}\n{}", outcome::to_table(&outcomes), machine_line())
     };
     let mut stdout = std::io::stdout().lock();
     writeln!(stdout, "{}", text.trim_end())?;
