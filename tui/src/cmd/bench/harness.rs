@@ -141,7 +141,7 @@ pub fn compare(
     let mut b = Run::calibrate(baseline, batch, warmup);
     let mut round = 0u64;
     while a.wants_more(budget) || b.wants_more(budget) {
-        let (first, second) = if round % 2 == 0 {
+        let (first, second) = if round.is_multiple_of(2) {
             (&mut a, &mut b)
         } else {
             (&mut b, &mut a)
@@ -174,7 +174,7 @@ pub fn median(mut values: Vec<f64>) -> f64 {
     }
     values.sort_by(f64::total_cmp);
     let mid = values.len() / 2;
-    if values.len() % 2 == 1 {
+    if !values.len().is_multiple_of(2) {
         values[mid]
     } else {
         (values[mid - 1] + values[mid]) / 2.0
