@@ -180,3 +180,24 @@ fn the_table_has_the_columns_and_names_what_cannot_run() {
     );
     assert!(out.contains("note: "), "{out}");
 }
+
+#[test]
+fn replay_throughput_is_measured_per_trace_event_against_a_bare_replay() {
+    if !Path::new(FIXTURES).is_dir() {
+        println!("skipped: fixtures not found");
+        return;
+    }
+    let o = allocview(
+        &["bench", "--seconds", SECONDS, "--json", "replay.throughput"],
+        &[("ALLOCVIEW_FIXTURES", FIXTURES)],
+    );
+    let rows = json_rows(&o);
+    assert_eq!(rows.len(), 1);
+    assert!(positive(&rows[0]["allocview_ns"]), "{}", rows[0]);
+    assert!(positive(&rows[0]["baseline_ns"]), "{}", rows[0]);
+    assert!(
+        rows[0]["notes"].to_string().contains("trace events"),
+        "{}",
+        rows[0]
+    );
+}
