@@ -119,6 +119,11 @@ fn negative_nan_or_zero_seconds_are_clear_errors() {
         assert!(err.contains("--seconds"), "{bad}: {err}");
         assert!(stdout(&o).is_empty(), "{bad}: printed a table anyway");
     }
+    // As a separate word, clap refuses a negative value before the command sees it.
+    let o = allocview(&["bench", "--seconds", "-1", "caching"], &[]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("-1"), "{}", stderr(&o));
+    assert!(stdout(&o).is_empty());
 }
 
 #[test]
