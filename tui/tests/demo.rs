@@ -95,3 +95,57 @@ fn headless_json_reports_the_comparison_and_drops() {
     assert!(v["stats"]["allocated_bytes.all.current"].as_i64().unwrap() > 0);
     assert!(v["steps"].as_u64().is_some());
 }
+
+#[test]
+fn time_travel_ends_on_the_allocators_own_segments_under_every_setting() {
+    use allocview_alloc::caching::AllocatorConfig;
+    use allocview_alloc::snapshot::BlockState;
+    for conf in [
+        "",
+        "expandable_segments:True",
+        "max_split_size_mb:128",
+        "roundup_power2_divisions:4",
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = DemoConfig {
+            scenario: Scenario::Oom,
+            config: AllocatorConfig::parse(conf).unwrap(),
+            pace: None,
+            dump_dir: Some(dir.path().to_path_buf()),
+            max_steps: Some(10),
+            ..DemoConfig::new(4 * GIB)
+        };
+        let demo = Demo::start(cfg).unwrap();
+        assert!(demo.wait_for_steps(10, Duration::from_secs(120)));
+        let snap = demo.alloc.snapshot();
+        let src = FileSource::new("run.json", &snap);
+        let tt = src.post_mortem().time_travel();
+        let (segs, totals) = tt.at(tt.len());
+        assert_eq!(totals.mismatches, 0, "{conf}");
+        type Shape = Vec<(u64, u64, Vec<(u64, u64, BlockState)>)>;
+        let shape = |s: &[allocview_alloc::snapshot::SegmentInfo]| -> Shape {
+            s.iter()
+                .map(|g| {
+                    (
+                        g.address,
+                        g.total_size,
+                        g.blocks
+                            .iter()
+                            .map(|b| (b.address, b.size, b.state))
+                            .collect(),
+                    )
+                })
+                .collect()
+        };
+        assert_eq!(shape(&segs), shape(&snap.segments), "{conf}");
+        // The whole run is in the trace: walking it back must undo every segment and block.
+        assert_eq!(snap.devices[0].trace_overflow, 0);
+        let (start, t0) = tt.at(0);
+        assert!(
+            start.is_empty(),
+            "{conf}: {} segments before the first event",
+            start.len()
+        );
+        assert_eq!(t0.reserved, 0);
+    }
+}
