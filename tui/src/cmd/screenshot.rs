@@ -14,7 +14,7 @@ use crate::cli::{Scenario, ScreenshotArgs};
 use crate::demo::{Demo, DemoConfig};
 use crate::screenshot::{png, svg};
 use crate::state::from_agent::{AgentAdapter, LiveInfo, attach_frames};
-use crate::state::from_snapshot::PostMortem;
+use crate::state::from_snapshot::{PostMortem, what_if_lines};
 use crate::state::{State, UiState, View};
 use crate::units::GIB;
 use crate::view;
@@ -95,6 +95,14 @@ pub fn pictured_run() -> anyhow::Result<(State, PostMortem)> {
     };
     let mut state = AgentAdapter::new().state(&demo.agent.state(), 0, &info);
     attach_frames(&mut state.segments, &snapshot);
+    // What-if replays of each OOM's dump, before the dumps are removed.
+    for o in &mut state.ooms {
+        if let (Some(p), Some(total)) = (&o.dump_path, o.device_total)
+            && let Ok(dump) = allocview_agent::snapshot_file::load(Path::new(p))
+        {
+            o.what_if = what_if_lines(&dump, total);
+        }
+    }
     let pm = PostMortem::new("demo-trace.pickle", &snapshot);
     drop(demo);
     let _ = std::fs::remove_dir_all(&dumps);

@@ -8,6 +8,7 @@ use allocview_agent::snapshot_file::{self, FileFormat};
 use allocview_alloc::caching::backend::DeviceBackend as _;
 use allocview_alloc::snapshot::Snapshot;
 
+use super::what_if::WhatIfJobs;
 use super::{Source, fresh_path};
 use crate::demo::{AGENT_TICK, Demo};
 use crate::state::State;
@@ -24,6 +25,7 @@ pub struct EmbeddedSource {
     last_time_ns: u64,
     saved: u32,
     frames: Option<(Instant, Snapshot)>,
+    what_if: WhatIfJobs,
 }
 
 impl EmbeddedSource {
@@ -35,6 +37,7 @@ impl EmbeddedSource {
             last_time_ns: 0,
             saved: 0,
             frames: None,
+            what_if: WhatIfJobs::new(),
         }
     }
 
@@ -71,6 +74,7 @@ impl Source for EmbeddedSource {
         if let Some((_, snap)) = &self.frames {
             attach_frames(&mut state.segments, snap);
         }
+        self.what_if.fill(&mut state.ooms);
         if state.status.is_none() {
             state.status = status;
         }
