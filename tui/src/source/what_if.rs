@@ -1,6 +1,6 @@
 //! What-if replays for live OOMs: when the agent has dumped the snapshot of an OOM, a worker
 //! thread loads the dump and replays its trace under the usual cures
-//! ([`what_if_lines`](crate::state::from_snapshot::what_if_lines)); the OOM view shows the
+//! ([`crate::state::from_snapshot::what_if_lines`]); the OOM view shows the
 //! result once it is there. The dashboard never waits for it.
 
 use std::collections::{HashMap, HashSet};
