@@ -157,6 +157,8 @@ pub(crate) struct DeviceCachingAllocator {
     pub(crate) oom_observers: Vec<OomObserver>,
     pub(crate) free_callbacks: Vec<FreeMemoryCallback>,
     pub(crate) sink: Option<Arc<dyn EventSink>>,
+    /// Whether the current call publishes events (a sink is set and enabled).
+    publishing: bool,
     /// Events of the current call, published when it ends (with its latency).
     pending: Vec<Event>,
     call_start_ns: u64,
@@ -200,6 +202,7 @@ impl DeviceCachingAllocator {
             oom_observers: Vec::new(),
             free_callbacks: Vec::new(),
             sink: None,
+            publishing: false,
             pending: Vec::with_capacity(INITIAL_PENDING_EVENTS),
             call_start_ns: 0,
             empty_frames: no_frames(),
@@ -212,7 +215,8 @@ impl DeviceCachingAllocator {
     /// trace entries); every event and entry of the call carries that time.
     #[inline]
     pub(crate) fn begin_call(&mut self) {
-        if self.sink.is_some() || self.record_history || !self.trackers.is_empty() {
+        self.publishing = self.sink.as_ref().is_some_and(|s| s.enabled());
+        if self.publishing || self.record_history || !self.trackers.is_empty() {
             self.call_start_ns = now_ns();
         }
     }
@@ -234,8 +238,8 @@ impl DeviceCachingAllocator {
         self.pending.clear();
     }
 
-    /// Queues an event for a block or segment of `pool` (nothing when no sink is set: one
-    /// branch).
+    /// Queues an event for a block or segment of `pool` (nothing when no sink is set or the
+    /// sink is disabled: one branch).
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn emit(
@@ -248,7 +252,7 @@ impl DeviceCachingAllocator {
         stream: StreamId,
         flags: u8,
     ) {
-        if self.sink.is_some() {
+        if self.publishing {
             self.queue_event(action, pool, addr, size, requested, stream, flags);
         }
     }
@@ -296,7 +300,7 @@ impl DeviceCachingAllocator {
     /// Event flags of a block (computed only when events are published).
     #[inline]
     fn block_flags(&self, id: BlockId) -> u8 {
-        if self.sink.is_none() {
+        if !self.publishing {
             return 0;
         }
         let b = &self.arena[id];
