@@ -13,6 +13,7 @@ pub mod cuda;
 mod device_allocator;
 pub mod error;
 mod expandable;
+mod free_set;
 pub mod history;
 pub mod pool;
 pub mod sim;

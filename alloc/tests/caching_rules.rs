@@ -482,3 +482,48 @@ fn stats_resets_follow_pytorch() {
             .contains("PyTorch CUDA memory summary, device ID 0")
     );
 }
+
+#[test]
+fn best_fit_holds_with_hundreds_of_free_blocks_in_a_pool() {
+    let (a, _) = allocator();
+    // 400 small blocks of growing sizes; free every other one: 200 free blocks of distinct
+    // sizes, each fenced by live neighbours.
+    let ptrs: Vec<(u64, u64)> = (0..400u64)
+        .map(|i| {
+            let size = 512 * (1 + i % 50);
+            (a.malloc(size, S0).unwrap(), size)
+        })
+        .collect();
+    for (i, &(p, _)) in ptrs.iter().enumerate() {
+        if i % 2 == 0 {
+            a.free(p).unwrap();
+        }
+    }
+    check_consistent(&a);
+    // Each request takes the smallest free block that fits, the lowest address among equals:
+    // 512 * 7 bytes exist free at indices 6, 56, 106, ... (sizes repeat every 50).
+    let want = ptrs
+        .iter()
+        .enumerate()
+        .filter(|(i, (_, s))| i % 2 == 0 && *s == 512 * 7)
+        .map(|(_, (p, _))| *p)
+        .min()
+        .unwrap();
+    assert_eq!(a.malloc(512 * 7 - 100, S0).unwrap(), want);
+    // Odd sizes are all live; 512 * 8 free blocks are not (8 - 1 = 7 is even): a 512 * 8
+    // request takes the smallest free size above it, 512 * 9 (index 8).
+    let want9 = ptrs
+        .iter()
+        .enumerate()
+        .filter(|(i, (_, s))| i % 2 == 0 && *s == 512 * 9)
+        .map(|(_, (p, _))| *p)
+        .min()
+        .unwrap();
+    assert_eq!(a.malloc(512 * 8, S0).unwrap(), want9);
+    for (i, &(p, _)) in ptrs.iter().enumerate() {
+        if i % 2 == 1 {
+            a.free(p).unwrap();
+        }
+    }
+    check_consistent(&a);
+}

@@ -530,8 +530,8 @@ impl DeviceCachingAllocator {
     pub(crate) fn largest_free_block(&self) -> u64 {
         self.pools
             .iter()
-            .flat_map(|p| p.blocks.values())
-            .map(|&id| self.arena[id].size)
+            .flat_map(|p| p.blocks.iter())
+            .map(|(_, id)| self.arena[id].size)
             .max()
             .unwrap_or(0)
     }
@@ -562,8 +562,7 @@ impl DeviceCachingAllocator {
                 }
             }
             for pool in &mut self.pools {
-                let old = std::mem::take(&mut pool.blocks);
-                for (_, id) in old {
+                for (_, id) in pool.blocks.take_all() {
                     let b = &self.arena[id];
                     pool.blocks.insert(size_key(b.sidx, b.size, b.addr), id);
                 }
@@ -612,8 +611,8 @@ impl DeviceCachingAllocator {
         }
         // One-sided range (cheaper than a two-sided one); the stream bound is checked here.
         let end = stream_end_key(p.sidx);
-        let mut iter = pool.blocks.range(size_key(p.sidx, p.size, 0)..);
-        let Some((&key, &first)) = iter.next() else {
+        let mut iter = pool.blocks.iter_from(size_key(p.sidx, p.size, 0));
+        let Some((key, first)) = iter.next() else {
             return false;
         };
         if key >= end {
@@ -632,7 +631,7 @@ impl DeviceCachingAllocator {
                 };
                 blk.size + extra
             };
-            for (&k2, &n) in iter {
+            for (k2, n) in iter {
                 if k2 >= end
                     || !arena[id].is_expandable()
                     || expandable_size(n) >= expandable_size(id)
@@ -682,7 +681,7 @@ impl DeviceCachingAllocator {
         let clock = self.pools[LARGE_POOL as usize].get_free_blocks_call_count;
         let mut total_age = 0i64;
         let mut freeable = 0i64;
-        for &id in self.pools[LARGE_POOL as usize].blocks.values() {
+        for (_, id) in self.pools[LARGE_POOL as usize].blocks.iter() {
             let b = &self.arena[id];
             if !b.is_split() && !b.is_expandable() {
                 total_age += clock - b.gc_count_base;
@@ -696,11 +695,7 @@ impl DeviceCachingAllocator {
         while reclaimed < target && block_freed && freeable > 0 {
             let age_threshold = total_age as f64 / freeable as f64;
             block_freed = false;
-            let ids: Vec<BlockId> = self.pools[LARGE_POOL as usize]
-                .blocks
-                .values()
-                .copied()
-                .collect();
+            let ids: Vec<BlockId> = self.pools[LARGE_POOL as usize].blocks.ids();
             for id in ids {
                 let b = &self.arena[id];
                 let age = clock - b.gc_count_base;
@@ -796,11 +791,13 @@ impl DeviceCachingAllocator {
         }
         let key_size = p.size.max(self.max_split);
         let pool = &self.pools[p.pool as usize];
+        let end = stream_end_key(p.sidx);
         let one = pool
             .blocks
-            .range(size_key(p.sidx, key_size, 0)..stream_end_key(p.sidx))
+            .iter_from(size_key(p.sidx, key_size, 0))
             .next()
-            .map(|(_, &id)| id);
+            .filter(|(k, _)| *k < end)
+            .map(|(_, id)| id);
         if let Some(id) = one {
             if self.releasable(id) {
                 self.release_block(be, id, context)?;
@@ -810,9 +807,8 @@ impl DeviceCachingAllocator {
         }
         let candidates: Vec<BlockId> = pool
             .blocks
-            .range(size_key(p.sidx, 0, 0)..size_key(p.sidx, key_size, 0))
-            .rev()
-            .map(|(_, &id)| id)
+            .ids_in_rev(size_key(p.sidx, 0, 0), size_key(p.sidx, key_size, 0))
+            .into_iter()
             .take_while(|&id| self.arena[id].size >= self.max_split)
             .collect();
         let mut total = 0u64;
@@ -875,7 +871,7 @@ impl DeviceCachingAllocator {
         pool: u32,
         context: Option<&Frames>,
     ) -> Result<(), AllocError> {
-        let ids: Vec<BlockId> = self.pools[pool as usize].blocks.values().copied().collect();
+        let ids: Vec<BlockId> = self.pools[pool as usize].blocks.ids();
         let mut to_unmap = Vec::new();
         for id in ids {
             let b = &self.arena[id];
