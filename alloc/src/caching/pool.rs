@@ -1,7 +1,7 @@
 //! Block pools: the ordered sets of free blocks a request searches (PyTorch's `BlockPool`), and
 //! the private pools of graph captures (`PrivatePool`, named by a [`PoolId`]).
 //!
-//! A pool orders its free blocks by `(stream, size, address)` in a [`FreeSet`], so best fit is
+//! A pool orders its free blocks by `(stream, size, address)` in a `FreeSet` (a sorted vector, a B-tree when large), so best fit is
 //! one ordered lookup from `(stream, size, 0)`: the first key with the same stream is the smallest
 //! block that fits, the lowest address among equals. Unmapped ranges of expandable segments are
 //! kept apart, ordered by `(stream, address)`.
