@@ -6,9 +6,9 @@
 //! before it, and calls OOM observers after it.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
+use crate::caching::addr_table::AddrTable;
 use crate::caching::backend::{DeviceBackend, DeviceError, DevicePtr, EventId, StreamId};
 use crate::caching::block::{Block, BlockArena, BlockId, NIL};
 use crate::caching::config::{AllocatorConfig, MIN_BLOCK_SIZE, SMALL_SIZE, segment_size};
@@ -40,7 +40,7 @@ pub(crate) type StreamFilter = Arc<dyn Fn(StreamId) -> bool + Send + Sync>;
 const LARGE_POOL: u32 = 0;
 /// Index of the default small pool.
 const SMALL_POOL: u32 = 1;
-/// Slab slots and allocated-map entries reserved up front, so early calls do not grow them.
+/// Slab slots reserved up front, so early calls do not grow the slab.
 const INITIAL_BLOCKS: usize = 1024;
 /// Events of one call are buffered before publishing; this many fit before the buffer grows.
 const INITIAL_PENDING_EVENTS: usize = 64;
@@ -67,28 +67,6 @@ fn dec(a: &mut StatArray, small: bool, n: u64) {
         s.freed += n;
     }
 }
-
-/// A multiplicative hasher for device addresses (they are distinct multiples of 512; SipHash
-/// would cost more than the rest of the cached path).
-#[derive(Default)]
-pub(crate) struct AddrHasher(u64);
-
-impl Hasher for AddrHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(*b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        let x = (v ^ (v >> 29)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        self.0 = x ^ (x >> 32);
-    }
-}
-
-type AddrMap<V> = HashMap<u64, V, BuildHasherDefault<AddrHasher>>;
 
 /// Why a malloc failed, with what the caller must do outside the lock.
 pub(crate) enum MallocFailure {
@@ -136,7 +114,7 @@ pub(crate) struct DeviceCachingAllocator {
     /// Streams seen, sorted: a stream's index here is its free-set key prefix.
     streams: Vec<u64>,
     /// Blocks handed out to the program, by address.
-    allocated: AddrMap<BlockId>,
+    allocated: AddrTable,
     /// Frees with stream uses made during a capture, waiting for the capture to end.
     deferred_until_no_capture: Vec<BlockId>,
     /// Streams recorded on blocks during a capture (they need no event afterwards).
@@ -172,8 +150,6 @@ impl DeviceCachingAllocator {
             max_split_size: config.max_split_size().map_or(-1, |m| m as i64),
             ..DeviceStats::default()
         };
-        let mut allocated = AddrMap::default();
-        allocated.reserve(INITIAL_BLOCKS);
         DeviceCachingAllocator {
             device,
             config,
@@ -185,7 +161,7 @@ impl DeviceCachingAllocator {
             private_pools: Vec::new(),
             captures: Vec::new(),
             streams: Vec::new(),
-            allocated,
+            allocated: AddrTable::new(),
             deferred_until_no_capture: Vec::new(),
             cudagraph_stream_uses: HashMap::new(),
             events: BTreeMap::new(),
@@ -1049,7 +1025,7 @@ impl DeviceCachingAllocator {
     ) -> Result<(), AllocError> {
         let id = self
             .allocated
-            .remove(&ptr)
+            .remove(ptr)
             .ok_or(AllocError::InvalidPointer(ptr))?;
         let (addr, size, requested, stream, pool) = {
             let b = &mut self.arena[id];
@@ -1199,9 +1175,9 @@ impl DeviceCachingAllocator {
         ptr: DevicePtr,
         stream: StreamId,
     ) -> Result<(), AllocError> {
-        let &id = self
+        let id = self
             .allocated
-            .get(&ptr)
+            .get(ptr)
             .ok_or(AllocError::InvalidPointer(ptr))?;
         let b = &mut self.arena[id];
         if stream == b.stream {

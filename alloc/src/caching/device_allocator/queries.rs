@@ -10,8 +10,8 @@ impl DeviceCachingAllocator {
     /// The segment base and size containing `ptr` (for expandable segments, the contiguous
     /// mapped range).
     pub(crate) fn base_allocation(&self, ptr: DevicePtr) -> Option<(DevicePtr, u64)> {
-        let id = match self.allocated.get(&ptr) {
-            Some(&id) => id,
+        let id = match self.allocated.get(ptr) {
+            Some(id) => id,
             None => self
                 .arena
                 .iter()
