@@ -8,6 +8,10 @@
 //!   and the segment mirror alone.
 //! - A one-off burst report (printed): events dropped by a 1 M-event burst at several channel
 //!   capacities, which chose `DEFAULT_CHANNEL_CAPACITY`.
+//!
+//! Times are the CPU time of the measured thread (`/proc/thread-self/schedstat`), not wall
+//! time: on a shared, overloaded machine wall time mostly measures the other tenants. The
+//! `_wall` variants give wall time for comparison.
 
 use std::hint::black_box;
 use std::sync::{Arc, Mutex};
@@ -23,6 +27,37 @@ use allocview_alloc::event::{Event, EventAction, EventPool, EventSink, now_ns};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
 const MIB: u64 = 1 << 20;
+
+/// CPU time of a thread in nanoseconds (`/proc/<path>/schedstat`, first field), or 0 where
+/// the file is missing.
+fn cpu_ns(path: &str) -> u64 {
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
+        .unwrap_or(0)
+}
+
+const THIS_THREAD: &str = "/proc/thread-self/schedstat";
+
+/// The schedstat path of the aggregator thread (found by its name).
+fn aggregator_thread() -> Option<String> {
+    for e in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+        let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+        if comm.trim() == "allocview-aggre" {
+            return Some(e.path().join("schedstat").to_string_lossy().into_owned());
+        }
+    }
+    None
+}
+
+/// Runs `f` `iters` times and returns the CPU time this thread spent.
+fn cpu_time(iters: u64, mut f: impl FnMut()) -> Duration {
+    let t = cpu_ns(THIS_THREAD);
+    for _ in 0..iters {
+        f();
+    }
+    Duration::from_nanos(cpu_ns(THIS_THREAD) - t)
+}
 
 fn event(i: u64) -> Event {
     Event {
@@ -56,13 +91,15 @@ fn publish(c: &mut Criterion) {
     let mut i = 0u64;
     g.bench_function("no_sink_build_only", |b| {
         let sink: Option<Arc<dyn EventSink>> = None;
-        b.iter(|| {
-            i += 1;
-            if let Some(s) = black_box(&sink) {
-                s.publish(&event(i));
-            } else {
-                black_box(event(i));
-            }
+        b.iter_custom(|iters| {
+            cpu_time(iters, || {
+                i += 1;
+                if let Some(s) = black_box(&sink) {
+                    s.publish(&event(i));
+                } else {
+                    black_box(event(i));
+                }
+            })
         })
     });
     // Events that do not fit the mirror are counted and cheap to fold: the aggregator keeps up,
@@ -70,6 +107,14 @@ fn publish(c: &mut Criterion) {
     let agent = quiet_agent(sink::DEFAULT_CHANNEL_CAPACITY, Duration::from_millis(100));
     let s = agent.sink();
     g.bench_function("channel_sink_live_aggregator", |b| {
+        b.iter_custom(|iters| {
+            cpu_time(iters, || {
+                i += 1;
+                s.publish(black_box(&event(i)));
+            })
+        })
+    });
+    g.bench_function("channel_sink_live_aggregator_wall", |b| {
         b.iter(|| {
             i += 1;
             s.publish(black_box(&event(i)));
@@ -79,9 +124,11 @@ fn publish(c: &mut Criterion) {
     full.publish(&event(0));
     full.publish(&event(1));
     g.bench_function("channel_sink_full_drop", |b| {
-        b.iter(|| {
-            i += 1;
-            full.publish(black_box(&event(i)));
+        b.iter_custom(|iters| {
+            cpu_time(iters, || {
+                i += 1;
+                full.publish(black_box(&event(i)));
+            })
         })
     });
     g.finish();
@@ -97,17 +144,21 @@ fn cached_pair(c: &mut Criterion) {
     let p = alloc.malloc(4096, StreamId(0)).unwrap();
     alloc.free(p).unwrap();
     g.bench_function("uninstrumented", |b| {
-        b.iter(|| {
-            let p = alloc.malloc(black_box(4096), StreamId(0)).unwrap();
-            alloc.free(p).unwrap();
+        b.iter_custom(|iters| {
+            cpu_time(iters, || {
+                let p = alloc.malloc(black_box(4096), StreamId(0)).unwrap();
+                alloc.free(p).unwrap();
+            })
         })
     });
     let agent = quiet_agent(sink::DEFAULT_CHANNEL_CAPACITY, Duration::from_millis(100));
     alloc.set_event_sink(Some(agent.sink()));
     g.bench_function("instrumented_agent", |b| {
-        b.iter(|| {
-            let p = alloc.malloc(black_box(4096), StreamId(0)).unwrap();
-            alloc.free(p).unwrap();
+        b.iter_custom(|iters| {
+            cpu_time(iters, || {
+                let p = alloc.malloc(black_box(4096), StreamId(0)).unwrap();
+                alloc.free(p).unwrap();
+            })
         })
     });
     alloc.set_event_sink(None);
@@ -168,13 +219,11 @@ fn ingest(c: &mut Criterion) {
     g.bench_function("mirror_only", |b| {
         b.iter_custom(|iters| {
             let mut m = DeviceMirror::new(0, None);
-            let t = Instant::now();
-            for _ in 0..iters {
+            cpu_time(iters, || {
                 for e in &events {
                     let _ = black_box(m.apply(e));
                 }
-            }
-            t.elapsed()
+            })
         })
     });
     // The whole aggregator: the stream sits in the channel (no wake-up: half capacity is
@@ -187,7 +236,24 @@ fn ingest(c: &mut Criterion) {
         .spawn()
         .unwrap();
     let s = agent.sink();
+    let agg = aggregator_thread();
+    // CPU time of the aggregator thread while it folds the batch in.
     g.bench_function("aggregator_flush", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                for e in &events {
+                    s.publish(e);
+                }
+                let path = agg.as_deref().unwrap_or(THIS_THREAD);
+                let t = cpu_ns(path);
+                agent.flush();
+                total += Duration::from_nanos(cpu_ns(path) - t);
+            }
+            total
+        })
+    });
+    g.bench_function("aggregator_flush_wall", |b| {
         b.iter_custom(|iters| {
             let mut total = Duration::ZERO;
             for _ in 0..iters {
@@ -216,15 +282,15 @@ fn burst_report(_c: &mut Criterion) {
     for cap in [1 << 10, 1 << 12, 1 << 14, 1 << 16, 1 << 18] {
         let agent = quiet_agent(cap, Duration::from_millis(100));
         let s = agent.sink();
-        let t = Instant::now();
+        let t = cpu_ns(THIS_THREAD);
         for i in 0..BURST {
             s.publish(&event(i));
         }
-        let elapsed = t.elapsed();
+        let elapsed = Duration::from_nanos(cpu_ns(THIS_THREAD) - t);
         agent.flush();
         let p = agent.state().pipeline;
         eprintln!(
-            "burst: capacity {cap:>7}: dropped {:>7} of {BURST} ({:.2}%), {:.1} ns/publish",
+            "burst: capacity {cap:>7}: dropped {:>7} of {BURST} ({:.2}%), {:.1} ns CPU/publish",
             p.dropped_total,
             100.0 * p.dropped_total as f64 / BURST as f64,
             elapsed.as_nanos() as f64 / BURST as f64
