@@ -12,7 +12,7 @@
 //! reserves a slot with one compare-and-swap and writes the 64-byte [`Event`] into it, so
 //! publishing allocates nothing.
 //!
-//! Host (CPU) allocators publish into the same sink with [`EventPool::Host`]
+//! Host (CPU) allocators publish into the same sink with `EventPool::Host`
 //! (`allocview_alloc::event::EventPool::Host`): an `alloc` adds, and a `free_requested` or a
 //! `free_completed` (a producer sends one of the two per free) subtracts.
 
