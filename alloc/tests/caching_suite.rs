@@ -101,6 +101,7 @@ suite! {
     expandable_segments_grow_in_pages_and_empty_cache_unmaps_them,
     a_memory_fraction_refuses_a_big_request_with_out_of_memory,
     snapshots_stay_consistent_with_the_stats_through_a_mixed_sequence,
+    a_request_beyond_the_device_fails_with_out_of_memory_after_flushing_the_cache,
 }
 
 #[cfg(feature = "cuda")]

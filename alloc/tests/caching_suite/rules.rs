@@ -7,6 +7,7 @@
 //! addresses are compared as offsets within their segment (a real driver places segments
 //! anywhere). The device's total memory only enters through `mem_get_info`.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use allocview_alloc::caching::backend::{DeviceBackend, DevicePtr, StreamId};
@@ -228,6 +229,21 @@ pub fn best_fit_reuses_a_freed_block_and_takes_the_smallest_that_fits<B: DeviceB
     // 60 KiB: only the 64 KiB block at 80 KiB (and the tail) fit; it is the smaller.
     let t = a.malloc(60 * KIB, S0).unwrap();
     assert_eq!(offset(&a, t).0, 80 * KIB);
+    check_consistent(&a);
+
+    // Blocks are never shared across streams: a block cached for another stream is not used.
+    let a = make("");
+    let side = a.backend().create_stream().expect("a second stream");
+    let p = a.malloc(1000, side).unwrap();
+    a.free(p).unwrap();
+    let q = a.malloc(1000, S0).unwrap();
+    assert_ne!(a.base_allocation(q), a.base_allocation(p));
+    assert_eq!(all(&a, |s| &s.segment), 2);
+    assert_eq!(
+        a.malloc(1000, side).unwrap(),
+        p,
+        "the side stream reuses its own block"
+    );
     check_consistent(&a);
 }
 
@@ -682,4 +698,61 @@ pub fn snapshots_stay_consistent_with_the_stats_through_a_mixed_sequence<B: Devi
     let snap = check_consistent(&a);
     assert!(snap.segments.is_empty());
     assert_eq!(reserved(&a), 0);
+}
+
+/// A request beyond the whole device: no cached block fits, the device refuses, the cache is
+/// flushed (one retry counted) and the device refuses again: an OOM with the device's facts,
+/// counted and reported to the OOM observers.
+pub fn a_request_beyond_the_device_fails_with_out_of_memory_after_flushing_the_cache<
+    B: DeviceBackend,
+>(
+    make: &Make<B>,
+) {
+    let a = make("");
+    let (_, total) = a.backend().mem_get_info().unwrap();
+    let calls = Arc::new(AtomicU64::new(0));
+    let observed = Arc::clone(&calls);
+    a.attach_oom_observer(move |info| {
+        assert_eq!(info.total_or_allowed, total);
+        assert!(info.device_free <= total);
+        observed.fetch_add(info.size, Ordering::SeqCst);
+    });
+    // A cached 20 MiB segment, which the flush gives back.
+    let cached = a.malloc(5 * MIB, S0).unwrap();
+    a.free(cached).unwrap();
+    let request = 2 * total + 1;
+    let rounded = request.div_ceil(MIN_BLOCK) * MIN_BLOCK;
+    let segment = rounded.div_ceil(SMALL_SEGMENT) * SMALL_SEGMENT;
+    let e = a.malloc(request, S0).unwrap_err();
+    let oom = e.out_of_memory().expect("an out-of-memory error");
+    assert_eq!(
+        (oom.requested, oom.rounded, oom.segment_size),
+        (request, rounded, segment)
+    );
+    assert_eq!((oom.device_total, oom.allowed_max), (total, None));
+    assert_eq!(
+        (oom.allocated, oom.reserved),
+        (0, 0),
+        "the flush released the cache"
+    );
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        rounded,
+        "one observer call, with the rounded size"
+    );
+    let s = a.device_stats();
+    assert_eq!(
+        (
+            s.num_ooms,
+            s.num_alloc_retries,
+            s.num_sync_all_streams,
+            s.num_device_alloc,
+            s.num_device_free
+        ),
+        (1, 1, 1, 1, 1)
+    );
+    // The allocator still works.
+    let p = a.malloc(5 * MIB, S0).unwrap();
+    assert_eq!(offset(&a, p), (0, LARGE_SEGMENT));
+    check_consistent(&a);
 }
