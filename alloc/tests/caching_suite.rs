@@ -102,6 +102,7 @@ suite! {
     a_memory_fraction_refuses_a_big_request_with_out_of_memory,
     snapshots_stay_consistent_with_the_stats_through_a_mixed_sequence,
     a_request_beyond_the_device_fails_with_out_of_memory_after_flushing_the_cache,
+    an_expandable_segment_that_cannot_grow_gives_back_the_pages_it_mapped,
 }
 
 #[cfg(feature = "cuda")]

@@ -756,3 +756,54 @@ pub fn a_request_beyond_the_device_fails_with_out_of_memory_after_flushing_the_c
     assert_eq!(offset(&a, p), (0, LARGE_SEGMENT));
     check_consistent(&a);
 }
+
+/// Expandable segments at the device's limit: growing a range maps page by page; when the
+/// device runs out part-way, the pages this growth mapped are given back (the device's free
+/// memory is as before), the request fails with OOM, and the range still grows later.
+pub fn an_expandable_segment_that_cannot_grow_gives_back_the_pages_it_mapped<B: DeviceBackend>(
+    make: &Make<B>,
+) {
+    let a = make("expandable_segments:True");
+    let (_, total) = a.backend().mem_get_info().unwrap();
+    // About half the device, in whole 20 MiB pages.
+    let half = total / 2 / LARGE_SEGMENT * LARGE_SEGMENT;
+    let first = a.malloc(half, S0).unwrap();
+    assert_eq!(reserved(&a), half as i64);
+    let free_before = device_free(&a);
+    // More than the device has left (total - half), but within the range's reservation
+    // (1.125 x total): the growth maps pages until the device refuses one.
+    let request = total - half + LARGE_SEGMENT;
+    assert!(request > free_before);
+    let e = a.malloc(request, S0).unwrap_err();
+    let oom = e.out_of_memory().expect("an out-of-memory error");
+    assert!(oom.expandable_segments);
+    assert_eq!(
+        (oom.requested, oom.reserved, oom.allocated),
+        (request, half, half)
+    );
+    assert_eq!(
+        device_free(&a),
+        free_before,
+        "the pages mapped before the device refused were given back"
+    );
+    let s = a.device_stats();
+    assert_eq!(
+        (s.num_ooms, s.num_alloc_retries, s.num_device_alloc),
+        (1, 1, 1)
+    );
+    assert_eq!(reserved(&a), half as i64);
+    check_consistent(&a);
+    // With the first block freed, the range grows past it: the block starts at the range's
+    // start and only the pages beyond the first `half` bytes are mapped.
+    a.free(first).unwrap();
+    let second = a.malloc(request, S0).unwrap();
+    assert_eq!(second, first);
+    let mapped = request.div_ceil(LARGE_SEGMENT) * LARGE_SEGMENT;
+    assert_eq!(reserved(&a), mapped as i64);
+    assert_eq!(a.device_stats().num_device_alloc, 2);
+    check_consistent(&a);
+    a.free(second).unwrap();
+    a.empty_cache().unwrap();
+    assert_eq!(reserved(&a), 0);
+    assert!(device_free(&a) >= free_before + half);
+}
