@@ -124,10 +124,20 @@ fn the_suite_passes_on_a_real_gpu() {
         );
         return;
     }
+    // Every rule runs even when one fails, so one GPU run reports all the differences.
+    let mut failed = Vec::new();
     for (name, rule) in CUDA_RULES {
         println!("caching suite on the GPU: {name}");
-        rule(&on_cuda);
+        if std::panic::catch_unwind(|| rule(&on_cuda)).is_err() {
+            failed.push(*name);
+        }
     }
+    assert!(
+        failed.is_empty(),
+        "caching suite on the GPU: {} of {} rules failed: {failed:?}",
+        failed.len(),
+        CUDA_RULES.len()
+    );
     println!(
         "caching suite on the GPU: {} rules passed",
         CUDA_RULES.len()
