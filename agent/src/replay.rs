@@ -198,6 +198,6 @@ pub fn replay(
             fidelity: base.fidelity,
             runs,
         },
-        replayed: base.snapshot,
+        replayed: base.snapshot.unwrap_or_default(),
     })
 }
