@@ -17,7 +17,6 @@
 //! allocator's own retry; recorded `oom` entries are diagnosed at the replay's state (fidelity)
 //! or attempted again (what-if).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use allocview_alloc::caching::backend::{DeviceBackend, DevicePtr, StreamId};
@@ -28,6 +27,7 @@ use allocview_alloc::caching::{
 use allocview_alloc::snapshot::{SegmentType, Snapshot, TraceAction, TraceEntry, Value};
 
 use crate::diagnosis::{OomFacts, diagnose};
+use crate::replay::addr_map::AddrMap;
 use crate::replay::initial::{InitialState, MIN_BLOCK_SIZE, SMALL_SIZE};
 use crate::replay::plan::{FreeRun, TracePlan};
 use crate::replay::report::{Divergence, Fidelity, InitialSummary, OomEvent, RunFigures};
@@ -173,9 +173,9 @@ pub struct Replayer<'a> {
     device_allocs: i64,
     opts: &'a RunOptions,
     capacity: u64,
-    map: HashMap<u64, DevicePtr>,
+    map: AddrMap<DevicePtr>,
     /// Recorded address of a deferred free -> the helper stream holding it.
-    held: HashMap<u64, StreamId>,
+    held: AddrMap<StreamId>,
     idle_helpers: Vec<StreamId>,
     fidelity: Fidelity,
     figures: RunFigures,
@@ -232,8 +232,8 @@ impl<'a> Replayer<'a> {
             device_allocs: 0,
             opts,
             capacity,
-            map: HashMap::with_capacity(entries.len() / 2 + 16),
-            held: HashMap::new(),
+            map: AddrMap::with_capacity_and_hasher(entries.len() / 2 + 16, Default::default()),
+            held: AddrMap::default(),
             idle_helpers: Vec::new(),
             fidelity: Fidelity::default(),
             figures: RunFigures {

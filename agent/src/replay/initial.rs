@@ -19,7 +19,9 @@
 //! merged). Block sizes come from the final snapshot where the block survives, else from the
 //! rounded request.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
+
+use crate::replay::addr_map::AddrSet;
 
 use allocview_alloc::snapshot::{SegmentType, Snapshot, TraceAction, TraceEntry};
 
@@ -105,10 +107,10 @@ impl InitialState {
         let mut warnings = Vec::new();
 
         // Forward pass: what the trace itself creates, and what it touches without creating.
-        let mut created_segments: HashSet<u64> = HashSet::new();
+        let mut created_segments = AddrSet::default();
         let mut start_segments: BTreeMap<u64, (u64, u64, Option<SegmentType>)> = BTreeMap::new();
-        let mut allocated: HashSet<u64> = HashSet::new();
-        let mut pending: HashSet<u64> = HashSet::new();
+        let mut allocated = AddrSet::default();
+        let mut pending = AddrSet::default();
         let mut start_blocks: BTreeMap<u64, LiveBlock> = BTreeMap::new();
         for e in entries {
             match e.action {
@@ -182,7 +184,7 @@ impl InitialState {
 
         // Lay out each segment.
         let mut segments = Vec::with_capacity(start_segments.len());
-        let mut used_blocks: HashSet<u64> = HashSet::new();
+        let mut used_blocks = AddrSet::default();
         for (&address, &(size, stream, pool)) in &start_segments {
             let pool = pool.unwrap_or(if size == SMALL_BUFFER {
                 SegmentType::Small
@@ -270,19 +272,6 @@ impl InitialState {
             .iter()
             .flat_map(|s| s.blocks.iter())
             .filter(|b| b.live)
-    }
-
-    /// Live blocks by address, with the stream of their segment.
-    pub fn live_by_address(&self) -> HashMap<u64, (InitialBlock, u64)> {
-        self.segments
-            .iter()
-            .flat_map(|s| {
-                s.blocks
-                    .iter()
-                    .filter(|b| b.live)
-                    .map(|b| (b.address, (*b, s.stream)))
-            })
-            .collect()
     }
 }
 
