@@ -22,7 +22,7 @@ use std::sync::Arc;
 use allocview_alloc::caching::backend::{DeviceBackend, DevicePtr, StreamId};
 use allocview_alloc::caching::sim::SimBackend;
 use allocview_alloc::caching::{
-    AllocError, AllocatorConfig, CachingAllocator, ContextLevel, HistoryOptions, OutOfMemory,
+    AllocError, AllocatorConfig, CachingAllocator, ContextLevel, HistoryOptions,
 };
 use allocview_alloc::snapshot::{SegmentType, Snapshot, TraceAction, TraceEntry, Value};
 
@@ -678,7 +678,7 @@ impl Replayer<'_> {
             return;
         }
         let diagnosis = match err {
-            AllocError::OutOfMemory(oom) => diagnose(&facts_of(oom)),
+            AllocError::OutOfMemory(oom) => diagnose(&OomFacts::from_oom(oom)),
             other => {
                 self.warnings.push(format!("event {index}: {other}"));
                 return;
@@ -689,20 +689,6 @@ impl Replayer<'_> {
             requested,
             diagnosis,
         });
-    }
-}
-
-/// The facts of an allocator's OOM error.
-pub fn facts_of(oom: &OutOfMemory) -> OomFacts {
-    OomFacts {
-        requested: oom.rounded,
-        device_total: oom.device_total,
-        device_free: oom.device_free,
-        allowed_max: oom.allowed_max,
-        allocated: oom.allocated,
-        reserved: oom.reserved,
-        largest_free_block: oom.largest_free_block,
-        stranded_in_split_segments: oom.stranded_in_split_segments,
     }
 }
 
