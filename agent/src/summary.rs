@@ -1,1 +1,228 @@
-//! (being written)
+//! What a snapshot says, in figures: per device, PyTorch's `memory_summary()` table recomputed
+//! from the segments and blocks ([`DeviceStats::from_snapshot`] formatted by
+//! [`format_memory_summary`]), and allocview's additions: fragmentation per pool and per stream
+//! ([`Fragmentation`]), the OOM entries of the trace with their facts, the trace length and
+//! whether its ring overflowed, and how many entries of each action the trace holds.
+//!
+//! Used by `allocview summary` (its text is [`Summary`]'s `Display`, its `--json` is
+//! [`Summary`]'s `Serialize`), the dashboard, and replay.
+
+pub mod fragmentation;
+pub mod render;
+
+use std::collections::BTreeMap;
+
+use allocview_alloc::caching::stats::DeviceStats;
+use allocview_alloc::caching::summary::format_memory_summary;
+use allocview_alloc::snapshot::{SegmentType, Snapshot, TraceAction, Value};
+use serde::Serialize;
+
+pub use fragmentation::Fragmentation;
+
+/// The `allocator_settings` key holding `max_split_size` in bytes (negative = unlimited).
+const MAX_SPLIT_SIZE_KEY: &str = "max_split_size";
+
+/// A snapshot in figures. Totals are over every device.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Summary {
+    /// Bytes reserved from the devices (sum of segment sizes).
+    pub total_reserved: u64,
+    /// Bytes in allocated blocks.
+    pub total_allocated: u64,
+    /// Bytes in active blocks (allocated or pending free).
+    pub total_active: u64,
+    /// Requested bytes of active blocks.
+    pub total_requested: u64,
+    /// Number of segments.
+    pub segments: u64,
+    /// Number of blocks.
+    pub blocks: u64,
+    /// The largest free block of any device.
+    pub largest_free_block: u64,
+    /// Trace entries of every device.
+    pub trace_entries: u64,
+    /// OOM entries of every device's trace.
+    pub ooms: u64,
+    /// Per device, by index.
+    pub devices: Vec<DeviceSummary>,
+}
+
+/// One device's figures.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DeviceSummary {
+    /// Device index.
+    pub device: i32,
+    /// Total device memory, when the file says (allocview's files do).
+    pub total_memory: Option<u64>,
+    /// Everything on this device.
+    pub totals: Fragmentation,
+    /// PyTorch's `memory_summary()` text, recomputed from the snapshot (a snapshot holds no
+    /// history: peaks equal current figures, totals freed are 0).
+    pub memory_summary: String,
+    /// The `current` figures of `torch.cuda.memory_stats()` the snapshot implies.
+    pub memory_stats: BTreeMap<String, i64>,
+    /// Fragmentation per pool.
+    pub pools: Pools,
+    /// Fragmentation per stream, by stream.
+    pub streams: Vec<StreamFragmentation>,
+    /// Entries in this device's trace.
+    pub trace_entries: u64,
+    /// Entries lost because the trace ring was full (allocview's files record it).
+    pub trace_overflow: u64,
+    /// Whether the ring overflowed (the trace is missing its oldest entries).
+    pub ring_overflowed: bool,
+    /// Trace entries per action (every action, in PyTorch's order).
+    pub actions: BTreeMap<String, u64>,
+    /// The OOM entries of the trace.
+    pub ooms: Vec<OomFact>,
+}
+
+/// Fragmentation of the small pool, the large pool, and the private pools (graph pools),
+/// which hold segments of both sizes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Pools {
+    /// The default small pool (requests up to 1 MiB).
+    pub small: Fragmentation,
+    /// The default large pool.
+    pub large: Fragmentation,
+    /// All private pools together.
+    pub private: Fragmentation,
+}
+
+/// Fragmentation of the segments of one stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct StreamFragmentation {
+    /// The stream (0 is the default stream).
+    pub stream: u64,
+    /// Its figures.
+    #[serde(flatten)]
+    pub fragmentation: Fragmentation,
+}
+
+/// One OOM entry of a trace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct OomFact {
+    /// Index of the entry in the device's trace.
+    pub index: usize,
+    /// When, in microseconds since the epoch, if recorded.
+    pub time_us: Option<i64>,
+    /// Bytes the failed allocation asked for (rounded).
+    pub requested: u64,
+    /// Free bytes the device reported.
+    pub device_free: u64,
+    /// Stream of the request.
+    pub stream: u64,
+}
+
+/// `max_split_size` in bytes from a snapshot's `allocator_settings` (`None` = unlimited or
+/// not recorded).
+pub fn max_split_size(snapshot: &Snapshot) -> Option<u64> {
+    snapshot
+        .allocator_settings
+        .as_ref()?
+        .iter()
+        .find(|(k, _)| k == MAX_SPLIT_SIZE_KEY)
+        .and_then(|(_, v)| match v {
+            Value::Int(i) if *i > 0 && *i < i64::MAX => Some(*i as u64),
+            _ => None,
+        })
+}
+
+/// Summarizes a snapshot.
+pub fn summarize(snapshot: &Snapshot) -> Summary {
+    let mut devices: Vec<i32> = snapshot.segments.iter().map(|s| s.device).collect();
+    devices.extend(
+        snapshot
+            .device_traces
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| !t.is_empty())
+            .filter_map(|(i, _)| i32::try_from(i).ok()),
+    );
+    devices.extend(snapshot.devices.iter().map(|d| d.device));
+    devices.sort_unstable();
+    devices.dedup();
+    let max_split = max_split_size(snapshot);
+    let per_device: Vec<DeviceSummary> = devices
+        .into_iter()
+        .map(|d| summarize_device(snapshot, d, max_split))
+        .collect();
+    let mut all = Fragmentation::default();
+    for d in &per_device {
+        all.merge(&d.totals);
+    }
+    Summary {
+        total_reserved: all.reserved,
+        total_allocated: all.allocated,
+        total_active: all.active,
+        total_requested: all.requested,
+        segments: all.segments,
+        blocks: all.blocks,
+        largest_free_block: all.largest_free_block,
+        trace_entries: per_device.iter().map(|d| d.trace_entries).sum(),
+        ooms: per_device.iter().map(|d| d.ooms.len() as u64).sum(),
+        devices: per_device,
+    }
+}
+
+fn summarize_device(snapshot: &Snapshot, device: i32, max_split: Option<u64>) -> DeviceSummary {
+    let mut totals = Fragmentation::default();
+    let mut pools = Pools::default();
+    let mut streams: BTreeMap<u64, Fragmentation> = BTreeMap::new();
+    for seg in snapshot.segments.iter().filter(|s| s.device == device) {
+        totals.add_segment(seg);
+        let pool = if seg.segment_pool_id != (0, 0) {
+            &mut pools.private
+        } else if seg.segment_type == SegmentType::Small {
+            &mut pools.small
+        } else {
+            &mut pools.large
+        };
+        pool.add_segment(seg);
+        streams.entry(seg.stream).or_default().add_segment(seg);
+    }
+    let stats = DeviceStats::from_snapshot(snapshot, device, max_split);
+    let trace: &[_] = usize::try_from(device)
+        .ok()
+        .and_then(|i| snapshot.device_traces.get(i))
+        .map_or(&[], |t| t.as_slice());
+    let mut actions: BTreeMap<String, u64> = TraceAction::ALL
+        .iter()
+        .map(|a| (a.as_str().to_string(), 0))
+        .collect();
+    let mut ooms = Vec::new();
+    for (index, e) in trace.iter().enumerate() {
+        *actions.entry(e.action.as_str().to_string()).or_default() += 1;
+        if e.action == TraceAction::Oom {
+            ooms.push(OomFact {
+                index,
+                time_us: e.time_us,
+                requested: e.size,
+                device_free: e.addr,
+                stream: e.stream,
+            });
+        }
+    }
+    let meta = snapshot.devices.iter().find(|m| m.device == device);
+    let trace_overflow = meta.map_or(0, |m| m.trace_overflow);
+    DeviceSummary {
+        device,
+        total_memory: meta.and_then(|m| m.total_memory),
+        totals,
+        memory_summary: format_memory_summary(&stats, device),
+        memory_stats: stats.currents(),
+        pools,
+        streams: streams
+            .into_iter()
+            .map(|(stream, fragmentation)| StreamFragmentation {
+                stream,
+                fragmentation,
+            })
+            .collect(),
+        trace_entries: trace.len() as u64,
+        trace_overflow,
+        ring_overflowed: trace_overflow > 0,
+        actions,
+        ooms,
+    }
+}

@@ -2,8 +2,9 @@
 //! [`crate::pytorch`]) onto the one model.
 //!
 //! Shared objects stay shared: a frame list the pickle shares through its memo becomes one
-//! [`Frames`] `Arc` (cached by the pickle container's identity), and a frame dict is decoded
-//! once. A budget bounds the items decoded (segments, blocks, trace entries, frames, loose
+//! [`Frames`] `Arc` (cached by the pickle container's identity), and so do lists of equal
+//! content (a real trace holds thousands of list objects but about a hundred distinct stacks);
+//! a frame dict is decoded once. A budget bounds the items decoded (segments, blocks, trace entries, frames, loose
 //! values) by the input size, so a pickle that shares one big object many times cannot make
 //! the model explode; loose values nest at most [`MAX_VALUE_DEPTH`] deep.
 
@@ -95,17 +96,32 @@ impl fmt::Display for Path<'_> {
 pub fn decode(doc: &PickleDoc<'_>, input_len: usize) -> Result<Snapshot, PytorchError> {
     let mut d = Decoder {
         doc,
-        frame_lists: HashMap::new(),
-        frames: HashMap::new(),
+        list_cache: vec![None; doc.container_count()],
+        lists_by_content: HashMap::new(),
+        frame_ids: vec![NO_FRAME; doc.container_count()],
+        frames_by_content: HashMap::new(),
+        frames: Vec::new(),
         budget: input_len as u64 + BUDGET_SLACK,
     };
     d.snapshot()
 }
 
+/// Marks a frame dict not decoded yet in [`Decoder::frame_ids`].
+const NO_FRAME: u32 = u32::MAX;
+
 struct Decoder<'d, 'a> {
     doc: &'d PickleDoc<'a>,
-    frame_lists: HashMap<ContainerId, Frames>,
-    frames: HashMap<ContainerId, Frame>,
+    /// Frame list per pickle list (by container identity).
+    list_cache: Vec<Option<Frames>>,
+    /// Frame list per content (the sequence of distinct-frame ids): real snapshots hold
+    /// thousands of list objects but only about a hundred distinct stacks.
+    lists_by_content: HashMap<Vec<u32>, Frames>,
+    /// Distinct-frame id per pickle frame dict (by container identity).
+    frame_ids: Vec<u32>,
+    /// Distinct-frame id per content.
+    frames_by_content: HashMap<(&'a str, &'a str, i64), u32>,
+    /// The distinct frames.
+    frames: Vec<Frame>,
     budget: u64,
 }
 
@@ -653,41 +669,68 @@ impl<'d, 'a> Decoder<'d, 'a> {
         }
     }
 
-    /// A frame list, decoded once per pickle object.
+    /// A frame list, decoded once per pickle object and shared with every list of the same
+    /// content.
     fn frames(&mut self, v: PickleValue, path: &Path<'_>, offset: usize) -> Res<Frames> {
         let l = self.list(v, path, offset)?;
-        if let Some(f) = self.frame_lists.get(&l) {
+        if let Some(f) = &self.list_cache[l.0 as usize] {
             return Ok(Arc::clone(f));
         }
-        let items = self.doc.items(l);
+        let doc = self.doc;
+        let items = doc.items(l);
         if items.is_empty() {
             return Ok(no_frames());
         }
-        self.spend(items.len() as u64, path, offset)?;
-        let mut out = Vec::with_capacity(items.len());
+        let mut ids = Vec::with_capacity(items.len());
         for (i, f) in items.iter().enumerate() {
-            out.push(self.frame(*f, &path.index(i))?);
+            ids.push(self.frame(*f, &path.index(i))?);
         }
-        let frames: Frames = Arc::from(out);
-        self.frame_lists.insert(l, Arc::clone(&frames));
+        let frames = match self.lists_by_content.get(&ids) {
+            Some(f) => Arc::clone(f),
+            None => {
+                self.spend(items.len() as u64, path, offset)?;
+                let f: Frames = ids
+                    .iter()
+                    .map(|&i| self.frames[i as usize].clone())
+                    .collect();
+                self.lists_by_content.insert(ids, Arc::clone(&f));
+                f
+            }
+        };
+        self.list_cache[l.0 as usize] = Some(Arc::clone(&frames));
         Ok(frames)
     }
 
-    fn frame(&mut self, v: PickleValue, path: &Path<'_>) -> Res<Frame> {
+    /// The distinct-frame id of a frame dict.
+    fn frame(&mut self, v: PickleValue, path: &Path<'_>) -> Res<u32> {
         let at = self.offset_of(v);
         let d = self.dict(v, path, at)?;
-        if let Some(f) = self.frames.get(&d) {
-            return Ok(f.clone());
+        let id = self.frame_ids[d.0 as usize];
+        if id != NO_FRAME {
+            return Ok(id);
         }
         let [name, filename, line] = self.fields(d, &[keys::NAME, keys::FILENAME, keys::LINE]);
         let line = self.required(line, keys::LINE, path, at)?;
-        let frame = Frame {
-            name: self.str(name, keys::NAME, path, at)?.to_string(),
-            filename: self.str(filename, keys::FILENAME, path, at)?.to_string(),
-            line: self.ranged(line, keys::LINE, "an int of 64 bits", path, at)?,
+        let key = (
+            self.str(name, keys::NAME, path, at)?,
+            self.str(filename, keys::FILENAME, path, at)?,
+            self.ranged(line, keys::LINE, "an int of 64 bits", path, at)?,
+        );
+        let id = match self.frames_by_content.get(&key) {
+            Some(&id) => id,
+            None => {
+                let id = self.frames.len() as u32;
+                self.frames.push(Frame {
+                    name: key.0.to_string(),
+                    filename: key.1.to_string(),
+                    line: key.2,
+                });
+                self.frames_by_content.insert(key, id);
+                id
+            }
         };
-        self.frames.insert(d, frame.clone());
-        Ok(frame)
+        self.frame_ids[d.0 as usize] = id;
+        Ok(id)
     }
 
     fn settings(

@@ -1,0 +1,256 @@
+//! The text `allocview summary` prints: [`Summary`]'s `Display`. Human units (binary prefixes,
+//! one decimal), columns aligned, one section per device.
+
+use std::fmt::{self, Write as _};
+
+use super::{DeviceSummary, Fragmentation, Summary};
+
+/// Binary units, each 1024 times the previous.
+const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+
+/// Bytes per step of [`UNITS`].
+const UNIT_STEP: f64 = 1024.0;
+
+/// Microseconds per second, for trace times.
+const US_PER_S: f64 = 1e6;
+
+/// `1536` -> `"1.5 KiB"`, `512` -> `"512 B"`.
+pub fn human_bytes(n: u64) -> String {
+    if n < UNIT_STEP as u64 {
+        return format!("{n} B");
+    }
+    let mut v = n as f64;
+    let mut unit = 0;
+    while v >= UNIT_STEP && unit < UNITS.len() - 1 {
+        v /= UNIT_STEP;
+        unit += 1;
+    }
+    format!("{v:.1} {}", UNITS[unit])
+}
+
+fn percent(part: u64, whole: u64) -> String {
+    if whole == 0 {
+        "-".into()
+    } else {
+        format!("{:.1}%", part as f64 * 100.0 / whole as f64)
+    }
+}
+
+/// Column headers of the fragmentation tables (after the row label).
+const FRAG_COLUMNS: [&str; 9] = [
+    "segments",
+    "blocks",
+    "reserved",
+    "allocated",
+    "active",
+    "requested",
+    "largest free",
+    "free in splits",
+    "rounding waste",
+];
+
+fn frag_cells(f: &Fragmentation) -> [String; 9] {
+    [
+        f.segments.to_string(),
+        f.blocks.to_string(),
+        human_bytes(f.reserved),
+        human_bytes(f.allocated),
+        human_bytes(f.active),
+        human_bytes(f.requested),
+        human_bytes(f.largest_free_block),
+        human_bytes(f.free_in_split_segments),
+        human_bytes(f.rounding_waste),
+    ]
+}
+
+/// Writes a table with right-aligned cells (the first column left-aligned), columns as wide as
+/// their widest cell.
+fn table(out: &mut String, indent: &str, header: &[&str], rows: &[Vec<String>]) {
+    let cols = header.len();
+    let mut width: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for r in rows {
+        for (i, c) in r.iter().enumerate().take(cols) {
+            width[i] = width[i].max(c.chars().count());
+        }
+    }
+    let line = |out: &mut String, cells: &mut dyn Iterator<Item = &str>| {
+        out.push_str(indent);
+        for (i, c) in cells.enumerate() {
+            if i == 0 {
+                let _ = write!(out, "{c:<w$}", w = width[0]);
+            } else {
+                let _ = write!(out, "  {c:>w$}", w = width[i]);
+            }
+        }
+        out.push('\n');
+    };
+    line(out, &mut header.iter().copied());
+    for r in rows {
+        line(out, &mut r.iter().map(String::as_str));
+    }
+}
+
+fn device_section(out: &mut String, d: &DeviceSummary) {
+    let _ = write!(out, "Device {}", d.device);
+    if let Some(t) = d.total_memory {
+        let _ = write!(
+            out,
+            " (total memory {}, {} reserved)",
+            human_bytes(t),
+            percent(d.totals.reserved, t)
+        );
+    }
+    out.push('\n');
+    for line in d.memory_summary.lines() {
+        let _ = writeln!(out, "  {line}");
+    }
+
+    let t = &d.totals;
+    let _ = writeln!(
+        out,
+        "\n  Fragmentation: {} free of {} reserved; largest free block {};\n  \
+         {} of the free bytes ({}) are in split segments; rounding waste {}",
+        human_bytes(t.free),
+        human_bytes(t.reserved),
+        human_bytes(t.largest_free_block),
+        human_bytes(t.free_in_split_segments),
+        percent(t.free_in_split_segments, t.free),
+        human_bytes(t.rounding_waste),
+    );
+
+    let mut header = vec!["pool"];
+    header.extend(FRAG_COLUMNS);
+    let rows: Vec<Vec<String>> = [
+        ("small", &d.pools.small),
+        ("large", &d.pools.large),
+        ("private", &d.pools.private),
+    ]
+    .into_iter()
+    .map(|(name, f)| {
+        let mut r = vec![name.to_string()];
+        r.extend(frag_cells(f));
+        r
+    })
+    .collect();
+    out.push_str("\n  By pool\n");
+    table(out, "  ", &header, &rows);
+
+    header[0] = "stream";
+    let rows: Vec<Vec<String>> = d
+        .streams
+        .iter()
+        .map(|s| {
+            let mut r = vec![if s.stream == 0 {
+                "0 (default)".to_string()
+            } else {
+                format!("{:#x}", s.stream)
+            }];
+            r.extend(frag_cells(&s.fragmentation));
+            r
+        })
+        .collect();
+    out.push_str("\n  By stream\n");
+    if rows.is_empty() {
+        out.push_str("  (no segments)\n");
+    } else {
+        table(out, "  ", &header, &rows);
+    }
+
+    let _ = write!(out, "\n  Trace: {} entries", d.trace_entries);
+    if d.ring_overflowed {
+        let _ = write!(
+            out,
+            "; the ring overflowed: {} older entries were lost",
+            d.trace_overflow
+        );
+    } else {
+        out.push_str("; the ring did not overflow");
+    }
+    out.push('\n');
+    let counts: Vec<String> = d
+        .actions
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .map(|(a, n)| format!("{a} {n}"))
+        .collect();
+    if !counts.is_empty() {
+        let _ = writeln!(out, "    {}", counts.join(", "));
+    }
+
+    if d.ooms.is_empty() {
+        out.push_str("\n  OOMs: none in the trace\n");
+    } else {
+        let _ = writeln!(out, "\n  OOMs: {}", d.ooms.len());
+        let first_time = d.ooms.iter().find_map(|o| o.time_us);
+        let rows: Vec<Vec<String>> = d
+            .ooms
+            .iter()
+            .map(|o| {
+                vec![
+                    format!("#{}", o.index),
+                    match (o.time_us, first_time) {
+                        (Some(t), Some(t0)) => {
+                            format!("+{:.3} s", (t - t0) as f64 / US_PER_S)
+                        }
+                        _ => "-".into(),
+                    },
+                    human_bytes(o.requested),
+                    human_bytes(o.device_free),
+                    format!("{:#x}", o.stream),
+                ]
+            })
+            .collect();
+        table(
+            out,
+            "  ",
+            &["entry", "time", "requested", "device free", "stream"],
+            &rows,
+        );
+    }
+}
+
+impl fmt::Display for Summary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "Snapshot: {} segments, {} blocks on {} device(s); {} trace entries, {} OOM(s)",
+            self.segments,
+            self.blocks,
+            self.devices.len(),
+            self.trace_entries,
+            self.ooms
+        );
+        let rows = vec![
+            vec!["reserved".to_string(), human_bytes(self.total_reserved)],
+            vec!["allocated".to_string(), human_bytes(self.total_allocated)],
+            vec!["active".to_string(), human_bytes(self.total_active)],
+            vec!["requested".to_string(), human_bytes(self.total_requested)],
+            vec![
+                "largest free block".to_string(),
+                human_bytes(self.largest_free_block),
+            ],
+        ];
+        table(&mut out, "  ", &["totals", "bytes"], &rows);
+        for d in &self.devices {
+            out.push('\n');
+            device_section(&mut out, d);
+        }
+        f.write_str(&out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::human_bytes;
+
+    #[test]
+    fn human_bytes_uses_binary_units_with_one_decimal() {
+        assert_eq!(human_bytes(0), "0 B");
+        assert_eq!(human_bytes(1023), "1023 B");
+        assert_eq!(human_bytes(1536), "1.5 KiB");
+        assert_eq!(human_bytes(20 << 20), "20.0 MiB");
+        assert_eq!(human_bytes(80 << 30), "80.0 GiB");
+        assert_eq!(human_bytes(u64::MAX), "16384.0 PiB");
+    }
+}

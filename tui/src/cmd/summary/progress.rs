@@ -1,0 +1,46 @@
+//! Loading a snapshot file with a progress bar on stderr (indicatif), shown only when loading
+//! takes more than a moment and only when stderr is a terminal.
+
+use std::io::IsTerminal as _;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use allocview_agent::snapshot_file;
+use allocview_alloc::snapshot::Snapshot;
+use anyhow::Context as _;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+/// Files at least this large show the bar from the start.
+pub const BAR_MIN_BYTES: u64 = 4 << 20;
+
+/// Smaller files show it once loading has taken this long.
+pub const BAR_DELAY: Duration = Duration::from_millis(200);
+
+/// Loads a snapshot file of either format; a progress bar appears on stderr for big or slow
+/// loads when stderr is a terminal.
+///
+/// # Errors
+/// The file's error, naming it.
+pub fn load_snapshot(path: &Path) -> anyhow::Result<Snapshot> {
+    let tty = std::io::stderr().is_terminal();
+    let start = Instant::now();
+    let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden());
+    if let Ok(style) =
+        ProgressStyle::with_template("loading {msg} [{bar:40}] {percent}% ({elapsed})")
+    {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar.set_message(path.display().to_string());
+    let mut shown = false;
+    let result = snapshot_file::load_with_progress(path, &mut |done, total| {
+        bar.set_length(total);
+        bar.set_position(done);
+        let big = total / 2 >= BAR_MIN_BYTES;
+        if tty && !shown && (big || start.elapsed() >= BAR_DELAY) {
+            bar.set_draw_target(ProgressDrawTarget::stderr());
+            shown = true;
+        }
+    });
+    bar.finish_and_clear();
+    result.with_context(|| format!("cannot load {}", path.display()))
+}

@@ -1,0 +1,247 @@
+//! `allocview summary` and `allocview export`, through the real binary.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use allocview_agent::snapshot_file;
+
+const BIN: &str = env!("CARGO_BIN_EXE_allocview");
+const FIXTURE_DIR: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../shared/fixtures/pytorch-snapshots"
+);
+
+fn fixture(name: &str) -> Option<PathBuf> {
+    let p = Path::new(FIXTURE_DIR).join(name);
+    if p.exists() {
+        Some(p)
+    } else {
+        println!("skipped: fixtures not found ({})", p.display());
+        None
+    }
+}
+
+fn run(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).output().expect("binary runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn ok(o: &Output) {
+    assert!(o.status.success(), "failed: {}", stderr(o));
+}
+
+/// A failure: exit code 1, a message, no panic.
+fn fails_cleanly(o: &Output) -> String {
+    let err = stderr(o);
+    assert_eq!(o.status.code(), Some(1), "stderr: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(err.starts_with("allocview: "), "{err}");
+    err
+}
+
+#[test]
+fn summary_prints_pytorchs_table_and_fragmentation() {
+    let Some(p) = fixture("small-97-events.pickle") else {
+        return;
+    };
+    let o = run(&["summary", p.to_str().unwrap()]);
+    ok(&o);
+    let out = stdout(&o);
+    assert!(
+        out.contains("PyTorch CUDA memory summary, device ID 0"),
+        "{out}"
+    );
+    assert!(
+        out.contains("By pool") && out.contains("By stream"),
+        "{out}"
+    );
+    assert!(out.contains("97 trace entries"), "{out}");
+}
+
+#[test]
+fn summary_json_totals_equal_the_sums_over_the_files_segments() {
+    for name in [
+        "tiny-3-segments.pickle",
+        "small-97-events.pickle",
+        "legacy-2.0-history-format.pickle",
+    ] {
+        let Some(p) = fixture(name) else { return };
+        let o = run(&["summary", "--json", p.to_str().unwrap()]);
+        ok(&o);
+        let v: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("JSON");
+        let s = snapshot_file::load(&p).unwrap();
+        let blocks = || s.segments.iter().flat_map(|seg| &seg.blocks);
+        let reserved: u64 = s.segments.iter().map(|seg| seg.total_size).sum();
+        let allocated: u64 = blocks()
+            .filter(|b| b.state.as_str() == "active_allocated")
+            .map(|b| b.size)
+            .sum();
+        let active: u64 = blocks()
+            .filter(|b| b.state.is_active())
+            .map(|b| b.size)
+            .sum();
+        assert_eq!(v["total_reserved"].as_u64(), Some(reserved), "{name}");
+        assert_eq!(v["total_allocated"].as_u64(), Some(allocated), "{name}");
+        assert_eq!(v["total_active"].as_u64(), Some(active), "{name}");
+        assert_eq!(v["segments"].as_u64(), Some(s.segments.len() as u64));
+        assert_eq!(v["blocks"].as_u64(), Some(blocks().count() as u64));
+        for key in [
+            "total_requested",
+            "largest_free_block",
+            "trace_entries",
+            "ooms",
+        ] {
+            assert!(v[key].is_u64(), "{name}: {key} is a plain integer");
+        }
+        assert!(v["devices"][0]["pools"]["large"]["reserved"].is_u64());
+        assert!(v["devices"][0]["streams"][0]["stream"].is_u64());
+    }
+}
+
+#[test]
+fn export_converts_both_ways_without_loss() {
+    let Some(p) = fixture("cs336-newest-format.pickle") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("snap.json");
+    let pickle = dir.path().join("snap.pickle");
+    ok(&run(&[
+        "export",
+        p.to_str().unwrap(),
+        "--to",
+        "json",
+        "-o",
+        json.to_str().unwrap(),
+    ]));
+    ok(&run(&[
+        "export",
+        json.to_str().unwrap(),
+        "--to",
+        "pickle",
+        "-o",
+        pickle.to_str().unwrap(),
+    ]));
+    let original = snapshot_file::load(&p).unwrap();
+    assert_eq!(snapshot_file::load(&json).unwrap(), original);
+    assert_eq!(snapshot_file::load(&pickle).unwrap(), original);
+    assert_eq!(
+        snapshot_file::detect(&std::fs::read(&json).unwrap()),
+        Some(snapshot_file::FileFormat::Json)
+    );
+    assert_eq!(&std::fs::read(&pickle).unwrap()[..2], &[0x80, 0x04]);
+
+    // The summary of the export is the summary of the original.
+    let a = run(&["summary", "--json", p.to_str().unwrap()]);
+    let b = run(&["summary", "--json", pickle.to_str().unwrap()]);
+    assert_eq!(stdout(&a), stdout(&b));
+
+    let has_python = Command::new("python3")
+        .args(["-c", "import pickle"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if !has_python {
+        println!("skipped: python3 not found (python reading the export)");
+        return;
+    }
+    let o = Command::new("python3")
+        .args([
+            "-c",
+            "import pickle,sys; a=pickle.load(open(sys.argv[1],'rb')); \
+             b=pickle.load(open(sys.argv[2],'rb')); print(a == b)",
+            pickle.to_str().unwrap(),
+            p.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(stdout(&o).trim(), "True", "{}", stderr(&o));
+}
+
+#[test]
+fn bad_files_exit_1_with_a_message_naming_the_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.pickle");
+    let err = fails_cleanly(&run(&["summary", missing.to_str().unwrap()]));
+    assert!(err.contains("missing.pickle"), "{err}");
+
+    let garbage = dir.path().join("garbage.bin");
+    std::fs::write(&garbage, b"PK\x03\x04 not a snapshot").unwrap();
+    let err = fails_cleanly(&run(&["summary", garbage.to_str().unwrap()]));
+    assert!(err.contains("not a snapshot file"), "{err}");
+
+    // pickle.dumps(os.system, protocol=4)
+    let evil = dir.path().join("evil.pickle");
+    std::fs::write(
+        &evil,
+        b"\x80\x04\x95\x14\x00\x00\x00\x00\x00\x00\x00\x8c\x05posix\x94\x8c\x06system\x94\x93\x94.",
+    )
+    .unwrap();
+    let err = fails_cleanly(&run(&["summary", "--json", evil.to_str().unwrap()]));
+    assert!(
+        err.contains("STACK_GLOBAL") && err.contains("offset 28"),
+        "{err}"
+    );
+
+    let newer = dir.path().join("newer.json");
+    std::fs::write(&newer, br#"{"format":"allocview-snapshot","version":7}"#).unwrap();
+    let err = fails_cleanly(&run(&[
+        "export",
+        newer.to_str().unwrap(),
+        "--to",
+        "pickle",
+        "-o",
+        dir.path().join("x.pickle").to_str().unwrap(),
+    ]));
+    assert!(err.contains("version 7"), "{err}");
+
+    if let Some(p) = fixture("small-97-events.pickle") {
+        let bytes = std::fs::read(&p).unwrap();
+        let cut = dir.path().join("cut.pickle");
+        std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+        let err = fails_cleanly(&run(&["summary", cut.to_str().unwrap()]));
+        assert!(
+            err.contains("cut.pickle") && err.contains("truncated"),
+            "{err}"
+        );
+
+        let err = fails_cleanly(&run(&[
+            "export",
+            p.to_str().unwrap(),
+            "--to",
+            "json",
+            "-o",
+            dir.path().join("no/such/dir/out.json").to_str().unwrap(),
+        ]));
+        assert!(err.contains("out.json"), "{err}");
+    }
+}
+
+#[test]
+fn a_pickle_export_refuses_segments_whose_blocks_do_not_tile() {
+    let Some(p) = fixture("tiny-3-segments.pickle") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = snapshot_file::load(&p).unwrap();
+    s.segments[1].blocks[0].address += 512;
+    let broken = dir.path().join("broken.json");
+    snapshot_file::save(&broken, &s, snapshot_file::FileFormat::Json).unwrap();
+    let err = fails_cleanly(&run(&[
+        "export",
+        broken.to_str().unwrap(),
+        "--to",
+        "pickle",
+        "-o",
+        dir.path().join("out.pickle").to_str().unwrap(),
+    ]));
+    assert!(err.contains("segments[1]") && err.contains("tile"), "{err}");
+    assert!(!dir.path().join("out.pickle").exists());
+}
