@@ -195,7 +195,8 @@ impl<'a> Replayer<'a> {
             .get(trace)
             .map(Vec::as_slice)
             .unwrap_or(&[]);
-        let device = snapshot.segments.first().map_or(0, |s| s.device);
+        // PyTorch writes one trace per device, indexed by device.
+        let device = i32::try_from(trace).unwrap_or(0);
         let recorded = recorded_config(snapshot).unwrap_or_default();
         let initial =
             InitialState::reconstruct(snapshot, trace, device, &|s| recorded.round_size(s));
@@ -204,6 +205,7 @@ impl<'a> Replayer<'a> {
         let capacity = opts.device_memory.unwrap_or(UNLIMITED_DEVICE_MEMORY);
         let sim = Arc::new(
             SimBackend::builder()
+                .device(device)
                 .capacity(capacity)
                 .auto_complete(false)
                 .build(),
