@@ -37,6 +37,9 @@ use crate::replay::report::{Divergence, Fidelity, InitialSummary, OomEvent, RunF
 /// device in address space per stream and pool) fit many times in the 64-bit address space.
 pub const UNLIMITED_DEVICE_MEMORY: u64 = 1 << 50;
 
+/// At most this many warnings are kept per run; the rest are counted.
+pub const MAX_WARNINGS: usize = 20;
+
 /// Progress is reported every this many events.
 pub const PROGRESS_EVERY: usize = 4096;
 
@@ -183,6 +186,8 @@ pub struct Replayer<'a> {
     unmapped_frees: u64,
     base_device_alloc: i64,
     warnings: Vec<String>,
+    /// Warnings beyond [`MAX_WARNINGS`].
+    suppressed_warnings: usize,
 }
 
 impl<'a> Replayer<'a> {
@@ -251,8 +256,12 @@ impl<'a> Replayer<'a> {
             recorded_ooms: Vec::new(),
             unmapped_frees: 0,
             base_device_alloc: 0,
-            warnings: initial.warnings.clone(),
+            warnings: Vec::new(),
+            suppressed_warnings: 0,
         };
+        for w in &initial.warnings {
+            r.warn(w.clone());
+        }
         match opts.placement {
             Placement::Recorded => r.install_recorded(&initial),
             Placement::Free => r.install_free(&initial),
@@ -323,6 +332,12 @@ impl<'a> Replayer<'a> {
         }
         self.figures.device_mallocs =
             (self.alloc.device_stats().num_device_alloc - self.base_device_alloc).max(0) as u64;
+        if self.suppressed_warnings > 0 {
+            self.warnings.push(format!(
+                "... and {} more warnings",
+                self.suppressed_warnings
+            ));
+        }
         self.initial.warnings = self.warnings;
         RunResult {
             figures: self.figures,
@@ -362,7 +377,7 @@ impl Replayer<'_> {
             let p = match self.alloc.malloc(first, stream) {
                 Ok(p) => p,
                 Err(e) => {
-                    self.warnings.push(format!(
+                    self.warn(format!(
                         "initial segment {:#x} ({} bytes) could not be allocated: {e}",
                         seg.address, seg.size
                     ));
@@ -370,7 +385,7 @@ impl Replayer<'_> {
                 }
             };
             if p != seg.address {
-                self.warnings.push(format!(
+                self.warn(format!(
                     "initial segment {:#x} was placed at {p:#x}",
                     seg.address
                 ));
@@ -381,14 +396,14 @@ impl Replayer<'_> {
                     match self.alloc.malloc(b.size, stream) {
                         Ok(q) => {
                             if q != b.address {
-                                self.warnings.push(format!(
+                                self.warn(format!(
                                     "initial block {:#x} was placed at {q:#x}",
                                     b.address
                                 ));
                             }
                             self.map.insert(b.address, q);
                         }
-                        Err(e) => self.warnings.push(format!(
+                        Err(e) => self.warn(format!(
                             "initial block {:#x} could not be allocated: {e}",
                             b.address
                         )),
@@ -399,7 +414,7 @@ impl Replayer<'_> {
                 // they stay there.
                 let chunk = if small { SMALL_SIZE } else { b.size };
                 if !small && b.size <= SMALL_SIZE {
-                    self.warnings.push(format!(
+                    self.warn(format!(
                         "free block {:#x} of {} bytes in large segment {:#x} is too small for \
                          the large pool; the layout after it may differ",
                         b.address, b.size, seg.address
@@ -412,7 +427,7 @@ impl Replayer<'_> {
                     match self.alloc.malloc(c, stream) {
                         Ok(q) => placeholders.push(q),
                         Err(e) => {
-                            self.warnings.push(format!(
+                            self.warn(format!(
                                 "free block {:#x} could not be laid out: {e}",
                                 b.address
                             ));
@@ -594,7 +609,7 @@ impl Replayer<'_> {
 
     fn free_or_warn(&mut self, index: usize, p: DevicePtr) {
         if let Err(err) = self.alloc.free(p) {
-            self.warnings.push(format!("event {index}: {err}"));
+            self.warn(format!("event {index}: {err}"));
         }
     }
 
@@ -674,23 +689,30 @@ impl Replayer<'_> {
         }
     }
 
-    fn note_oom(&mut self, index: usize, requested: u64, err: &AllocError) {
-        self.figures.ooms += 1;
-        if self.figures.first_oom.is_some() {
-            return;
+    /// Keeps a warning (up to [`MAX_WARNINGS`], then counts them).
+    fn warn(&mut self, message: String) {
+        if self.warnings.len() < MAX_WARNINGS {
+            self.warnings.push(message);
+        } else {
+            self.suppressed_warnings += 1;
         }
-        let diagnosis = match err {
-            AllocError::OutOfMemory(oom) => diagnose(&OomFacts::from_oom(oom)),
-            other => {
-                self.warnings.push(format!("event {index}: {other}"));
-                return;
-            }
+    }
+
+    /// Counts a failed allocation: an OOM (the first one diagnosed), or any other allocator
+    /// error as a warning (a request the allocator refuses outright, say).
+    fn note_oom(&mut self, index: usize, requested: u64, err: &AllocError) {
+        let AllocError::OutOfMemory(oom) = err else {
+            self.warn(format!("event {index}: {err}"));
+            return;
         };
-        self.figures.first_oom = Some(OomEvent {
-            index,
-            requested,
-            diagnosis,
-        });
+        self.figures.ooms += 1;
+        if self.figures.first_oom.is_none() {
+            self.figures.first_oom = Some(OomEvent {
+                index,
+                requested,
+                diagnosis: diagnose(&OomFacts::from_oom(oom)),
+            });
+        }
     }
 }
 

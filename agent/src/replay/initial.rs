@@ -86,7 +86,9 @@ struct LiveBlock {
 
 /// PyTorch's default rounding: up to a multiple of [`MIN_BLOCK_SIZE`], at least one block.
 pub fn round_to_min_block(size: u64) -> u64 {
-    size.max(1).div_ceil(MIN_BLOCK_SIZE) * MIN_BLOCK_SIZE
+    size.max(1)
+        .div_ceil(MIN_BLOCK_SIZE)
+        .saturating_mul(MIN_BLOCK_SIZE)
 }
 
 impl InitialState {
@@ -160,7 +162,7 @@ impl InitialState {
             let mut addr = seg.address;
             for b in &seg.blocks {
                 let b_addr = block_address(seg.address, addr, b.address, !b.history.is_empty());
-                addr = b_addr + b.size;
+                addr = b_addr.saturating_add(b.size);
                 if b.state.is_active() && !allocated.contains(&b_addr) {
                     // Exact size from the end state (overrides a rounded guess).
                     start_blocks.insert(
@@ -191,7 +193,7 @@ impl InitialState {
             } else {
                 SegmentType::Large
             });
-            let end = address + size;
+            let end = address.saturating_add(size);
             let inside: Vec<(u64, LiveBlock)> = start_blocks
                 .range(address..end)
                 .map(|(&a, &b)| (a, b))
@@ -258,12 +260,15 @@ impl InitialState {
 
     /// Bytes reserved at trace start.
     pub fn reserved(&self) -> u64 {
-        self.segments.iter().map(|s| s.size).sum()
+        self.segments
+            .iter()
+            .fold(0u64, |t, s| t.saturating_add(s.size))
     }
 
     /// Bytes allocated at trace start.
     pub fn allocated(&self) -> u64 {
-        self.live_blocks().map(|b| b.size).sum()
+        self.live_blocks()
+            .fold(0u64, |t, b| t.saturating_add(b.size))
     }
 
     /// Every live block.
