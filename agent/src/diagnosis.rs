@@ -172,6 +172,12 @@ pub struct Diagnosis {
 
 /// Classifies an OOM (see the module documentation for the rules).
 pub fn diagnose(f: &OomFacts) -> Diagnosis {
+    diagnose_under(f, false)
+}
+
+/// [`diagnose`], for an allocator that already used expandable segments (or not): the advice
+/// for fragmentation differs.
+pub fn diagnose_under(f: &OomFacts, expandable_segments: bool) -> Diagnosis {
     let free_in_reserved = f.free_in_reserved();
     let outside = f.outside();
     let capacity = f.capacity();
@@ -185,12 +191,16 @@ pub fn diagnose(f: &OomFacts) -> Diagnosis {
         } else {
             format!("the largest free block is {}", human(f.largest_free_block))
         };
+        let cure = if expandable_segments {
+            "even with expandable segments the free pages are scattered between live blocks"
+        } else {
+            "expandable_segments:True would let the free space be used"
+        };
         (
             DiagnosisKind::Fragmentation,
             format!(
                 "fragmentation: {} is reserved but free, more than the {req} asked for, yet \
-                 {where_} and {} is stranded in split segments; \
-                 expandable_segments:True would let the free space be used",
+                 {where_} and {} is stranded in split segments; {cure}",
                 human(free_in_reserved),
                 human(f.stranded_in_split_segments)
             ),
@@ -278,6 +288,22 @@ mod tests {
         assert_eq!(d.free_in_reserved, 9 * GIB);
         assert!(d.explanation.contains("9.00 GiB"), "{}", d.explanation);
         assert!(d.explanation.contains("512.00 MiB"), "{}", d.explanation);
+    }
+
+    #[test]
+    fn fragmentation_under_expandable_segments_does_not_recommend_them_again() {
+        let d = diagnose_under(&facts(), true);
+        assert_eq!(d.kind, DiagnosisKind::Fragmentation);
+        assert!(
+            !d.explanation.contains("expandable_segments:True"),
+            "{}",
+            d.explanation
+        );
+        assert!(
+            d.explanation.contains("even with expandable segments"),
+            "{}",
+            d.explanation
+        );
     }
 
     #[test]

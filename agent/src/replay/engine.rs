@@ -26,7 +26,7 @@ use allocview_alloc::caching::{
 };
 use allocview_alloc::snapshot::{SegmentType, Snapshot, TraceAction, TraceEntry, Value};
 
-use crate::diagnosis::{OomFacts, diagnose};
+use crate::diagnosis::{OomFacts, diagnose_under, human};
 use crate::replay::addr_map::AddrMap;
 use crate::replay::initial::{InitialState, MIN_BLOCK_SIZE, SMALL_SIZE};
 use crate::replay::plan::{FreeRun, TracePlan};
@@ -489,7 +489,15 @@ impl Replayer<'_> {
                         "alloc",
                         format!("{:#x}", e.addr),
                         "an OOM".into(),
-                        err.to_string(),
+                        match err.out_of_memory() {
+                            Some(oom) => format!(
+                                "the replay's device ran out: {} requested, {} free of {}",
+                                human(oom.rounded),
+                                human(oom.device_free),
+                                human(oom.device_total)
+                            ),
+                            None => err.to_string(),
+                        },
                     );
                 }
             }
@@ -678,7 +686,7 @@ impl Replayer<'_> {
                 self.recorded_ooms.push(OomEvent {
                     index,
                     requested: e.size,
-                    diagnosis: diagnose(&facts),
+                    diagnosis: diagnose_under(&facts, self.opts.config.expandable_segments()),
                 });
             }
             Placement::Free => match self.alloc.malloc(e.size, StreamId(e.stream)) {
@@ -710,7 +718,7 @@ impl Replayer<'_> {
             self.figures.first_oom = Some(OomEvent {
                 index,
                 requested,
-                diagnosis: diagnose(&OomFacts::from_oom(oom)),
+                diagnosis: diagnose_under(&OomFacts::from_oom(oom), oom.expandable_segments),
             });
         }
     }
