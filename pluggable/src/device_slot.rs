@@ -63,13 +63,17 @@ impl<B: DeviceBackend + Send + Sync> DeviceHeap for CachingAllocator<B> {
 /// One device: its index, and its allocator once the device has been used.
 pub(crate) struct DeviceSlot {
     device: i32,
+    /// The device's memory when known without opening it (a simulated device's capacity): the
+    /// agent reads it at start, before any device is opened.
+    known_total: Option<u64>,
     heap: OnceLock<Result<Arc<dyn DeviceHeap>, RuntimeError>>,
 }
 
 impl DeviceSlot {
-    pub(crate) fn new(device: i32) -> DeviceSlot {
+    pub(crate) fn new(device: i32, known_total: Option<u64>) -> DeviceSlot {
         DeviceSlot {
             device,
+            known_total,
             heap: OnceLock::new(),
         }
     }
@@ -161,6 +165,7 @@ impl SnapshotProvider for DeviceSlot {
     fn memory_info(&self) -> Option<(u64, Option<u64>)> {
         self.opened()
             .and_then(|h| h.total_memory())
+            .or(self.known_total)
             .map(|total| (total, None))
     }
 }

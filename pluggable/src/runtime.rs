@@ -107,8 +107,13 @@ impl Runtime {
     /// [`RuntimeError::Agent`] when the agent cannot start (a bad or busy address).
     pub fn start(settings: Settings, agent: AgentBuilder) -> Result<Runtime, RuntimeError> {
         let count = device_count(&settings.backend)?;
-        let slots: Vec<Arc<DeviceSlot>> =
-            (0..count).map(|d| Arc::new(DeviceSlot::new(d))).collect();
+        let known_total = match settings.backend {
+            BackendKind::Sim { capacity, .. } => Some(capacity),
+            BackendKind::Cuda => None,
+        };
+        let slots: Vec<Arc<DeviceSlot>> = (0..count)
+            .map(|d| Arc::new(DeviceSlot::new(d, known_total)))
+            .collect();
         let agent = slots
             .iter()
             .fold(agent, |b, s| {

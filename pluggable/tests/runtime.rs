@@ -41,6 +41,11 @@ fn the_agent_sees_each_devices_allocations_and_its_snapshot() {
     );
     // Device 0 is registered but was never opened: empty, and its stats all zero.
     let d0 = state.device(0).expect("device 0 is registered");
+    assert_eq!(
+        d0.total_memory,
+        1 << 30,
+        "a simulated device's size is known before it opens"
+    );
     assert_eq!(d0.stats.reserved_bytes.get(StatType::All).current, 0);
     let unused = rt.memory_stats(0).unwrap();
     for key in [

@@ -16,6 +16,7 @@ pub mod caching;
 pub mod harness;
 pub mod outcome;
 pub mod render;
+pub mod replay;
 pub mod snapshot;
 pub mod workload;
 
@@ -48,12 +49,8 @@ const HEAP_INSTRUMENTED_UNAVAILABLE: &str = "not measured by this command: calli
     has no safe entry point for one alloc/dealloc; run `cargo bench -p allocview-alloc --bench \
     instrumented_heap` for Instrumented<System> vs System";
 
-/// Why `replay.throughput` is not measured here.
-const REPLAY_UNAVAILABLE: &str = "not measured by this command: allocview_agent::replay does \
-    not expose its replay engine yet";
-
 /// Every benchmark, in the order they run and print.
-const ENTRIES: [Entry; 9] = [
+const ENTRIES: [Entry; 10] = [
     Entry {
         name: "caching.alloc_free_pair",
         baseline: "glibc malloc + free of the same sizes (512 B .. 24 MiB)",
@@ -83,6 +80,13 @@ const ENTRIES: [Entry; 9] = [
         run: Ok(agent::publish),
     },
     Entry {
+        name: "agent.publish_live",
+        baseline: "an empty publish through the same dyn EventSink call",
+        goal: Goal::NanosAtMost(15.0),
+        unit: Unit::Time,
+        run: Ok(agent::publish_live),
+    },
+    Entry {
         name: "agent.ingest",
         baseline: "draining the same events from a bare channel on this thread, no folding",
         goal: Goal::EventsPerSecAtLeast(20e6),
@@ -105,10 +109,11 @@ const ENTRIES: [Entry; 9] = [
     },
     Entry {
         name: "replay.throughput",
-        baseline: "none (absolute goal)",
+        baseline: "a bare replay: the trace's allocs and frees straight into a fresh caching \
+            allocator",
         goal: Goal::EventsPerSecAtLeast(5e6),
         unit: Unit::Events,
-        run: Err(REPLAY_UNAVAILABLE),
+        run: Ok(replay::throughput),
     },
     Entry {
         name: "tui.render_segments",
@@ -170,6 +175,27 @@ pub fn run_benchmarks(
     Ok(outcomes)
 }
 
+/// The machine the figures come from: cores, and the load average where the system reports it
+/// (a busy machine inflates wall-clock figures, both sides alike).
+fn machine_line() -> String {
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let load = std::fs::read_to_string(LOADAVG)
+        .ok()
+        .and_then(|s| s.split_whitespace().next().map(str::to_string));
+    match load {
+        Some(l) => format!(
+            "machine: {cores} cores, load average {l}; each side ran about the same seconds, \
+             interleaved"
+        ),
+        None => {
+            format!("machine: {cores} cores; each side ran about the same seconds, interleaved")
+        }
+    }
+}
+
+/// Where Linux reports the load average.
+const LOADAVG: &str = "/proc/loadavg";
+
 /// Runs the command.
 pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     let quiet = args.json;
@@ -181,7 +207,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     let text = if args.json {
         outcome::to_json(&outcomes)
     } else {
-        outcome::to_table(&outcomes)
+        format!("{}\n{}", outcome::to_table(&outcomes), machine_line())
     };
     let mut stdout = std::io::stdout().lock();
     writeln!(stdout, "{}", text.trim_end())?;

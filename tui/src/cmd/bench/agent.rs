@@ -16,8 +16,8 @@ use allocview_agent::sink;
 use allocview_alloc::event::{Event, EventSink};
 use anyhow::{Context, bail};
 
-use super::harness::{compare, each};
-use super::outcome::Outcome;
+use super::harness::{compare, each, median};
+use super::outcome::{self, Outcome};
 use super::workload;
 
 /// Events published between two timed flushes in `agent.ingest` (well under half the
@@ -29,6 +29,21 @@ pub const INGEST_CAPACITY: usize = 4 * INGEST_CHUNK;
 
 /// Aggregator tick for `agent.ingest`: long, so the only drains are the timed flushes.
 const INGEST_TICK: Duration = Duration::from_secs(3600);
+
+/// Empty flushes timed to show the round trip to the aggregator thread.
+const FLUSH_PROBES: usize = 21;
+
+/// Median time of an empty flush, in nanoseconds.
+fn flush_round_trip(agent: &Agent) -> f64 {
+    let times = (0..FLUSH_PROBES)
+        .map(|_| {
+            let start = Instant::now();
+            agent.flush();
+            start.elapsed().as_nanos() as f64
+        })
+        .collect();
+    median(times)
+}
 
 /// A sink that does nothing: the floor of a publish through `dyn EventSink`.
 #[derive(Debug)]
@@ -61,8 +76,71 @@ fn fill(sink: &dyn EventSink, events: &[Event], cursor: &mut usize, n: usize) {
     }
 }
 
-/// `agent.publish`: one publish into a running agent's sink vs a publish that does nothing.
+/// An agent whose aggregator only drains when flushed: a long tick, and a channel that
+/// [`INGEST_CHUNK`] events never fill to half (the early wake-up mark).
+fn quiet_agent() -> anyhow::Result<Agent> {
+    Agent::builder()
+        .no_listen()
+        .process_name("allocview bench")
+        .channel_capacity(INGEST_CAPACITY)
+        .tick(INGEST_TICK)
+        .spawn()
+        .context("starting the agent")
+}
+
+/// `agent.publish`: one publish into the agent's sink while the channel has room and the
+/// aggregator is parked (flushed, untimed, between chunks of [`INGEST_CHUNK`] events) vs a
+/// publish that does nothing.
 pub fn publish(seconds: f64, mut out: Outcome) -> anyhow::Result<Outcome> {
+    let events = workload::event_cycle()?;
+    let agent = quiet_agent()?;
+    let sink = agent.sink();
+    let null = NullSink;
+    let (a, b) = {
+        let mut ours = chunked(&agent, publish_side(sink.as_ref(), &events));
+        let mut empty = publish_side(&null, &events);
+        compare(seconds, &mut ours, &mut empty)
+    };
+    let pipeline = agent.state().pipeline;
+    if pipeline.events_ingested == 0 {
+        bail!("the agent ingested none of the published events");
+    }
+    if pipeline.dropped_total > 0 {
+        bail!("events were dropped although the channel had room (the figure would be wrong)");
+    }
+    out.allocview_ns = Some(a.median_ns);
+    out.baseline_ns = Some(b.median_ns);
+    out = out.note(format!(
+        "aggregator parked while timing ({} events published, none dropped); \
+         agent.publish_live measures it draining at the same time",
+        pipeline.events_ingested
+    ));
+    agent.shutdown();
+    Ok(out)
+}
+
+/// Runs `side` in chunks of at most [`INGEST_CHUNK`] operations, flushing `agent` (untimed)
+/// after each, so the channel always has room.
+fn chunked<'a>(
+    agent: &'a Agent,
+    mut side: impl FnMut(u64) -> Duration + 'a,
+) -> impl FnMut(u64) -> Duration + 'a {
+    move |n| {
+        let mut left = n;
+        let mut took = Duration::ZERO;
+        while left > 0 {
+            let chunk = left.min(INGEST_CHUNK as u64);
+            took += side(chunk);
+            agent.flush();
+            left -= chunk;
+        }
+        took
+    }
+}
+
+/// `agent.publish_live`: one publish into a running agent's sink whose aggregator drains
+/// concurrently on its default tick and wake-ups (drops counted) vs a publish that does nothing.
+pub fn publish_live(seconds: f64, mut out: Outcome) -> anyhow::Result<Outcome> {
     let events = workload::event_cycle()?;
     let agent = Agent::builder()
         .no_listen()
@@ -99,13 +177,7 @@ pub fn publish(seconds: f64, mut out: Outcome) -> anyhow::Result<Outcome> {
 /// draining the same number of events from a bare channel on this thread, without folding.
 pub fn ingest(seconds: f64, mut out: Outcome) -> anyhow::Result<Outcome> {
     let events = workload::event_cycle()?;
-    let agent = Agent::builder()
-        .no_listen()
-        .process_name("allocview bench")
-        .channel_capacity(INGEST_CAPACITY)
-        .tick(INGEST_TICK)
-        .spawn()
-        .context("starting the agent")?;
+    let agent = quiet_agent()?;
     let agent_sink = agent.sink();
     let (bare_sink, bare_rx) = sink::channel(INGEST_CAPACITY);
     let mut agent_cursor = 0;
@@ -141,6 +213,7 @@ pub fn ingest(seconds: f64, mut out: Outcome) -> anyhow::Result<Outcome> {
         };
         compare(seconds, &mut folded, &mut drained)
     };
+    let round_trip = flush_round_trip(&agent);
     let pipeline = agent.state().pipeline;
     if pipeline.dropped_total > 0 || bare_sink.shared().dropped_total() > 0 {
         bail!("events were dropped although the channel had room (the figure would be wrong)");
@@ -151,6 +224,10 @@ pub fn ingest(seconds: f64, mut out: Outcome) -> anyhow::Result<Outcome> {
         "{} events folded; each timed flush drains up to {INGEST_CHUNK} events (one round trip \
          to the aggregator thread included)",
         pipeline.events_ingested
+    ));
+    out = out.note(format!(
+        "a flush of an empty channel takes {} here (median of {FLUSH_PROBES})",
+        outcome::nanos(round_trip)
     ));
     if pipeline.inconsistencies > 0 {
         out = out.note(format!(

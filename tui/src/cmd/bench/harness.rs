@@ -4,12 +4,14 @@
 //! The method is criterion's "flat sampling" reduced to what a user's machine needs for a
 //! side-by-side figure: a side is a closure that runs `n` operations and returns how long they
 //! took (so a side may do untimed setup per batch, e.g. fill a channel before timing the drain).
-//! Each side is first run with doubling `n` until one batch takes about [`BATCHES_PER_SIDE`]th
+//! Each side is first run with growing `n` until one batch takes about [`BATCHES_PER_SIDE`]th
 //! of the time budget (this also warms caches, branch predictors and lazily built state); then
 //! the two sides alternate batch by batch (`A B`, then `B A`, so a drift in the machine's speed
 //! — another process starting, the CPU clocking down — hits both sides alike) until each has had
-//! its budget and at least [`MIN_BATCHES`] batches. The figure is the median of the batches'
-//! nanoseconds per operation: robust to the odd batch that was preempted.
+//! its budget and at least [`MIN_BATCHES`] batches. Budgets and batch sizes are wall-clock,
+//! untimed setup included, so a side whose setup is slow still ends in time. The figure is the
+//! median of the batches' timed nanoseconds per operation: robust to the odd batch that was
+//! preempted.
 
 use std::time::{Duration, Instant};
 
@@ -66,6 +68,7 @@ pub fn each(mut op: impl FnMut()) -> impl FnMut(u64) -> Duration {
 struct Run<'a> {
     side: &'a mut dyn Side,
     ops: u64,
+    /// Wall-clock time of the timed batches, setup included (what the budget bounds).
     spent: Duration,
     samples: Vec<f64>,
 }
@@ -76,7 +79,9 @@ impl<'a> Run<'a> {
         let started = Instant::now();
         let mut ops = 1u64;
         loop {
-            let took = side.run(ops);
+            let wall = Instant::now();
+            side.run(ops);
+            let took = wall.elapsed();
             if took >= batch || ops >= MAX_OPS_PER_BATCH {
                 break;
             }
@@ -106,8 +111,9 @@ impl<'a> Run<'a> {
     }
 
     fn batch(&mut self) {
+        let wall = Instant::now();
         let took = self.side.run(self.ops);
-        self.spent += took;
+        self.spent += wall.elapsed();
         self.samples.push(took.as_nanos() as f64 / self.ops as f64);
     }
 
@@ -141,7 +147,7 @@ pub fn compare(
     let mut b = Run::calibrate(baseline, batch, warmup);
     let mut round = 0u64;
     while a.wants_more(budget) || b.wants_more(budget) {
-        let (first, second) = if round % 2 == 0 {
+        let (first, second) = if round.is_multiple_of(2) {
             (&mut a, &mut b)
         } else {
             (&mut b, &mut a)
@@ -174,7 +180,7 @@ pub fn median(mut values: Vec<f64>) -> f64 {
     }
     values.sort_by(f64::total_cmp);
     let mid = values.len() / 2;
-    if values.len() % 2 == 1 {
+    if !values.len().is_multiple_of(2) {
         values[mid]
     } else {
         (values[mid - 1] + values[mid]) / 2.0
@@ -214,5 +220,18 @@ mod tests {
         assert_eq!(ta.median_ns, 1000.0);
         assert_eq!(tb.median_ns, 2000.0);
         assert!(calls_a > 0 && calls_b > 0);
+    }
+
+    #[test]
+    fn untimed_setup_counts_against_the_budget() {
+        // Each call sleeps (setup, untimed) at least 1 ms and reports 1 ns of timed work: with
+        // a 10 ms budget the side cannot get more than 10 batches past the minimum.
+        let mut slow = |_n: u64| {
+            std::thread::sleep(Duration::from_millis(1));
+            Duration::from_nanos(1)
+        };
+        let t = single(0.01, &mut slow);
+        assert!(t.batches >= MIN_BATCHES);
+        assert!(t.batches <= 11, "{} batches", t.batches);
     }
 }
