@@ -118,13 +118,13 @@ pub struct ReplayOutput {
 ///
 /// # Errors
 /// [`ReplayError::NoTrace`] for a file without a trace, [`ReplayError::Config`] for a settings
-/// string that does not parse, [`ReplayError::Device`] when the simulated device fails.
+/// string that does not parse.
 pub fn replay(
     snapshot: &Snapshot,
     settings: &ReplaySettings,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<ReplayOutput, ReplayError> {
-    let trace = engine::trace_index(snapshot).ok_or(ReplayError::NoTrace(0))?;
+    let trace = engine::trace_index(snapshot).ok_or(ReplayError::NoTrace)?;
     let entries = &snapshot.device_traces[trace];
     let configs = settings
         .configs

@@ -89,22 +89,14 @@ pub struct RunResult {
 #[derive(Debug, thiserror::Error)]
 pub enum ReplayError {
     /// The snapshot has no trace for the device.
-    #[error("the file has no allocation trace to replay (device {0})")]
-    NoTrace(usize),
+    #[error("the file has no allocation trace to replay")]
+    NoTrace,
     /// An allocator settings string that does not parse.
     #[error("bad allocator settings `{config}`: {message}")]
     Config {
         /// The string.
         config: String,
         /// What is wrong.
-        message: String,
-    },
-    /// The allocator or device failed in a way replay cannot continue from.
-    #[error("replay stopped at event {index}: {message}")]
-    Device {
-        /// Trace index.
-        index: usize,
-        /// What failed.
         message: String,
     },
 }
@@ -149,13 +141,16 @@ pub fn trace_index(snapshot: &Snapshot) -> Option<usize> {
 /// the end.
 ///
 /// # Errors
-/// [`ReplayError::NoTrace`] when there is nothing to replay; [`ReplayError::Device`] when the
-/// simulated device fails other than by running out of memory.
+/// [`ReplayError::NoTrace`] when the snapshot has no trace (allocator failures, OOMs included,
+/// are results, not errors).
 pub fn run(
     snapshot: &Snapshot,
     opts: &RunOptions,
     progress: &mut dyn FnMut(usize),
 ) -> Result<RunResult, ReplayError> {
+    if trace_index(snapshot).is_none() {
+        return Err(ReplayError::NoTrace);
+    }
     let mut r = Replayer::new(snapshot, opts);
     r.replay_events(progress);
     Ok(r.finish())
