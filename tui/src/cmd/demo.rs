@@ -1,5 +1,5 @@
-//! `allocview demo`: a simulated training run on a simulated GPU with the agent embedded,
-//! shown live; or, with `--headless`, run for a while and print the agent-versus-allocator
+//! `allocview demo`: a simulated training run on a simulated GPU (or, with `--backend cuda`, a
+//! real one) with the agent embedded, shown live; or, with `--headless`, run for a while and print the agent-versus-allocator
 //! report.
 
 use std::time::{Duration, Instant};
@@ -14,15 +14,23 @@ use crate::source::embedded::EmbeddedSource;
 use crate::terminal::TerminalGuard;
 use crate::{output, units};
 
+/// `--device-memory`'s default (in `cli.rs`): any other value on CUDA earns a note that it is
+/// ignored there.
+pub const DEFAULT_DEVICE_MEMORY: &str = "16GiB";
+
 /// The demo's settings from its arguments.
 ///
 /// # Errors
 /// A bad size, allocator setting or metrics address, named.
 pub fn config(args: &DemoArgs) -> anyhow::Result<DemoConfig> {
+    #[cfg(not(feature = "cuda"))]
     if args.backend == Backend::Cuda {
-        anyhow::bail!(
-            "the demo runs on the simulated device only; to watch a real GPU, run a program with \
-             the agent embedded and use allocview --attach"
+        anyhow::bail!(crate::demo::device::NO_CUDA_SUPPORT);
+    }
+    if args.backend == Backend::Cuda && args.device_memory != DEFAULT_DEVICE_MEMORY {
+        eprintln!(
+            "allocview demo: --device-memory {:?} is ignored on CUDA: the GPU's own memory is used",
+            args.device_memory
         );
     }
     let capacity = units::parse_size(&args.device_memory)
@@ -47,6 +55,7 @@ pub fn config(args: &DemoArgs) -> anyhow::Result<DemoConfig> {
         );
     }
     Ok(DemoConfig {
+        backend: args.backend,
         config,
         scenario: args.scenario,
         seed: args.seed,

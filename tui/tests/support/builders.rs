@@ -262,6 +262,7 @@ pub fn live_state() -> State {
         trace_cursor: None,
         ooms: vec![oom()],
         status: None,
+        host: None,
     }
 }
 
