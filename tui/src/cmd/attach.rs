@@ -183,8 +183,8 @@ mod tests {
         let l = host_line(7, "svc", &h);
         assert_eq!(
             l,
-            "pid 7 svc host heap: in use 2.0 MiB peak 3.0 MiB allocations 2 frees 1 live 1 total \
-             allocated 3.0 MiB"
+            "pid 7 svc host heap: in use 2.00 MiB peak 3.00 MiB allocations 2 frees 1 live 1 total \
+             allocated 3.00 MiB"
         );
     }
 
