@@ -117,6 +117,8 @@ impl SnapshotProvider for Provider {
 pub struct Report {
     /// Scenario name.
     pub scenario: String,
+    /// The device the workload ran on (`simulated`, `CUDA device 0`).
+    pub device: String,
     /// Steps completed.
     pub steps: u64,
     /// OOMs the workload met.
@@ -304,6 +306,7 @@ impl Demo {
                 Scenario::Train => "train".into(),
                 Scenario::Oom => "oom".into(),
             },
+            device: self.device.name(),
             steps: self.steps(),
             ooms: self.ooms(),
             seconds: self.started.elapsed().as_secs_f64(),

@@ -102,6 +102,7 @@ fn the_demo_runs_on_the_cuda_backend_through_a_stand_in_driver_and_the_agent_agr
             "{args:?}\nstdout:\n{stdout}\nstderr:\n{stderr}"
         );
         let r = report(&stdout);
+        assert_eq!(r["device"], "CUDA device 0", "{args:?}");
         assert_eq!(
             r["agent_matches_allocator"], true,
             "{args:?}: {}",

@@ -65,17 +65,19 @@ pub fn config(args: &DemoArgs) -> anyhow::Result<DemoConfig> {
     })
 }
 
-fn print_report(r: &Report, json: bool) -> anyhow::Result<()> {
-    if json {
-        output::print(&serde_json::to_string_pretty(r)?)?;
-        return Ok(());
-    }
+/// The headless report as text, one line per figure.
+pub fn report_text(r: &Report) -> String {
+    use std::fmt::Write as _;
     let get = |k: &str| r.stats.get(k).copied().unwrap_or(0).max(0) as u64;
-    println!(
-        "allocview demo ({}): {} steps in {:.1} s",
-        r.scenario, r.steps, r.seconds
+    let mut out = String::new();
+    // Writing to a String cannot fail.
+    let _ = writeln!(
+        out,
+        "allocview demo ({}, device: {}): {} steps in {:.1} s",
+        r.scenario, r.device, r.steps, r.seconds
     );
-    println!(
+    let _ = writeln!(
+        out,
         "  allocated {}  reserved {}  peak reserved {}  OOMs {}",
         units::bytes(get("allocated_bytes.all.current")),
         units::bytes(get("reserved_bytes.all.current")),
@@ -83,26 +85,39 @@ fn print_report(r: &Report, json: bool) -> anyhow::Result<()> {
         r.ooms
     );
     if r.agent_matches_allocator {
-        println!(
+        let _ = writeln!(
+            out,
             "  agent and allocator agree on all {} memory_stats keys",
             r.stats.len()
         );
     } else {
-        println!(
+        let _ = writeln!(
+            out,
             "  agent and allocator differ on {} keys:",
             r.differing_keys.len()
         );
         for k in &r.differing_keys {
-            println!("    {k}");
+            let _ = writeln!(out, "    {k}");
         }
     }
-    println!(
+    let _ = write!(
+        out,
         "  dropped events {}  resyncs {}",
         units::count(r.dropped_events),
         units::count(r.resyncs)
     );
     for d in &r.dumps {
-        println!("  OOM dump: {d}");
+        let _ = write!(out, "\n  OOM dump: {d}");
+    }
+    out
+}
+
+/// Prints the report (a closed pipe ends the output quietly).
+fn print_report(r: &Report, json: bool) -> anyhow::Result<()> {
+    if json {
+        output::print(&serde_json::to_string_pretty(r)?)?;
+    } else {
+        output::print(&report_text(r))?;
     }
     Ok(())
 }
