@@ -32,7 +32,8 @@ use allocview_alloc::event::{EventSink, now_ns};
 use allocview_alloc::snapshot::Snapshot;
 
 use crate::aggregator::{
-    self, AggregatorConfig, AggregatorHandle, Command, DEFAULT_RECENT_EVENTS, DEFAULT_TICK,
+    self, AggregatorConfig, AggregatorHandle, Command, DEFAULT_MAX_DUMPS, DEFAULT_RECENT_EVENTS,
+    DEFAULT_TICK,
 };
 use crate::dump::OomDumper;
 use crate::prometheus::MetricsServer;
@@ -76,8 +77,18 @@ pub enum AgentError {
 enum Listen {
     /// `ALLOCVIEW_ADDR` if set, else the default unix socket.
     Default,
+    /// The default unix socket, whatever `ALLOCVIEW_ADDR` says.
+    DefaultSocket,
     Addr(String),
     Off,
+}
+
+#[derive(Debug, Clone)]
+enum Token {
+    /// `ALLOCVIEW_TOKEN` if set.
+    Env,
+    Given(String),
+    None,
 }
 
 /// Configures and starts an [`Agent`].
@@ -89,11 +100,12 @@ pub struct AgentBuilder {
     sample_interval: Duration,
     metrics: Option<SocketAddr>,
     providers: Vec<Arc<dyn SnapshotProvider>>,
-    token: Option<String>,
+    token: Token,
     client_queue: usize,
     write_timeout: Duration,
     recent_events: usize,
     process_name: Option<String>,
+    max_dumps: u64,
 }
 
 impl Default for AgentBuilder {
@@ -106,11 +118,12 @@ impl Default for AgentBuilder {
             sample_interval: Duration::from_nanos(DEFAULT_RESOLUTION_NS),
             metrics: None,
             providers: Vec::new(),
-            token: None,
+            token: Token::Env,
             client_queue: DEFAULT_CLIENT_QUEUE,
             write_timeout: DEFAULT_WRITE_TIMEOUT,
             recent_events: DEFAULT_RECENT_EVENTS,
             process_name: None,
+            max_dumps: DEFAULT_MAX_DUMPS,
         }
     }
 }
@@ -119,6 +132,12 @@ impl AgentBuilder {
     /// Listens at `addr` (`unix:PATH`, a path, or `HOST:PORT`) instead of the default.
     pub fn listen(mut self, addr: impl Into<String>) -> Self {
         self.listen = Listen::Addr(addr.into());
+        self
+    }
+
+    /// Listens on the default unix socket even when `ALLOCVIEW_ADDR` names another address.
+    pub fn listen_default_socket(mut self) -> Self {
+        self.listen = Listen::DefaultSocket;
         self
     }
 
@@ -166,7 +185,13 @@ impl AgentBuilder {
 
     /// The token clients must present (default: `ALLOCVIEW_TOKEN`).
     pub fn token(mut self, token: impl Into<String>) -> Self {
-        self.token = Some(token.into());
+        self.token = Token::Given(token.into());
+        self
+    }
+
+    /// Requires no token, whatever `ALLOCVIEW_TOKEN` says.
+    pub fn no_token(mut self) -> Self {
+        self.token = Token::None;
         self
     }
 
@@ -188,6 +213,12 @@ impl AgentBuilder {
         self
     }
 
+    /// OOM dumps written at most (later OOMs are recorded without files).
+    pub fn max_dumps(mut self, n: u64) -> Self {
+        self.max_dumps = n;
+        self
+    }
+
     /// The process name clients see (default: the executable's name).
     pub fn process_name(mut self, name: impl Into<String>) -> Self {
         self.process_name = Some(name.into());
@@ -200,11 +231,14 @@ impl AgentBuilder {
     /// A bad address, a listener that cannot bind (or a non-loopback TCP address without a
     /// token), or a thread that cannot start.
     pub fn spawn(self) -> Result<Agent, AgentError> {
-        let token = self
-            .token
-            .or_else(|| std::env::var(TOKEN_ENV).ok().filter(|t| !t.is_empty()));
+        let token = match self.token {
+            Token::Env => std::env::var(TOKEN_ENV).ok().filter(|t| !t.is_empty()),
+            Token::Given(t) => Some(t),
+            Token::None => None,
+        };
         let listen = match &self.listen {
             Listen::Off => None,
+            Listen::DefaultSocket => Some(None),
             Listen::Addr(a) => Some(Some(a.parse::<ListenAddr>()?)),
             Listen::Default => match std::env::var(ADDR_ENV).ok().filter(|v| !v.is_empty()) {
                 Some(a) => Some(Some(a.parse::<ListenAddr>()?)),
@@ -224,6 +258,7 @@ impl AgentBuilder {
             process: process.clone(),
             providers: self.providers.clone(),
             dumper: OomDumper::new(self.dump_dir.unwrap_or_else(aggregator::default_dump_dir)),
+            max_dumps: self.max_dumps,
         };
         let (handle, join) = aggregator::spawn(cfg, rx).map_err(|source| AgentError::Thread {
             what: "aggregator",

@@ -43,6 +43,10 @@ pub const DEFAULT_TICK: Duration = Duration::from_millis(100);
 /// Events kept per device for the trace view.
 pub const DEFAULT_RECENT_EVENTS: usize = 1024;
 
+/// OOM dumps written per agent at most: an OOM storm (a loop retrying a failed allocation)
+/// must not fill the disk; later OOMs are still recorded, without files.
+pub const DEFAULT_MAX_DUMPS: u64 = 32;
+
 /// Attempts at a resync whose snapshot and stats agree, before trying again next tick.
 const RESYNC_ATTEMPTS: usize = 3;
 
@@ -135,6 +139,7 @@ pub(crate) struct AggregatorConfig {
     pub process: ProcessInfo,
     pub providers: Vec<Arc<dyn SnapshotProvider>>,
     pub dumper: OomDumper,
+    pub max_dumps: u64,
 }
 
 /// What was last sent to clients, per device.
@@ -148,7 +153,20 @@ struct Sent {
     recent_seq: u64,
 }
 
+/// Events to skip after a resync: those the snapshot already holds, up to the provider's
+/// `snapshot` marker.
+#[derive(Debug, Clone, Copy)]
+struct Fence {
+    /// The marker's `time_ns` (the call's start) lies in `[from_ns, to_ns]`.
+    from_ns: u64,
+    to_ns: u64,
+    /// Events in the channel when the snapshot returned: the marker is among them unless it
+    /// was dropped.
+    remaining: usize,
+}
+
 struct DeviceAgg {
+    fence: Option<Fence>,
     mirror: DeviceMirror,
     hist: DeviceHistograms,
     timeline: Timeline,
@@ -162,6 +180,7 @@ struct DeviceAgg {
 impl DeviceAgg {
     fn new(device: i32, sample_interval: Duration) -> DeviceAgg {
         DeviceAgg {
+            fence: None,
             mirror: DeviceMirror::new(device, None),
             hist: DeviceHistograms::default(),
             timeline: Timeline::new(sample_interval.as_nanos() as u64),
@@ -174,7 +193,12 @@ impl DeviceAgg {
     }
 
     /// Rebuilds the mirror from the provider; false when no consistent view was had.
-    fn resync(&mut self) -> bool {
+    ///
+    /// The stats are read before and after the snapshot: when they are equal, no call changed
+    /// the allocator in between, so the snapshot and the stats describe the same moment. With
+    /// `rx` given, a fence then skips the events the snapshot already holds (everything up to
+    /// the provider's `snapshot` marker).
+    fn resync(&mut self, rx: Option<&EventReceiver>) -> bool {
         let Some(p) = self.provider.clone() else {
             return false;
         };
@@ -182,19 +206,43 @@ impl DeviceAgg {
             self.total_memory = total;
             self.allowed = allowed;
         }
-        let device = self.mirror.device();
         for attempt in 1..=RESYNC_ATTEMPTS {
-            let stats = p.device_stats();
+            let before = p.device_stats();
+            let from_ns = now_ns();
             let snapshot = p.snapshot();
-            let max_split = (stats.max_split_size >= 0).then_some(stats.max_split_size as u64);
-            let implied = DeviceStats::from_snapshot(&snapshot, device, max_split);
-            let consistent = implied.currents() == stats.currents();
+            let to_ns = now_ns();
+            let remaining = rx.map_or(0, EventReceiver::len);
+            let after = p.device_stats();
+            let consistent = before == after;
             if consistent || attempt == RESYNC_ATTEMPTS {
-                self.mirror.resync(&snapshot, stats);
+                self.mirror.resync(&snapshot, after);
+                self.fence = (rx.is_some() && p.marks_snapshots()).then_some(Fence {
+                    from_ns,
+                    to_ns,
+                    remaining,
+                });
                 return consistent;
             }
         }
         false
+    }
+
+    /// Whether the fence swallows this event (it is already in the resync's snapshot). Sets
+    /// `lost_marker` when the fence ran out without meeting the marker (it was dropped).
+    fn fenced(&mut self, e: &Event, lost_marker: &mut bool) -> bool {
+        let Some(f) = &mut self.fence else {
+            return false;
+        };
+        if f.remaining == 0 {
+            self.fence = None;
+            *lost_marker = true;
+            return false;
+        }
+        f.remaining -= 1;
+        if e.action == EventAction::Snapshot && (f.from_ns..=f.to_ns).contains(&e.time_ns) {
+            self.fence = None;
+        }
+        true
     }
 
     fn sample(&self, time_ns: u64) -> UsageSample {
@@ -345,7 +393,8 @@ pub(crate) fn spawn(
     for p in agg.cfg.providers.clone() {
         let d = agg.device_mut(p.device());
         d.provider = Some(p);
-        d.resync();
+        // Nothing can have published into this agent yet: no fence.
+        d.resync(None);
     }
     let join = thread::Builder::new()
         .name("allocview-aggregator".into())
@@ -456,6 +505,17 @@ impl Aggregator {
             }
             d.recent.push_back((seq, *e));
         }
+        let mut lost_marker = false;
+        if d.fenced(e, &mut lost_marker) {
+            return;
+        }
+        if lost_marker {
+            self.needs_resync = true;
+        }
+        let d = self
+            .devices
+            .get_mut(&i32::from(e.device))
+            .expect("created above");
         match d.mirror.apply(e) {
             Ok(applied) => {
                 let pool = applied.pool.unwrap_or_else(|| pool_key(e));
@@ -505,10 +565,16 @@ impl Aggregator {
             dump_paths: Vec::new(),
             dump_error: None,
         };
-        let snapshot = match &d.provider {
-            Some(p) => Some(p.snapshot()),
-            None => None,
-        };
+        if self.dumps_written + self.dump_failures >= self.cfg.max_dumps {
+            rec.dump_error = Some(format!(
+                "not written: this agent writes at most {} OOM dumps",
+                self.cfg.max_dumps
+            ));
+            tracing::error!(oom = index, device, "allocation failed: out of memory");
+            self.ooms.push(rec);
+            return;
+        }
+        let snapshot = d.provider.as_ref().map(|p| p.snapshot());
         let snapshot = snapshot.unwrap_or_else(|| Snapshot {
             segments: d.mirror.segments(),
             ..Snapshot::default()
@@ -556,7 +622,7 @@ impl Aggregator {
         for d in self.devices.values_mut() {
             if d.provider.is_some() {
                 any = true;
-                all_consistent &= d.resync();
+                all_consistent &= d.resync(Some(&self.rx));
             } else if dropped > 0 {
                 self.partial = true;
             }

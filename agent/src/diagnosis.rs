@@ -17,12 +17,14 @@
 //!
 //! PyTorch's own message states the same facts (allocated, reserved but unallocated, device
 //! free); this module adds the largest free block and the stranded bytes, and
-//! `what_if_avoided` replays a recorded trace under other settings to say whether they would
+//! [`what_if_avoided`] replays a recorded trace under other settings to say whether they would
 //! have avoided it.
 
 use serde::{Deserialize, Serialize};
 
 use allocview_alloc::snapshot::{BlockState, SegmentInfo, TraceEntry};
+
+pub use crate::replay::what_if::{WhatIfOutcome, what_if_avoided};
 
 /// Memory outside the allocator counts as the cause when it is at least this share of the
 /// memory the allocator may use (and more than the allocator itself reserved).

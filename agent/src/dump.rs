@@ -11,6 +11,8 @@ use std::path::{Path, PathBuf};
 
 use allocview_alloc::snapshot::Snapshot;
 
+use crate::snapshot_file::{FileFormat, save};
+
 /// Why a dump could not be written.
 #[derive(Debug, thiserror::Error)]
 pub enum DumpError {
@@ -87,26 +89,6 @@ impl OomDumper {
         match first_error {
             Some(e) => Err(e),
             None => Ok(written),
-        }
-    }
-}
-
-// Interim writer until `snapshot_file` (branch `formats`) lands; replaced by
-// `crate::snapshot_file::{save, FileFormat}`.
-#[derive(Debug, Clone, Copy)]
-enum FileFormat {
-    Pickle,
-    Json,
-}
-
-fn save(path: &Path, snapshot: &Snapshot, format: FileFormat) -> Result<(), String> {
-    match format {
-        FileFormat::Pickle => Err("the pickle writer is not in this build yet".into()),
-        FileFormat::Json => {
-            let tmp = path.with_extension("json.tmp");
-            let bytes = serde_json::to_vec(snapshot).map_err(|e| e.to_string())?;
-            std::fs::write(&tmp, bytes).map_err(|e| e.to_string())?;
-            std::fs::rename(&tmp, path).map_err(|e| e.to_string())
         }
     }
 }

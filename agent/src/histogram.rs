@@ -102,11 +102,24 @@ impl HistSet {
     }
 }
 
+/// The set for `key` in a short list (few pools and streams: a scan beats a map).
+fn slot<K: Copy + Ord>(list: &mut Vec<(K, HistSet)>, key: K) -> &mut HistSet {
+    let i = match list.iter().position(|(k, _)| *k == key) {
+        Some(i) => i,
+        None => {
+            let i = list.partition_point(|(k, _)| *k < key);
+            list.insert(i, (key, HistSet::default()));
+            i
+        }
+    };
+    &mut list[i].1
+}
+
 /// The histograms of one device.
 #[derive(Debug, Clone, Default)]
 pub struct DeviceHistograms {
-    by_pool: BTreeMap<PoolKey, HistSet>,
-    by_stream: BTreeMap<u64, HistSet>,
+    by_pool: Vec<(PoolKey, HistSet)>,
+    by_stream: Vec<(u64, HistSet)>,
     version: u64,
 }
 
@@ -116,8 +129,8 @@ impl DeviceHistograms {
     #[inline]
     pub fn record_alloc(&mut self, pool: PoolKey, stream: u64, requested: u64, latency_ns: u32) {
         for set in [
-            self.by_pool.entry(pool).or_default(),
-            self.by_stream.entry(stream).or_default(),
+            slot(&mut self.by_pool, pool),
+            slot(&mut self.by_stream, stream),
         ] {
             record(&mut set.size, requested);
             if latency_ns > 0 {
@@ -130,14 +143,8 @@ impl DeviceHistograms {
     /// Records the lifetime of a block whose free completed.
     #[inline]
     pub fn record_lifetime(&mut self, pool: PoolKey, stream: u64, lifetime_ns: u64) {
-        record(
-            &mut self.by_pool.entry(pool).or_default().lifetime,
-            lifetime_ns,
-        );
-        record(
-            &mut self.by_stream.entry(stream).or_default().lifetime,
-            lifetime_ns,
-        );
+        record(&mut slot(&mut self.by_pool, pool).lifetime, lifetime_ns);
+        record(&mut slot(&mut self.by_stream, stream).lifetime, lifetime_ns);
         self.version += 1;
     }
 
@@ -148,13 +155,16 @@ impl DeviceHistograms {
 
     /// The histograms of one pool, if anything was recorded there.
     pub fn pool(&self, pool: PoolKey) -> Option<&HistSet> {
-        self.by_pool.get(&pool)
+        self.by_pool
+            .iter()
+            .find(|(k, _)| *k == pool)
+            .map(|(_, s)| s)
     }
 
     /// Summaries of every set, and of all pools together.
     pub fn summary(&self) -> Histograms {
         let mut all = HistSet::default();
-        for set in self.by_pool.values() {
+        for (_, set) in &self.by_pool {
             all.add(set);
         }
         Histograms {
@@ -162,16 +172,16 @@ impl DeviceHistograms {
             by_pool: self
                 .by_pool
                 .iter()
-                .map(|(&pool, set)| PoolHistograms {
-                    pool,
+                .map(|(pool, set)| PoolHistograms {
+                    pool: *pool,
                     set: set.summary(),
                 })
                 .collect(),
             by_stream: self
                 .by_stream
                 .iter()
-                .map(|(&stream, set)| StreamHistograms {
-                    stream,
+                .map(|(stream, set)| StreamHistograms {
+                    stream: *stream,
                     set: set.summary(),
                 })
                 .collect(),

@@ -29,7 +29,16 @@
 //! were lost, and the aggregator resynchronises from the allocator's own snapshot
 //! ([`DeviceMirror::resync`]).
 
-use std::collections::BTreeMap;
+//!
+//! Data structure: as in PyTorch's allocator, blocks are a doubly linked list per segment
+//! (`prev`/`next` addresses) in a hash map keyed by address, so every event of the hot path is
+//! a few O(1) lookups (an `alloc` takes the front of the free block starting at its address, a
+//! free merges with its linked neighbours). An ordered set of segment starts serves the rare
+//! range questions (overlaps, expandable segments growing into a neighbour) and the sorted
+//! output.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
 
 use allocview_alloc::caching::stats::DeviceStats;
 use allocview_alloc::event::{
@@ -76,31 +85,65 @@ pub enum MirrorError {
     },
 }
 
-/// One block of the mirror.
+/// Hashes device addresses (multiples of 512) with one multiply: SipHash is not needed for
+/// keys no attacker chooses, and costs more than the rest of an event.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct AddrHasher(u64);
+
+impl Hasher for AddrHasher {
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b) ^ self.0.rotate_left(8));
+        }
+    }
+
+    #[inline]
+    fn write_u64(&mut self, n: u64) {
+        let x = (n ^ self.0).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        self.0 = x ^ (x >> 32);
+    }
+}
+
+type AddrMap<V> = HashMap<u64, V, BuildHasherDefault<AddrHasher>>;
+
+/// One block of the mirror, linked to its neighbours in the segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct MBlock {
+    /// Start of the segment the block belongs to.
+    seg: u64,
     size: u64,
     requested: u64,
-    state: BlockState,
-    oversize: bool,
     /// When it was allocated (0: unknown, e.g. taken over from a snapshot).
     alloc_ns: u64,
+    prev: Option<u64>,
+    next: Option<u64>,
+    state: BlockState,
+    oversize: bool,
 }
 
 impl MBlock {
-    fn free(size: u64) -> MBlock {
+    fn free(seg: u64, size: u64, prev: Option<u64>, next: Option<u64>) -> MBlock {
         MBlock {
+            seg,
             size,
             requested: size,
+            alloc_ns: 0,
+            prev,
+            next,
             state: BlockState::Inactive,
             oversize: false,
-            alloc_ns: 0,
         }
     }
 }
 
-/// One segment of the mirror; blocks keyed by address tile it.
-#[derive(Debug, Clone)]
+/// One segment of the mirror; its first block starts at its address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct MSegment {
     size: u64,
     stream: u64,
@@ -108,7 +151,7 @@ struct MSegment {
     small: bool,
     expandable: bool,
     oversize: bool,
-    blocks: BTreeMap<u64, MBlock>,
+    blocks: u32,
 }
 
 /// Per-stream counters (signed so that an inconsistent event can never wrap).
@@ -137,9 +180,12 @@ pub struct Applied {
 #[derive(Debug, Clone)]
 pub struct DeviceMirror {
     device: i32,
-    segments: BTreeMap<u64, MSegment>,
+    blocks: AddrMap<MBlock>,
+    segments: AddrMap<MSegment>,
+    starts: BTreeSet<u64>,
     stats: DeviceStats,
-    streams: BTreeMap<u64, StreamAcc>,
+    /// Few streams: a vector beats a map.
+    streams: Vec<(u64, StreamAcc)>,
     max_split_size: Option<u64>,
     version: u64,
     frames: Frames,
@@ -156,15 +202,23 @@ pub fn pool_key(e: &Event) -> PoolKey {
     }
 }
 
-/// The pool key of a snapshot segment: a private pool when its id is not `(0, 0)` (named by
-/// the non-zero half, as events carry one id).
+/// The pool key of a snapshot segment: a private pool when its id is not `(0, 0)`, named by
+/// the first half as events carry it.
 pub fn segment_pool_key(seg: &SegmentInfo) -> PoolKey {
     match seg.segment_pool_id {
         (0, 0) => match seg.segment_type {
             SegmentType::Small => PoolKey::Small,
             SegmentType::Large => PoolKey::Large,
         },
-        (0, id) | (id, _) => PoolKey::Private(id),
+        (id, _) => PoolKey::Private(id),
+    }
+}
+
+fn applied(pool: PoolKey) -> Applied {
+    Applied {
+        pool: Some(pool),
+        layout_changed: true,
+        ..Applied::default()
     }
 }
 
@@ -173,12 +227,14 @@ impl DeviceMirror {
     pub fn new(device: i32, max_split_size: Option<u64>) -> DeviceMirror {
         DeviceMirror {
             device,
-            segments: BTreeMap::new(),
+            blocks: AddrMap::default(),
+            segments: AddrMap::default(),
+            starts: BTreeSet::new(),
             stats: DeviceStats {
                 max_split_size: max_split_size.map_or(-1, |m| m as i64),
                 ..DeviceStats::default()
             },
-            streams: BTreeMap::new(),
+            streams: Vec::new(),
             max_split_size,
             version: 0,
             frames: no_frames(),
@@ -204,8 +260,20 @@ impl DeviceMirror {
         e.flags & FLAG_OVERSIZE != 0 || self.max_split_size.is_some_and(|m| e.size >= m)
     }
 
+    #[inline]
     fn stream(&mut self, stream: u64, time_ns: u64) -> &mut StreamAcc {
-        let s = self.streams.entry(stream).or_default();
+        let i = match self.streams.iter().position(|(s, _)| *s == stream) {
+            Some(i) => i,
+            None => {
+                self.streams.push((stream, StreamAcc::default()));
+                self.streams.sort_by_key(|(s, _)| *s);
+                self.streams
+                    .iter()
+                    .position(|(s, _)| *s == stream)
+                    .expect("just inserted")
+            }
+        };
+        let s = &mut self.streams[i].1;
         s.last_event_ns = s.last_event_ns.max(time_ns);
         s
     }
@@ -213,15 +281,15 @@ impl DeviceMirror {
     /// Applies one event. On error the mirror is unchanged.
     pub fn apply(&mut self, e: &Event) -> Result<Applied, MirrorError> {
         let applied = match e.action {
+            EventAction::Alloc => self.alloc(e)?,
+            EventAction::FreeRequested => self.free_requested(e)?,
+            EventAction::FreeCompleted => self.free_completed(e)?,
             EventAction::SegmentAlloc if e.flags & FLAG_EXPANDABLE != 0 => self.map(e)?,
             EventAction::SegmentAlloc => self.segment_alloc(e)?,
             EventAction::SegmentFree if e.flags & FLAG_EXPANDABLE != 0 => self.unmap(e)?,
             EventAction::SegmentFree => self.segment_free(e)?,
             EventAction::SegmentMap => self.map(e)?,
             EventAction::SegmentUnmap => self.unmap(e)?,
-            EventAction::Alloc => self.alloc(e)?,
-            EventAction::FreeRequested => self.free_requested(e)?,
-            EventAction::FreeCompleted => self.free_completed(e)?,
             EventAction::Oom => {
                 self.stats.num_ooms += 1;
                 Applied::default()
@@ -253,104 +321,68 @@ impl DeviceMirror {
     /// `peak = current` for the stats and every stream.
     pub fn reset_peaks(&mut self) {
         self.stats.reset_peak();
-        for s in self.streams.values_mut() {
+        for (_, s) in &mut self.streams {
             s.peak_allocated = s.allocated;
         }
     }
 
+    /// The start of the segment containing `addr`.
     fn segment_at(&self, addr: u64) -> Option<u64> {
-        let (&a, s) = self.segments.range(..=addr).next_back()?;
-        (addr < a + s.size).then_some(a)
+        let &a = self.starts.range(..=addr).next_back()?;
+        (addr < a + self.segments[&a].size).then_some(a)
     }
 
     fn overlaps(&self, addr: u64, size: u64) -> bool {
-        let end = addr + size;
-        if let Some((&a, s)) = self.segments.range(..end).next_back() {
-            return a + s.size > addr;
-        }
-        false
+        let end = addr.saturating_add(size);
+        self.starts
+            .range(..end)
+            .next_back()
+            .is_some_and(|&a| a + self.segments[&a].size > addr)
     }
 
-    fn segment_alloc(&mut self, e: &Event) -> Result<Applied, MirrorError> {
-        if e.size == 0 || self.overlaps(e.addr, e.size) {
-            return Err(MirrorError::Overlap {
-                action: e.action.as_str(),
-                addr: e.addr,
-                size: e.size,
-            });
+    /// The block containing `addr`: by exact address (the hot path), else by walking its
+    /// segment.
+    fn block_containing(&self, addr: u64) -> Option<u64> {
+        if self.blocks.contains_key(&addr) {
+            return Some(addr);
         }
-        let small = e.pool == EventPool::Small;
-        let oversize = self.oversize(e);
-        let mut blocks = BTreeMap::new();
-        blocks.insert(e.addr, MBlock::free(e.size));
-        self.segments.insert(
-            e.addr,
-            MSegment {
-                size: e.size,
-                stream: e.stream,
-                pool: pool_key(e),
-                small,
-                expandable: false,
-                oversize,
-                blocks,
-            },
-        );
-        self.stats.segment.update_pool(small, 1);
-        self.stats.reserved_bytes.update_pool(small, e.size as i64);
-        self.stats.num_device_alloc += 1;
-        if oversize {
-            self.stats.oversize_segments.update(1);
+        let mut at = Some(self.segment_at(addr)?);
+        while let Some(a) = at {
+            let b = &self.blocks[&a];
+            if addr < a + b.size {
+                return Some(a);
+            }
+            at = b.next;
         }
-        self.stream(e.stream, e.time_ns).reserved += e.size as i64;
-        Ok(Applied {
-            pool: Some(pool_key(e)),
-            layout_changed: true,
-            ..Applied::default()
-        })
+        None
     }
 
-    fn segment_free(&mut self, e: &Event) -> Result<Applied, MirrorError> {
-        let fits = self.segments.get(&e.addr).is_some_and(|s| {
-            s.size == e.size
-                && !s.expandable
-                && s.blocks.len() == 1
-                && s.blocks.values().all(|b| b.state == BlockState::Inactive)
-        });
-        if !fits {
-            return Err(MirrorError::NoSuchBlock {
-                action: e.action.as_str(),
-                addr: e.addr,
-                size: e.size,
-                wanted: "whole free segment",
-            });
+    /// Links `next.prev` to `to` when `next` exists.
+    fn set_prev(&mut self, next: Option<u64>, to: u64) {
+        if let Some(n) = next
+            && let Some(nb) = self.blocks.get_mut(&n)
+        {
+            nb.prev = Some(to);
         }
-        let seg = self.segments.remove(&e.addr).expect("checked above");
-        self.stats.segment.update_pool(seg.small, -1);
-        self.stats
-            .reserved_bytes
-            .update_pool(seg.small, -(seg.size as i64));
-        self.stats.num_device_free += 1;
-        if seg.oversize {
-            self.stats.oversize_segments.update(-1);
+    }
+
+    /// Links `prev.next` to `to` when `prev` exists.
+    fn set_next(&mut self, prev: Option<u64>, to: u64) {
+        if let Some(p) = prev
+            && let Some(pb) = self.blocks.get_mut(&p)
+        {
+            pb.next = Some(to);
         }
-        self.stream(seg.stream, e.time_ns).reserved -= seg.size as i64;
-        Ok(Applied {
-            pool: Some(seg.pool),
-            layout_changed: true,
-            ..Applied::default()
-        })
     }
 
     /// Free blocks of a split, non-expandable segment count as inactive split.
-    fn split_contribution(seg: &MSegment, addrs: &[u64]) -> (i64, i64) {
-        if seg.expandable || seg.blocks.len() <= 1 {
+    fn split_contribution(seg: &MSegment, free: &[Option<u64>]) -> (i64, i64) {
+        if seg.expandable || seg.blocks <= 1 {
             return (0, 0);
         }
-        addrs
-            .iter()
-            .filter_map(|a| seg.blocks.get(a))
-            .filter(|b| b.state == BlockState::Inactive)
-            .fold((0, 0), |(n, bytes), b| (n + 1, bytes + b.size as i64))
+        free.iter()
+            .flatten()
+            .fold((0, 0), |(n, bytes), &size| (n + 1, bytes + size as i64))
     }
 
     fn apply_split_delta(&mut self, small: bool, before: (i64, i64), after: (i64, i64)) {
@@ -363,6 +395,74 @@ impl DeviceMirror {
         }
     }
 
+    fn segment_alloc(&mut self, e: &Event) -> Result<Applied, MirrorError> {
+        if e.size == 0 || self.overlaps(e.addr, e.size) {
+            return Err(MirrorError::Overlap {
+                action: e.action.as_str(),
+                addr: e.addr,
+                size: e.size,
+            });
+        }
+        let small = e.pool == EventPool::Small;
+        let oversize = self.oversize(e);
+        let pool = pool_key(e);
+        self.blocks
+            .insert(e.addr, MBlock::free(e.addr, e.size, None, None));
+        self.segments.insert(
+            e.addr,
+            MSegment {
+                size: e.size,
+                stream: e.stream,
+                pool,
+                small,
+                expandable: false,
+                oversize,
+                blocks: 1,
+            },
+        );
+        self.starts.insert(e.addr);
+        self.stats.segment.update_pool(small, 1);
+        self.stats.reserved_bytes.update_pool(small, e.size as i64);
+        self.stats.num_device_alloc += 1;
+        if oversize {
+            self.stats.oversize_segments.update(1);
+        }
+        self.stream(e.stream, e.time_ns).reserved += e.size as i64;
+        Ok(applied(pool))
+    }
+
+    fn segment_free(&mut self, e: &Event) -> Result<Applied, MirrorError> {
+        let fits = self
+            .segments
+            .get(&e.addr)
+            .is_some_and(|s| s.size == e.size && !s.expandable && s.blocks == 1)
+            && self
+                .blocks
+                .get(&e.addr)
+                .is_some_and(|b| b.state == BlockState::Inactive && b.size == e.size);
+        if !fits {
+            return Err(MirrorError::NoSuchBlock {
+                action: e.action.as_str(),
+                addr: e.addr,
+                size: e.size,
+                wanted: "whole free segment",
+            });
+        }
+        let seg = self.segments.remove(&e.addr).expect("checked above");
+        self.blocks.remove(&e.addr);
+        self.starts.remove(&e.addr);
+        self.stats.segment.update_pool(seg.small, -1);
+        self.stats
+            .reserved_bytes
+            .update_pool(seg.small, -(seg.size as i64));
+        self.stats.num_device_free += 1;
+        if seg.oversize {
+            self.stats.oversize_segments.update(-1);
+        }
+        self.stream(seg.stream, e.time_ns).reserved -= seg.size as i64;
+        Ok(applied(seg.pool))
+    }
+
     fn alloc(&mut self, e: &Event) -> Result<Applied, MirrorError> {
         let not_found = || MirrorError::NoSuchBlock {
             action: e.action.as_str(),
@@ -370,43 +470,59 @@ impl DeviceMirror {
             size: e.size,
             wanted: "free",
         };
-        let seg_addr = self.segment_at(e.addr).ok_or(MirrorError::UnknownSegment {
-            action: e.action.as_str(),
-            addr: e.addr,
-        })?;
-        let oversize = self.oversize(e);
-        let seg = self.segments.get_mut(&seg_addr).expect("found above");
-        let (&b_addr, &b) = seg
-            .blocks
-            .range(..=e.addr)
-            .next_back()
-            .ok_or_else(not_found)?;
-        if b.state != BlockState::Inactive || e.size == 0 || b_addr + b.size < e.addr + e.size {
+        let b_addr = self
+            .block_containing(e.addr)
+            .ok_or(MirrorError::UnknownSegment {
+                action: e.action.as_str(),
+                addr: e.addr,
+            })?;
+        let b = self.blocks[&b_addr];
+        let end = e.addr + e.size;
+        if b.state != BlockState::Inactive || e.size == 0 || b_addr + b.size < end {
             return Err(not_found());
         }
-        let before = Self::split_contribution(seg, &[b_addr]);
-        seg.blocks.remove(&b_addr);
-        let mut touched = [e.addr, 0, 0];
-        if e.addr > b_addr {
-            seg.blocks.insert(b_addr, MBlock::free(e.addr - b_addr));
-            touched[1] = b_addr;
+        let oversize = self.oversize(e);
+        let seg = self.segments[&b.seg];
+        let before = Self::split_contribution(&seg, &[Some(b.size)]);
+        let front = e.addr - b_addr;
+        let back = b_addr + b.size - end;
+        let mut prev = b.prev;
+        if front > 0 {
+            let fb = self.blocks.get_mut(&b_addr).expect("found above");
+            fb.size = front;
+            fb.next = Some(e.addr);
+            prev = Some(b_addr);
         }
-        let end = e.addr + e.size;
-        if b_addr + b.size > end {
-            seg.blocks.insert(end, MBlock::free(b_addr + b.size - end));
-            touched[2] = end;
-        }
-        seg.blocks.insert(
+        let next = if back > 0 {
+            self.blocks
+                .insert(end, MBlock::free(b.seg, back, Some(e.addr), b.next));
+            self.set_prev(b.next, end);
+            Some(end)
+        } else {
+            b.next
+        };
+        self.blocks.insert(
             e.addr,
             MBlock {
+                seg: b.seg,
                 size: e.size,
                 requested: e.requested,
+                alloc_ns: e.time_ns,
+                prev,
+                next,
                 state: BlockState::ActiveAllocated,
                 oversize,
-                alloc_ns: e.time_ns,
             },
         );
-        let after = Self::split_contribution(seg, &touched[..]);
+        if back == 0 {
+            self.set_prev(next, e.addr);
+        }
+        let sm = self.segments.get_mut(&b.seg).expect("found above");
+        sm.blocks += u32::from(front > 0) + u32::from(back > 0);
+        let after = Self::split_contribution(
+            sm,
+            &[(front > 0).then_some(front), (back > 0).then_some(back)],
+        );
         let (small, stream, pool) = (seg.small, seg.stream, seg.pool);
         self.apply_split_delta(small, before, after);
         let st = &mut self.stats;
@@ -423,90 +539,91 @@ impl DeviceMirror {
         s.active += e.size as i64;
         s.peak_allocated = s.peak_allocated.max(s.allocated);
         s.allocs += 1;
-        Ok(Applied {
-            pool: Some(pool),
-            layout_changed: true,
-            ..Applied::default()
-        })
+        Ok(applied(pool))
     }
 
-    fn block_at(&self, e: &Event, state: BlockState) -> Result<u64, MirrorError> {
-        let seg_addr = self.segment_at(e.addr).ok_or(MirrorError::UnknownSegment {
-            action: e.action.as_str(),
-            addr: e.addr,
-        })?;
-        let ok = self.segments[&seg_addr]
-            .blocks
-            .get(&e.addr)
-            .is_some_and(|b| b.state == state && (e.size == 0 || b.size == e.size));
-        if !ok {
-            return Err(MirrorError::NoSuchBlock {
+    fn block_in_state(&self, e: &Event, state: BlockState) -> Result<MBlock, MirrorError> {
+        match self.blocks.get(&e.addr) {
+            Some(b) if b.state == state && (e.size == 0 || b.size == e.size) => Ok(*b),
+            Some(_) => Err(MirrorError::NoSuchBlock {
                 action: e.action.as_str(),
                 addr: e.addr,
                 size: e.size,
                 wanted: state.as_str(),
-            });
+            }),
+            None => match self.segment_at(e.addr) {
+                Some(_) => Err(MirrorError::NoSuchBlock {
+                    action: e.action.as_str(),
+                    addr: e.addr,
+                    size: e.size,
+                    wanted: state.as_str(),
+                }),
+                None => Err(MirrorError::UnknownSegment {
+                    action: e.action.as_str(),
+                    addr: e.addr,
+                }),
+            },
         }
-        Ok(seg_addr)
     }
 
     fn free_requested(&mut self, e: &Event) -> Result<Applied, MirrorError> {
-        let seg_addr = self.block_at(e, BlockState::ActiveAllocated)?;
-        let seg = self.segments.get_mut(&seg_addr).expect("found above");
-        let b = seg.blocks.get_mut(&e.addr).expect("found above");
-        b.state = BlockState::ActivePendingFree;
-        let (size, oversize) = (b.size as i64, b.oversize);
-        let (small, stream, pool) = (seg.small, seg.stream, seg.pool);
-        self.stats.allocation.update_pool(small, -1);
-        self.stats.allocated_bytes.update_pool(small, -size);
-        if oversize {
+        let b = self.block_in_state(e, BlockState::ActiveAllocated)?;
+        self.blocks.get_mut(&e.addr).expect("found above").state = BlockState::ActivePendingFree;
+        let seg = self.segments[&b.seg];
+        let size = b.size as i64;
+        self.stats.allocation.update_pool(seg.small, -1);
+        self.stats.allocated_bytes.update_pool(seg.small, -size);
+        if b.oversize {
             self.stats.oversize_allocations.update(-1);
         }
-        self.stream(stream, e.time_ns).allocated -= size;
-        Ok(Applied {
-            pool: Some(pool),
-            layout_changed: true,
-            ..Applied::default()
-        })
+        self.stream(seg.stream, e.time_ns).allocated -= size;
+        Ok(applied(seg.pool))
     }
 
     fn free_completed(&mut self, e: &Event) -> Result<Applied, MirrorError> {
-        let seg_addr = self.block_at(e, BlockState::ActivePendingFree)?;
-        let seg = self.segments.get_mut(&seg_addr).expect("found above");
-        let b = *seg.blocks.get(&e.addr).expect("found above");
-        let prev = seg
-            .blocks
-            .range(..e.addr)
-            .next_back()
-            .filter(|(_, p)| p.state == BlockState::Inactive)
-            .map(|(&a, _)| a);
-        let next_addr = e.addr + b.size;
-        let next = seg
-            .blocks
-            .get(&next_addr)
-            .filter(|n| n.state == BlockState::Inactive)
-            .map(|_| next_addr);
-        let neighbours: Vec<u64> = prev.into_iter().chain(next).collect();
-        let before = Self::split_contribution(seg, &neighbours);
+        let b = self.block_in_state(e, BlockState::ActivePendingFree)?;
+        let free_at = |a: Option<u64>| {
+            a.and_then(|a| self.blocks.get(&a).map(|nb| (a, *nb)))
+                .filter(|(_, nb)| nb.state == BlockState::Inactive)
+        };
+        let prev = free_at(b.prev);
+        let next = free_at(b.next);
+        let seg = self.segments[&b.seg];
+        let before = Self::split_contribution(
+            &seg,
+            &[prev.map(|(_, p)| p.size), next.map(|(_, n)| n.size)],
+        );
         let mut start = e.addr;
         let mut size = b.size;
-        if let Some(p) = prev {
-            let pb = seg.blocks.remove(&p).expect("found above");
-            start = p;
+        let mut new_prev = b.prev;
+        let mut new_next = b.next;
+        let mut merged = 0u32;
+        if let Some((pa, pb)) = prev {
+            self.blocks.remove(&pa);
+            start = pa;
             size += pb.size;
+            new_prev = pb.prev;
+            merged += 1;
         }
-        if let Some(n) = next {
-            size += seg.blocks.remove(&n).expect("found above").size;
+        if let Some((na, nb)) = next {
+            self.blocks.remove(&na);
+            size += nb.size;
+            new_next = nb.next;
+            merged += 1;
         }
-        seg.blocks.remove(&e.addr);
-        seg.blocks.insert(
+        self.blocks.remove(&e.addr);
+        self.blocks.insert(
             start,
             MBlock {
                 requested: b.requested,
-                ..MBlock::free(size)
+                ..MBlock::free(b.seg, size, new_prev, new_next)
             },
         );
-        let after = Self::split_contribution(seg, &[start]);
+        self.set_next(new_prev, start);
+        self.set_prev(new_next, start);
+        let sm = self.segments.get_mut(&b.seg).expect("found above");
+        sm.blocks -= merged;
+        let after = Self::split_contribution(sm, &[Some(size)]);
         let (small, stream, pool) = (seg.small, seg.stream, seg.pool);
         self.apply_split_delta(small, before, after);
         self.stats.active.update_pool(small, -1);
@@ -519,9 +636,61 @@ impl DeviceMirror {
             (b.alloc_ns != 0 && e.time_ns >= b.alloc_ns).then(|| e.time_ns - b.alloc_ns);
         Ok(Applied {
             lifetime_ns,
-            pool: Some(pool),
-            layout_changed: true,
+            ..applied(pool)
         })
+    }
+
+    /// The addresses of a segment's blocks, in order.
+    fn chain(&self, seg: u64) -> Vec<u64> {
+        let mut out = Vec::new();
+        let mut at = self.blocks.contains_key(&seg).then_some(seg);
+        while let Some(a) = at {
+            out.push(a);
+            at = self.blocks[&a].next;
+        }
+        out
+    }
+
+    /// Merges the free block at `addr` with free linked neighbours (expandable segments).
+    fn merge_free_around(&mut self, addr: u64) {
+        let Some(b) = self.blocks.get(&addr).copied() else {
+            return;
+        };
+        if b.state != BlockState::Inactive {
+            return;
+        }
+        let mut start = addr;
+        let mut size = b.size;
+        let mut prev = b.prev;
+        let mut next = b.next;
+        let mut merged = 0;
+        if let Some(pa) = b.prev
+            && let Some(pb) = self.blocks.get(&pa).copied()
+            && pb.state == BlockState::Inactive
+        {
+            self.blocks.remove(&pa);
+            start = pa;
+            size += pb.size;
+            prev = pb.prev;
+            merged += 1;
+        }
+        if let Some(na) = b.next
+            && let Some(nb) = self.blocks.get(&na).copied()
+            && nb.state == BlockState::Inactive
+        {
+            self.blocks.remove(&na);
+            size += nb.size;
+            next = nb.next;
+            merged += 1;
+        }
+        self.blocks.remove(&addr);
+        self.blocks
+            .insert(start, MBlock::free(b.seg, size, prev, next));
+        self.set_next(prev, start);
+        self.set_prev(next, start);
+        if let Some(s) = self.segments.get_mut(&b.seg) {
+            s.blocks -= merged;
+        }
     }
 
     fn map(&mut self, e: &Event) -> Result<Applied, MirrorError> {
@@ -535,77 +704,56 @@ impl DeviceMirror {
         let pool = pool_key(e);
         let small = e.pool == EventPool::Small;
         let joins = |s: &MSegment| s.expandable && s.stream == e.stream && s.pool == pool;
-        let mut seg = MSegment {
-            size: e.size,
-            stream: e.stream,
-            pool,
-            small,
-            expandable: true,
-            oversize: false,
-            blocks: BTreeMap::from([(e.addr, MBlock::free(e.size))]),
-        };
-        let mut start = e.addr;
-        if let Some((&a, _)) = self
-            .segments
+        let end = e.addr + e.size;
+        let prev_seg = self
+            .starts
             .range(..e.addr)
             .next_back()
-            .filter(|(a, s)| *a + s.size == e.addr && joins(s))
-        {
-            let mut prev = self.segments.remove(&a).expect("found above");
-            prev.size += seg.size;
-            prev.blocks.append(&mut seg.blocks);
-            seg = prev;
-            start = a;
+            .copied()
+            .filter(|a| {
+                let s = &self.segments[a];
+                a + s.size == e.addr && joins(s)
+            });
+        let next_seg = self.segments.get(&end).filter(|s| joins(s)).map(|_| end);
+        let seg_start = prev_seg.unwrap_or(e.addr);
+        let prev_block = prev_seg.and_then(|p| self.chain(p).last().copied());
+        self.blocks.insert(
+            e.addr,
+            MBlock::free(seg_start, e.size, prev_block, next_seg),
+        );
+        self.set_next(prev_block, e.addr);
+        self.set_prev(next_seg, e.addr);
+        let mut seg = match prev_seg {
+            Some(p) => self.segments[&p],
+            None => MSegment {
+                size: 0,
+                stream: e.stream,
+                pool,
+                small,
+                expandable: true,
+                oversize: false,
+                blocks: 0,
+            },
+        };
+        seg.size += e.size;
+        seg.blocks += 1;
+        if let Some(n) = next_seg {
+            let ns = self.segments.remove(&n).expect("found above");
+            self.starts.remove(&n);
+            for a in self.chain(n) {
+                self.blocks.get_mut(&a).expect("chained").seg = seg_start;
+            }
+            seg.size += ns.size;
+            seg.blocks += ns.blocks;
         }
-        let end = e.addr + e.size;
-        if self.segments.get(&end).is_some_and(joins) {
-            let mut next = self.segments.remove(&end).expect("found above");
-            seg.size += next.size;
-            seg.blocks.append(&mut next.blocks);
-        }
-        // Merge the new free range with free neighbours, as PyTorch merges a freshly mapped
-        // block with the free blocks beside it.
-        Self::merge_free_at(&mut seg, e.addr);
-        if let Some((&a, _)) = seg.blocks.range(..=e.addr).next_back() {
-            Self::merge_free_at(&mut seg, a);
-        }
-        self.segments.insert(start, seg);
+        self.segments.insert(seg_start, seg);
+        self.starts.insert(seg_start);
+        // A freshly mapped block merges with the free blocks beside it, as in PyTorch.
+        self.merge_free_around(e.addr);
         self.stats.reserved_bytes.update_pool(small, e.size as i64);
         self.stats.num_device_alloc += 1;
         self.stream(e.stream, e.time_ns).reserved += e.size as i64;
-        Ok(Applied {
-            pool: Some(pool),
-            layout_changed: true,
-            ..Applied::default()
-        })
-    }
-
-    /// Merges the free block at `addr` (if free) with a free block right after it, and a free
-    /// block right before it with it.
-    fn merge_free_at(seg: &mut MSegment, addr: u64) {
-        let Some(b) = seg.blocks.get(&addr).copied() else {
-            return;
-        };
-        if b.state != BlockState::Inactive {
-            return;
-        }
-        let mut start = addr;
-        let mut size = b.size;
-        if let Some((&p, pb)) = seg.blocks.range(..addr).next_back()
-            && pb.state == BlockState::Inactive
-            && p + pb.size == addr
-        {
-            start = p;
-            size += pb.size;
-        }
-        if let Some(nb) = seg.blocks.get(&(addr + b.size))
-            && nb.state == BlockState::Inactive
-        {
-            size += nb.size;
-            seg.blocks.remove(&(addr + b.size));
-        }
-        seg.blocks.remove(&addr);
-        seg.blocks.insert(start, MBlock::free(size));
+        Ok(applied(pool))
     }
 
     fn unmap(&mut self, e: &Event) -> Result<Applied, MirrorError> {
@@ -615,17 +763,15 @@ impl DeviceMirror {
             size: e.size,
             wanted: "free mapped",
         };
-        let seg_addr = self.segment_at(e.addr).ok_or(MirrorError::UnknownSegment {
-            action: e.action.as_str(),
-            addr: e.addr,
-        })?;
-        let seg = &self.segments[&seg_addr];
+        let b_addr = self
+            .block_containing(e.addr)
+            .ok_or(MirrorError::UnknownSegment {
+                action: e.action.as_str(),
+                addr: e.addr,
+            })?;
+        let b = self.blocks[&b_addr];
+        let seg = self.segments[&b.seg];
         let end = e.addr + e.size;
-        let (&b_addr, &b) = seg
-            .blocks
-            .range(..=e.addr)
-            .next_back()
-            .ok_or_else(not_found)?;
         if !seg.expandable
             || b.state != BlockState::Inactive
             || e.size == 0
@@ -633,41 +779,69 @@ impl DeviceMirror {
         {
             return Err(not_found());
         }
-        let mut seg = self.segments.remove(&seg_addr).expect("found above");
-        seg.blocks.remove(&b_addr);
-        if e.addr > b_addr {
-            seg.blocks.insert(b_addr, MBlock::free(e.addr - b_addr));
-        }
-        if b_addr + b.size > end {
-            seg.blocks.insert(end, MBlock::free(b_addr + b.size - end));
-        }
-        let tail_blocks = seg.blocks.split_off(&end);
-        let seg_end = seg_addr + seg.size;
-        let (small, stream, pool) = (seg.small, seg.stream, seg.pool);
-        if seg_end > end {
+        let seg_start = b.seg;
+        let seg_end = seg_start + seg.size;
+        self.blocks.remove(&b_addr);
+        // The part before the cut keeps the segment's start; the part after starts a new one.
+        let head_last = if e.addr > b_addr {
+            self.blocks.insert(
+                b_addr,
+                MBlock::free(seg_start, e.addr - b_addr, b.prev, None),
+            );
+            self.set_next(b.prev, b_addr);
+            Some(b_addr)
+        } else {
+            if let Some(p) = b.prev {
+                self.blocks.get_mut(&p).expect("linked").next = None;
+            }
+            b.prev
+        };
+        let tail_first = if b_addr + b.size > end {
+            self.blocks
+                .insert(end, MBlock::free(end, b_addr + b.size - end, None, b.next));
+            self.set_prev(b.next, end);
+            Some(end)
+        } else {
+            if let Some(n) = b.next {
+                self.blocks.get_mut(&n).expect("linked").prev = None;
+            }
+            b.next
+        };
+        self.segments.remove(&seg_start);
+        self.starts.remove(&seg_start);
+        if head_last.is_some() {
+            let n = self.chain(seg_start).len() as u32;
             self.segments.insert(
-                end,
+                seg_start,
                 MSegment {
-                    size: seg_end - end,
-                    blocks: tail_blocks,
-                    ..seg.clone()
+                    size: e.addr - seg_start,
+                    blocks: n,
+                    ..seg
                 },
             );
+            self.starts.insert(seg_start);
         }
-        if e.addr > seg_addr {
-            seg.size = e.addr - seg_addr;
-            self.segments.insert(seg_addr, seg);
+        if let Some(t) = tail_first {
+            let chain = self.chain(t);
+            for a in &chain {
+                self.blocks.get_mut(a).expect("chained").seg = t;
+            }
+            self.segments.insert(
+                t,
+                MSegment {
+                    size: seg_end - t,
+                    blocks: chain.len() as u32,
+                    ..seg
+                },
+            );
+            self.starts.insert(t);
         }
         self.stats
             .reserved_bytes
-            .update_pool(small, -(e.size as i64));
+            .update_pool(seg.small, -(e.size as i64));
         self.stats.num_device_free += 1;
-        self.stream(stream, e.time_ns).reserved -= e.size as i64;
-        Ok(Applied {
-            pool: Some(pool),
-            layout_changed: true,
-            ..Applied::default()
-        })
+        self.stream(seg.stream, e.time_ns).reserved -= e.size as i64;
+        Ok(applied(seg.pool))
     }
 
     /// Replaces the mirror by the allocator's own view: the segments of `snapshot` on this
@@ -676,24 +850,26 @@ impl DeviceMirror {
     pub fn resync(&mut self, snapshot: &Snapshot, stats: DeviceStats) {
         self.max_split_size = (stats.max_split_size >= 0).then_some(stats.max_split_size as u64);
         let oversize = |size: u64| self.max_split_size.is_some_and(|m| size >= m);
-        let mut segments = BTreeMap::new();
+        let mut blocks = AddrMap::default();
+        let mut segments = AddrMap::default();
+        let mut starts = BTreeSet::new();
         for s in snapshot.segments.iter().filter(|s| s.device == self.device) {
-            let blocks = s
-                .blocks
-                .iter()
-                .map(|b| {
-                    (
-                        b.address,
-                        MBlock {
-                            size: b.size,
-                            requested: b.requested_size,
-                            state: b.state,
-                            oversize: b.state == BlockState::ActiveAllocated && oversize(b.size),
-                            alloc_ns: 0,
-                        },
-                    )
-                })
-                .collect();
+            let n = s.blocks.len();
+            for (i, b) in s.blocks.iter().enumerate() {
+                blocks.insert(
+                    b.address,
+                    MBlock {
+                        seg: s.address,
+                        size: b.size,
+                        requested: b.requested_size,
+                        alloc_ns: 0,
+                        prev: (i > 0).then(|| s.blocks[i - 1].address),
+                        next: (i + 1 < n).then(|| s.blocks[i + 1].address),
+                        state: b.state,
+                        oversize: b.state == BlockState::ActiveAllocated && oversize(b.size),
+                    },
+                );
+            }
             segments.insert(
                 s.address,
                 MSegment {
@@ -703,38 +879,51 @@ impl DeviceMirror {
                     small: s.segment_type == SegmentType::Small,
                     expandable: s.is_expandable,
                     oversize: !s.is_expandable && oversize(s.total_size),
-                    blocks,
+                    blocks: n as u32,
                 },
             );
+            starts.insert(s.address);
         }
+        self.blocks = blocks;
         self.segments = segments;
+        self.starts = starts;
         self.stats = stats;
-        for s in self.streams.values_mut() {
+        for (_, s) in &mut self.streams {
             s.allocated = 0;
             s.active = 0;
             s.reserved = 0;
         }
-        for seg in self.segments.values() {
-            let acc = self.streams.entry(seg.stream).or_default();
-            acc.reserved += seg.size as i64;
-            for b in seg.blocks.values() {
+        let segs: Vec<(u64, MSegment)> =
+            self.starts.iter().map(|a| (*a, self.segments[a])).collect();
+        for (start, seg) in segs {
+            let chain = self.chain(start);
+            let (mut allocated, mut active) = (0i64, 0i64);
+            for a in chain {
+                let b = &self.blocks[&a];
                 if b.state == BlockState::ActiveAllocated {
-                    acc.allocated += b.size as i64;
+                    allocated += b.size as i64;
                 }
                 if b.state.is_active() {
-                    acc.active += b.size as i64;
+                    active += b.size as i64;
                 }
             }
-            acc.peak_allocated = acc.peak_allocated.max(acc.allocated);
+            let acc = self.stream(seg.stream, 0);
+            acc.reserved += seg.size as i64;
+            acc.allocated += allocated;
+            acc.active += active;
+        }
+        for (_, s) in &mut self.streams {
+            s.peak_allocated = s.peak_allocated.max(s.allocated);
         }
         self.version += 1;
     }
 
     /// The mirror as snapshot segments, sorted by address.
     pub fn segments(&self) -> Vec<SegmentInfo> {
-        self.segments
+        self.starts
             .iter()
-            .map(|(&addr, s)| {
+            .map(|&addr| {
+                let s = &self.segments[&addr];
                 let mut info = SegmentInfo {
                     device: self.device,
                     address: addr,
@@ -748,15 +937,17 @@ impl DeviceMirror {
                     } else {
                         SegmentType::Large
                     },
+                    // Events carry the first half of a private pool's id only.
                     segment_pool_id: match s.pool {
-                        PoolKey::Private(id) => (0, id),
+                        PoolKey::Private(id) => (id, 0),
                         _ => (0, 0),
                     },
                     is_expandable: s.expandable,
                     frames: self.frames.clone(),
-                    blocks: Vec::with_capacity(s.blocks.len()),
+                    blocks: Vec::with_capacity(s.blocks as usize),
                 };
-                for (&a, b) in &s.blocks {
+                for a in self.chain(addr) {
+                    let b = &self.blocks[&a];
                     if b.state == BlockState::ActiveAllocated {
                         info.allocated_size += b.size;
                         info.requested_size += b.requested;
@@ -780,9 +971,8 @@ impl DeviceMirror {
 
     /// The largest free block (0 when there is none).
     pub fn largest_free_block(&self) -> u64 {
-        self.segments
+        self.blocks
             .values()
-            .flat_map(|s| s.blocks.values())
             .filter(|b| b.state == BlockState::Inactive)
             .map(|b| b.size)
             .max()
@@ -794,7 +984,7 @@ impl DeviceMirror {
         let pos = |v: i64| v.max(0) as u64;
         self.streams
             .iter()
-            .map(|(&stream, s)| StreamUsage {
+            .map(|&(stream, s)| StreamUsage {
                 stream,
                 allocated: pos(s.allocated),
                 active: pos(s.active),
@@ -812,14 +1002,15 @@ impl DeviceMirror {
             .into_iter()
             .map(|p| (p, PoolUsage::empty(p)))
             .collect();
-        for seg in self.segments.values() {
+        for (start, seg) in &self.segments {
             let u = pools
                 .entry(seg.pool)
                 .or_insert_with(|| PoolUsage::empty(seg.pool));
             u.segments += 1;
             u.reserved += seg.size;
-            let split = !seg.expandable && seg.blocks.len() > 1;
-            for b in seg.blocks.values() {
+            let split = !seg.expandable && seg.blocks > 1;
+            for a in self.chain(*start) {
+                let b = &self.blocks[&a];
                 match b.state {
                     BlockState::ActiveAllocated => {
                         u.allocated += b.size;

@@ -52,6 +52,20 @@ struct Builder {
 }
 
 impl Builder {
+    /// A metric without labels (written without braces, which some parsers need).
+    fn plain_gauge(&mut self, name: &str, help: &str, v: i64) {
+        let g = Gauge::<i64, AtomicI64>::default();
+        g.set(v);
+        self.registry.register(name, help, g);
+    }
+
+    /// A counter without labels.
+    fn plain_counter(&mut self, name: &str, help: &str, v: u64) {
+        let c = Counter::<u64, AtomicU64>::default();
+        c.inc_by(v);
+        self.registry.register(name, help, c);
+    }
+
     fn gauge(&mut self, name: &str, help: &str, l: Labels, v: i64) {
         let fam = match self.gauges.iter().find(|(n, _)| n == name) {
             Some((_, f)) => f.clone(),
@@ -228,30 +242,26 @@ pub fn render(state: &AgentState) -> String {
         }
     }
     if let Some(h) = &state.host {
-        b.gauge(
+        b.plain_gauge(
             "allocview_host_allocations",
             "Live CPU heap allocations",
-            vec![],
             h.allocations.current,
         );
-        b.gauge(
+        b.plain_gauge(
             "allocview_host_allocated_bytes",
             "Live CPU heap bytes",
-            vec![],
             h.bytes.current,
         );
-        b.gauge(
+        b.plain_gauge(
             "allocview_host_allocated_bytes_peak",
             "Highest live CPU heap bytes",
-            vec![],
             h.bytes.peak,
         );
     }
     let p = &state.pipeline;
-    b.counter(
+    b.plain_counter(
         "allocview_events_ingested",
         "Events the aggregator folded in",
-        vec![],
         p.events_ingested,
     );
     if p.dropped_by_action.is_empty() {
@@ -270,46 +280,39 @@ pub fn render(state: &AgentState) -> String {
             *n,
         );
     }
-    b.counter(
+    b.plain_counter(
         "allocview_resyncs",
         "Resynchronisations from the allocator after drops",
-        vec![],
         p.resyncs,
     );
-    b.counter(
+    b.plain_counter(
         "allocview_inconsistent_events",
         "Events that did not fit the mirror",
-        vec![],
         p.inconsistencies,
     );
-    b.counter(
+    b.plain_counter(
         "allocview_oom_records",
         "OOMs the agent recorded",
-        vec![],
         state.ooms.len() as u64,
     );
-    b.counter(
+    b.plain_counter(
         "allocview_oom_dumps_written",
         "OOM dumps written",
-        vec![],
         p.dumps_written,
     );
-    b.counter(
+    b.plain_counter(
         "allocview_oom_dump_failures",
         "OOM dumps that could not be written",
-        vec![],
         p.dump_failures,
     );
-    b.gauge(
+    b.plain_gauge(
         "allocview_attach_clients",
         "Attach clients connected",
-        vec![],
         p.clients as i64,
     );
-    b.gauge(
+    b.plain_gauge(
         "allocview_channel_capacity",
         "Capacity of the event channel",
-        vec![],
         p.channel_capacity as i64,
     );
     let mut out = String::new();

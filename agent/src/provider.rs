@@ -1,6 +1,8 @@
 //! [`SnapshotProvider`]: how the agent asks an allocator for its own view, for OOM dumps, for
 //! resynchronising after dropped events, and for clients' snapshot and reset requests.
 
+use allocview_alloc::caching::CachingAllocator;
+use allocview_alloc::caching::backend::DeviceBackend;
 use allocview_alloc::caching::stats::DeviceStats;
 use allocview_alloc::snapshot::Snapshot;
 
@@ -15,7 +17,18 @@ pub trait SnapshotProvider: Send + Sync {
     fn device(&self) -> i32;
 
     /// The allocator's snapshot (segments, blocks, trace).
+    ///
+    /// When [`marks_snapshots`](Self::marks_snapshots) is true, taking it publishes a
+    /// `snapshot` event into the sink under the same lock, as
+    /// [`CachingAllocator::snapshot`] does: events before that marker are in the snapshot,
+    /// events after it are not, which lets the agent resynchronise without counting any event
+    /// twice.
     fn snapshot(&self) -> Snapshot;
+
+    /// Whether [`snapshot`](Self::snapshot) publishes the marker event (default true).
+    fn marks_snapshots(&self) -> bool {
+        true
+    }
 
     /// The allocator's own counters.
     fn device_stats(&self) -> DeviceStats;
@@ -27,5 +40,28 @@ pub trait SnapshotProvider: Send + Sync {
     /// `(total device memory, memory the allocator may use when limited)`, when known.
     fn memory_info(&self) -> Option<(u64, Option<u64>)> {
         None
+    }
+}
+
+impl<B: DeviceBackend> SnapshotProvider for CachingAllocator<B> {
+    fn device(&self) -> i32 {
+        CachingAllocator::device(self)
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        CachingAllocator::snapshot(self)
+    }
+
+    fn device_stats(&self) -> DeviceStats {
+        CachingAllocator::device_stats(self)
+    }
+
+    fn reset_peak_stats(&self) {
+        CachingAllocator::reset_peak_stats(self)
+    }
+
+    fn memory_info(&self) -> Option<(u64, Option<u64>)> {
+        let (_, total) = self.backend().mem_get_info().ok()?;
+        Some((total, None))
     }
 }

@@ -31,12 +31,173 @@
 //! (a success is given back at once: the program never had that block).
 
 pub mod bytes;
+pub mod engine;
 pub mod initial;
 pub mod plan;
 pub mod report;
 pub mod rmm;
+pub mod what_if;
+
+use std::path::Path;
+
+use allocview_alloc::caching::AllocatorConfig;
+use allocview_alloc::snapshot::{Snapshot, TraceAction};
 
 pub use bytes::{BytesError, parse_bytes};
+pub use engine::{Placement, ReplayError, RunOptions, RunResult, recorded_config};
 pub use initial::{InitialBlock, InitialSegment, InitialState};
 pub use report::{Divergence, Fidelity, InitialSummary, OomEvent, ReplayReport, RunFigures};
 pub use rmm::{RmmError, is_rmm_log, parse_rmm_log};
+pub use what_if::{WhatIfOutcome, what_if_avoided};
+
+/// Column label of the recorded run.
+pub const RECORDED_LABEL: &str = "recorded";
+
+/// A file replay cannot read.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// An RMM log with a bad row.
+    #[error(transparent)]
+    Rmm(#[from] RmmError),
+    /// A snapshot file that did not parse.
+    #[error("{0}")]
+    Snapshot(String),
+}
+
+/// Reads a trace: an RMM log (detected by its header) or a snapshot file (PyTorch pickle or
+/// allocview JSON).
+///
+/// # Errors
+/// [`LoadError`] naming the file and the problem.
+pub fn load(path: &Path) -> Result<Snapshot, LoadError> {
+    let bytes = std::fs::read(path).map_err(|source| LoadError::Io {
+        path: path.display().to_string(),
+        source,
+    })?;
+    if is_rmm_log(&bytes) {
+        let text = String::from_utf8_lossy(&bytes);
+        return Ok(parse_rmm_log(&text)?);
+    }
+    crate::snapshot_file::from_bytes(&bytes)
+        .map_err(|e| LoadError::Snapshot(format!("{}: {e}", path.display())))
+}
+
+/// What to replay.
+#[derive(Debug, Clone, Default)]
+pub struct ReplaySettings {
+    /// Settings for what-if runs (PyTorch's syntax), one run each.
+    pub configs: Vec<String>,
+    /// Device capacity; `None`: the file's, else unlimited.
+    pub device_memory: Option<u64>,
+    /// Keep the fidelity run's own trace for [`ReplayOutput::replayed`].
+    pub keep_history: bool,
+}
+
+/// A replay's report and the replayed run.
+#[derive(Debug, Clone)]
+pub struct ReplayOutput {
+    /// Fidelity and the runs side by side.
+    pub report: ReplayReport,
+    /// The fidelity run as a snapshot (its final segments, and its trace with
+    /// `keep_history`).
+    pub replayed: Snapshot,
+}
+
+/// Replays a snapshot's trace: the fidelity run, then one what-if run per config.
+///
+/// `progress(done, total)` counts events over all runs.
+///
+/// # Errors
+/// [`ReplayError::NoTrace`] for a file without a trace, [`ReplayError::Config`] for a settings
+/// string that does not parse, [`ReplayError::Device`] when the simulated device fails.
+pub fn replay(
+    snapshot: &Snapshot,
+    settings: &ReplaySettings,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<ReplayOutput, ReplayError> {
+    let trace = engine::trace_index(snapshot).ok_or(ReplayError::NoTrace(0))?;
+    let entries = &snapshot.device_traces[trace];
+    let configs = settings
+        .configs
+        .iter()
+        .map(|c| {
+            AllocatorConfig::parse(c).map_err(|e| ReplayError::Config {
+                config: c.clone(),
+                message: e.to_string(),
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let recorded = recorded_config(snapshot).map_err(|message| ReplayError::Config {
+        config: "allocator_settings of the file".into(),
+        message,
+    })?;
+    let device_memory = settings
+        .device_memory
+        .or_else(|| snapshot.devices.iter().find_map(|d| d.total_memory));
+    let total = entries.len() * (1 + configs.len());
+
+    let fidelity_opts = RunOptions {
+        config: recorded,
+        label: RECORDED_LABEL.into(),
+        device_memory,
+        placement: Placement::Recorded,
+        keep_history: settings.keep_history,
+    };
+    let base = engine::run(snapshot, &fidelity_opts, &mut |done| progress(done, total))?;
+    let mut recorded_run = base.figures.clone();
+    // The baseline column is the recording itself: its device mallocs and OOMs as recorded,
+    // its peaks as the fidelity replay measured them.
+    recorded_run.device_mallocs = entries
+        .iter()
+        .filter(|e| {
+            matches!(
+                e.action,
+                TraceAction::SegmentAlloc | TraceAction::SegmentMap
+            )
+        })
+        .count() as u64;
+    recorded_run.ooms = entries
+        .iter()
+        .filter(|e| e.action == TraceAction::Oom)
+        .count() as u64;
+    // OOMs the replay itself met mean its device was smaller than the recording's.
+    recorded_run.ooms += base.figures.ooms;
+    recorded_run.first_oom = base
+        .recorded_ooms
+        .first()
+        .into_iter()
+        .chain(base.figures.first_oom.as_ref())
+        .min_by_key(|o| o.index)
+        .cloned();
+    let mut runs = vec![recorded_run];
+    for (i, (label, config)) in settings.configs.iter().zip(configs).enumerate() {
+        let offset = entries.len() * (i + 1);
+        let opts = RunOptions {
+            config,
+            label: label.clone(),
+            device_memory,
+            placement: Placement::Free,
+            keep_history: false,
+        };
+        let r = engine::run(snapshot, &opts, &mut |done| progress(offset + done, total))?;
+        runs.push(r.figures);
+    }
+    Ok(ReplayOutput {
+        report: ReplayReport {
+            events: entries.len(),
+            device_memory,
+            initial: base.initial,
+            fidelity: base.fidelity,
+            runs,
+        },
+        replayed: base.snapshot,
+    })
+}

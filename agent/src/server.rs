@@ -277,13 +277,16 @@ pub(crate) struct ServerConfig {
     pub reset_peaks: Arc<dyn Fn() + Send + Sync>,
 }
 
+/// The connections being served, with the thread serving each.
+type ClientThreads = Arc<Mutex<Vec<(Conn, JoinHandle<()>)>>>;
+
 /// A running attach server.
 pub(crate) struct Server {
     addr: ListenAddr,
     stop: Arc<AtomicBool>,
     accept: Option<JoinHandle<()>>,
     remove_on_drop: Option<PathBuf>,
-    clients: Arc<Mutex<Vec<(Conn, JoinHandle<()>)>>>,
+    clients: ClientThreads,
 }
 
 fn io_err(addr: impl fmt::Display) -> impl FnOnce(io::Error) -> ServerError {
@@ -419,7 +422,7 @@ fn accept_loop(
     stop: Arc<AtomicBool>,
     cfg: Arc<ServerConfig>,
     agg: AggregatorHandle,
-    clients: Arc<Mutex<Vec<(Conn, JoinHandle<()>)>>>,
+    clients: ClientThreads,
 ) {
     loop {
         let conn = listener.accept();

@@ -11,7 +11,7 @@
 //! plain `malloc` (measured in `benches/cpu_allocators.rs`), so the block is taken with the
 //! heap's natural alignment and aligned by hand: with alignment `A` (at least 64), the block is
 //! `num_bytes + A + HEADER_SIZE` bytes; the caller's pointer is the first `A`-aligned address at
-//! least `HEADER_SIZE` bytes in, and the [`Header`] (where the block starts, the requested size,
+//! least `HEADER_SIZE` bytes in, and the header (where the block starts, the requested size,
 //! the alignment, whether it was counted) sits just below it. One pointer subtraction finds it
 //! again: no map, no lock.
 
@@ -148,6 +148,15 @@ impl CpuAllocator {
     }
 }
 
+/// Raises `max` to `value`; a plain load first, since `fetch_max` is a compare-and-swap loop
+/// even when there is nothing to raise.
+#[inline]
+fn raise(max: &AtomicUsize, value: usize) {
+    if value > max.load(Relaxed) {
+        max.fetch_max(value, Relaxed);
+    }
+}
+
 impl Allocator for CpuAllocator {
     fn name(&self) -> &str {
         "cpu"
@@ -209,9 +218,9 @@ impl Allocator for CpuAllocator {
         }
         if collect {
             self.num_allocs.fetch_add(1, Relaxed);
-            self.largest.fetch_max(num_bytes, Relaxed);
+            raise(&self.largest, num_bytes);
             if let Some(in_use) = in_use {
-                self.peak.fetch_max(in_use, Relaxed);
+                raise(&self.peak, in_use);
             }
         }
         Ok(user)

@@ -509,6 +509,26 @@ impl<A> Drop for Instrumented<A> {
     }
 }
 
+/// Runs `f` with this thread's allocations counted but not published to any sink.
+///
+/// For threads whose allocations should not become events: an observer's own thread (the
+/// agent's aggregator, a thread draining the sink), whose allocations would otherwise feed
+/// events back into the stream it is processing. It is the same per-thread flag that keeps a
+/// sink from recursing into itself; nesting is fine.
+///
+/// # Examples
+///
+/// ```
+/// use allocview_alloc::global::unpublished;
+///
+/// let report = unpublished(|| format!("{} events", 42));
+/// assert_eq!(report, "42 events");
+/// ```
+pub fn unpublished<R>(f: impl FnOnce() -> R) -> R {
+    let _guard = HookGuard::enter();
+    f()
+}
+
 /// Marks this thread as inside the sink for as long as it lives.
 struct HookGuard;
 

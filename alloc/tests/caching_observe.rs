@@ -1,8 +1,6 @@
 //! What the caching allocator tells observers: trace history and trackers, context levels,
 //! snapshots, and the events it publishes.
 
-#[path = "support/backend.rs"]
-mod backend;
 #[path = "support/builders.rs"]
 mod builders;
 
@@ -301,4 +299,28 @@ fn retries_and_ooms_are_published() {
         (10 * MIB, 30 * MIB, 30 * MIB)
     );
     assert_eq!(a.device_stats().num_alloc_retries, 2);
+}
+
+#[test]
+fn segment_frames_show_for_unsplit_segments_and_vanish_once_split_as_in_pytorch() {
+    let (a, _) = allocator();
+    counting_provider(&a);
+    a.record_history(HistoryOptions {
+        context: ContextLevel::State,
+        ..HistoryOptions::default()
+    });
+    let big = a.malloc(30 * MIB, S0).unwrap(); // its own segment, one block
+    a.malloc(512, S0).unwrap(); // the front of a split small segment
+    let snap = a.snapshot();
+    let seg_of = |p: u64| {
+        snap.segments
+            .iter()
+            .find(|s| s.address <= p && p < s.address + s.total_size)
+            .unwrap()
+    };
+    assert_eq!(seg_of(big).frames[0].name, "site0");
+    // PyTorch keeps the segment's context on the remainder block, so a split segment shows
+    // none (every multi-block segment in the real fixtures has empty frames).
+    let small = snap.segments.iter().find(|s| s.blocks.len() > 1).unwrap();
+    assert!(small.frames.is_empty());
 }

@@ -1,7 +1,5 @@
 //! Expandable segments and private (graph capture) pools.
 
-#[path = "support/backend.rs"]
-mod backend;
 #[path = "support/builders.rs"]
 mod builders;
 
@@ -197,4 +195,31 @@ fn during_a_capture_frees_with_stream_uses_wait_and_no_full_flush_happens() {
             .flat_map(|s| &s.blocks)
             .all(|b| b.state != BlockState::ActivePendingFree)
     );
+}
+
+#[test]
+fn a_snapshot_shows_one_segment_per_contiguous_mapped_range() {
+    let (a, _) = allocator_with(GIB, EXPANDABLE);
+    let x = a.malloc(30 * MIB, S0).unwrap(); // pages 0-1, [0, 30) used
+    let y = a.malloc(30 * MIB, S0).unwrap(); // [30, 60): page 2
+    let z = a.malloc(20 * MIB, S0).unwrap(); // [60, 80): page 3
+    assert_eq!((y - x, z - x), (30 * MIB, 60 * MIB));
+    a.free(y).unwrap();
+    a.empty_cache().unwrap();
+    // Only page 2, [40, 60), lies wholly inside the free [30, 60): a hole in the middle.
+    let snap = check_consistent(&a);
+    let ranges: Vec<(u64, u64)> = snap
+        .segments
+        .iter()
+        .map(|s| (s.address - x, s.total_size))
+        .collect();
+    assert_eq!(ranges, [(0, 40 * MIB), (60 * MIB, 20 * MIB)]);
+    assert_eq!(cur(&a.device_stats().reserved_bytes), 60 * MIB as i64);
+    // 15 MiB does not fit the 10 MiB free block before the hole, but with the hole mapped
+    // again it does, at the lowest address: the segment is whole again.
+    let w = a.malloc(15 * MIB, S0).unwrap();
+    assert_eq!(w, x + 30 * MIB);
+    let snap = check_consistent(&a);
+    assert_eq!(snap.segments.len(), 1);
+    assert_eq!(snap.segments[0].total_size, 80 * MIB);
 }

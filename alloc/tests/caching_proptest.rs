@@ -8,8 +8,6 @@
 //! 10,000 cases by default (`PROPTEST_CASES` overrides it); `ALLOCVIEW_LONG_PROPTEST=1` runs
 //! 1,000,000.
 
-#[path = "support/backend.rs"]
-mod backend;
 #[path = "support/builders.rs"]
 mod builders;
 
@@ -85,7 +83,7 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 /// How often (in operations) the full snapshot check runs.
-const CHECK_EVERY: usize = 8;
+const CHECK_EVERY: usize = 4;
 
 fn run(config: usize, ops: &[Op]) {
     let (conf, fraction) = CONFIGS[config];

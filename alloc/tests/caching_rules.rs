@@ -1,7 +1,5 @@
 //! One test per rule of the caching allocator spec, with the numbers worked out by hand.
 
-#[path = "support/backend.rs"]
-mod backend;
 #[path = "support/builders.rs"]
 mod builders;
 

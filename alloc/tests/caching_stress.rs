@@ -1,8 +1,6 @@
 //! Eight threads share one allocator: random allocs and frees (some cross-stream), then the
 //! stats agree with the snapshot and everything goes back to the device.
 
-#[path = "support/backend.rs"]
-mod backend;
 #[path = "support/builders.rs"]
 mod builders;
 

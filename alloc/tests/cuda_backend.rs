@@ -4,7 +4,15 @@
 //! `NoDriver`/`NoDevice`, never panic: that is checked everywhere. The real-device checks run
 //! only with `ALLOCVIEW_CUDA_TESTS=1` (on a machine with a GPU); otherwise each prints a visible
 //! "skipped: no GPU" line and passes.
+//!
+//! One more test runs everywhere a C compiler is: it builds a stand-in `libcuda.so`
+//! (`cuda_backend/fake_libcuda.c`: host memory behind device addresses, the driver's rules for
+//! handles and mappings) and runs the backend against it in a child process, checking the
+//! backend's bookkeeping (tables, rollback after a failed map, everything given back on drop).
 #![cfg(feature = "cuda")]
+
+use std::path::PathBuf;
+use std::process::Command;
 
 use allocview_alloc::caching::backend::{DeviceBackend, DeviceError, EventId, StreamId};
 use allocview_alloc::caching::cuda::{CudaBackend, MIN_VM_GRANULARITY};
@@ -216,4 +224,149 @@ fn the_backend_is_usable_from_several_threads() {
     for t in threads {
         t.join().unwrap();
     }
+}
+
+// ---- the stand-in driver ----
+
+/// Set in the child process that runs against the stand-in driver.
+const FAKE_CHILD_VAR: &str = "ALLOCVIEW_FAKE_CUDA_CHILD";
+
+/// The stand-in driver's exit report when everything was given back.
+const FAKE_ALL_RETURNED: &str = "fakecuda: live allocations 0, reservations 0, mappings 0, \
+                                 handles 0, streams 0, events 0, context refs 0, used 0";
+
+const FAKE_TEST_NAME: &str = "the_backend_keeps_its_books_on_a_stand_in_driver";
+
+#[test]
+fn the_backend_keeps_its_books_on_a_stand_in_driver() {
+    if std::env::var_os(FAKE_CHILD_VAR).is_some() {
+        stand_in_driver_scenario();
+        return;
+    }
+    let source =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/cuda_backend/fake_libcuda.c");
+    let dir = std::env::temp_dir().join(format!("allocview-fakecuda-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let lib = dir.join("libcuda.so");
+    let compiler = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let built = Command::new(&compiler)
+        .args(["-shared", "-fPIC", "-O1", "-o"])
+        .arg(&lib)
+        .arg(&source)
+        .arg("-lpthread")
+        .output();
+    let built = match built {
+        Ok(out) => out,
+        Err(err) => {
+            println!("skipped: no C compiler ({compiler}: {err}) to build the stand-in driver");
+            return;
+        }
+    };
+    assert!(
+        built.status.success(),
+        "building the stand-in driver failed:\n{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", FAKE_TEST_NAME, "--nocapture", "--test-threads=1"])
+        .env(FAKE_CHILD_VAR, "1")
+        .env("LD_LIBRARY_PATH", &dir)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let stdout = String::from_utf8_lossy(&child.stdout);
+    let stderr = String::from_utf8_lossy(&child.stderr);
+    assert!(
+        child.status.success() && stdout.contains("1 passed"),
+        "the backend failed against the stand-in driver ({}):\n{stdout}\n{stderr}",
+        child.status
+    );
+    // The stand-in reports whenever it is unloaded; cudarc's probe loads and unloads it once
+    // before the backend starts, so only the last report (at exit) counts.
+    let last_report = stdout
+        .lines()
+        .filter_map(|l| l.find("fakecuda:").map(|at| &l[at..]))
+        .next_back();
+    assert_eq!(
+        last_report,
+        Some(FAKE_ALL_RETURNED),
+        "dropping the backend did not give everything back:\n{stdout}"
+    );
+}
+
+/// Runs in the child, where `libcuda.so` is the stand-in (1 GiB, one device, 1 MiB
+/// recommended granularity).
+fn stand_in_driver_scenario() {
+    let capacity = 1u64 << 30;
+    let gpu = CudaBackend::new(0).expect("the stand-in driver opens device 0");
+    assert!(matches!(CudaBackend::new(1), Err(DeviceError::NoDevice(_))));
+    // The driver recommends 1 MiB; the backend never goes below 2 MiB.
+    let g = gpu.vm_granularity();
+    assert_eq!(g, MIN_VM_GRANULARITY);
+
+    // Segments.
+    let a = gpu.malloc(4 * MIB).unwrap();
+    assert_eq!(gpu.mem_get_info().unwrap(), (capacity - 4 * MIB, capacity));
+    gpu.memset(a, 7, 4 * MIB).unwrap();
+    let mut back = [0u8; 1024];
+    gpu.copy_to_host(a + 4 * MIB - 1024, &mut back).unwrap();
+    assert!(back.iter().all(|&x| x == 7));
+    assert!(
+        is_invalid(gpu.copy_to_host(a + 4 * MIB - 512, &mut back)),
+        "runs past the segment"
+    );
+    gpu.free(a).unwrap();
+    assert!(is_invalid(gpu.free(a)));
+    assert_eq!(
+        gpu.malloc(2 * capacity),
+        Err(DeviceError::OutOfMemory { size: 2 * capacity })
+    );
+    assert_eq!(gpu.mem_get_info().unwrap(), (capacity, capacity));
+
+    // Streams and events.
+    let s = gpu.create_stream().unwrap();
+    let e = gpu.create_event().unwrap();
+    gpu.record_event(e, s).unwrap();
+    gpu.record_event(e, StreamId::DEFAULT).unwrap();
+    assert!(gpu.query_event(e).unwrap());
+    gpu.synchronize_event(e).unwrap();
+    gpu.synchronize_device().unwrap();
+    assert!(is_invalid(gpu.record_event(e, StreamId(0x1234_5678))));
+    gpu.destroy_event(e).unwrap();
+    assert!(is_invalid(gpu.destroy_event(e)));
+
+    // Virtual memory.
+    let va = gpu.vm_reserve(16 * g).unwrap();
+    assert_eq!(va % g, 0);
+    gpu.vm_map(va, 4 * g).unwrap();
+    assert_eq!(gpu.mem_get_info().unwrap().0, capacity - 4 * g);
+    // Faults (and kills this process) unless cuMemSetAccess made the pages writable.
+    gpu.memset(va, 0x5a, 4 * g).unwrap();
+    gpu.vm_unmap(va + g, g).unwrap();
+    assert!(is_invalid(gpu.memset(va + g, 0, 512)));
+    gpu.vm_map(va + g, g).unwrap();
+    gpu.memset(va + g, 1, g).unwrap();
+    assert!(is_invalid(gpu.vm_map(va + 3 * g, 2 * g)));
+    assert!(is_invalid(gpu.vm_unmap(va + 3 * g, 2 * g)));
+    assert!(is_invalid(gpu.vm_release(va, 16 * g)));
+    assert!(is_invalid(gpu.vm_release(va, 8 * g)));
+
+    // A map that runs out of memory part-way gives back the pages it had mapped.
+    let free_before = gpu.mem_get_info().unwrap().0;
+    let pages = capacity / g;
+    let big = gpu.vm_reserve(pages * g).unwrap();
+    assert_eq!(
+        gpu.vm_map(big, pages * g),
+        Err(DeviceError::OutOfMemory { size: pages * g })
+    );
+    assert_eq!(gpu.mem_get_info().unwrap().0, free_before);
+    gpu.vm_map(big, g).unwrap();
+    gpu.vm_unmap(big, g).unwrap();
+    gpu.vm_release(big, pages * g).unwrap();
+
+    // Leave things behind: dropping the backend must give them all back.
+    let _segment = gpu.malloc(2 * MIB).unwrap();
+    let _event = gpu.create_event().unwrap();
+    let _stream = gpu.create_stream().unwrap();
+    drop(gpu);
 }

@@ -10,7 +10,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Barrier, Mutex};
 
 use allocview_alloc::event::{CPU_DEVICE, Event, EventAction, EventPool, EventSink};
-use allocview_alloc::global::{HeapStats, Instrumented, MAX_THREAD_SLOTS, PEAK_STEP_BYTES};
+use allocview_alloc::global::{
+    HeapStats, Instrumented, MAX_THREAD_SLOTS, PEAK_STEP_BYTES, unpublished,
+};
 
 const MIB: usize = 1 << 20;
 
@@ -285,4 +287,28 @@ fn stats_read_in_human_units() {
         s.to_string(),
         "in use: 1.5 KiB, peak: 2.0 MiB, total: 10 B, allocs: 3, frees: 2, reallocs: 1"
     );
+}
+
+#[test]
+fn allocations_inside_unpublished_are_counted_but_not_published() {
+    static HEAP: Instrumented<System> = Instrumented::new(System);
+    static SINK: Recorder = Recorder(Mutex::new(Vec::new()));
+    HEAP.set_sink(Some(&SINK));
+    let quiet = unpublished(|| {
+        let p = alloc(&HEAP, 100);
+        let nested = unpublished(|| alloc(&HEAP, 200));
+        free(&HEAP, nested, 200);
+        p
+    });
+    let loud = alloc(&HEAP, 300);
+    free(&HEAP, quiet, 100);
+    free(&HEAP, loud, 300);
+    HEAP.set_sink(None);
+    let sizes: Vec<u64> = SINK.0.lock().unwrap().iter().map(|e| e.size).collect();
+    assert_eq!(
+        sizes,
+        [300, 100, 300],
+        "only what ran outside `unpublished` was published"
+    );
+    assert_eq!(figures(HEAP.stats()), (0, 600, 3, 3, 0));
 }

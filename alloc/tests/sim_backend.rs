@@ -68,6 +68,31 @@ fn capacity_can_be_lowered_below_what_is_in_use() {
     assert!(is_oom(dev.malloc(512), 512));
 }
 
+#[test]
+fn absurd_sizes_and_addresses_are_errors_not_panics() {
+    let dev = SimBackend::new(u64::MAX);
+    assert!(is_oom(dev.malloc(u64::MAX), u64::MAX));
+    dev.hint_next_segment(u64::MAX - 511);
+    let p = dev.malloc(4096).unwrap();
+    assert!(p < u64::MAX - 511);
+    let g = dev.vm_granularity();
+    let huge = u64::MAX / g * g;
+    assert!(matches!(
+        dev.vm_reserve(huge),
+        Err(DeviceError::OutOfMemory { .. })
+    ));
+    let va = dev.vm_reserve(4 * g).unwrap();
+    assert!(matches!(dev.vm_map(va, huge), Err(DeviceError::Invalid(_))));
+    assert!(matches!(
+        dev.vm_unmap(huge, huge),
+        Err(DeviceError::Invalid(_))
+    ));
+    assert!(matches!(
+        dev.vm_release(u64::MAX, u64::MAX),
+        Err(DeviceError::Invalid(_))
+    ));
+}
+
 // ---- mem_get_info ----
 
 #[test]

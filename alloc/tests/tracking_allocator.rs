@@ -215,3 +215,79 @@ fn failures_of_the_inner_allocator_are_not_recorded() {
     ));
     assert_eq!(figures(&ta), (0, 0, 0, 0));
 }
+
+mod model {
+    //! Random sequences of allocations and frees against a model of what the tracker and the
+    //! CPU allocator under it must report.
+
+    use super::*;
+    use allocview_alloc::allocator::DEFAULT_ALIGNMENT;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Alloc { size: usize, align_log2: u32 },
+        Free { pick: usize },
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (0usize..5000, 0u32..13).prop_map(|(size, align_log2)| Op::Alloc { size, align_log2 }),
+            any::<usize>().prop_map(|pick| Op::Free { pick }),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn figures_match_a_model_of_the_live_set(ops in proptest::collection::vec(op(), 1..60)) {
+            let ta = TrackingAllocator::new(CpuAllocator::new());
+            let mut live: Vec<(NonNull<u8>, usize, u64)> = Vec::new();
+            let (mut total, mut high, mut current, mut next_id) = (0usize, 0usize, 0usize, 1u64);
+            for op in ops {
+                match op {
+                    Op::Alloc { size, align_log2 } => {
+                        let align = 1usize << align_log2;
+                        let p = alloc_aligned(&ta, align, size);
+                        prop_assert_eq!(p.as_ptr() as usize % align.max(DEFAULT_ALIGNMENT), 0);
+                        prop_assert_eq!(ta.allocation_id(p), Some(next_id));
+                        // SAFETY: `p` is valid for `size` bytes of writes.
+                        unsafe { p.write_bytes(next_id as u8, size) };
+                        live.push((p, size, next_id));
+                        next_id += 1;
+                        total += size;
+                        current += size;
+                        high = high.max(current);
+                    }
+                    Op::Free { pick } if !live.is_empty() => {
+                        let (p, size, id) = live.swap_remove(pick % live.len());
+                        // SAFETY: `p` is live, `size` bytes, written at allocation.
+                        let bytes = unsafe { std::slice::from_raw_parts(p.as_ptr(), size) };
+                        prop_assert!(bytes.iter().all(|&b| b == id as u8), "no other block overlapped");
+                        free(&ta, p);
+                        current -= size;
+                    }
+                    Op::Free { .. } => {}
+                }
+                prop_assert_eq!(figures(&ta), (total, high, current, next_id - 1));
+                prop_assert_eq!(ta.inner().stats().unwrap().bytes_in_use, current as u64);
+                for &(p, size, id) in &live {
+                    prop_assert_eq!(ta.requested_size(p), Some(size));
+                    prop_assert_eq!(ta.allocation_id(p), Some(id));
+                }
+            }
+            for (p, _, _) in live.drain(..) {
+                free(&ta, p);
+            }
+            prop_assert_eq!(ta.inner().stats().unwrap().bytes_in_use, 0);
+            prop_assert_eq!(ta.finish(), (total, high, 0));
+        }
+    }
+
+    fn alloc_aligned<A: Allocator>(
+        ta: &TrackingAllocator<A>,
+        align: usize,
+        n: usize,
+    ) -> NonNull<u8> {
+        ta.allocate_raw(align, n, &ATTRS).unwrap()
+    }
+}

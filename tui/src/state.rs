@@ -4,13 +4,14 @@
 //! A [`State`] is fed by small adapters, one per source:
 //! - [`from_snapshot`]: a [`Snapshot`](allocview_alloc::snapshot::Snapshot) at a chosen trace
 //!   event (post-mortem, `allocview open`), rebuilt by [`timetravel`];
-//! - `from_agent`: an `AgentState` (live: embedded in `allocview demo`, or received by an
+//! - [`from_agent`]: an `AgentState` (live: embedded in `allocview demo`, or received by an
 //!   attach client).
 //!
 //! Derived tables (pools, streams) are computed from the segment list here, so the views stay
 //! pure render functions and the numbers are tested without a terminal.
 
 pub mod filter;
+pub mod from_agent;
 pub mod from_snapshot;
 pub mod histogram;
 pub mod oom;
@@ -26,7 +27,7 @@ use allocview_alloc::caching::stats::DeviceStats;
 use allocview_alloc::snapshot::{BlockState, SegmentInfo, TraceEntry};
 
 pub use histogram::{Bucket, HistogramSummary, HistogramUnit};
-pub use oom::{Diagnosis, OomReport};
+pub use oom::OomReport;
 pub use pools::{PoolKind, PoolRow};
 pub use streams::StreamRow;
 pub use timeline::{Sample, Timeline};

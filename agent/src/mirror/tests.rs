@@ -405,5 +405,5 @@ fn pools_and_streams_sum_the_mirror() {
     assert_eq!(streams[1].stream, 7);
     assert_eq!(streams[1].allocated, 512);
     assert_eq!(streams[1].reserved, 2 * MIB);
-    assert_eq!(m.segments()[1].segment_pool_id, (0, 4));
+    assert_eq!(m.segments()[1].segment_pool_id, (4, 0));
 }

@@ -33,8 +33,10 @@ use crate::replay::initial::{InitialState, MIN_BLOCK_SIZE, SMALL_SIZE};
 use crate::replay::plan::{FreeRun, TracePlan};
 use crate::replay::report::{Divergence, Fidelity, InitialSummary, OomEvent, RunFigures};
 
-/// Device capacity of a replay that must never run out for lack of device memory.
-pub const UNLIMITED_DEVICE_MEMORY: u64 = u64::MAX / 4;
+/// Device capacity of a replay that must never run out for lack of device memory: 1 PiB, far
+/// beyond any recording, yet small enough that expandable segments (which reserve 1.125 x the
+/// device in address space per stream and pool) fit many times in the 64-bit address space.
+pub const UNLIMITED_DEVICE_MEMORY: u64 = 1 << 50;
 
 /// Progress is reported every this many events.
 pub const PROGRESS_EVERY: usize = 4096;
@@ -189,7 +191,12 @@ pub fn run(
     let plan = TracePlan::new(entries);
 
     let capacity = opts.device_memory.unwrap_or(UNLIMITED_DEVICE_MEMORY);
-    let sim = Arc::new(SimBackend::builder().capacity(capacity).auto_complete(false).build());
+    let sim = Arc::new(
+        SimBackend::builder()
+            .capacity(capacity)
+            .auto_complete(false)
+            .build(),
+    );
     for &s in &plan.streams {
         sim.add_stream(StreamId(s));
     }
@@ -201,7 +208,10 @@ pub fn run(
     {
         let w = Arc::clone(&watch);
         alloc.attach_trace_tracker(move |e: &TraceEntry| {
-            if matches!(e.action, TraceAction::SegmentAlloc | TraceAction::SegmentMap) {
+            if matches!(
+                e.action,
+                TraceAction::SegmentAlloc | TraceAction::SegmentMap
+            ) {
                 w.last_addr.store(e.addr, Ordering::Relaxed);
                 w.last_size.store(e.size, Ordering::Relaxed);
                 w.count.fetch_add(1, Ordering::Relaxed);
@@ -256,8 +266,8 @@ pub fn run(
             TraceAction::Alloc => {
                 r.replay_alloc(i, e, pending_segment.take());
             }
-            TraceAction::FreeRequested => r.replay_free(e, plan.is_deferred(i)),
-            TraceAction::FreeCompleted => r.replay_free_completed(e),
+            TraceAction::FreeRequested => r.replay_free(i, e, plan.is_deferred(i)),
+            TraceAction::FreeCompleted => r.replay_free_completed(i, e),
             TraceAction::SegmentFree | TraceAction::SegmentUnmap => {
                 if let Some(kind) = plan.free_run(i) {
                     r.replay_free_run(kind, entries, i);
@@ -267,9 +277,7 @@ pub fn run(
                 pending_segment = None;
                 r.replay_recorded_oom(i, e)
             }
-            TraceAction::SegmentMap
-            | TraceAction::Snapshot
-            | TraceAction::UserDefined => {}
+            TraceAction::SegmentMap | TraceAction::Snapshot | TraceAction::UserDefined => {}
         }
         r.sample();
         if (i + 1) % PROGRESS_EVERY == 0 {
@@ -282,7 +290,8 @@ pub fn run(
     if opts.placement == Placement::Recorded && !snapshot.segments.is_empty() {
         r.fidelity.final_state_matches = Some(same_layout(snapshot, &end, device));
     }
-    r.figures.device_mallocs = (r.alloc.device_stats().num_device_alloc - r.base_device_alloc).max(0) as u64;
+    r.figures.device_mallocs =
+        (r.alloc.device_stats().num_device_alloc - r.base_device_alloc).max(0) as u64;
     let initial_summary = InitialSummary {
         segments: initial.segments.len(),
         live_blocks: initial.live_blocks().count(),
@@ -339,7 +348,7 @@ impl Run<'_> {
                     seg.address
                 ));
             }
-            self.alloc.free(p);
+            self.free_or_warn(0, p);
             for b in &seg.blocks {
                 if b.live {
                     match self.alloc.malloc(b.size, stream) {
@@ -388,7 +397,7 @@ impl Run<'_> {
             }
         }
         for q in placeholders {
-            self.alloc.free(q);
+            self.free_or_warn(0, q);
         }
     }
 
@@ -432,7 +441,13 @@ impl Run<'_> {
                 self.note_oom(index, e.size, &err);
                 if recorded {
                     self.fidelity.allocs += 1;
-                    self.diverge(index, "alloc", format!("{:#x}", e.addr), "an OOM".into(), err.to_string());
+                    self.diverge(
+                        index,
+                        "alloc",
+                        format!("{:#x}", e.addr),
+                        "an OOM".into(),
+                        err.to_string(),
+                    );
                 }
             }
         }
@@ -520,7 +535,7 @@ impl Run<'_> {
         }
     }
 
-    fn replay_free(&mut self, e: &TraceEntry, deferred: bool) {
+    fn replay_free(&mut self, index: usize, e: &TraceEntry, deferred: bool) {
         let Some(p) = self.map.remove(&e.addr) else {
             self.unmapped_frees += 1;
             return;
@@ -528,18 +543,37 @@ impl Run<'_> {
         if deferred {
             let helper = self.helper_stream();
             self.sim.submit_work(helper);
-            self.alloc.record_stream(p, helper);
+            if let Err(err) = self.alloc.record_stream(p, helper) {
+                self.warnings
+                    .push(format!("event {index}: record_stream: {err}"));
+            }
             self.held.insert(e.addr, helper);
         }
-        self.alloc.free(p);
+        self.free_or_warn(index, p);
     }
 
-    fn replay_free_completed(&mut self, e: &TraceEntry) {
+    fn replay_free_completed(&mut self, index: usize, e: &TraceEntry) {
         if let Some(helper) = self.held.remove(&e.addr) {
             // The allocator completes the free at its next malloc or synchronisation, as the
             // recording did.
             self.sim.complete_stream(helper);
             self.idle_helpers.push(helper);
+        } else if let Some(p) = self.map.remove(&e.addr) {
+            // Freed before the trace began, its completion recorded inside it.
+            self.free_or_warn(index, p);
+        }
+    }
+
+    fn free_or_warn(&mut self, index: usize, p: DevicePtr) {
+        if let Err(err) = self.alloc.free(p) {
+            self.warnings.push(format!("event {index}: {err}"));
+        }
+    }
+
+    fn empty_cache(&mut self, index: usize) {
+        if let Err(err) = self.alloc.empty_cache() {
+            self.warnings
+                .push(format!("event {index}: empty_cache: {err}"));
         }
     }
 
@@ -555,18 +589,23 @@ impl Run<'_> {
 
     fn replay_free_run(&mut self, kind: FreeRun, entries: &[TraceEntry], index: usize) {
         match (self.opts.placement, kind) {
-            (_, FreeRun::EmptyCache) => self.alloc.empty_cache(),
+            (_, FreeRun::EmptyCache) => self.empty_cache(index),
             (Placement::Free, FreeRun::Retry) => {}
             (Placement::Recorded, FreeRun::Retry) => {
                 // The recording's device was full. When the replay's device has room, the
                 // allocator would not retry by itself: release the cache as the recording did.
                 let need = entries[index..]
                     .iter()
-                    .find(|n| !matches!(n.action, TraceAction::SegmentFree | TraceAction::SegmentUnmap))
+                    .find(|n| {
+                        !matches!(
+                            n.action,
+                            TraceAction::SegmentFree | TraceAction::SegmentUnmap
+                        )
+                    })
                     .map_or(0, |n| n.size);
                 let free = self.sim.mem_get_info().map_or(0, |(f, _)| f);
                 if free >= need {
-                    self.alloc.empty_cache();
+                    self.empty_cache(index);
                 }
             }
         }
@@ -589,7 +628,9 @@ impl Run<'_> {
                     allocated: stats.allocated_bytes.0[0].current.max(0) as u64,
                     reserved: stats.reserved_bytes.0[0].current.max(0) as u64,
                     largest_free_block: info.largest_free_block,
-                    stranded_in_split_segments: info.stranded_in_split_segments,
+                    // Free blocks of split segments: PyTorch's inactive_split_bytes.
+                    stranded_in_split_segments: stats.inactive_split_bytes.0[0].current.max(0)
+                        as u64,
                 };
                 self.recorded_ooms.push(OomEvent {
                     index,
@@ -599,7 +640,7 @@ impl Run<'_> {
             }
             Placement::Free => match self.alloc.malloc(e.size, StreamId(e.stream)) {
                 // The recorded program never got this block: give it back at once.
-                Ok(p) => self.alloc.free(p),
+                Ok(p) => self.free_or_warn(index, p),
                 Err(err) => self.note_oom(index, e.size, &err),
             },
         }
@@ -631,7 +672,7 @@ pub fn facts_of(oom: &OutOfMemory) -> OomFacts {
         requested: oom.rounded,
         device_total: oom.device_total,
         device_free: oom.device_free,
-        allowed_max: (oom.allowed_max < oom.device_total).then_some(oom.allowed_max),
+        allowed_max: oom.allowed_max,
         allocated: oom.allocated,
         reserved: oom.reserved,
         largest_free_block: oom.largest_free_block,

@@ -154,10 +154,16 @@ impl SnapshotProvider for Toy {
         0
     }
 
+    /// Publishes the `snapshot` marker under the lock, as the caching allocator does.
     fn snapshot(&self) -> Snapshot {
-        let g = self.inner.lock().unwrap();
+        let mut g = self.inner.lock().unwrap();
+        let segments = g.truth.segments();
+        self.emit(
+            &mut g,
+            Event::new(EventAction::Snapshot, 0, EventPool::Large, 0, 0),
+        );
         Snapshot {
-            segments: g.truth.segments(),
+            segments,
             ..Snapshot::default()
         }
     }

@@ -64,8 +64,9 @@ use crate::caching::summary::format_memory_summary;
 use crate::event::{EventAction, EventSink};
 use crate::snapshot::{DeviceMeta, Frame, Frames, Snapshot, TraceAction, TraceEntry};
 
-/// Requests of this size or more are refused outright (PyTorch: "more than 1EB").
-pub const MAX_REQUEST: u64 = 1 << 60;
+/// Requests of this size (128 TiB) or more are refused outright, beyond any device (PyTorch
+/// refuses from 1 EiB; the free-set keys hold sizes below 256 TiB exactly).
+pub const MAX_REQUEST: u64 = 1 << 47;
 
 /// A context provider: returns the frames to attach to a block or trace entry.
 pub type ContextProvider = Arc<dyn Fn() -> Frames + Send + Sync>;
@@ -80,6 +81,22 @@ pub struct CacheInfo {
 }
 
 /// PyTorch's CUDA caching allocator for one device, over a [`DeviceBackend`].
+///
+/// # Examples
+/// ```
+/// use allocview_alloc::caching::backend::StreamId;
+/// use allocview_alloc::caching::sim::SimBackend;
+/// use allocview_alloc::caching::{AllocatorConfig, CachingAllocator};
+///
+/// let a = CachingAllocator::new(SimBackend::new(1 << 30), AllocatorConfig::default());
+/// let p = a.malloc(1000, StreamId::DEFAULT).unwrap();
+/// // 1,000 bytes round up to 1,024, carved from a new 2 MiB small-pool segment.
+/// assert_eq!(a.device_stats().allocated_bytes.0[0].current, 1024);
+/// assert_eq!(a.base_allocation(p), Some((p, 2 << 20)));
+/// a.free(p).unwrap();
+/// a.empty_cache().unwrap();
+/// assert_eq!(a.backend().used(), 0);
+/// ```
 pub struct CachingAllocator<B: DeviceBackend> {
     backend: B,
     state: Mutex<DeviceCachingAllocator>,
@@ -137,11 +154,11 @@ impl<B: DeviceBackend> CachingAllocator<B> {
     /// # Errors
     /// [`AllocError::OutOfMemory`] when no cached block fits and the device has no room even
     /// after the cache is freed (OOM observers have been called); [`AllocError::Device`] for
-    /// other device failures; [`AllocError::InvalidArgument`] for a request of 1 EiB or more.
+    /// other device failures; [`AllocError::InvalidArgument`] for a request of [`MAX_REQUEST`] bytes or more.
     pub fn malloc(&self, size: u64, stream: StreamId) -> Result<DevicePtr, AllocError> {
         if size >= MAX_REQUEST {
             return Err(AllocError::InvalidArgument(format!(
-                "request of {size} bytes is more than 1 EiB"
+                "request of {size} bytes is 128 TiB or more"
             )));
         }
         let context = self.gather(ContextLevel::State);

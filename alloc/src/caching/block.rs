@@ -24,6 +24,8 @@ pub(crate) struct Block {
     pub requested: u64,
     /// The stream it was allocated for.
     pub stream: StreamId,
+    /// The allocator's dense index of that stream (the free-set key uses it).
+    pub sidx: u16,
     /// Index of its `BlockPool`.
     pub pool: u32,
     /// Neighbour below in the same segment, or `NIL`.
@@ -52,12 +54,13 @@ pub(crate) struct Block {
 
 impl Block {
     /// A live, free, mapped block.
-    pub(crate) fn new(addr: u64, size: u64, stream: StreamId, pool: u32) -> Block {
+    pub(crate) fn new(addr: u64, size: u64, stream: StreamId, sidx: u16, pool: u32) -> Block {
         Block {
             addr,
             size,
             requested: 0,
             stream,
+            sidx,
             pool,
             prev: NIL,
             next: NIL,

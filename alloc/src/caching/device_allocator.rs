@@ -17,8 +17,8 @@ use crate::caching::config::{
 use crate::caching::error::{AllocError, OomInfo, OutOfMemory};
 use crate::caching::expandable::ExpandableSegment;
 use crate::caching::history::{ContextLevel, TraceRing};
-use crate::caching::pool::{BlockPool, PoolId, PrivatePool, size_key};
-use crate::caching::stats::DeviceStats;
+use crate::caching::pool::{BlockPool, PoolId, PrivatePool, size_key, stream_end_key};
+use crate::caching::stats::{DeviceStats, StatArray, StatType};
 use crate::event::{
     Event, EventAction, EventPool, EventSink, FLAG_CACHED, FLAG_EXPANDABLE, FLAG_OVERSIZE,
     FLAG_PRIVATE_POOL, now_ns,
@@ -44,6 +44,29 @@ const SMALL_POOL: u32 = 1;
 const INITIAL_BLOCKS: usize = 1024;
 /// Events of one call are buffered before publishing; this many fit before the buffer grows.
 const INITIAL_PENDING_EVENTS: usize = 64;
+
+/// `Stat::update` for an increase of the `all` and one pool's stat (no sign branches).
+#[inline(always)]
+fn inc(a: &mut StatArray, small: bool, n: u64) {
+    let n = n as i64;
+    for i in [StatType::All, StatType::for_pool(small)] {
+        let s = &mut a.0[i as usize];
+        s.current += n;
+        s.peak = s.peak.max(s.current);
+        s.allocated += n;
+    }
+}
+
+/// `Stat::update` for a decrease of the `all` and one pool's stat.
+#[inline(always)]
+fn dec(a: &mut StatArray, small: bool, n: u64) {
+    let n = n as i64;
+    for i in [StatType::All, StatType::for_pool(small)] {
+        let s = &mut a.0[i as usize];
+        s.current -= n;
+        s.freed += n;
+    }
+}
 
 /// A multiplicative hasher for device addresses (they are distinct multiples of 512; SipHash
 /// would cost more than the rest of the cached path).
@@ -90,6 +113,7 @@ impl From<DeviceError> for MallocFailure {
 /// One request being served (PyTorch's `AllocParams`).
 struct Params {
     stream: StreamId,
+    sidx: u16,
     size: u64,
     pool: u32,
     alloc_size: u64,
@@ -109,6 +133,8 @@ pub(crate) struct DeviceCachingAllocator {
     free_pool_slots: Vec<u32>,
     private_pools: Vec<PrivatePool>,
     pub(crate) captures: Vec<(PoolId, StreamFilter)>,
+    /// Streams seen, sorted: a stream's index here is its free-set key prefix.
+    streams: Vec<u64>,
     /// Blocks handed out to the program, by address.
     allocated: AddrMap<BlockId>,
     /// Frees with stream uses made during a capture, waiting for the capture to end.
@@ -156,6 +182,7 @@ impl DeviceCachingAllocator {
             free_pool_slots: Vec::new(),
             private_pools: Vec::new(),
             captures: Vec::new(),
+            streams: Vec::new(),
             allocated,
             deferred_until_no_capture: Vec::new(),
             cudagraph_stream_uses: HashMap::new(),
@@ -181,10 +208,11 @@ impl DeviceCachingAllocator {
 
     // ---------------------------------------------------------------- calls, events, trace
 
-    /// Starts a public call: notes the time when events are published.
+    /// Starts a public call: reads the clock once when anything will be timestamped (events,
+    /// trace entries); every event and entry of the call carries that time.
     #[inline]
     pub(crate) fn begin_call(&mut self) {
-        if self.sink.is_some() {
+        if self.sink.is_some() || self.record_history || !self.trackers.is_empty() {
             self.call_start_ns = now_ns();
         }
     }
@@ -206,10 +234,28 @@ impl DeviceCachingAllocator {
         self.pending.clear();
     }
 
-    /// Queues an event for a block or segment of `pool` (nothing when no sink is set).
+    /// Queues an event for a block or segment of `pool` (nothing when no sink is set: one
+    /// branch).
     #[allow(clippy::too_many_arguments)]
-    #[inline]
+    #[inline(always)]
     fn emit(
+        &mut self,
+        action: EventAction,
+        pool: u32,
+        addr: u64,
+        size: u64,
+        requested: u64,
+        stream: StreamId,
+        flags: u8,
+    ) {
+        if self.sink.is_some() {
+            self.queue_event(action, pool, addr, size, requested, stream, flags);
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
+    fn queue_event(
         &mut self,
         action: EventAction,
         pool: u32,
@@ -219,9 +265,6 @@ impl DeviceCachingAllocator {
         stream: StreamId,
         mut flags: u8,
     ) {
-        if self.sink.is_none() {
-            return;
-        }
         let p = &self.pools[pool as usize];
         let mut e = Event::new(
             action,
@@ -250,7 +293,12 @@ impl DeviceCachingAllocator {
         self.emit(action, LARGE_POOL, 0, 0, 0, stream, 0);
     }
 
+    /// Event flags of a block (computed only when events are published).
+    #[inline]
     fn block_flags(&self, id: BlockId) -> u8 {
+        if self.sink.is_none() {
+            return 0;
+        }
         let b = &self.arena[id];
         let mut f = 0;
         if b.is_expandable() {
@@ -262,7 +310,15 @@ impl DeviceCachingAllocator {
         f
     }
 
-    /// PyTorch's `record_trace`: to the trackers always, to the ring when history is on.
+    /// Whether trace entries go anywhere (history on or a tracker attached).
+    #[inline(always)]
+    fn tracing(&self) -> bool {
+        self.record_history || !self.trackers.is_empty()
+    }
+
+    /// PyTorch's `record_trace`: to the trackers always, to the ring when history is on (one
+    /// branch when neither).
+    #[inline(always)]
     pub(crate) fn record_trace(
         &mut self,
         action: TraceAction,
@@ -271,9 +327,20 @@ impl DeviceCachingAllocator {
         stream: StreamId,
         context: Option<&Frames>,
     ) {
-        if !self.record_history && self.trackers.is_empty() {
-            return;
+        if self.tracing() {
+            self.push_trace(action, addr, size, stream, context);
         }
+    }
+
+    #[inline(never)]
+    fn push_trace(
+        &mut self,
+        action: TraceAction,
+        addr: u64,
+        size: u64,
+        stream: StreamId,
+        context: Option<&Frames>,
+    ) {
         let frames = match context {
             Some(f) if self.context_level >= ContextLevel::Alloc => f.clone(),
             _ => self.empty_frames.clone(),
@@ -283,7 +350,7 @@ impl DeviceCachingAllocator {
             addr,
             size,
             stream: stream.0,
-            time_us: Some((now_ns() / 1000) as i64),
+            time_us: Some((self.call_start_ns / 1000) as i64),
             frames,
             compile_context: None,
             user_metadata: None,
@@ -304,7 +371,7 @@ impl DeviceCachingAllocator {
                 addr: 0,
                 size: 0,
                 stream: stream.0,
-                time_us: Some((now_ns() / 1000) as i64),
+                time_us: Some((self.call_start_ns / 1000) as i64),
                 frames,
                 compile_context: None,
                 user_metadata: None,
@@ -329,14 +396,14 @@ impl DeviceCachingAllocator {
         let b = &mut self.arena[id];
         let pool = &mut self.pools[b.pool as usize];
         b.gc_count_base = pool.get_free_blocks_call_count;
-        pool.blocks.insert(size_key(b.stream, b.size, b.addr), id);
+        pool.blocks.insert(size_key(b.sidx, b.size, b.addr), id);
     }
 
     fn remove_from_blocks(&mut self, id: BlockId) {
         let b = &self.arena[id];
         self.pools[b.pool as usize]
             .blocks
-            .remove(&size_key(b.stream, b.size, b.addr));
+            .remove(&size_key(b.sidx, b.size, b.addr));
     }
 
     fn private_pool_of(&mut self, pool: u32) -> Option<&mut PrivatePool> {
@@ -354,14 +421,18 @@ impl DeviceCachingAllocator {
         stream: StreamId,
         context: Option<Frames>,
     ) -> Result<DevicePtr, MallocFailure> {
-        if self.captures.is_empty() {
+        if self.captures.is_empty()
+            && (self.pending_events > 0 || !self.deferred_until_no_capture.is_empty())
+        {
             self.process_events(be, context.as_ref())?;
         }
         let size = self.config.round_size(orig_size);
         let pool = self.get_pool(size, stream);
         let alloc_size = segment_size(size);
+        let sidx = self.stream_index(stream)?;
         let mut p = Params {
             stream,
+            sidx,
             size,
             pool,
             alloc_size,
@@ -455,10 +526,46 @@ impl DeviceCachingAllocator {
     pub(crate) fn largest_free_block(&self) -> u64 {
         self.pools
             .iter()
-            .flat_map(|p| p.blocks.keys())
-            .map(|k| k.1)
+            .flat_map(|p| p.blocks.values())
+            .map(|&id| self.arena[id].size)
             .max()
             .unwrap_or(0)
+    }
+
+    /// The dense index of a stream: its rank among the streams seen so far, so free sets
+    /// order by stream value as PyTorch's do. A stream seen for the first time shifts the ranks
+    /// above it and rebuilds the free sets (rare: programs use a handful of streams).
+    #[inline]
+    fn stream_index(&mut self, stream: StreamId) -> Result<u16, AllocError> {
+        let pos = match self.streams.binary_search(&stream.0) {
+            Ok(i) => return Ok(i as u16),
+            Err(pos) => pos,
+        };
+        if self.streams.len() > usize::from(u16::MAX) {
+            return Err(AllocError::InvalidArgument(format!(
+                "more than {} distinct streams",
+                u16::MAX
+            )));
+        }
+        self.streams.insert(pos, stream.0);
+        let pos = pos as u16;
+        if usize::from(pos) + 1 < self.streams.len() {
+            let ids: Vec<BlockId> = self.arena.iter().map(|(id, _)| id).collect();
+            for id in ids {
+                let b = &mut self.arena[id];
+                if b.sidx >= pos {
+                    b.sidx += 1;
+                }
+            }
+            for pool in &mut self.pools {
+                let old = std::mem::take(&mut pool.blocks);
+                for (_, id) in old {
+                    let b = &self.arena[id];
+                    pool.blocks.insert(size_key(b.sidx, b.size, b.addr), id);
+                }
+            }
+        }
+        Ok(pos)
     }
 
     fn get_pool(&self, size: u64, stream: StreamId) -> u32 {
@@ -499,12 +606,13 @@ impl DeviceCachingAllocator {
         if gc_on {
             pool.get_free_blocks_call_count += 1;
         }
-        let stream = p.stream.0;
-        let mut iter = pool.blocks.range(size_key(p.stream, p.size, 0)..);
+        // One-sided range (cheaper than a two-sided one); the stream bound is checked here.
+        let end = stream_end_key(p.sidx);
+        let mut iter = pool.blocks.range(size_key(p.sidx, p.size, 0)..);
         let Some((&key, &first)) = iter.next() else {
             return false;
         };
-        if key.0 != stream {
+        if key >= end {
             return false;
         }
         let (mut key, mut id) = (key, first);
@@ -521,8 +629,8 @@ impl DeviceCachingAllocator {
                 blk.size + extra
             };
             for (&k2, &n) in iter {
-                if !arena[id].is_expandable()
-                    || k2.0 != stream
+                if k2 >= end
+                    || !arena[id].is_expandable()
                     || expandable_size(n) >= expandable_size(id)
                 {
                     break;
@@ -531,7 +639,7 @@ impl DeviceCachingAllocator {
                 id = n;
             }
         }
-        let bsize = key.1;
+        let bsize = self.arena[id].size;
         if p.size < self.max_split && bsize >= self.max_split {
             return false;
         }
@@ -624,7 +732,7 @@ impl DeviceCachingAllocator {
         }
         if self.config.expandable_segments() {
             return match self
-                .try_allocate_expandable_block(be, p.stream, p.pool, p.size, context)?
+                .try_allocate_expandable_block(be, p.stream, p.sidx, p.pool, p.size, context)?
             {
                 Some(id) => {
                     p.block = id;
@@ -642,12 +750,12 @@ impl DeviceCachingAllocator {
             pp.segment_count += 1;
         }
         self.total_allocated_memory += size;
-        let mut b = Block::new(ptr, size, p.stream, p.pool);
+        let mut b = Block::new(ptr, size, p.stream, p.sidx, p.pool);
         b.segment_context = context.cloned();
         let id = self.arena.insert(b);
         let small = self.is_small(p.pool);
-        self.stats.segment.update_pool(small, 1);
-        self.stats.reserved_bytes.update_pool(small, size as i64);
+        inc(&mut self.stats.segment, small, 1);
+        inc(&mut self.stats.reserved_bytes, small, size);
         if size >= self.max_split {
             self.stats.oversize_segments.update(1);
         }
@@ -686,9 +794,8 @@ impl DeviceCachingAllocator {
         let pool = &self.pools[p.pool as usize];
         let one = pool
             .blocks
-            .range(size_key(p.stream, key_size, 0)..)
+            .range(size_key(p.sidx, key_size, 0)..stream_end_key(p.sidx))
             .next()
-            .filter(|(k, _)| k.0 == p.stream.0)
             .map(|(_, &id)| id);
         if let Some(id) = one {
             if self.releasable(id) {
@@ -699,10 +806,10 @@ impl DeviceCachingAllocator {
         }
         let candidates: Vec<BlockId> = pool
             .blocks
-            .range(size_key(p.stream, 0, 0)..size_key(p.stream, key_size, 0))
+            .range(size_key(p.sidx, 0, 0)..size_key(p.sidx, key_size, 0))
             .rev()
-            .take_while(|(k, _)| k.1 >= self.max_split)
             .map(|(_, &id)| id)
+            .take_while(|&id| self.arena[id].size >= self.max_split)
             .collect();
         let mut total = 0u64;
         for id in candidates {
@@ -824,8 +931,8 @@ impl DeviceCachingAllocator {
             pp.segment_count -= 1;
         }
         let small = self.is_small(pool);
-        self.stats.segment.update_pool(small, -1);
-        self.stats.reserved_bytes.update_pool(small, -(size as i64));
+        dec(&mut self.stats.segment, small, 1);
+        dec(&mut self.stats.reserved_bytes, small, size);
         let flags = if size >= self.max_split {
             self.stats.oversize_segments.update(-1);
             FLAG_OVERSIZE
@@ -857,15 +964,17 @@ impl DeviceCachingAllocator {
         let expandable = self.arena[id].is_expandable();
         if split {
             let remaining = id;
-            let (addr, prev, es, seg_ctx) = {
-                let r = &mut self.arena[remaining];
-                (r.addr, r.prev, r.expandable, r.segment_context.take())
+            // As in PyTorch, the front piece is a new block and the remainder keeps the old
+            // one's fields (its stale `requested` size, and the segment's allocation context,
+            // which snapshots then no longer show for the split segment).
+            let (addr, prev, es) = {
+                let r = &self.arena[remaining];
+                (r.addr, r.prev, r.expandable)
             };
-            let mut front = Block::new(addr, size, p.stream, pool);
+            let mut front = Block::new(addr, size, p.stream, p.sidx, pool);
             front.expandable = es;
             front.prev = prev;
             front.next = remaining;
-            front.segment_context = seg_ctx;
             let new_id = self.arena.insert(front);
             if prev != NIL {
                 self.arena[prev].next = new_id;
@@ -879,20 +988,18 @@ impl DeviceCachingAllocator {
             self.insert_into_blocks(remaining);
             if !expandable {
                 if already_split {
-                    self.stats
-                        .inactive_split_bytes
-                        .update_pool(small, -(size as i64));
+                    dec(&mut self.stats.inactive_split_bytes, small, size);
                 } else {
-                    let rem = self.arena[remaining].size as i64;
-                    self.stats.inactive_split_bytes.update_pool(small, rem);
-                    self.stats.inactive_split.update_pool(small, 1);
+                    let rem = self.arena[remaining].size;
+                    inc(&mut self.stats.inactive_split_bytes, small, rem);
+                    inc(&mut self.stats.inactive_split, small, 1);
                 }
             }
             id = new_id;
         } else if already_split && !expandable {
             let bsize = self.arena[id].size as i64;
-            self.stats.inactive_split_bytes.update_pool(small, -bsize);
-            self.stats.inactive_split.update_pool(small, -1);
+            dec(&mut self.stats.inactive_split_bytes, small, bsize as u64);
+            dec(&mut self.stats.inactive_split, small, 1);
         }
 
         let (addr, bsize, stream) = {
@@ -902,15 +1009,17 @@ impl DeviceCachingAllocator {
             b.context = context;
             (b.addr, b.size, b.stream)
         };
-        let ctx = self.arena[id].context.clone();
-        self.record_trace(TraceAction::Alloc, addr, orig_size, stream, ctx.as_ref());
+        if self.tracing() {
+            let ctx = self.arena[id].context.clone();
+            self.record_trace(TraceAction::Alloc, addr, orig_size, stream, ctx.as_ref());
+        }
         self.allocated.insert(addr, id);
         let s = &mut self.stats;
-        s.allocation.update_pool(small, 1);
-        s.allocated_bytes.update_pool(small, bsize as i64);
-        s.active.update_pool(small, 1);
-        s.active_bytes.update_pool(small, bsize as i64);
-        s.requested_bytes.update_pool(small, orig_size as i64);
+        inc(&mut s.allocation, small, 1);
+        inc(&mut s.allocated_bytes, small, bsize);
+        inc(&mut s.active, small, 1);
+        inc(&mut s.active_bytes, small, bsize);
+        inc(&mut s.requested_bytes, small, orig_size);
         if bsize >= self.max_split {
             s.oversize_allocations.update(1);
         }
@@ -948,18 +1057,18 @@ impl DeviceCachingAllocator {
             (b.addr, b.size, b.requested, b.stream, b.pool)
         };
         let small = self.is_small(pool);
-        self.stats.allocation.update_pool(small, -1);
-        self.stats
-            .allocated_bytes
-            .update_pool(small, -(size as i64));
-        let ctx = context.clone().or_else(|| self.arena[id].context.clone());
-        self.record_trace(
-            TraceAction::FreeRequested,
-            addr,
-            requested,
-            stream,
-            ctx.as_ref(),
-        );
+        dec(&mut self.stats.allocation, small, 1);
+        dec(&mut self.stats.allocated_bytes, small, size);
+        if self.tracing() {
+            let ctx = context.clone().or_else(|| self.arena[id].context.clone());
+            self.record_trace(
+                TraceAction::FreeRequested,
+                addr,
+                requested,
+                stream,
+                ctx.as_ref(),
+            );
+        }
         if size >= self.max_split {
             self.stats.oversize_allocations.update(-1);
         }
@@ -1036,9 +1145,9 @@ impl DeviceCachingAllocator {
             s.inactive_split.update_pool(small, net_blocks);
             s.inactive_split_bytes.update_pool(small, net_size);
         }
-        s.active.update_pool(small, -1);
-        s.active_bytes.update_pool(small, -(size as i64));
-        s.requested_bytes.update_pool(small, -(requested as i64));
+        dec(&mut s.active, small, 1);
+        dec(&mut s.active_bytes, small, size);
+        dec(&mut s.requested_bytes, small, requested);
     }
 
     /// PyTorch's `try_merge_blocks`: `dst` absorbs `src` when `src` is free and in the same
@@ -1056,7 +1165,7 @@ impl DeviceCachingAllocator {
         if s_mapped {
             self.pools[s_pool as usize]
                 .blocks
-                .remove(&size_key(s_stream, s_size, s_addr));
+                .remove(&size_key(s.sidx, s_size, s_addr));
         } else {
             self.pools[s_pool as usize]
                 .unmapped
@@ -1230,11 +1339,12 @@ impl DeviceCachingAllocator {
         &mut self,
         be: &B,
         stream: StreamId,
+        sidx: u16,
         pool: u32,
         size: u64,
         context: Option<&Frames>,
     ) -> Result<Option<BlockId>, AllocError> {
-        let Some(mut candidate) = self.find_expandable_block(be, stream, pool, size)? else {
+        let Some(mut candidate) = self.find_expandable_block(be, stream, sidx, pool, size)? else {
             return Ok(None);
         };
         if !self.arena[candidate].mapped {
@@ -1265,6 +1375,7 @@ impl DeviceCachingAllocator {
         &mut self,
         be: &B,
         stream: StreamId,
+        sidx: u16,
         pool: u32,
         size: u64,
     ) -> Result<Option<BlockId>, AllocError> {
@@ -1314,7 +1425,7 @@ impl DeviceCachingAllocator {
         if let Some(pp) = self.private_pool_of(pool) {
             pp.segment_count += 1;
         }
-        let mut b = Block::new(va, full, stream, pool);
+        let mut b = Block::new(va, full, stream, sidx, pool);
         b.mapped = false;
         b.expandable = slot as u32;
         let id = self.arena.insert(b);
@@ -1332,9 +1443,17 @@ impl DeviceCachingAllocator {
         size: u64,
         context: Option<&Frames>,
     ) -> Result<bool, AllocError> {
-        let (addr, bsize, stream, pool, es, next) = {
+        let (addr, bsize, stream, pool, es, next, sidx) = {
             let b = &self.arena[to_map];
-            (b.addr, b.size, b.stream, b.pool, b.expandable, b.next)
+            (
+                b.addr,
+                b.size,
+                b.stream,
+                b.pool,
+                b.expandable,
+                b.next,
+                b.sidx,
+            )
         };
         let Some(seg) = self.expandable[es as usize].as_mut() else {
             return Ok(false);
@@ -1346,7 +1465,7 @@ impl DeviceCachingAllocator {
         self.pools[pool as usize].unmapped.remove(&(stream.0, addr));
         self.arena[to_map].mapped = true;
         if msize < bsize {
-            let mut rest = Block::new(addr + msize, bsize - msize, stream, pool);
+            let mut rest = Block::new(addr + msize, bsize - msize, stream, sidx, pool);
             rest.mapped = false;
             rest.expandable = es;
             rest.prev = to_map;
@@ -1368,7 +1487,7 @@ impl DeviceCachingAllocator {
         self.insert_into_blocks(to_map);
         self.total_allocated_memory += msize;
         let small = self.is_small(pool);
-        self.stats.reserved_bytes.update_pool(small, msize as i64);
+        inc(&mut self.stats.reserved_bytes, small, msize);
         self.stats.num_device_alloc += 1;
         self.record_trace(TraceAction::SegmentMap, mptr, msize, stream, context);
         let b = &mut self.arena[to_map];
@@ -1394,9 +1513,9 @@ impl DeviceCachingAllocator {
         id: BlockId,
         context: Option<&Frames>,
     ) -> Result<(), AllocError> {
-        let (addr, size, stream, pool, es) = {
+        let (addr, size, stream, pool, es, sidx) = {
             let b = &self.arena[id];
-            (b.addr, b.size, b.stream, b.pool, b.expandable)
+            (b.addr, b.size, b.stream, b.pool, b.expandable, b.sidx)
         };
         let Some(seg) = self.expandable[es as usize].as_mut() else {
             return Ok(());
@@ -1409,11 +1528,10 @@ impl DeviceCachingAllocator {
         let before = uptr - addr;
         if before > 0 {
             let prev = self.arena[id].prev;
-            let mut bf = Block::new(addr, before, stream, pool);
+            let mut bf = Block::new(addr, before, stream, sidx, pool);
             bf.expandable = es;
             bf.prev = prev;
             bf.next = id;
-            bf.segment_context = self.arena[id].segment_context.take();
             let bid = self.arena.insert(bf);
             if prev != NIL {
                 self.arena[prev].next = bid;
@@ -1424,7 +1542,7 @@ impl DeviceCachingAllocator {
         let after = size - before - usize_;
         if after > 0 {
             let next = self.arena[id].next;
-            let mut af = Block::new(uptr + usize_, after, stream, pool);
+            let mut af = Block::new(uptr + usize_, after, stream, sidx, pool);
             af.expandable = es;
             af.prev = id;
             af.next = next;
@@ -1449,9 +1567,7 @@ impl DeviceCachingAllocator {
         self.pools[pool as usize].unmapped.insert(key, id);
         self.total_allocated_memory -= usize_;
         let small = self.is_small(pool);
-        self.stats
-            .reserved_bytes
-            .update_pool(small, -(usize_ as i64));
+        dec(&mut self.stats.reserved_bytes, small, usize_);
         self.stats.num_device_free += 1;
         let seg_ctx = self.arena[id].segment_context.clone();
         self.record_trace(

@@ -9,7 +9,6 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use crate::caching::backend::StreamId;
 use crate::caching::block::BlockId;
 
 /// A memory pool id, PyTorch's `MempoolId_t`: `(0, 0)` is the default pools; graph captures use
@@ -33,8 +32,12 @@ impl fmt::Display for PoolId {
     }
 }
 
-/// Free-set key: `(stream, size, address)`.
-pub(crate) type SizeKey = (u64, u64, u64);
+/// Free-set key: `(stream index, size, address)` packed into 128 bits (16 | 48 | 64), so one
+/// integer comparison orders it. Streams get dense indices in order of first use; sizes from
+/// 2^48 (256 TiB) up share the top key value and order by address among themselves.
+pub(crate) type SizeKey = u128;
+/// Largest size a key holds exactly.
+const KEY_SIZE_MAX: u64 = (1 << 48) - 1;
 /// Unmapped-set key: `(stream, address)`.
 pub(crate) type AddrKey = (u64, u64);
 
@@ -67,8 +70,16 @@ impl BlockPool {
 
 /// The key of a block in a pool's free set.
 #[inline]
-pub(crate) fn size_key(stream: StreamId, size: u64, addr: u64) -> SizeKey {
-    (stream.0, size, addr)
+pub(crate) fn size_key(stream_index: u16, size: u64, addr: u64) -> SizeKey {
+    (u128::from(stream_index) << 112)
+        | (u128::from(size.min(KEY_SIZE_MAX)) << 64)
+        | u128::from(addr)
+}
+
+/// The first key after every key of this stream.
+#[inline]
+pub(crate) fn stream_end_key(stream_index: u16) -> SizeKey {
+    (u128::from(stream_index) + 1) << 112
 }
 
 /// A private pool (graph capture memory).

@@ -1,8 +1,166 @@
-//! `allocview --attach` (being written).
+//! `allocview --attach [ADDR]`: the dashboard over another process's agent; with
+//! `--headless --once --json`, the first full state received, as JSON.
 
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use allocview_agent::client::{self, AttachClient, ClientError, ClientUpdate};
+use allocview_agent::server::{ADDR_ENV, TOKEN_ENV, default_socket_dir};
+use anyhow::Context as _;
+
+use crate::app::{self, App};
 use crate::cli::Cli;
+use crate::source::attach::AttachSource;
+use crate::terminal::TerminalGuard;
+use crate::{output, units};
+
+/// How often the dashboard polls the connection.
+pub const TICK: Duration = Duration::from_millis(100);
+/// Headless mode prints a line at most this often.
+const HEADLESS_LINE_EVERY: Duration = Duration::from_secs(1);
+
+/// The address to attach to: the one given, else `$ALLOCVIEW_ADDR`, else the only socket in
+/// the default folder.
+///
+/// # Errors
+/// No address and no socket, or several sockets (listed, to choose from).
+pub fn resolve(
+    given: Option<&str>,
+    env: Option<String>,
+    sockets: &[PathBuf],
+) -> anyhow::Result<String> {
+    if let Some(a) = given.filter(|a| !a.trim().is_empty()) {
+        return Ok(a.trim().to_string());
+    }
+    if let Some(a) = env.filter(|a| !a.trim().is_empty()) {
+        return Ok(a.trim().to_string());
+    }
+    match sockets {
+        [] => anyhow::bail!(
+            "no allocview agent found: no socket in {} and ${ADDR_ENV} is not set; give an \
+             address (allocview --attach unix:PATH or HOST:PORT) or start one \
+             (allocview demo --listen unix:PATH)",
+            default_socket_dir().display()
+        ),
+        [one] => Ok(format!("unix:{}", one.display())),
+        many => {
+            let list: Vec<String> = many
+                .iter()
+                .map(|p| format!("  unix:{}", p.display()))
+                .collect();
+            anyhow::bail!(
+                "{} agents are listening; choose one with allocview --attach ADDR:\n{}",
+                many.len(),
+                list.join("\n")
+            )
+        }
+    }
+}
+
+fn headless(addr: &str, token: Option<String>, cli: &Cli) -> anyhow::Result<()> {
+    let mut c = AttachClient::connect(addr, token).map_err(|e| anyhow::anyhow!("{e}"))?;
+    if cli.once {
+        if cli.json {
+            output::print(&serde_json::to_string_pretty(c.state())?)?;
+        } else {
+            print_line(&c)?;
+        }
+        return Ok(());
+    }
+    let mut last = Instant::now() - HEADLESS_LINE_EVERY;
+    loop {
+        match c.next_update(HEADLESS_LINE_EVERY) {
+            Ok(ClientUpdate::Full) | Ok(ClientUpdate::Update) => {
+                if last.elapsed() >= HEADLESS_LINE_EVERY {
+                    last = Instant::now();
+                    if cli.json {
+                        output::print(&serde_json::to_string(c.state())?)?;
+                    } else {
+                        print_line(&c)?;
+                    }
+                }
+            }
+            Ok(_) | Err(ClientError::Timeout) => {}
+            Err(ClientError::Disconnected(why)) => {
+                eprintln!("allocview: disconnected: {why}");
+                return Ok(());
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+fn print_line(c: &AttachClient) -> anyhow::Result<()> {
+    let s = c.state();
+    let (pid, name) = c.process();
+    for d in &s.devices {
+        let st = &d.stats;
+        output::print(&format!(
+            "pid {pid} {name} dev {}: allocated {} reserved {} active {} OOMs {} dropped {} resyncs {}",
+            d.device,
+            units::bytes(st.allocated_bytes.0[0].current.max(0) as u64),
+            units::bytes(st.reserved_bytes.0[0].current.max(0) as u64),
+            units::bytes(st.active_bytes.0[0].current.max(0) as u64),
+            st.num_ooms,
+            units::count(s.pipeline.dropped_total),
+            units::count(s.pipeline.resyncs),
+        ))?;
+    }
+    if s.devices.is_empty() {
+        output::print(&format!("pid {pid} {name}: no device events yet"))?;
+    }
+    Ok(())
+}
 
 /// Runs the command.
-pub fn run(_cli: &Cli) -> anyhow::Result<()> {
-    anyhow::bail!("allocview --attach is not available in this build yet")
+///
+/// # Errors
+/// No address to attach to, a failed first connection, or a terminal that cannot be used.
+pub fn run(cli: &Cli) -> anyhow::Result<()> {
+    let addr = resolve(
+        cli.attach.as_deref(),
+        std::env::var(ADDR_ENV).ok(),
+        &client::find_sockets(),
+    )?;
+    let token = std::env::var(TOKEN_ENV).ok().filter(|t| !t.is_empty());
+    if cli.headless {
+        return headless(&addr, token, cli);
+    }
+    let src = AttachSource::connect(&addr, token).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let save_dir = std::env::current_dir().context("no current folder to save snapshots in")?;
+    let mut app = App::new(Box::new(src), save_dir)?;
+    let mut guard =
+        TerminalGuard::enter().context("allocview --attach needs a terminal (or --headless)")?;
+    app::run(&mut guard.terminal, &mut app, TICK)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_address_comes_from_the_flag_then_the_environment_then_the_only_socket() {
+        let socks = [PathBuf::from("/tmp/a.sock")];
+        assert_eq!(
+            resolve(Some("unix:/x.sock"), Some("h:1".into()), &socks).unwrap(),
+            "unix:/x.sock"
+        );
+        assert_eq!(
+            resolve(Some(""), Some("h:1".into()), &socks).unwrap(),
+            "h:1"
+        );
+        assert_eq!(resolve(None, None, &socks).unwrap(), "unix:/tmp/a.sock");
+    }
+
+    #[test]
+    fn no_socket_or_several_are_clear_errors() {
+        let e = resolve(None, None, &[]).unwrap_err().to_string();
+        assert!(e.contains("no allocview agent found"), "{e}");
+        let two = [PathBuf::from("/tmp/a.sock"), PathBuf::from("/tmp/b.sock")];
+        let e = resolve(None, None, &two).unwrap_err().to_string();
+        assert!(
+            e.contains("2 agents are listening") && e.contains("unix:/tmp/b.sock"),
+            "{e}"
+        );
+    }
 }

@@ -1,8 +1,51 @@
-//! `allocview open` (being written).
+//! `allocview open FILE`: the dashboard over a snapshot file (PyTorch pickle or allocview
+//! JSON), with time travel through its trace.
 
+use std::time::Duration;
+
+use allocview_agent::snapshot_file;
+use anyhow::Context as _;
+
+use crate::app::{self, App};
 use crate::cli::OpenArgs;
+use crate::source::file::FileSource;
+use crate::terminal::TerminalGuard;
+
+/// How often the loop wakes without input (a file never changes, so this only bounds
+/// latency of resizes).
+pub const TICK: Duration = Duration::from_millis(250);
+/// Files larger than this get a progress bar while loading.
+const PROGRESS_FROM_BYTES: u64 = 8 << 20;
+
+/// Loads a snapshot file, with a progress bar on stderr for large files.
+///
+/// # Errors
+/// The file cannot be read or is not a snapshot (the error names the file and the problem).
+pub fn load(path: &std::path::Path) -> anyhow::Result<allocview_alloc::snapshot::Snapshot> {
+    let big = std::fs::metadata(path).is_ok_and(|m| m.len() >= PROGRESS_FROM_BYTES);
+    if !big {
+        return Ok(snapshot_file::load(path)?);
+    }
+    let bar = indicatif::ProgressBar::new(0);
+    bar.set_message(format!("reading {}", path.display()));
+    let snap = snapshot_file::load_with_progress(path, &mut |done, total| {
+        bar.set_length(total);
+        bar.set_position(done);
+    });
+    bar.finish_and_clear();
+    Ok(snap?)
+}
 
 /// Runs the command.
-pub fn run(_args: &OpenArgs) -> anyhow::Result<()> {
-    anyhow::bail!("allocview open is not available in this build yet")
+///
+/// # Errors
+/// The file cannot be loaded, or the terminal cannot be used.
+pub fn run(args: &OpenArgs) -> anyhow::Result<()> {
+    let snap = load(&args.file)?;
+    let src = FileSource::new(&args.file.display().to_string(), &snap);
+    drop(snap);
+    let save_dir = std::env::current_dir().context("no current folder to save snapshots in")?;
+    let mut app = App::new(Box::new(src), save_dir)?;
+    let mut guard = TerminalGuard::enter().context("allocview open needs a terminal")?;
+    app::run(&mut guard.terminal, &mut app, TICK)
 }

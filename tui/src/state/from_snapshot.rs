@@ -13,11 +13,12 @@ use allocview_alloc::caching::stats::{DeviceStats, StatType};
 use allocview_alloc::snapshot::{Snapshot, TraceAction, TraceEntry, Value};
 
 use super::histogram::{HistogramUnit, Log2Histogram};
-use super::oom::{Diagnosis, OomReport};
+use super::oom::OomReport;
 use super::timeline::{Sample, Timeline};
 use super::timetravel::{SMALL_SIZE, TimeTravel, Totals, is_segment_event};
-use super::{Fragmentation, HistogramSummary, Mode, Source, State};
+use super::{HistogramSummary, Mode, Source, State};
 use crate::units::MIB;
+use allocview_agent::diagnosis::{OomFacts, diagnose};
 
 /// Microseconds per second.
 const US_PER_S: f64 = 1e6;
@@ -176,15 +177,8 @@ impl PostMortem {
                 continue;
             }
             let (segs, totals) = self.tt.at(i);
-            let state = State {
-                segments: segs,
-                ..State::default()
-            };
-            let Fragmentation {
-                cached_free,
-                largest_free,
-                ..
-            } = state.fragmentation();
+            let facts = OomFacts::from_trace_entry(e, &segs, self.total_memory.unwrap_or(0));
+            let d = diagnose(&facts);
             out.push(OomReport {
                 number: out.len() as u64 + 1,
                 time_us: e.time_us,
@@ -197,10 +191,12 @@ impl PostMortem {
                 device_free: Some(e.addr),
                 allocated: totals.allocated,
                 reserved: totals.reserved,
-                largest_free,
-                diagnosis: Diagnosis::of(e.size, cached_free, largest_free, totals.allocated),
+                largest_free: facts.largest_free_block,
+                diagnosis: d.kind,
+                explanation: d.explanation,
                 what_if: Vec::new(),
                 dump_path: Some(self.path.clone()),
+                dump_error: None,
                 frames: e.frames.clone(),
                 trace_index: Some(i),
             });

@@ -1,76 +1,11 @@
-//! OOM reports: the facts of one failed allocation and a diagnosis.
-//!
-//! The diagnosis follows the reasoning of PyTorch's OOM message ("reserved but unallocated
-//! memory is large, try expandable_segments"): when the allocator holds enough cached memory
-//! for the request but no single free block is large enough, the cause is fragmentation;
-//! otherwise the program needs more memory than the device gives.
+//! OOM reports: the facts of one failed allocation and the agent's diagnosis
+//! ([`allocview_agent::diagnosis`]: exhaustion, fragmentation, or memory used outside the
+//! allocator), so the dashboard, `allocview summary` and the agent's dumps agree.
 
-use std::fmt;
-
+use allocview_agent::diagnosis::DiagnosisKind;
 use allocview_alloc::snapshot::Frames;
 
 use crate::units;
-
-/// Why an allocation failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Diagnosis {
-    /// Enough memory cached in total, but split into blocks too small for the request.
-    Fragmentation {
-        /// Cached free bytes.
-        cached_free: u64,
-        /// Largest free block.
-        largest_free: u64,
-    },
-    /// The program needs more than the device has left, even with the cache emptied.
-    Capacity {
-        /// Bytes allocated when it failed.
-        allocated: u64,
-        /// Bytes requested (rounded).
-        requested: u64,
-    },
-}
-
-impl Diagnosis {
-    /// Diagnoses an OOM from the request and the allocator's state at the failure.
-    pub fn of(rounded: u64, cached_free: u64, largest_free: u64, allocated: u64) -> Diagnosis {
-        if cached_free >= rounded && largest_free < rounded {
-            Diagnosis::Fragmentation {
-                cached_free,
-                largest_free,
-            }
-        } else {
-            Diagnosis::Capacity {
-                allocated,
-                requested: rounded,
-            }
-        }
-    }
-}
-
-impl fmt::Display for Diagnosis {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match *self {
-            Diagnosis::Fragmentation {
-                cached_free,
-                largest_free,
-            } => write!(
-                f,
-                "FRAGMENTATION — {} cached but the largest free block is {} (try expandable_segments:True)",
-                units::bytes(cached_free),
-                units::bytes(largest_free)
-            ),
-            Diagnosis::Capacity {
-                allocated,
-                requested,
-            } => write!(
-                f,
-                "CAPACITY — {} allocated + {} requested is more than the device can give",
-                units::bytes(allocated),
-                units::bytes(requested)
-            ),
-        }
-    }
-}
 
 /// One OOM with its facts.
 #[derive(Debug, Clone, PartialEq)]
@@ -100,11 +35,15 @@ pub struct OomReport {
     /// Largest free cached block at the failure.
     pub largest_free: u64,
     /// Why it failed.
-    pub diagnosis: Diagnosis,
+    pub diagnosis: DiagnosisKind,
+    /// The diagnosis in one sentence with the numbers.
+    pub explanation: String,
     /// What-if replays (`expandable_segments:True → no OOM, ...`), when computed.
     pub what_if: Vec<String>,
     /// Where the snapshot taken at the OOM was written.
     pub dump_path: Option<String>,
+    /// Why the snapshot could not be written, if it could not.
+    pub dump_error: Option<String>,
     /// Where the request came from (context frames).
     pub frames: Frames,
     /// Index of the OOM in the trace (file mode).
@@ -147,27 +86,38 @@ impl OomReport {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::units::{GIB, MIB};
+    use allocview_alloc::snapshot::no_frames;
 
     #[test]
-    fn enough_cache_in_small_pieces_is_fragmentation() {
-        let d = Diagnosis::of(3 * GIB / 2, 6 * GIB, 610 * MIB, 71 * GIB);
-        assert!(matches!(d, Diagnosis::Fragmentation { .. }));
+    fn lines_state_the_request_and_memory() {
+        let o = OomReport {
+            number: 1,
+            time_us: None,
+            device: 0,
+            stream: 0,
+            requested: 3 << 29,
+            rounded: 3 << 29,
+            segment_size: Some(3 << 29),
+            device_total: Some(80 << 30),
+            device_free: None,
+            allocated: 1 << 30,
+            reserved: 2 << 30,
+            largest_free: 0,
+            diagnosis: DiagnosisKind::Exhaustion,
+            explanation: String::new(),
+            what_if: Vec::new(),
+            dump_path: None,
+            dump_error: None,
+            frames: no_frames(),
+            trace_index: None,
+        };
         assert_eq!(
-            d.to_string(),
-            "FRAGMENTATION — 6.00 GiB cached but the largest free block is 610 MiB (try expandable_segments:True)"
+            o.request_line(),
+            "tried to allocate 1.50 GiB (rounded 1.50 GiB, segment 1.50 GiB)"
         );
-    }
-
-    #[test]
-    fn too_little_cache_is_capacity() {
-        let d = Diagnosis::of(3 * GIB / 2, GIB, 610 * MIB, 14 * GIB);
         assert_eq!(
-            d,
-            Diagnosis::Capacity {
-                allocated: 14 * GIB,
-                requested: 3 * GIB / 2
-            }
+            o.memory_line(),
+            "device: 80.0 GiB total, ? free · allocator: 1.00 GiB allocated, 2.00 GiB reserved"
         );
     }
 }

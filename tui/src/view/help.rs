@@ -23,7 +23,7 @@ pub const KEYS: [(&str, &str); 17] = [
     ("r", "reset peak statistics"),
     ("s", "save a snapshot file"),
     ("mouse", "wheel scrolls, click selects"),
-    ("◀ ▶", "file: previous / next event"),
+    ("◀ ▶  , .", "file: previous / next event"),
     ("[ ]", "file: 100 events back / forward"),
     ("n  g", "file: next OOM / next segment event"),
     ("Home End", "file: first / last event"),

@@ -29,14 +29,34 @@ pub fn clock(time_us: i64) -> String {
     )
 }
 
-/// The lines of one OOM's box.
-pub fn lines(o: &OomReport) -> Vec<Line<'static>> {
+/// Splits `text` into lines of at most `width` characters at spaces.
+pub fn wrap(text: &str, width: usize) -> Vec<String> {
+    let width = width.max(10);
+    let mut out = Vec::new();
+    let mut line = String::new();
+    for word in text.split_whitespace() {
+        if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > width {
+            out.push(std::mem::take(&mut line));
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    if !line.is_empty() {
+        out.push(line);
+    }
+    out
+}
+
+/// The lines of one OOM's box, for a box `width` cells wide.
+pub fn lines(o: &OomReport, width: usize) -> Vec<Line<'static>> {
     let mut v = vec![
         Line::raw(format!(" {}", o.request_line())),
         Line::raw(format!(" {}", o.memory_line())),
         Line::from(vec![
             Span::raw(" diagnosis: "),
-            Span::styled(o.diagnosis.to_string(), theme::alert()),
+            Span::styled(o.diagnosis.as_str().to_uppercase(), theme::alert()),
         ]),
         Line::raw(format!(
             " largest free block: {}",
@@ -50,6 +70,15 @@ pub fn lines(o: &OomReport) -> Vec<Line<'static>> {
             "                     "
         };
         v.push(Line::raw(format!("{head}{w}")));
+    }
+    for w in wrap(&o.explanation, width.saturating_sub(4)) {
+        v.push(Line::styled(
+            format!("   {w}"),
+            Style::new().fg(theme::ALERT),
+        ));
+    }
+    if let Some(e) = &o.dump_error {
+        v.push(Line::styled(format!(" dump failed: {e}"), theme::alert()));
     }
     match &o.dump_path {
         Some(p) => v.push(Line::from(vec![
@@ -90,7 +119,7 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
         if y >= area.bottom() {
             break;
         }
-        let body = lines(o);
+        let body = lines(o, area.width as usize);
         let h = (body.len() as u16 + 2).min(area.bottom() - y);
         let rect = Rect::new(area.x, y, area.width, h);
         let mut title = format!(" OOM #{}", o.number);

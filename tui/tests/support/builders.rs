@@ -6,7 +6,8 @@
 use std::sync::Arc;
 
 use allocview::state::histogram::{HistogramUnit, Log2Histogram};
-use allocview::state::{Diagnosis, Mode, OomReport, Sample, Source, State, Timeline};
+use allocview::state::{Mode, OomReport, Sample, Source, State, Timeline};
+use allocview_agent::diagnosis::{OomFacts, diagnose};
 use allocview_alloc::caching::stats::DeviceStats;
 use allocview_alloc::snapshot::{
     BlockInfo, BlockState, Frame, SegmentInfo, SegmentType, Snapshot, TraceAction, TraceEntry,
@@ -188,6 +189,16 @@ pub fn histograms() -> Vec<allocview::state::HistogramSummary> {
 }
 
 pub fn oom() -> OomReport {
+    let d = diagnose(&OomFacts {
+        requested: 3 * GIB / 2,
+        device_total: 16 * GIB,
+        device_free: 900 * MIB,
+        allowed_max: None,
+        allocated: 12 * GIB,
+        reserved: 15 * GIB,
+        largest_free_block: 610 * MIB,
+        stranded_in_split_segments: 2 * GIB,
+    });
     OomReport {
         number: 1,
         time_us: Some(1_700_000_000_123_456),
@@ -201,7 +212,9 @@ pub fn oom() -> OomReport {
         allocated: 12 * GIB,
         reserved: 15 * GIB,
         largest_free: 610 * MIB,
-        diagnosis: Diagnosis::of(3 * GIB / 2, 3 * GIB, 610 * MIB, 12 * GIB),
+        diagnosis: d.kind,
+        explanation: d.explanation,
+        dump_error: None,
         what_if: vec!["expandable_segments:True → no OOM, peak reserved 14.2 GiB".into()],
         dump_path: Some("allocview-dumps/oom-0001-pid4242.json".into()),
         frames: frames("step 41 forward"),
@@ -274,5 +287,60 @@ pub fn many_segments(n: usize) -> State {
     State {
         segments: segs,
         ..live_state()
+    }
+}
+
+fn entry(action: TraceAction, addr: u64, size: u64, stream: u64, t: i64) -> TraceEntry {
+    TraceEntry {
+        action,
+        addr,
+        size,
+        stream,
+        time_us: Some(1_700_000_000_000_000 + t * 1000),
+        frames: frames(&format!("step {} forward", t / 20)),
+        compile_context: None,
+        user_metadata: None,
+    }
+}
+
+/// A snapshot whose trace runs `rounds` rounds of a small training-like pattern (segments
+/// come and go, a cross-stream free, an OOM each round) and ends with everything released,
+/// so its final segment list is empty and consistent with the trace.
+pub fn traced_snapshot(rounds: u64) -> Snapshot {
+    use TraceAction::*;
+    let mut t = Vec::new();
+    let mut n = 0i64;
+    let mut e = |a, addr, size, stream| {
+        n += 1;
+        t.push(entry(a, addr, size, stream, n));
+    };
+    for r in 0..rounds {
+        let a = 0x7000_0000_0000 + r * 256 * MIB;
+        let b = a + 64 * MIB;
+        let c = a + 128 * MIB;
+        e(SegmentAlloc, a, 20 * MIB, 0);
+        e(Alloc, a, 4 * MIB, 0);
+        e(Alloc, a + 4 * MIB, 2 * MIB, 0);
+        e(SegmentAlloc, b, 2 * MIB, 1);
+        e(Alloc, b, 1000, 1);
+        e(FreeRequested, a, 4 * MIB, 0);
+        e(FreeCompleted, a, 4 * MIB, 0);
+        e(Oom, 100 * MIB, 30 * MIB, 0);
+        e(SegmentAlloc, c, 40 * MIB, 0);
+        e(Alloc, c, 30 * MIB, 0);
+        e(FreeRequested, a + 4 * MIB, 2 * MIB, 0);
+        e(FreeCompleted, a + 4 * MIB, 2 * MIB, 0);
+        e(FreeRequested, b, 1000, 1);
+        e(FreeCompleted, b, 1000, 1);
+        e(FreeRequested, c, 30 * MIB, 0);
+        e(FreeCompleted, c, 30 * MIB, 0);
+        e(SegmentFree, a, 20 * MIB, 0);
+        e(SegmentFree, b, 2 * MIB, 1);
+        e(SegmentFree, c, 40 * MIB, 0);
+    }
+    allocview_alloc::snapshot::Snapshot {
+        segments: Vec::new(),
+        device_traces: vec![t],
+        ..Default::default()
     }
 }

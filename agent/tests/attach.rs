@@ -1,0 +1,541 @@
+//! The attach server over real sockets: the protocol, many clients, slow and broken clients,
+//! tokens, permissions.
+
+#[path = "support/toy.rs"]
+mod toy;
+
+use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
+
+use allocview_agent::agent::{Agent, AgentError};
+use allocview_agent::client::{AttachClient, ClientError, ClientUpdate};
+use allocview_agent::protocol::{
+    self, ClientFrame, DeviceUpdate, MAGIC, MAX_SERVER_FRAME, PROTOCOL_VERSION, ServerFrame,
+    StateUpdate,
+};
+use allocview_agent::server::ServerError;
+use allocview_agent::state::AgentState;
+use allocview_alloc::event::{Event, EventAction, EventPool};
+use allocview_alloc::snapshot::Snapshot;
+
+const MIB: u64 = 1 << 20;
+const SEG: u64 = 0x7f00_0000_0000;
+const WAIT: Duration = Duration::from_secs(20);
+
+fn unix_agent(dir: &std::path::Path) -> (Agent, String) {
+    let sock = dir.join("agent.sock");
+    let agent = Agent::builder()
+        .listen(format!("unix:{}", sock.display()))
+        .dump_dir(dir.join("dumps"))
+        .tick(Duration::from_millis(5))
+        .spawn()
+        .unwrap();
+    (agent, format!("unix:{}", sock.display()))
+}
+
+/// Waits for an update after which `cond` holds.
+fn wait_for(client: &mut AttachClient, cond: impl Fn(&AgentState) -> bool) {
+    let deadline = Instant::now() + WAIT;
+    while !cond(client.state()) {
+        assert!(Instant::now() < deadline, "condition not reached");
+        match client.next_update(Duration::from_millis(200)) {
+            Ok(_) | Err(ClientError::Timeout) => {}
+            Err(e) => panic!("client failed: {e}"),
+        }
+    }
+}
+
+fn wait_until(cond: impl Fn() -> bool) {
+    let deadline = Instant::now() + WAIT;
+    while !cond() {
+        assert!(Instant::now() < deadline, "condition not reached");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Every frame, one of each: the match makes a new variant a compile error here.
+fn every_frame() -> (Vec<ServerFrame>, Vec<ClientFrame>) {
+    let server = vec![
+        ServerFrame::Hello {
+            magic: MAGIC.into(),
+            version: PROTOCOL_VERSION,
+            pid: 42,
+            process: "train.py".into(),
+            token_required: true,
+        },
+        ServerFrame::Full {
+            state: Box::default(),
+        },
+        ServerFrame::Update {
+            update: Box::new(StateUpdate {
+                time_ns: 7,
+                devices: vec![DeviceUpdate {
+                    device: 1,
+                    total_memory: Some((80 << 30, Some(40 << 30))),
+                    ..DeviceUpdate::default()
+                }],
+                ..StateUpdate::default()
+            }),
+        },
+        ServerFrame::Snapshot {
+            snapshot: Box::new(Snapshot::default()),
+        },
+        ServerFrame::Ack {
+            request: "reset_peaks".into(),
+        },
+        ServerFrame::Error {
+            message: "no".into(),
+            fatal: true,
+        },
+        ServerFrame::Goodbye {
+            reason: "bye".into(),
+        },
+    ];
+    for f in &server {
+        match f {
+            ServerFrame::Hello { .. }
+            | ServerFrame::Full { .. }
+            | ServerFrame::Update { .. }
+            | ServerFrame::Snapshot { .. }
+            | ServerFrame::Ack { .. }
+            | ServerFrame::Error { .. }
+            | ServerFrame::Goodbye { .. } => {}
+        }
+    }
+    let client = vec![
+        ClientFrame::Hello {
+            magic: MAGIC.into(),
+            version: PROTOCOL_VERSION,
+            token: Some("t".into()),
+        },
+        ClientFrame::RequestSnapshot,
+        ClientFrame::ResetPeaks,
+        ClientFrame::Pause { paused: true },
+    ];
+    for f in &client {
+        match f {
+            ClientFrame::Hello { .. }
+            | ClientFrame::RequestSnapshot
+            | ClientFrame::ResetPeaks
+            | ClientFrame::Pause { .. } => {}
+        }
+    }
+    (server, client)
+}
+
+fn type_of<T: serde::Serialize>(frame: &T) -> String {
+    serde_json::to_value(frame).unwrap()["type"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn every_frame_round_trips_and_is_documented_in_protocol_md() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/protocol.md"))
+        .unwrap();
+    let (server, client) = every_frame();
+    for f in &server {
+        let mut bytes = Vec::new();
+        protocol::write_frame(&mut bytes, f).unwrap();
+        assert_eq!(
+            u32::from_be_bytes(bytes[..4].try_into().unwrap()) as usize,
+            bytes.len() - 4
+        );
+        let back: ServerFrame = protocol::read_frame(&mut &bytes[..], MAX_SERVER_FRAME).unwrap();
+        assert_eq!(&back, f);
+        let t = type_of(f);
+        assert!(
+            doc.contains(&format!("| `{t}` |")),
+            "protocol.md lacks agent frame {t}"
+        );
+    }
+    for f in &client {
+        let mut bytes = Vec::new();
+        protocol::write_frame(&mut bytes, f).unwrap();
+        let back: ClientFrame = protocol::read_frame(&mut &bytes[..], MAX_SERVER_FRAME).unwrap();
+        assert_eq!(&back, f);
+        let t = type_of(f);
+        assert!(
+            doc.contains(&format!("| `{t}` |")),
+            "protocol.md lacks client frame {t}"
+        );
+    }
+    // The wire form of the hello is fixed: a change here is a protocol change.
+    assert_eq!(
+        serde_json::to_string(&client[0]).unwrap(),
+        r#"{"type":"hello","magic":"allocview-attach","version":1,"token":"t"}"#
+    );
+    // Every frame type the document names exists.
+    let known: Vec<String> = server
+        .iter()
+        .map(type_of)
+        .chain(client.iter().map(type_of))
+        .collect();
+    for line in doc.lines().filter(|l| l.starts_with("| `")) {
+        let t = line.split('`').nth(1).unwrap();
+        assert!(
+            known.iter().any(|k| k == t),
+            "protocol.md names unknown frame {t}"
+        );
+    }
+}
+
+#[test]
+fn a_client_gets_the_full_state_then_updates_that_track_the_agent() {
+    let dir = tempfile::tempdir().unwrap();
+    let (agent, addr) = unix_agent(dir.path());
+    let mut client = AttachClient::connect(&addr, None).unwrap();
+    assert_eq!(client.process().0, std::process::id());
+    assert!(client.state().devices.is_empty());
+    let sink = agent.sink();
+    for i in 0..10 {
+        sink.publish(&Event::new(
+            EventAction::SegmentAlloc,
+            0,
+            EventPool::Large,
+            SEG + i * 20 * MIB,
+            20 * MIB,
+        ));
+        sink.publish(&Event {
+            requested: MIB,
+            ..Event::new(
+                EventAction::Alloc,
+                0,
+                EventPool::Large,
+                SEG + i * 20 * MIB,
+                2 * MIB,
+            )
+        });
+    }
+    agent.flush();
+    let truth = agent.state();
+    wait_for(&mut client, |s| {
+        s.devices.first().map(|d| &d.stats) == Some(&truth.devices[0].stats)
+    });
+    let d = &client.state().devices[0];
+    assert_eq!(d.segments, truth.devices[0].segments);
+    assert_eq!(d.recent.len(), 20);
+    assert_eq!(d.histograms, truth.devices[0].histograms);
+    wait_for(&mut client, |s| s.pipeline.clients == 1);
+
+    // Requests: reset peaks (no provider: the agent's own), snapshot, pause and resume.
+    client.reset_peaks().unwrap();
+    client.request_snapshot().unwrap();
+    let mut acked = false;
+    let mut snapshot = None;
+    let deadline = Instant::now() + WAIT;
+    while !(acked && snapshot.is_some()) {
+        assert!(Instant::now() < deadline);
+        match client.next_update(Duration::from_millis(200)) {
+            Ok(ClientUpdate::Ack(r)) if r == "reset_peaks" => acked = true,
+            Ok(ClientUpdate::Snapshot(s)) => snapshot = Some(s),
+            Ok(_) | Err(ClientError::Timeout) => {}
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!(
+        snapshot.unwrap().segments.len(),
+        0,
+        "no provider: empty snapshot"
+    );
+    client.pause(true).unwrap();
+    assert!(client.state().pipeline.paused);
+    client.pause(false).unwrap();
+    let deadline = Instant::now() + WAIT;
+    loop {
+        assert!(Instant::now() < deadline);
+        if let Ok(ClientUpdate::Full) = client.next_update(Duration::from_millis(200)) {
+            break;
+        }
+    }
+    assert!(!client.state().pipeline.paused);
+    agent.shutdown();
+    match client.next_update(WAIT) {
+        Err(ClientError::Disconnected(_)) => {}
+        other => {
+            // Updates still in flight may come first; the connection ends after them.
+            let mut last = other.map(|_| ());
+            while last.is_ok() {
+                last = client.next_update(WAIT).map(|_| ());
+            }
+            assert!(
+                matches!(last, Err(ClientError::Disconnected(_))),
+                "{last:?}"
+            );
+        }
+    }
+    assert!(!dir.path().join("agent.sock").exists(), "socket removed");
+}
+
+#[test]
+fn fifty_clients_come_and_go_and_the_agent_carries_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let (agent, addr) = unix_agent(dir.path());
+    let threads: Vec<_> = (0..50)
+        .map(|i| {
+            let addr = addr.clone();
+            std::thread::spawn(move || {
+                let mut c = AttachClient::connect(&addr, None).unwrap();
+                if i % 2 == 0 {
+                    let _ = c.next_update(Duration::from_millis(50));
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    agent.sink().publish(&Event::new(
+        EventAction::SegmentAlloc,
+        0,
+        EventPool::Large,
+        SEG,
+        2 * MIB,
+    ));
+    agent.flush();
+    wait_until(|| agent.state().pipeline.clients == 0);
+    let mut c = AttachClient::connect(&addr, None).unwrap();
+    wait_for(&mut c, |s| s.devices.len() == 1);
+}
+
+#[test]
+fn a_client_that_never_reads_is_disconnected_and_the_host_carries_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("agent.sock");
+    let agent = Agent::builder()
+        .listen(format!("unix:{}", sock.display()))
+        .dump_dir(dir.path())
+        .tick(Duration::from_millis(20))
+        .client_queue(8)
+        .write_timeout(Duration::from_millis(200))
+        .spawn()
+        .unwrap();
+    // The stuck client: says hello, then never reads again.
+    let mut stuck = UnixStream::connect(&sock).unwrap();
+    let _: ServerFrame = protocol::read_frame(&mut stuck, MAX_SERVER_FRAME).unwrap();
+    protocol::write_frame(
+        &mut stuck,
+        &ClientFrame::Hello {
+            magic: MAGIC.into(),
+            version: PROTOCOL_VERSION,
+            token: None,
+        },
+    )
+    .unwrap();
+    let mut good = AttachClient::connect(&format!("unix:{}", sock.display()), None).unwrap();
+    wait_until(|| agent.state().pipeline.clients == 2);
+    // Big updates: a thousand segments, and a layout change on every round, so each update
+    // carries the whole segment list (about 250 KB): the stuck client's socket buffer fills,
+    // then its queue.
+    let sink = agent.sink();
+    for i in 0..1000u64 {
+        sink.publish(&Event::new(
+            EventAction::SegmentAlloc,
+            0,
+            EventPool::Large,
+            SEG + i * 2 * MIB,
+            2 * MIB,
+        ));
+    }
+    let mut i = 0u64;
+    let deadline = Instant::now() + WAIT;
+    while agent.state().pipeline.clients == 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the stuck client was never dropped"
+        );
+        sink.publish(&Event {
+            requested: 512,
+            ..Event::new(
+                EventAction::Alloc,
+                0,
+                EventPool::Large,
+                SEG + i * 2 * MIB,
+                512,
+            )
+        });
+        i += 1;
+        std::thread::sleep(Duration::from_millis(20));
+        // The good client keeps up.
+        while good.next_update(Duration::ZERO).is_ok() {}
+    }
+    // The host carries on: the good client still follows.
+    agent.flush();
+    let n = agent.state().devices[0].segments.len();
+    wait_for(&mut good, |s| s.devices[0].segments.len() == n);
+    assert_eq!(agent.state().pipeline.clients, 1);
+    // The stuck client finds its connection closed once it reads what was buffered.
+    stuck
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        match stuck.read(&mut buf) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) => panic!("expected the agent to close the connection, got {e}"),
+        }
+    }
+}
+
+fn raw_hello(sock: &std::path::Path) -> UnixStream {
+    let mut s = UnixStream::connect(sock).unwrap();
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    let hello: ServerFrame = protocol::read_frame(&mut s, MAX_SERVER_FRAME).unwrap();
+    assert!(matches!(
+        hello,
+        ServerFrame::Hello {
+            version: PROTOCOL_VERSION,
+            ..
+        }
+    ));
+    s
+}
+
+fn expect_fatal_error_then_close(s: &mut UnixStream, needle: &str) {
+    loop {
+        match protocol::read_frame::<_, ServerFrame>(s, MAX_SERVER_FRAME) {
+            Ok(ServerFrame::Error { message, fatal }) => {
+                assert!(fatal);
+                assert!(
+                    message.contains(needle),
+                    "{message:?} should mention {needle:?}"
+                );
+                break;
+            }
+            Ok(ServerFrame::Full { .. } | ServerFrame::Update { .. }) => {}
+            other => panic!("expected an error frame, got {other:?}"),
+        }
+    }
+    let mut rest = Vec::new();
+    s.read_to_end(&mut rest).unwrap();
+}
+
+#[test]
+fn garbage_oversized_frames_and_wrong_versions_get_an_error_and_a_disconnect() {
+    let dir = tempfile::tempdir().unwrap();
+    let (agent, _) = unix_agent(dir.path());
+    let sock = dir.path().join("agent.sock");
+
+    // Not our protocol at all: an HTTP request reads as a huge length.
+    let mut s = raw_hello(&sock);
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    expect_fatal_error_then_close(&mut s, "exceeds the limit");
+
+    // A sane length, but not JSON.
+    let mut s = raw_hello(&sock);
+    s.write_all(&5u32.to_be_bytes()).unwrap();
+    s.write_all(b"hello").unwrap();
+    expect_fatal_error_then_close(&mut s, "malformed");
+
+    // A hello of another version.
+    let mut s = raw_hello(&sock);
+    protocol::write_frame(
+        &mut s,
+        &ClientFrame::Hello {
+            magic: MAGIC.into(),
+            version: PROTOCOL_VERSION + 1,
+            token: None,
+        },
+    )
+    .unwrap();
+    expect_fatal_error_then_close(&mut s, "version mismatch");
+
+    // Garbage after a good hello.
+    let mut s = raw_hello(&sock);
+    protocol::write_frame(
+        &mut s,
+        &ClientFrame::Hello {
+            magic: MAGIC.into(),
+            version: PROTOCOL_VERSION,
+            token: None,
+        },
+    )
+    .unwrap();
+    s.write_all(&3u32.to_be_bytes()).unwrap();
+    s.write_all(b"{x}").unwrap();
+    expect_fatal_error_then_close(&mut s, "bad request");
+
+    // The agent is unharmed.
+    let mut c = AttachClient::connect(&format!("unix:{}", sock.display()), None).unwrap();
+    agent.sink().publish(&Event::new(
+        EventAction::SegmentAlloc,
+        0,
+        EventPool::Large,
+        SEG,
+        2 * MIB,
+    ));
+    wait_for(&mut c, |s| s.devices.len() == 1);
+}
+
+#[test]
+fn tcp_with_a_token_refuses_clients_without_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::builder()
+        .listen("127.0.0.1:0")
+        .token("s3cret")
+        .dump_dir(dir.path())
+        .spawn()
+        .unwrap();
+    let addr = agent.listen_addr().unwrap().to_string();
+    assert!(addr.starts_with("127.0.0.1:"));
+    match AttachClient::connect(&addr, None) {
+        Err(ClientError::Refused(m)) => assert!(m.contains("requires a token"), "{m}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    match AttachClient::connect(&addr, Some("guess".into())) {
+        Err(ClientError::Refused(m)) => assert!(m.contains("wrong token"), "{m}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    let c = AttachClient::connect(&addr, Some("s3cret".into())).unwrap();
+    assert_eq!(c.state().process.pid, std::process::id());
+}
+
+#[test]
+fn a_non_loopback_listener_without_a_token_is_refused_before_binding() {
+    let err = Agent::builder()
+        .listen("0.0.0.0:0")
+        .no_token()
+        .spawn()
+        .unwrap_err();
+    assert!(
+        matches!(err, AgentError::Server(ServerError::TokenRequired(_))),
+        "{err}"
+    );
+    assert!(err.to_string().contains("without a token"));
+    let err = Agent::builder()
+        .listen("not an address")
+        .spawn()
+        .unwrap_err();
+    assert!(matches!(err, AgentError::BadAddress(_)), "{err}");
+}
+
+#[test]
+fn the_default_socket_is_0600_in_a_0700_folder_and_removed_on_shutdown() {
+    let agent = Agent::builder()
+        .listen_default_socket()
+        .dump_dir(tempfile::tempdir().unwrap().path())
+        .spawn()
+        .unwrap();
+    let path = match agent.listen_addr().unwrap() {
+        allocview_agent::server::ListenAddr::Unix(p) => p.clone(),
+        other => panic!("expected a unix socket, got {other}"),
+    };
+    assert_eq!(
+        path.parent().unwrap(),
+        allocview_agent::client::default_socket_dir()
+    );
+    let name = path.file_name().unwrap().to_string_lossy().into_owned();
+    assert!(name.starts_with(&std::process::id().to_string()), "{name}");
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&path), 0o600);
+    assert_eq!(mode(path.parent().unwrap()), 0o700);
+    assert!(allocview_agent::client::find_sockets().contains(&path));
+    let c = AttachClient::connect(&format!("unix:{}", path.display()), None).unwrap();
+    drop(c);
+    agent.shutdown();
+    assert!(!path.exists());
+}

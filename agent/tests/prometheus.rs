@@ -1,0 +1,162 @@
+//! `/metrics` over real HTTP, parsed by a Prometheus text-format parser.
+
+#[path = "support/toy.rs"]
+mod toy;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use allocview_agent::agent::Agent;
+use allocview_alloc::event::{Event, EventAction, EventPool};
+
+fn get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    let status = resp.split(' ').nth(1).unwrap().parse().unwrap();
+    let body = resp.split_once("\r\n\r\n").unwrap().1.to_string();
+    (status, body)
+}
+
+#[test]
+fn metrics_parse_as_prometheus_text_and_match_the_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let toy = toy::Toy::new();
+    let agent = Agent::builder()
+        .no_listen()
+        .dump_dir(dir.path())
+        .metrics("127.0.0.1:0".parse().unwrap())
+        .provider(toy.clone())
+        .spawn()
+        .unwrap();
+    toy.set_sink(agent.sink());
+    for i in 0..50usize {
+        toy.malloc((i % 2) as u64);
+    }
+    for i in 0..20usize {
+        toy.free_nth(i);
+    }
+    agent.flush();
+    let addr = agent.metrics_addr().unwrap();
+    let (status, body) = get(addr, "/metrics");
+    assert_eq!(status, 200);
+    let scrape = prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_string()))).unwrap();
+    // Every sample line parsed.
+    let sample_lines = body
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .count();
+    if scrape.samples.len() != sample_lines {
+        for l in body.lines().filter(|l| !l.starts_with('#')) {
+            let name = l.split(['{', ' ']).next().unwrap();
+            if !scrape.samples.iter().any(|s| s.metric == name) {
+                eprintln!("unparsed: {l}");
+            }
+        }
+    }
+    assert_eq!(scrape.samples.len(), sample_lines);
+    let find = |metric: &str, labels: &[(&str, &str)]| -> f64 {
+        let s = scrape
+            .samples
+            .iter()
+            .find(|s| s.metric == metric && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+            .unwrap_or_else(|| panic!("no {metric} {labels:?} in\n{body}"));
+        match s.value {
+            prometheus_parse::Value::Gauge(v)
+            | prometheus_parse::Value::Counter(v)
+            | prometheus_parse::Value::Untyped(v) => v,
+            ref other => panic!("unexpected {other:?}"),
+        }
+    };
+    let stats = toy.stats();
+    let m = stats.memory_stats();
+    assert_eq!(
+        find(
+            "allocview_allocated_bytes",
+            &[("device", "0"), ("pool", "all")]
+        ),
+        m["allocated_bytes.all.current"] as f64
+    );
+    assert_eq!(
+        find(
+            "allocview_reserved_bytes_peak",
+            &[("device", "0"), ("pool", "large_pool")]
+        ),
+        m["reserved_bytes.large_pool.peak"] as f64
+    );
+    assert_eq!(
+        find(
+            "allocview_allocation_allocated_total",
+            &[("device", "0"), ("pool", "all")]
+        ),
+        50.0
+    );
+    assert_eq!(
+        find("allocview_device_allocs_total", &[("device", "0")]),
+        m["num_device_alloc"] as f64
+    );
+    assert_eq!(
+        find("allocview_events_ingested_total", &[]),
+        agent.state().pipeline.events_ingested as f64
+    );
+    assert_eq!(
+        find("allocview_events_dropped_total", &[("action", "alloc")]),
+        0.0
+    );
+    assert_eq!(find("allocview_resyncs_total", &[]), 0.0);
+    assert_eq!(
+        find(
+            "allocview_allocation_size_bytes_count",
+            &[("device", "0"), ("pool", "large")]
+        ),
+        50.0
+    );
+    let p50 = find(
+        "allocview_allocation_size_bytes",
+        &[("device", "0"), ("pool", "large"), ("quantile", "0.5")],
+    );
+    let half = (toy::TOY_SEGMENT / 2 - 100) as f64;
+    assert!((p50 - half).abs() / half < 0.01, "p50 {p50} ~ {half}");
+    assert_eq!(
+        find("allocview_device_total_memory_bytes", &[("device", "0")]),
+        (80u64 << 30) as f64
+    );
+
+    let (status, _) = get(addr, "/other");
+    assert_eq!(status, 404);
+    agent.shutdown();
+}
+
+#[test]
+fn dropped_events_show_per_action_in_metrics() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::builder()
+        .no_listen()
+        .dump_dir(dir.path())
+        .channel_capacity(2)
+        .tick(Duration::from_secs(3600))
+        .metrics("127.0.0.1:0".parse().unwrap())
+        .spawn()
+        .unwrap();
+    for i in 0..50u64 {
+        agent.sink().publish(&Event::new(
+            EventAction::SegmentAlloc,
+            0,
+            EventPool::Large,
+            0x1000_0000 + i * (2 << 20),
+            2 << 20,
+        ));
+    }
+    agent.flush();
+    let dropped = agent.state().pipeline.dropped_total;
+    let (_, body) = get(agent.metrics_addr().unwrap(), "/metrics");
+    let line = format!("allocview_events_dropped_total{{action=\"segment_alloc\"}} {dropped}");
+    assert!(body.contains(&line), "{line} in\n{body}");
+}

@@ -1,0 +1,184 @@
+//! Replay and what-if through the public API, on a synthetic multi-stream trace that fragments
+//! the device: built here as a `Snapshot` with a trace whose addresses follow the allocator's
+//! rules, so the fidelity run must reproduce every one of them.
+
+use allocview_agent::diagnosis::{DiagnosisKind, what_if_avoided};
+use allocview_agent::replay::{self, Placement, RECORDED_LABEL, ReplaySettings, RunOptions};
+use allocview_alloc::caching::AllocatorConfig;
+use allocview_alloc::snapshot::{BlockState, Snapshot, TraceAction, TraceEntry, no_frames};
+
+const MIB: u64 = 1 << 20;
+const GIB: u64 = 1 << 30;
+/// Where the recording's first segment sat.
+const BASE: u64 = 0x7f00_0000_0000;
+/// Where the recording placed the second stream's segment (it had a larger device).
+const OTHER: u64 = 0x7f80_0000_0000;
+/// The compute stream and a side stream, as PyTorch writes stream handles.
+const S1: u64 = 0x5555_0001;
+const S2: u64 = 0x5555_0002;
+
+fn entry(action: TraceAction, addr: u64, size: u64, stream: u64) -> TraceEntry {
+    TraceEntry {
+        action,
+        addr,
+        size,
+        stream,
+        time_us: None,
+        frames: no_frames(),
+        compile_context: None,
+        user_metadata: None,
+    }
+}
+
+/// Stream 1 caches an 800 MiB segment, then pins it with a small block in the middle, leaving
+/// 798 MiB free but split; a block freed while stream 2 still used it completes later; then
+/// stream 2 asks for 400 MiB. On a 1 GiB device that needs the stranded memory: the default
+/// allocator cannot release the split segment (OOM), expandable segments can unmap its free
+/// pages.
+fn fragmenting_trace() -> Snapshot {
+    use TraceAction::*;
+    let mut t = Vec::new();
+    let free = |t: &mut Vec<TraceEntry>, addr, size, stream| {
+        t.push(entry(FreeRequested, addr, size, stream));
+        t.push(entry(FreeCompleted, addr, size, stream));
+    };
+    t.push(entry(SegmentAlloc, BASE, 800 * MIB, S1));
+    t.push(entry(Alloc, BASE, 800 * MIB, S1));
+    free(&mut t, BASE, 800 * MIB, S1);
+    t.push(entry(Alloc, BASE, 100 * MIB, S1));
+    t.push(entry(Alloc, BASE + 100 * MIB, 100 * MIB, S1));
+    t.push(entry(Alloc, BASE + 200 * MIB, 2 * MIB, S1));
+    free(&mut t, BASE, 100 * MIB, S1);
+    free(&mut t, BASE + 100 * MIB, 100 * MIB, S1);
+    // A block freed on stream 1 while stream 2 used it: the next allocation cannot take it.
+    // Best fit takes the front of the 200 MiB free block.
+    t.push(entry(Alloc, BASE, 10 * MIB, S1));
+    t.push(entry(FreeRequested, BASE, 10 * MIB, S1));
+    t.push(entry(Alloc, BASE + 10 * MIB, 10 * MIB, S1));
+    t.push(entry(FreeCompleted, BASE, 10 * MIB, S1));
+    t.push(entry(Alloc, BASE, 10 * MIB, S1));
+    free(&mut t, BASE, 10 * MIB, S1);
+    free(&mut t, BASE + 10 * MIB, 10 * MIB, S1);
+    // Stream 2 needs 400 MiB.
+    t.push(entry(SegmentAlloc, OTHER, 400 * MIB, S2));
+    t.push(entry(Alloc, OTHER, 400 * MIB, S2));
+    free(&mut t, OTHER, 400 * MIB, S2);
+    allocview_alloc::snapshot::Snapshot {
+        device_traces: vec![t],
+        ..Default::default()
+    }
+}
+
+#[test]
+fn the_fidelity_run_reproduces_every_address_of_a_multi_stream_trace() {
+    let snap = fragmenting_trace();
+    let out = replay::replay(&snap, &ReplaySettings::default(), &mut |_, _| {}).unwrap();
+    let f = &out.report.fidelity;
+    assert_eq!(f.allocs, 8, "{f:?}");
+    assert_eq!(f.allocs_at_recorded_address, 8, "{f:?}");
+    assert_eq!(f.segment_allocs, 2, "{f:?}");
+    assert_eq!(f.segment_allocs_of_recorded_size, 2, "{f:?}");
+    assert!(f.first_divergence.is_none(), "{f:?}");
+    assert_eq!(out.report.runs[0].label, RECORDED_LABEL);
+    assert_eq!(out.report.runs[0].ooms, 0);
+    assert_eq!(out.report.runs[0].peak_reserved, 1200 * MIB);
+}
+
+#[test]
+fn a_fragmenting_trace_ooms_at_default_settings_and_expandable_segments_avoid_it() {
+    let snap = fragmenting_trace();
+    let settings = ReplaySettings {
+        configs: vec!["expandable_segments:True".into()],
+        device_memory: Some(GIB),
+        keep_history: false,
+    };
+    let out = replay::replay(&snap, &settings, &mut |_, _| {}).unwrap();
+    let [recorded, expandable] = &out.report.runs[..] else {
+        panic!("two runs expected: {:?}", out.report.runs)
+    };
+    assert_eq!(recorded.ooms, 1, "{recorded:?}");
+    let oom = recorded.first_oom.as_ref().unwrap();
+    assert_eq!(oom.requested, 400 * MIB);
+    assert_eq!(oom.diagnosis.kind, DiagnosisKind::Fragmentation, "{oom:?}");
+    assert_eq!(expandable.ooms, 0, "{expandable:?}");
+    assert!(expandable.peak_reserved <= GIB);
+
+    let outcomes = what_if_avoided(&snap, GIB);
+    assert_eq!(outcomes[0].ooms, 1, "{outcomes:?}");
+    let exp = outcomes
+        .iter()
+        .find(|o| o.config == "expandable_segments:True")
+        .unwrap();
+    assert!(exp.avoided, "{outcomes:?}");
+}
+
+#[test]
+fn a_what_if_run_at_ample_memory_has_no_oom_and_counts_its_device_mallocs() {
+    let snap = fragmenting_trace();
+    let opts = RunOptions {
+        config: AllocatorConfig::default(),
+        label: "defaults".into(),
+        device_memory: Some(16 * GIB),
+        placement: Placement::Free,
+        keep_history: false,
+    };
+    let r = replay::engine::run(&snap, &opts, &mut |_| {}).unwrap();
+    assert_eq!(r.figures.ooms, 0);
+    assert_eq!(r.figures.device_mallocs, 2);
+    assert_eq!(r.figures.peak_reserved, 1200 * MIB);
+    assert_eq!(r.unmapped_frees, 0);
+}
+
+#[test]
+fn the_replayed_run_keeps_its_own_trace_when_asked() {
+    let snap = fragmenting_trace();
+    let settings = ReplaySettings {
+        keep_history: true,
+        ..ReplaySettings::default()
+    };
+    let out = replay::replay(&snap, &settings, &mut |_, _| {}).unwrap();
+    let trace = &out.replayed.device_traces[0];
+    let allocs: Vec<u64> = trace
+        .iter()
+        .filter(|e| e.action == TraceAction::Alloc)
+        .map(|e| e.addr)
+        .collect();
+    let recorded: Vec<u64> = snap.device_traces[0]
+        .iter()
+        .filter(|e| e.action == TraceAction::Alloc)
+        .map(|e| e.addr)
+        .collect();
+    assert_eq!(allocs, recorded);
+    // At the end two segments are cached and only the pinning block is live.
+    assert_eq!(out.replayed.segments.len(), 2);
+    let active: Vec<(u64, u64)> = out
+        .replayed
+        .segments
+        .iter()
+        .flat_map(|s| s.blocks.iter())
+        .filter(|b| b.state != BlockState::Inactive)
+        .map(|b| (b.address, b.size))
+        .collect();
+    assert_eq!(active, vec![(BASE + 200 * MIB, 2 * MIB)]);
+}
+
+#[test]
+fn a_bad_config_string_is_an_error_naming_it() {
+    let settings = ReplaySettings {
+        configs: vec!["max_split_size_mb:nope".into()],
+        ..ReplaySettings::default()
+    };
+    let err = replay::replay(&fragmenting_trace(), &settings, &mut |_, _| {}).unwrap_err();
+    assert!(err.to_string().contains("max_split_size_mb:nope"), "{err}");
+}
+
+#[test]
+fn a_file_without_a_trace_is_an_error() {
+    let err = replay::replay(
+        &Snapshot::default(),
+        &ReplaySettings::default(),
+        &mut |_, _| {},
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("no allocation trace"), "{err}");
+}

@@ -1,0 +1,190 @@
+//! A service that watches its own heap: `Instrumented<System>` is its global allocator and
+//! publishes every allocation and free to an in-process agent, which `allocview --attach` (or a
+//! Prometheus scrape) can read while the service runs.
+//!
+//! Two worker threads serve made-up requests (parse a payload into words, count them in a map,
+//! keep the last results in a bounded cache); once a second the service prints its heap as the
+//! allocator counts it and as the agent has folded it from the events.
+//!
+//! ```text
+//! cargo run --release -p allocview-examples --bin heap-service -- --seconds 30
+//! allocview --attach unix:/tmp/heap-service.sock        # in another terminal
+//! ```
+//!
+//! Options: `--seconds N` (default 10), `--listen ADDR` (`unix:PATH` or `HOST:PORT`; default
+//! the agent's, from `ALLOCVIEW_ADDR`), `--no-listen`, `--metrics HOST:PORT`.
+
+#![forbid(unsafe_code)]
+
+use std::alloc::System;
+use std::collections::{HashMap, VecDeque};
+use std::hint::black_box;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+use allocview_agent::agent::Agent;
+use allocview_alloc::event::EventSink;
+use allocview_alloc::global::{Instrumented, unpublished};
+use allocview_alloc::stats::HumanBytes;
+use anyhow::{Context, bail};
+
+#[global_allocator]
+static HEAP: Instrumented<System> = Instrumented::new(System);
+
+/// Results each worker keeps (a bounded cache: the heap levels off once it is full).
+const CACHE_ENTRIES: usize = 512;
+/// Worker threads serving requests.
+const WORKERS: usize = 2;
+/// How often the service reports.
+const REPORT_EVERY: Duration = Duration::from_secs(1);
+
+struct Options {
+    seconds: u64,
+    listen: Option<Option<String>>,
+    metrics: Option<SocketAddr>,
+}
+
+fn parse_options() -> anyhow::Result<Options> {
+    let mut options = Options {
+        seconds: 10,
+        listen: Some(None),
+        metrics: None,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        let mut value = |name: &str| args.next().with_context(|| format!("{name} needs a value"));
+        match arg.as_str() {
+            "--seconds" => {
+                let v = value("--seconds")?;
+                options.seconds = v
+                    .parse()
+                    .with_context(|| format!("--seconds: {v:?} is not a number"))?;
+            }
+            "--listen" => options.listen = Some(Some(value("--listen")?)),
+            "--no-listen" => options.listen = None,
+            "--metrics" => {
+                let v = value("--metrics")?;
+                options.metrics = Some(
+                    v.parse()
+                        .with_context(|| format!("--metrics: {v:?} is not HOST:PORT"))?,
+                );
+            }
+            other => bail!(
+                "unknown argument {other:?} (expected --seconds N, --listen ADDR, --no-listen, \
+                 --metrics HOST:PORT)"
+            ),
+        }
+    }
+    Ok(options)
+}
+
+/// One made-up request: split a payload into words, count them, keep the top few.
+fn serve(request: u64, cache: &mut VecDeque<(u64, Vec<(String, usize)>)>) {
+    let payload: String = (0..200)
+        .map(|i| format!("w{} ", (request * 31 + i * 7) % 97))
+        .collect();
+    let mut counts: HashMap<&str, usize> = HashMap::new();
+    for word in payload.split_whitespace() {
+        *counts.entry(word).or_default() += 1;
+    }
+    let mut top: Vec<(String, usize)> =
+        counts.into_iter().map(|(w, n)| (w.to_owned(), n)).collect();
+    top.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    top.truncate(8);
+    if cache.len() == CACHE_ENTRIES {
+        cache.pop_front();
+    }
+    cache.push_back((request, black_box(top)));
+}
+
+fn main() -> anyhow::Result<()> {
+    let options = parse_options()?;
+    let mut builder = Agent::builder().process_name("heap-service");
+    builder = match &options.listen {
+        None => builder.no_listen(),
+        Some(None) => builder,
+        Some(Some(addr)) => builder.listen(addr.clone()),
+    };
+    if let Some(addr) = options.metrics {
+        builder = builder.metrics(addr);
+    }
+    let agent = builder.spawn().context("starting the agent")?;
+    if let Some(addr) = agent.listen_addr() {
+        println!("agent listening at {addr:?}: allocview --attach <that address>");
+    }
+    if let Some(addr) = agent.metrics_addr() {
+        println!("metrics at http://{addr}/metrics");
+    }
+
+    // The heap wants a `&'static dyn EventSink`: keep the agent's sink alive for the process.
+    let sink: &'static Arc<dyn EventSink> = Box::leak(Box::new(agent.sink()));
+    let at_attach = HEAP.stats();
+    HEAP.set_sink(Some(&**sink));
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let served = Arc::new(AtomicU64::new(0));
+    let workers: Vec<_> = (0..WORKERS)
+        .map(|w| {
+            let (stop, served) = (Arc::clone(&stop), Arc::clone(&served));
+            std::thread::spawn(move || {
+                let mut cache = VecDeque::with_capacity(CACHE_ENTRIES);
+                let mut request = w as u64;
+                while !stop.load(Relaxed) {
+                    serve(request, &mut cache);
+                    request += WORKERS as u64;
+                    served.fetch_add(1, Relaxed);
+                }
+            })
+        })
+        .collect();
+
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs(options.seconds);
+    while Instant::now() < deadline {
+        std::thread::sleep(REPORT_EVERY.min(deadline.saturating_duration_since(Instant::now())));
+        // Reporting allocates: keep those allocations out of the event stream.
+        unpublished(|| report(&agent, start, served.load(Relaxed)));
+    }
+    stop.store(true, Relaxed);
+    for w in workers {
+        w.join().map_err(|_| anyhow::anyhow!("a worker panicked"))?;
+    }
+    agent.flush();
+    unpublished(|| report(&agent, start, served.load(Relaxed)));
+    HEAP.set_sink(None);
+
+    let end = HEAP.stats();
+    let state = agent.state();
+    let host = state.host.unwrap_or_default();
+    println!(
+        "done: heap in use {} ({} before the agent attached), agent saw {} live in {} allocations, \
+         {} events dropped",
+        HumanBytes(end.current_bytes),
+        HumanBytes(at_attach.current_bytes),
+        HumanBytes(host.bytes.current.max(0) as u64),
+        host.allocations.current,
+        state.pipeline.dropped_total,
+    );
+    agent.shutdown();
+    Ok(())
+}
+
+fn report(agent: &Agent, start: Instant, served: u64) {
+    let heap = HEAP.stats();
+    let state = agent.state();
+    let host = state.host.unwrap_or_default();
+    println!(
+        "t={:>4.1}s requests={served:<8} heap: {} in use, peak {}, {} allocs | agent: {} in use, \
+         peak {}, {} events, {} dropped",
+        start.elapsed().as_secs_f64(),
+        HumanBytes(heap.current_bytes),
+        HumanBytes(heap.peak_bytes),
+        heap.count,
+        HumanBytes(host.bytes.current.max(0) as u64),
+        HumanBytes(host.bytes.peak.max(0) as u64),
+        state.pipeline.events_ingested,
+        state.pipeline.dropped_total,
+    );
+}

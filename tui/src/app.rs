@@ -1,0 +1,339 @@
+//! The app: state + UI state + a source, and the one loop over input, source updates and a
+//! tick (tokio-console's shape). Input becomes an [`Action`]; [`App::apply`] applies it;
+//! the screen is drawn only when something changed (ratatui diffs the rest), so nothing
+//! flickers and an idle dashboard costs nothing.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use ratatui::Terminal;
+use ratatui::backend::Backend;
+use ratatui::crossterm::event;
+use ratatui::layout::Rect;
+
+use crate::input::{self, Action};
+use crate::source::Source;
+use crate::state::filter::TraceFilter;
+use crate::state::{State, UiState, View};
+use crate::view;
+
+/// The dashboard.
+pub struct App {
+    /// What is shown.
+    pub state: State,
+    /// What the user is looking at.
+    pub ui: UiState,
+    /// Something changed since the last draw.
+    pub dirty: bool,
+    /// The screen area of the last draw (for mouse clicks).
+    pub area: Rect,
+    source: Box<dyn Source>,
+    save_dir: PathBuf,
+}
+
+impl App {
+    /// An app over `source`; `s` saves snapshots into `save_dir`.
+    ///
+    /// # Errors
+    /// When the source's first poll fails.
+    pub fn new(source: Box<dyn Source>, save_dir: PathBuf) -> anyhow::Result<App> {
+        let mut app = App {
+            state: State::default(),
+            ui: UiState::default(),
+            dirty: true,
+            area: Rect::default(),
+            source,
+            save_dir,
+        };
+        app.source.poll(&mut app.state)?;
+        Ok(app)
+    }
+
+    /// Whether the source is a file (time-travel keys apply).
+    pub fn file_mode(&self) -> bool {
+        self.source.is_file()
+    }
+
+    /// Polls the source (unless paused); marks the screen dirty when the state changed.
+    ///
+    /// # Errors
+    /// When the source failed for good.
+    pub fn tick(&mut self) -> anyhow::Result<()> {
+        if !self.ui.paused && self.source.poll(&mut self.state)? {
+            self.dirty = true;
+        }
+        Ok(())
+    }
+
+    fn rows_in_view(&self) -> usize {
+        match self.ui.view {
+            View::Segments => self.state.segment_order(self.ui.segment_filter).len(),
+            View::Streams => self.state.stream_rows().len(),
+            View::Trace => self.state.trace_rows(&self.ui.trace_filter).len(),
+            View::Oom => self.state.ooms.len(),
+            _ => 0,
+        }
+    }
+
+    fn current_row(&self) -> usize {
+        match self.ui.view {
+            View::Segments => self.ui.segment_row,
+            View::Streams => self.ui.stream_row,
+            View::Trace => self.ui.trace_row.unwrap_or_else(|| {
+                let rows = self.state.trace_rows(&self.ui.trace_filter);
+                self.state.default_trace_row(&rows)
+            }),
+            View::Oom => self.ui.oom,
+            _ => 0,
+        }
+    }
+
+    fn set_row(&mut self, row: usize) {
+        let n = self.rows_in_view();
+        let row = row.min(n.saturating_sub(1));
+        match self.ui.view {
+            View::Segments => {
+                if row != self.ui.segment_row {
+                    self.ui.block = 0;
+                }
+                self.ui.segment_row = row;
+            }
+            View::Streams => self.ui.stream_row = row,
+            View::Trace => self.ui.trace_row = Some(row),
+            View::Oom => self.ui.oom = row,
+            _ => {}
+        }
+    }
+
+    fn selected_segment_blocks(&self) -> usize {
+        let order = self.state.segment_order(self.ui.segment_filter);
+        order
+            .get(self.ui.segment_row.min(order.len().saturating_sub(1)))
+            .map_or(0, |&i| self.state.segments[i].blocks.len())
+    }
+
+    fn status(&mut self, msg: impl Into<String>) {
+        self.state.status = Some(msg.into());
+    }
+
+    /// Applies one intent.
+    ///
+    /// # Errors
+    /// When the source fails while serving it (saving is reported in the status line, not as
+    /// an error).
+    pub fn apply(&mut self, action: Action) -> anyhow::Result<()> {
+        self.dirty = true;
+        match action {
+            Action::Quit => self.ui.quit = true,
+            Action::ToggleHelp => self.ui.help = !self.ui.help,
+            Action::NextView => self.show(self.ui.view.next()),
+            Action::PrevView => self.show(self.ui.view.prev()),
+            Action::ShowView(v) => self.show(v),
+            Action::Move(d) => {
+                let row = (self.current_row() as i64 + d).max(0) as usize;
+                self.set_row(row);
+            }
+            Action::Top => self.set_row(0),
+            Action::Bottom => self.set_row(usize::MAX),
+            Action::Left => match self.ui.view {
+                View::Segments => self.ui.block = self.ui.block.saturating_sub(1),
+                View::Histograms => {
+                    let n = view::histograms::groups(&self.state).len().max(1);
+                    self.ui.histogram_group = (self.ui.histogram_group + n - 1) % n;
+                }
+                _ => {}
+            },
+            Action::Right => match self.ui.view {
+                View::Segments => {
+                    let n = self.selected_segment_blocks();
+                    self.ui.block = (self.ui.block + 1).min(n.saturating_sub(1));
+                }
+                View::Histograms => {
+                    let n = view::histograms::groups(&self.state).len().max(1);
+                    self.ui.histogram_group = (self.ui.histogram_group + 1) % n;
+                }
+                _ => {}
+            },
+            Action::Enter => match self.ui.view {
+                View::Trace => self.jump_to_block(),
+                _ => self.ui.detail = !self.ui.detail,
+            },
+            Action::Back => {
+                if self.ui.filter_input.is_some() {
+                    self.ui.filter_input = None;
+                } else if self.ui.help {
+                    self.ui.help = false;
+                } else if self.ui.detail {
+                    self.ui.detail = false;
+                } else if !self.ui.trace_filter.is_empty() && self.ui.view == View::Trace {
+                    self.ui.trace_filter = TraceFilter::default();
+                    self.ui.trace_row = None;
+                } else {
+                    self.state.status = None;
+                }
+            }
+            Action::StartFilter => {
+                self.ui.filter_input = Some(self.ui.trace_filter.text.clone());
+                self.ui.view = View::Trace;
+            }
+            Action::FilterChar(c) => {
+                if let Some(s) = &mut self.ui.filter_input {
+                    s.push(c);
+                }
+            }
+            Action::FilterBackspace => {
+                if let Some(s) = &mut self.ui.filter_input {
+                    s.pop();
+                }
+            }
+            Action::FilterApply => {
+                let text = self.ui.filter_input.take().unwrap_or_default();
+                match TraceFilter::parse(&text) {
+                    Ok(f) => {
+                        self.ui.trace_filter = f;
+                        self.ui.trace_row = None;
+                        self.state.status = None;
+                    }
+                    Err(e) => self.status(e.to_string()),
+                }
+            }
+            Action::CycleSegmentFilter => {
+                self.ui.segment_filter = self.ui.segment_filter.next();
+                self.ui.segment_row = 0;
+                self.ui.block = 0;
+            }
+            Action::TogglePause => {
+                let paused = !self.ui.paused;
+                let msg = self.source.set_paused(paused)?;
+                if !self.file_mode() {
+                    self.ui.paused = paused;
+                    if paused {
+                        self.state.mode = crate::state::Mode::Paused;
+                    } else {
+                        self.source.poll(&mut self.state)?;
+                    }
+                }
+                self.status(msg);
+            }
+            Action::ResetPeaks => {
+                let msg = self.source.reset_peaks()?;
+                self.status(msg);
+            }
+            Action::Save => {
+                let msg = match self.source.save(&self.state, &self.save_dir) {
+                    Ok(p) => format!("saved snapshot to {}", p.display()),
+                    Err(e) => format!("could not save a snapshot: {e:#}"),
+                };
+                self.status(msg);
+            }
+            Action::Seek(s) => {
+                self.source.seek(s, &mut self.state)?;
+                // The trace view follows the new position.
+                self.ui.trace_row = None;
+            }
+            Action::Click { x, y } => self.click(x, y),
+            Action::Resize => {}
+        }
+        Ok(())
+    }
+
+    fn show(&mut self, v: View) {
+        self.ui.view = v;
+        self.ui.detail = false;
+    }
+
+    fn jump_to_block(&mut self) {
+        let rows = self.state.trace_rows(&self.ui.trace_filter);
+        let row = self.current_row();
+        let Some(&i) = rows.get(row) else { return };
+        let addr = self.state.trace[i].addr;
+        match self.state.find_block(addr) {
+            Some((seg, block)) => {
+                self.ui.segment_filter = crate::state::ui::SegmentFilter::All;
+                let order = self.state.segment_order(self.ui.segment_filter);
+                self.ui.segment_row = order.iter().position(|&s| s == seg).unwrap_or(0);
+                self.ui.block = block;
+                self.ui.view = View::Segments;
+                self.ui.detail = true;
+            }
+            None => self.status(format!(
+                "{} is in no segment at this point",
+                crate::units::address(addr)
+            )),
+        }
+    }
+
+    fn click(&mut self, x: u16, y: u16) {
+        if let Some(v) = view::tab_at(self.area, x, y) {
+            self.show(v);
+            return;
+        }
+        let body = view::regions(self.area).body;
+        // Lists start below the border (segments) or the border and a heading (the others).
+        let first_row = match self.ui.view {
+            View::Segments => body.y + 1,
+            View::Streams | View::Trace => body.y + 2,
+            _ => return,
+        };
+        if y < first_row || y >= body.bottom().saturating_sub(1) || x < body.x || x >= body.right()
+        {
+            return;
+        }
+        let visible = body.bottom().saturating_sub(first_row + 1) as usize;
+        let offset = match self.ui.view {
+            View::Streams => 0,
+            _ => view::segments::scroll_offset(self.current_row(), visible),
+        };
+        self.set_row(offset + (y - first_row) as usize);
+    }
+
+    /// Draws into a terminal when dirty.
+    ///
+    /// # Errors
+    /// When the terminal cannot be written.
+    pub fn draw<B: Backend>(&mut self, terminal: &mut Terminal<B>) -> anyhow::Result<()>
+    where
+        B::Error: Send + Sync + 'static,
+    {
+        if !self.dirty {
+            return Ok(());
+        }
+        let frame = terminal.draw(|f| view::draw(f, &self.state, &self.ui))?;
+        self.area = frame.area;
+        self.dirty = false;
+        Ok(())
+    }
+}
+
+/// Runs the loop until the user quits: draw when dirty; wait for input until the next tick;
+/// apply input; on each tick poll the source.
+///
+/// # Errors
+/// Terminal I/O errors and source failures.
+pub fn run<B: Backend>(
+    terminal: &mut Terminal<B>,
+    app: &mut App,
+    tick: Duration,
+) -> anyhow::Result<()>
+where
+    B::Error: Send + Sync + 'static,
+{
+    let mut last_tick = Instant::now();
+    loop {
+        app.draw(terminal)?;
+        let timeout = tick.saturating_sub(last_tick.elapsed());
+        if event::poll(timeout)? {
+            let e = event::read()?;
+            if let Some(a) = input::event(&e, &app.ui, app.file_mode()) {
+                app.apply(a)?;
+            }
+        }
+        if app.ui.quit {
+            return Ok(());
+        }
+        if last_tick.elapsed() >= tick {
+            app.tick()?;
+            last_tick = Instant::now();
+        }
+    }
+}

@@ -1,0 +1,165 @@
+//! The caching allocator's hot path: a cached `malloc` + `free` pair on the simulated device
+//! against glibc's `malloc` + `free` of the same sizes, and the cost of observing it (a trace
+//! tracker, the agent's event sink) against the same allocator unobserved.
+//!
+//! The glibc baseline goes through `std::alloc::System` (a `Vec<u8>` with that capacity, made
+//! and dropped): for these sizes and byte alignment `System` calls `malloc` and `free` directly,
+//! and this crate forbids `unsafe`, so it cannot call `libc::malloc` itself.
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use allocview_agent::agent::Agent;
+use allocview_alloc::caching::CachingAllocator;
+use allocview_alloc::caching::sim::SimBackend;
+use anyhow::{Context, bail};
+
+use super::harness::{Side, compare, each};
+use super::outcome::Outcome;
+use super::workload::{self, MIXED_SIZES};
+
+/// Cached `malloc` + `free` pairs on `alloc`; the first error lands in `failed`.
+fn pair_side<'a>(
+    alloc: &'a CachingAllocator<SimBackend>,
+    failed: &'a mut Option<String>,
+) -> impl FnMut(u64) -> Duration + 'a {
+    let mut next = 0;
+    each(move || workload::alloc_free_pair(alloc, &mut next, failed))
+}
+
+/// glibc `malloc` + `free` of the next mixed size (through `System`, see the module docs).
+fn glibc_side() -> impl FnMut(u64) -> Duration {
+    let mut next = 0;
+    each(move || {
+        let size = MIXED_SIZES[next];
+        next = (next + 1) % MIXED_SIZES.len();
+        let block: Vec<u8> = Vec::with_capacity(black_box(size as usize));
+        black_box(block.as_ptr());
+    })
+}
+
+/// Fails when a side hit an error, or when the allocator went to the device during the timed
+/// loop (then the figure would not be the cached path's).
+fn check(
+    what: &str,
+    failed: Option<String>,
+    alloc: &CachingAllocator<SimBackend>,
+    device_allocs_before: i64,
+) -> anyhow::Result<()> {
+    if let Some(e) = failed {
+        bail!("{what}: {e}");
+    }
+    let after = workload::device_allocs(alloc);
+    if after != device_allocs_before {
+        bail!(
+            "{what}: {} segment allocations during the timed loop (the cache did not hold)",
+            after - device_allocs_before
+        );
+    }
+    Ok(())
+}
+
+/// `caching.alloc_free_pair`: cached pair vs glibc.
+pub fn alloc_free_pair(seconds: f64, mut out: Outcome) -> anyhow::Result<Outcome> {
+    let alloc = workload::allocator();
+    workload::prewarm(&alloc)?;
+    let before = workload::device_allocs(&alloc);
+    let mut failed = None;
+    let (a, b) = {
+        let mut ours = pair_side(&alloc, &mut failed);
+        let mut glibc = glibc_side();
+        compare(seconds, &mut ours as &mut dyn Side, &mut glibc)
+    };
+    check("caching allocator", failed, &alloc, before)?;
+    out.allocview_ns = Some(a.median_ns);
+    out.baseline_ns = Some(b.median_ns);
+    Ok(out)
+}
+
+/// `caching.with_trace_tracker`: the pair with a trace tracker attached vs without.
+pub fn with_trace_tracker(seconds: f64, mut out: Outcome) -> anyhow::Result<Outcome> {
+    let plain = workload::allocator();
+    let tracked = workload::allocator();
+    let entries = Arc::new(AtomicU64::new(0));
+    let counter = entries.clone();
+    tracked.attach_trace_tracker(move |entry| {
+        black_box(entry);
+        counter.fetch_add(1, Ordering::Relaxed);
+    });
+    workload::prewarm(&plain)?;
+    workload::prewarm(&tracked)?;
+    let (plain_before, tracked_before) = (
+        workload::device_allocs(&plain),
+        workload::device_allocs(&tracked),
+    );
+    let seen_before = entries.load(Ordering::Relaxed);
+    let (mut plain_failed, mut tracked_failed) = (None, None);
+    let (a, b) = {
+        let mut with = pair_side(&tracked, &mut tracked_failed);
+        let mut without = pair_side(&plain, &mut plain_failed);
+        compare(seconds, &mut with, &mut without)
+    };
+    check("with tracker", tracked_failed, &tracked, tracked_before)?;
+    check("without tracker", plain_failed, &plain, plain_before)?;
+    if entries.load(Ordering::Relaxed) == seen_before {
+        bail!("the trace tracker saw no entries during the timed loop");
+    }
+    out.allocview_ns = Some(a.median_ns);
+    out.baseline_ns = Some(b.median_ns);
+    Ok(out)
+}
+
+/// `caching.with_event_sink`: the pair publishing into a running agent vs no sink.
+pub fn with_event_sink(seconds: f64, mut out: Outcome) -> anyhow::Result<Outcome> {
+    let agent = Agent::builder()
+        .no_listen()
+        .process_name("allocview bench")
+        .spawn()
+        .context("starting the agent")?;
+    let plain = workload::allocator();
+    let observed = workload::allocator();
+    // The sink is set before the first allocation, so the agent's mirror sees every segment.
+    observed.set_event_sink(Some(agent.sink()));
+    workload::prewarm(&plain)?;
+    workload::prewarm(&observed)?;
+    let (plain_before, observed_before) = (
+        workload::device_allocs(&plain),
+        workload::device_allocs(&observed),
+    );
+    let (mut plain_failed, mut observed_failed) = (None, None);
+    let (a, b) = {
+        let mut with = pair_side(&observed, &mut observed_failed);
+        let mut without = pair_side(&plain, &mut plain_failed);
+        compare(seconds, &mut with, &mut without)
+    };
+    check(
+        "with event sink",
+        observed_failed,
+        &observed,
+        observed_before,
+    )?;
+    check("without event sink", plain_failed, &plain, plain_before)?;
+    observed.set_event_sink(None);
+    agent.flush();
+    let pipeline = agent.state().pipeline;
+    if pipeline.events_ingested == 0 {
+        bail!("the agent ingested no events");
+    }
+    out.allocview_ns = Some(a.median_ns);
+    out.baseline_ns = Some(b.median_ns);
+    out = out.note(format!(
+        "agent ingested {} events",
+        pipeline.events_ingested
+    ));
+    if pipeline.dropped_total > 0 {
+        out = out.note(format!(
+            "{} events dropped (channel full: the aggregator fell behind); a dropped publish \
+             costs a counter increment instead of a slot write",
+            pipeline.dropped_total
+        ));
+    }
+    agent.shutdown();
+    Ok(out)
+}

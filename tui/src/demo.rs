@@ -1,0 +1,320 @@
+//! `allocview demo`'s engine: a simulated device, the caching allocator over it, an embedded
+//! agent fed by the allocator's events, and a thread running the training
+//! [`workload`] until stopped.
+
+pub mod workload;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use allocview_agent::agent::Agent;
+use allocview_agent::provider::SnapshotProvider;
+use allocview_alloc::caching::backend::DeviceBackend as _;
+use allocview_alloc::caching::history::{ContextLevel, HistoryOptions};
+use allocview_alloc::caching::sim::SimBackend;
+use allocview_alloc::caching::stats::DeviceStats;
+use allocview_alloc::caching::{AllocatorConfig, CachingAllocator};
+use allocview_alloc::snapshot::Snapshot;
+use anyhow::Context as _;
+use serde::Serialize;
+
+use self::workload::{Context, Workload};
+use crate::cli::Scenario;
+
+/// The allocator the demo runs.
+pub type DemoAllocator = CachingAllocator<Arc<SimBackend>>;
+
+/// Trace entries the allocator keeps (its history ring): enough for the dumps' time travel.
+pub const HISTORY_ENTRIES: usize = 20_000;
+/// The agent's aggregation tick (and the dashboard's update rate).
+pub const AGENT_TICK: Duration = Duration::from_millis(100);
+/// Sleep between two allocator calls when paced for humans (about two steps a second).
+pub const HUMAN_PACE: Duration = Duration::from_millis(4);
+
+/// How long a report waits for OOM dumps still being written.
+pub const DUMP_WAIT: Duration = Duration::from_secs(3);
+
+/// How to run the demo.
+#[derive(Debug, Clone)]
+pub struct DemoConfig {
+    /// Simulated device memory.
+    pub capacity: u64,
+    /// Allocator settings.
+    pub config: AllocatorConfig,
+    /// Steady training or a run into an OOM.
+    pub scenario: Scenario,
+    /// Seed of the workload.
+    pub seed: u64,
+    /// Sleep between allocator calls (`None`: full speed).
+    pub pace: Option<Duration>,
+    /// Attach address to serve (`None`: no server).
+    pub listen: Option<String>,
+    /// Prometheus address.
+    pub metrics: Option<SocketAddr>,
+    /// Folder for OOM dumps (`None`: the agent's default).
+    pub dump_dir: Option<PathBuf>,
+    /// Finest resolution of the usage timeline.
+    pub sample_interval: Duration,
+    /// Stop after this many steps (`None`: run until stopped).
+    pub max_steps: Option<u64>,
+}
+
+impl DemoConfig {
+    /// The defaults of `allocview demo`: 16 GiB, default settings, steady training, paced.
+    pub fn new(capacity: u64) -> DemoConfig {
+        DemoConfig {
+            capacity,
+            config: AllocatorConfig::default(),
+            scenario: Scenario::Train,
+            seed: 42,
+            pace: Some(HUMAN_PACE),
+            listen: None,
+            metrics: None,
+            dump_dir: None,
+            sample_interval: Duration::from_millis(250),
+            max_steps: None,
+        }
+    }
+}
+
+/// Lets the agent ask the allocator for snapshots, stats and peak resets.
+struct Provider(Arc<DemoAllocator>);
+
+impl SnapshotProvider for Provider {
+    fn device(&self) -> i32 {
+        self.0.device()
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        self.0.snapshot()
+    }
+
+    fn device_stats(&self) -> DeviceStats {
+        self.0.device_stats()
+    }
+
+    fn reset_peak_stats(&self) {
+        self.0.reset_peak_stats();
+    }
+
+    fn memory_info(&self) -> Option<(u64, Option<u64>)> {
+        let (_, total) = self.0.backend().mem_get_info().ok()?;
+        Some((total, None))
+    }
+}
+
+/// The agent versus the allocator, as `--headless --json` prints it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// Scenario name.
+    pub scenario: String,
+    /// Steps completed.
+    pub steps: u64,
+    /// OOMs the workload met.
+    pub ooms: u64,
+    /// Seconds the workload ran.
+    pub seconds: f64,
+    /// The allocator's `memory_stats()`.
+    pub stats: std::collections::BTreeMap<String, i64>,
+    /// Whether the agent's figures equal the allocator's.
+    pub agent_matches_allocator: bool,
+    /// The keys whose values differ: `key: agent vs allocator`.
+    pub differing_keys: Vec<String>,
+    /// Events the agent dropped.
+    pub dropped_events: u64,
+    /// Times the agent resynchronised from the allocator.
+    pub resyncs: u64,
+    /// OOM dump files written.
+    pub dumps: Vec<String>,
+    /// Where attach clients connect, when served.
+    pub listen: Option<String>,
+}
+
+/// A running demo.
+pub struct Demo {
+    /// The embedded agent.
+    pub agent: Agent,
+    /// The allocator.
+    pub alloc: Arc<DemoAllocator>,
+    /// The simulated device.
+    pub sim: Arc<SimBackend>,
+    scenario: Scenario,
+    stop: Arc<AtomicBool>,
+    steps: Arc<AtomicU64>,
+    ooms: Arc<AtomicU64>,
+    error: Arc<Mutex<Option<String>>>,
+    worker: Option<JoinHandle<()>>,
+    started: Instant,
+}
+
+impl Demo {
+    /// Starts the device, allocator, agent and workload thread.
+    ///
+    /// # Errors
+    /// The agent cannot start (a bad or busy listen address), or the model does not fit.
+    pub fn start(cfg: DemoConfig) -> anyhow::Result<Demo> {
+        let sim = Arc::new(SimBackend::new(cfg.capacity));
+        let alloc = Arc::new(CachingAllocator::new(sim.clone(), cfg.config.clone()));
+        alloc.record_history(HistoryOptions {
+            enabled: true,
+            context: ContextLevel::All,
+            max_entries: HISTORY_ENTRIES,
+        });
+        let context = Context::default();
+        let ctx = context.clone();
+        alloc.set_context_provider(Some(Arc::new(move || ctx.frames())));
+        let mut builder = Agent::builder()
+            .provider(Arc::new(Provider(alloc.clone())))
+            .process_name("allocview demo")
+            .tick(AGENT_TICK)
+            .sample_interval(cfg.sample_interval);
+        builder = match &cfg.listen {
+            Some(addr) => builder.listen(addr.clone()),
+            None => builder.no_listen(),
+        };
+        if let Some(m) = cfg.metrics {
+            builder = builder.metrics(m);
+        }
+        if let Some(d) = &cfg.dump_dir {
+            builder = builder.dump_dir(d.clone());
+        }
+        let agent = builder.spawn().context("cannot start the agent")?;
+        alloc.set_event_sink(Some(agent.sink()));
+        let mut work = Workload::new(
+            alloc.clone(),
+            sim.clone(),
+            context,
+            cfg.scenario,
+            cfg.seed,
+            cfg.pace,
+        )
+        .context("the model does not fit on the simulated device: give more --device-memory")?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let steps = Arc::new(AtomicU64::new(0));
+        let ooms = Arc::new(AtomicU64::new(0));
+        let error = Arc::new(Mutex::new(None));
+        let (s, n, o, e) = (stop.clone(), steps.clone(), ooms.clone(), error.clone());
+        let max = cfg.max_steps;
+        let worker = std::thread::Builder::new()
+            .name("allocview-demo-workload".into())
+            .spawn(move || {
+                while !s.load(Ordering::Relaxed) && max.is_none_or(|m| work.steps() < m) {
+                    if let Err(err) = work.step() {
+                        *e.lock().unwrap_or_else(|p| p.into_inner()) = Some(format!("{err:#}"));
+                        break;
+                    }
+                    n.store(work.steps(), Ordering::Relaxed);
+                    o.store(work.ooms, Ordering::Relaxed);
+                }
+            })
+            .context("cannot start the workload thread")?;
+        Ok(Demo {
+            agent,
+            alloc,
+            sim,
+            scenario: cfg.scenario,
+            stop,
+            steps,
+            ooms,
+            error,
+            worker: Some(worker),
+            started: Instant::now(),
+        })
+    }
+
+    /// Steps completed so far.
+    pub fn steps(&self) -> u64 {
+        self.steps.load(Ordering::Relaxed)
+    }
+
+    /// OOMs met so far.
+    pub fn ooms(&self) -> u64 {
+        self.ooms.load(Ordering::Relaxed)
+    }
+
+    /// The workload's error, if it stopped on one.
+    pub fn error(&self) -> Option<String> {
+        self.error.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Waits until `steps` steps are done (or the workload ended); false on timeout.
+    pub fn wait_for_steps(&self, steps: u64, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if self.steps() >= steps || self.worker.as_ref().is_none_or(|w| w.is_finished()) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        false
+    }
+
+    /// Stops the workload thread and waits for it.
+    pub fn stop_workload(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(w) = self.worker.take() {
+            let _ = w.join();
+        }
+    }
+
+    /// Stops the workload, lets the agent catch up, and compares its figures with the
+    /// allocator's.
+    pub fn report(&mut self) -> Report {
+        self.stop_workload();
+        self.agent.flush();
+        let mut state = self.agent.state();
+        // OOM dumps are written off the aggregator thread: give them a moment to land.
+        let deadline = Instant::now() + DUMP_WAIT;
+        while Instant::now() < deadline
+            && state
+                .ooms
+                .iter()
+                .any(|o| o.dump_paths.is_empty() && o.dump_error.is_none())
+        {
+            std::thread::sleep(Duration::from_millis(20));
+            self.agent.flush();
+            state = self.agent.state();
+        }
+        let ours = self.alloc.memory_stats();
+        let theirs = state
+            .device(self.alloc.device())
+            .map(|d| d.stats.memory_stats())
+            .unwrap_or_default();
+        let differing_keys: Vec<String> = ours
+            .iter()
+            .filter(|(k, v)| theirs.get(*k) != Some(*v))
+            .map(|(k, v)| format!("{k}: agent {:?} vs allocator {v}", theirs.get(k)))
+            .collect();
+        Report {
+            scenario: match self.scenario {
+                Scenario::Train => "train".into(),
+                Scenario::Oom => "oom".into(),
+            },
+            steps: self.steps(),
+            ooms: self.ooms(),
+            seconds: self.started.elapsed().as_secs_f64(),
+            stats: ours,
+            agent_matches_allocator: differing_keys.is_empty(),
+            differing_keys,
+            dropped_events: state.pipeline.dropped_total,
+            resyncs: state.pipeline.resyncs,
+            dumps: state
+                .ooms
+                .iter()
+                .flat_map(|o| o.dump_paths.iter().map(|p| p.display().to_string()))
+                .collect(),
+            listen: self.agent.listen_addr().map(|a| a.to_string()),
+        }
+    }
+}
+
+impl Drop for Demo {
+    fn drop(&mut self) {
+        self.stop_workload();
+        self.alloc.set_event_sink(None);
+    }
+}

@@ -1,0 +1,71 @@
+//! Where the dashboard's [`State`] comes from: a snapshot file seeked through its trace
+//! ([`file::FileSource`]), or a live agent (embedded or attached). The app loop talks to every
+//! source through [`Source`].
+
+pub mod attach;
+pub mod embedded;
+pub mod file;
+
+use std::path::{Path, PathBuf};
+
+use crate::input::Seek;
+use crate::state::State;
+
+/// A source of dashboard state.
+pub trait Source {
+    /// Brings `state` up to date without blocking; returns whether anything changed.
+    ///
+    /// # Errors
+    /// When the source failed for good (a lost connection is not an error: the source shows
+    /// it in [`State::mode`] and keeps trying).
+    fn poll(&mut self, state: &mut State) -> anyhow::Result<bool>;
+
+    /// Pauses or resumes updates; returns a message for the status line.
+    ///
+    /// # Errors
+    /// When the request could not be sent.
+    fn set_paused(&mut self, paused: bool) -> anyhow::Result<String> {
+        let _ = paused;
+        Ok("nothing to pause: this source does not update".into())
+    }
+
+    /// Resets peak statistics; returns a message for the status line.
+    ///
+    /// # Errors
+    /// When the request could not be sent.
+    fn reset_peaks(&mut self) -> anyhow::Result<String> {
+        Ok("peaks of a file come from its trace and cannot be reset".into())
+    }
+
+    /// Saves a snapshot of what is shown into `dir`; returns the file written.
+    ///
+    /// # Errors
+    /// When the snapshot cannot be taken or written.
+    fn save(&mut self, state: &State, dir: &Path) -> anyhow::Result<PathBuf>;
+
+    /// Moves through a file's trace; returns whether the state changed.
+    ///
+    /// # Errors
+    /// Never for files; live sources cannot seek and say so.
+    fn seek(&mut self, seek: Seek, state: &mut State) -> anyhow::Result<bool> {
+        let _ = (seek, state);
+        Ok(false)
+    }
+
+    /// Whether this is a file (time-travel keys apply).
+    fn is_file(&self) -> bool {
+        false
+    }
+}
+
+/// A file name in `dir` that does not exist yet: `{stem}.{ext}`, then `{stem}-2.{ext}`, ...
+pub fn fresh_path(dir: &Path, stem: &str, ext: &str) -> PathBuf {
+    let first = dir.join(format!("{stem}.{ext}"));
+    if !first.exists() {
+        return first;
+    }
+    (2u32..)
+        .map(|n| dir.join(format!("{stem}-{n}.{ext}")))
+        .find(|p| !p.exists())
+        .unwrap_or(first)
+}

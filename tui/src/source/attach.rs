@@ -1,0 +1,213 @@
+//! Another process's agent as a source, over the attach protocol: the client's state each
+//! tick, reconnecting with a back-off when the connection drops (the header then reads
+//! `◌ reconnecting (n)` over the last state received).
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use allocview_agent::client::{AttachClient, ClientError, ClientUpdate};
+use allocview_agent::snapshot_file::{self, FileFormat};
+use allocview_alloc::snapshot::Snapshot;
+
+use super::{Source, fresh_path};
+use crate::state::from_agent::{AgentAdapter, LiveInfo, attach_frames};
+use crate::state::{Mode, State};
+
+/// Wait between reconnect attempts.
+pub const RECONNECT_EVERY: Duration = Duration::from_secs(1);
+/// How often the client asks for a full snapshot (for the block frames).
+pub const FRAMES_EVERY: Duration = Duration::from_secs(5);
+/// How long `s` waits for the agent's snapshot.
+pub const SAVE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Updates applied per poll at most (the rest wait for the next tick, so input stays fast).
+const MAX_UPDATES_PER_POLL: usize = 256;
+
+/// Live state from an attached agent.
+pub struct AttachSource {
+    addr: String,
+    token: Option<String>,
+    client: Option<AttachClient>,
+    adapter: AgentAdapter,
+    attempts: u32,
+    next_retry: Instant,
+    frames: Option<Snapshot>,
+    next_frames: Instant,
+    rate_hz: Option<f64>,
+    last_update: Option<Instant>,
+    saved: u32,
+}
+
+impl AttachSource {
+    /// Connects to `addr`.
+    ///
+    /// # Errors
+    /// The first connection fails (a bad address, nobody listening, a refusal): later losses
+    /// are retried instead.
+    pub fn connect(addr: &str, token: Option<String>) -> Result<AttachSource, ClientError> {
+        let client = AttachClient::connect(addr, token.clone())?;
+        Ok(AttachSource {
+            addr: addr.to_string(),
+            token,
+            client: Some(client),
+            adapter: AgentAdapter::new(),
+            attempts: 0,
+            next_retry: Instant::now(),
+            frames: None,
+            next_frames: Instant::now(),
+            rate_hz: None,
+            last_update: None,
+            saved: 0,
+        })
+    }
+
+    fn lost(&mut self) {
+        self.client = None;
+        self.attempts = self.attempts.max(1);
+        self.next_retry = Instant::now() + RECONNECT_EVERY;
+    }
+
+    fn refresh(&mut self, state: &mut State) {
+        let Some(c) = &self.client else { return };
+        let info = LiveInfo {
+            device_name: None,
+            rate_hz: self.rate_hz,
+            mode: None,
+            device_free: None,
+        };
+        let status = state.status.take();
+        *state = self.adapter.state(c.state(), 0, &info);
+        if let Some(s) = &self.frames {
+            attach_frames(&mut state.segments, s);
+        }
+        state.status = status;
+    }
+}
+
+impl Source for AttachSource {
+    fn poll(&mut self, state: &mut State) -> anyhow::Result<bool> {
+        if self.client.is_none() {
+            if Instant::now() < self.next_retry {
+                return Ok(false);
+            }
+            match AttachClient::connect(&self.addr, self.token.clone()) {
+                Ok(c) => {
+                    self.client = Some(c);
+                    self.attempts = 0;
+                    self.refresh(state);
+                    state.status = Some(format!("reconnected to {}", self.addr));
+                    return Ok(true);
+                }
+                Err(e) => {
+                    self.attempts += 1;
+                    self.next_retry = Instant::now() + RECONNECT_EVERY;
+                    state.mode = Mode::Reconnecting(self.attempts);
+                    state.status = Some(format!("{e}"));
+                    return Ok(true);
+                }
+            }
+        }
+        let mut changed = false;
+        let mut lost = false;
+        if Instant::now() >= self.next_frames
+            && let Some(c) = &mut self.client
+        {
+            self.next_frames = Instant::now() + FRAMES_EVERY;
+            if c.request_snapshot().is_err() {
+                lost = true;
+            }
+        }
+        for _ in 0..MAX_UPDATES_PER_POLL {
+            let Some(c) = &mut self.client else { break };
+            match c.next_update(Duration::ZERO) {
+                Ok(ClientUpdate::Full) | Ok(ClientUpdate::Update) => {
+                    let now = Instant::now();
+                    if let Some(t) = self.last_update {
+                        let dt = now.duration_since(t).as_secs_f64();
+                        if dt > 0.0 {
+                            self.rate_hz = Some(1.0 / dt);
+                        }
+                    }
+                    self.last_update = Some(now);
+                    changed = true;
+                }
+                Ok(ClientUpdate::Snapshot(s)) => {
+                    self.frames = Some(*s);
+                    changed = true;
+                }
+                Ok(ClientUpdate::Ack(_)) => {}
+                Ok(ClientUpdate::Error(m)) => {
+                    state.status = Some(format!("agent: {m}"));
+                    changed = true;
+                }
+                Err(ClientError::Timeout) => break,
+                Err(_) => {
+                    lost = true;
+                    break;
+                }
+            }
+        }
+        if lost {
+            self.lost();
+            state.mode = Mode::Reconnecting(self.attempts);
+            return Ok(true);
+        }
+        if changed {
+            self.refresh(state);
+        }
+        Ok(changed)
+    }
+
+    fn set_paused(&mut self, paused: bool) -> anyhow::Result<String> {
+        match &mut self.client {
+            Some(c) => {
+                c.pause(paused)?;
+                Ok(if paused {
+                    "paused (p resumes)"
+                } else {
+                    "resumed"
+                }
+                .into())
+            }
+            None => Ok("not connected".into()),
+        }
+    }
+
+    fn reset_peaks(&mut self) -> anyhow::Result<String> {
+        match &mut self.client {
+            Some(c) => {
+                c.reset_peaks()?;
+                Ok("asked the agent to reset peak statistics".into())
+            }
+            None => Ok("not connected".into()),
+        }
+    }
+
+    fn save(&mut self, _state: &State, dir: &Path) -> anyhow::Result<PathBuf> {
+        let Some(c) = &mut self.client else {
+            anyhow::bail!("not connected to an agent");
+        };
+        c.request_snapshot()?;
+        let deadline = Instant::now() + SAVE_TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                anyhow::bail!(
+                    "the agent sent no snapshot within {} s",
+                    SAVE_TIMEOUT.as_secs()
+                );
+            }
+            if let ClientUpdate::Snapshot(s) = c.next_update(left)? {
+                self.saved += 1;
+                let (pid, _) = c.process();
+                let path = fresh_path(
+                    dir,
+                    &format!("allocview-attach-{pid}-{}", self.saved),
+                    FileFormat::Pickle.extension(),
+                );
+                snapshot_file::save(&path, &s, FileFormat::Pickle)?;
+                self.frames = Some(*s);
+                return Ok(path);
+            }
+        }
+    }
+}

@@ -1,0 +1,90 @@
+//! The demo's embedded agent as a source: the agent's state each tick, with the block frames
+//! (context tags) joined from the allocator's own snapshot.
+
+use std::path::{Path, PathBuf};
+
+use allocview_agent::snapshot_file::{self, FileFormat};
+use allocview_alloc::caching::backend::DeviceBackend as _;
+
+use super::{Source, fresh_path};
+use crate::demo::{AGENT_TICK, Demo};
+use crate::state::State;
+use crate::state::from_agent::{AgentAdapter, LiveInfo, attach_frames};
+
+/// Live state from an embedded agent.
+pub struct EmbeddedSource {
+    demo: Demo,
+    adapter: AgentAdapter,
+    last_time_ns: u64,
+    saved: u32,
+}
+
+impl EmbeddedSource {
+    /// Shows `demo`.
+    pub fn new(demo: Demo) -> EmbeddedSource {
+        EmbeddedSource {
+            demo,
+            adapter: AgentAdapter::new(),
+            last_time_ns: 0,
+            saved: 0,
+        }
+    }
+
+    /// The demo.
+    pub fn demo(&mut self) -> &mut Demo {
+        &mut self.demo
+    }
+}
+
+impl Source for EmbeddedSource {
+    fn poll(&mut self, state: &mut State) -> anyhow::Result<bool> {
+        let agent_state = self.demo.agent.state();
+        if agent_state.time_ns == self.last_time_ns {
+            return Ok(false);
+        }
+        self.last_time_ns = agent_state.time_ns;
+        let info = LiveInfo {
+            device_name: Some("simulated".into()),
+            rate_hz: Some(1.0 / AGENT_TICK.as_secs_f64()),
+            mode: None,
+            device_free: self.demo.sim.mem_get_info().ok().map(|(free, _)| free),
+        };
+        let status = state.status.take();
+        *state = self
+            .adapter
+            .state(&agent_state, self.demo.alloc.device(), &info);
+        attach_frames(&mut state.segments, &self.demo.alloc.snapshot());
+        if state.status.is_none() {
+            state.status = status;
+        }
+        if let Some(e) = self.demo.error() {
+            state.status = Some(format!("the workload stopped: {e}"));
+        }
+        Ok(true)
+    }
+
+    fn set_paused(&mut self, paused: bool) -> anyhow::Result<String> {
+        Ok(if paused {
+            "paused: the run goes on, the screen holds still (p resumes)".into()
+        } else {
+            "resumed".into()
+        })
+    }
+
+    fn reset_peaks(&mut self) -> anyhow::Result<String> {
+        self.demo.agent.reset_peaks();
+        Ok("peak statistics reset".into())
+    }
+
+    fn save(&mut self, _state: &State, dir: &Path) -> anyhow::Result<PathBuf> {
+        let snap = self.demo.alloc.snapshot();
+        self.saved += 1;
+        let path = fresh_path(
+            dir,
+            &format!("allocview-demo-{}-{}", std::process::id(), self.saved),
+            FileFormat::Pickle.extension(),
+        );
+        snapshot_file::save(&path, &snap, FileFormat::Pickle)?;
+        Ok(path)
+    }
+}

@@ -1,0 +1,102 @@
+//! A snapshot file as a source: the state at a chosen event of its trace (starting at the
+//! end, which is the file's own final state), moved with [`Seek`].
+
+use std::path::{Path, PathBuf};
+
+use allocview_agent::snapshot_file::{self, FileFormat};
+use allocview_alloc::snapshot::Snapshot;
+
+use super::{Source, fresh_path};
+use crate::input::Seek;
+use crate::state::State;
+use crate::state::from_snapshot::PostMortem;
+
+/// A file seeked through its trace.
+#[derive(Debug)]
+pub struct FileSource {
+    pm: PostMortem,
+    event: usize,
+    shown: bool,
+}
+
+impl FileSource {
+    /// Prepares `snapshot` (read from `path`), positioned after the last event.
+    pub fn new(path: &str, snapshot: &Snapshot) -> FileSource {
+        let pm = PostMortem::new(path, snapshot);
+        let event = pm.len();
+        FileSource {
+            pm,
+            event,
+            shown: false,
+        }
+    }
+
+    /// The current event number.
+    pub fn event(&self) -> usize {
+        self.event
+    }
+
+    /// The prepared file.
+    pub fn post_mortem(&self) -> &PostMortem {
+        &self.pm
+    }
+
+    /// The event number a seek leads to (`None`: nothing there, e.g. no further OOM).
+    pub fn target(&self, seek: Seek) -> Option<usize> {
+        let len = self.pm.len();
+        match seek {
+            Seek::By(d) => Some((self.event as i64 + d).clamp(0, len as i64) as usize),
+            Seek::NextOom => self.pm.next_oom(self.event),
+            Seek::NextSegmentEvent => self.pm.next_segment_event(self.event),
+            Seek::First => Some(0),
+            Seek::Last => Some(len),
+            Seek::To(e) => Some(e.min(len)),
+        }
+    }
+}
+
+impl Source for FileSource {
+    fn poll(&mut self, state: &mut State) -> anyhow::Result<bool> {
+        if self.shown {
+            return Ok(false);
+        }
+        self.shown = true;
+        *state = self.pm.state_at(self.event);
+        Ok(true)
+    }
+
+    fn save(&mut self, _state: &State, dir: &Path) -> anyhow::Result<PathBuf> {
+        let snap = self.pm.snapshot_at(self.event);
+        let path = fresh_path(dir, &format!("allocview-event-{}", self.event), "json");
+        snapshot_file::save(&path, &snap, FileFormat::Json)?;
+        Ok(path)
+    }
+
+    fn seek(&mut self, seek: Seek, state: &mut State) -> anyhow::Result<bool> {
+        match self.target(seek) {
+            Some(e) if e != self.event => {
+                self.event = e;
+                *state = self.pm.state_at(e);
+                Ok(true)
+            }
+            Some(_) => {
+                state.status = Some(match seek {
+                    Seek::By(d) if d < 0 => "at the first event".into(),
+                    _ => "at the last event".into(),
+                });
+                Ok(true)
+            }
+            None => {
+                state.status = Some(match seek {
+                    Seek::NextOom => "no OOM after this event".into(),
+                    _ => "no segment event after this event".into(),
+                });
+                Ok(true)
+            }
+        }
+    }
+
+    fn is_file(&self) -> bool {
+        true
+    }
+}

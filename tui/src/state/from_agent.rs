@@ -1,0 +1,366 @@
+//! Adapter from the agent's [`AgentState`] (embedded in `allocview demo`, or rebuilt by an
+//! attach client) to the dashboard [`State`].
+//!
+//! The agent sends figures; the adapter keeps the little history needed for rates
+//! (allocations per second per stream, between two states) and maps the agent's types onto
+//! the dashboard's. OOMs are diagnosed with the agent's own rules
+//! ([`allocview_agent::diagnosis`]), so the dashboard and `allocview summary` agree.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use allocview_agent::diagnosis::{OomFacts, diagnose};
+use allocview_agent::state::{
+    AgentState, DeviceState, HistogramSet, OomRecord, PoolKey, RecentEvent,
+};
+use allocview_alloc::snapshot::{
+    BlockState, Frames, SegmentInfo, Snapshot, TraceAction, TraceEntry, no_frames,
+};
+
+use super::histogram::{Bucket, HistogramSummary, HistogramUnit};
+use super::oom::OomReport;
+use super::streams::StreamRow;
+use super::timeline::{Sample, Timeline};
+use super::{Mode, Source, State};
+
+/// Nanoseconds per second.
+const NS_PER_S: f64 = 1e9;
+/// Nanoseconds per microsecond.
+const NS_PER_US: u64 = 1000;
+
+/// Facts the agent does not carry, supplied by whoever runs the dashboard.
+#[derive(Debug, Clone, Default)]
+pub struct LiveInfo {
+    /// Device name (`simulated`, `H100`).
+    pub device_name: Option<String>,
+    /// Update rate of the source in Hz.
+    pub rate_hz: Option<f64>,
+    /// Connection mode (`Live`, `Paused`, `Reconnecting`).
+    pub mode: Option<Mode>,
+    /// Free device memory, when the runner can ask the device.
+    pub device_free: Option<u64>,
+}
+
+/// Turns successive agent states into dashboard states.
+#[derive(Debug, Default)]
+pub struct AgentAdapter {
+    /// Per stream: (time of the previous state, allocations then).
+    prev_allocs: HashMap<u64, (u64, u64)>,
+    /// Per stream: the last computed rate.
+    rates: HashMap<u64, f64>,
+}
+
+/// A log2 bucket list from the agent's `(upper_bound, count)` pairs.
+fn buckets(pairs: &[(u64, u64)]) -> Vec<Bucket> {
+    pairs
+        .iter()
+        .map(|&(hi, count)| Bucket {
+            lo: if hi <= 1 { 0 } else { hi / 2 },
+            hi,
+            count,
+        })
+        .collect()
+}
+
+fn summaries(set: &HistogramSet, group: &str, out: &mut Vec<HistogramSummary>) {
+    for (metric, h, unit) in [
+        ("size", &set.size, HistogramUnit::Bytes),
+        ("lifetime", &set.lifetime, HistogramUnit::Nanos),
+        ("latency", &set.latency, HistogramUnit::Nanos),
+    ] {
+        out.push(HistogramSummary {
+            metric: metric.to_string(),
+            group: group.to_string(),
+            unit,
+            buckets: buckets(&h.buckets),
+            count: h.count,
+            p50: h.p50,
+            p90: h.p90,
+            p99: h.p99,
+            max: h.max,
+        });
+    }
+}
+
+/// The trace entry of a recent event (`None` for counter-only events such as retries).
+pub fn trace_entry(e: &RecentEvent) -> Option<TraceEntry> {
+    let action = TraceAction::parse(&e.action)?;
+    let size = match action {
+        TraceAction::Alloc | TraceAction::FreeRequested => e.requested,
+        _ => e.size,
+    };
+    Some(TraceEntry {
+        action,
+        addr: e.addr,
+        size,
+        stream: e.stream,
+        time_us: Some((e.time_ns / NS_PER_US) as i64),
+        frames: no_frames(),
+        compile_context: None,
+        user_metadata: None,
+    })
+}
+
+/// The OOM report of an agent record.
+pub fn oom_report(o: &OomRecord) -> OomReport {
+    let facts = OomFacts {
+        requested: o.rounded,
+        device_total: o.total_memory,
+        device_free: o.device_free,
+        allowed_max: None,
+        allocated: o.allocated,
+        reserved: o.reserved,
+        largest_free_block: o.largest_free_block,
+        stranded_in_split_segments: o.inactive_split_bytes,
+    };
+    let d = diagnose(&facts);
+    // Prefer the pickle (what PyTorch's viewers read); both hold the same snapshot.
+    let dump = o
+        .dump_paths
+        .iter()
+        .find(|p| p.extension().is_some_and(|e| e == "pickle"))
+        .or(o.dump_paths.first())
+        .map(|p| p.display().to_string());
+    OomReport {
+        number: o.index,
+        time_us: Some((o.time_ns / NS_PER_US) as i64),
+        device: o.device,
+        stream: o.stream,
+        requested: o.requested,
+        rounded: o.rounded,
+        segment_size: None,
+        device_total: (o.total_memory > 0).then_some(o.total_memory),
+        device_free: Some(o.device_free),
+        allocated: o.allocated,
+        reserved: o.reserved,
+        largest_free: o.largest_free_block,
+        diagnosis: d.kind,
+        explanation: d.explanation,
+        what_if: Vec::new(),
+        dump_path: dump,
+        dump_error: o.dump_error.clone(),
+        frames: no_frames(),
+        trace_index: None,
+    }
+}
+
+/// Fills the frames of active blocks in `segments` from a snapshot of the same allocator
+/// (the agent's mirror is built from compact events, which carry no frames; the allocator's
+/// own snapshot has them). Blocks are matched by address and size.
+pub fn attach_frames(segments: &mut [SegmentInfo], snapshot: &Snapshot) {
+    let mut by_addr: HashMap<(u64, u64), Frames> = HashMap::new();
+    for seg in &snapshot.segments {
+        for b in seg
+            .blocks
+            .iter()
+            .filter(|b| b.state.is_active() && !b.frames.is_empty())
+        {
+            by_addr.insert((b.address, b.size), b.frames.clone());
+        }
+    }
+    for seg in segments {
+        for b in seg
+            .blocks
+            .iter_mut()
+            .filter(|b| b.state != BlockState::Inactive)
+        {
+            if let Some(f) = by_addr.get(&(b.address, b.size)) {
+                b.frames = Arc::clone(f);
+            }
+        }
+    }
+}
+
+impl AgentAdapter {
+    /// A fresh adapter.
+    pub fn new() -> AgentAdapter {
+        AgentAdapter::default()
+    }
+
+    fn streams(&mut self, d: &DeviceState, now_ns: u64) -> Vec<StreamRow> {
+        d.streams
+            .iter()
+            .map(|s| {
+                if let Some(&(t, n)) = self.prev_allocs.get(&s.stream)
+                    && now_ns > t
+                    && s.allocs >= n
+                {
+                    let rate = (s.allocs - n) as f64 / ((now_ns - t) as f64 / NS_PER_S);
+                    self.rates.insert(s.stream, rate);
+                }
+                if self
+                    .prev_allocs
+                    .get(&s.stream)
+                    .is_none_or(|&(t, _)| now_ns > t)
+                {
+                    self.prev_allocs.insert(s.stream, (now_ns, s.allocs));
+                }
+                StreamRow {
+                    stream: s.stream,
+                    allocated: s.allocated,
+                    active: s.active,
+                    pending_free: s.active.saturating_sub(s.allocated),
+                    reserved: s.reserved,
+                    peak: Some(s.peak_allocated),
+                    allocs_per_s: self.rates.get(&s.stream).copied(),
+                    idle_s: (s.last_event_ns > 0 && now_ns >= s.last_event_ns)
+                        .then(|| (now_ns - s.last_event_ns) as f64 / NS_PER_S),
+                }
+            })
+            .collect()
+    }
+
+    /// The dashboard state for `device` of `agent` (the first device when it is absent).
+    pub fn state(&mut self, agent: &AgentState, device: i32, info: &LiveInfo) -> State {
+        let d = agent
+            .device(device)
+            .or_else(|| agent.devices.first())
+            .cloned()
+            .unwrap_or_default();
+        let now = agent.time_ns;
+        let t0 = agent.process.started_ns;
+        let x = |t: u64| t.saturating_sub(t0) as f64 / NS_PER_S;
+        let mut timeline = Timeline::default();
+        for s in &d.timeline {
+            timeline.push(Sample {
+                x: x(s.time_ns),
+                reserved: s.reserved,
+                allocated: s.allocated,
+                active: s.active,
+            });
+        }
+        let ooms: Vec<OomReport> = agent
+            .ooms
+            .iter()
+            .filter(|o| o.device == d.device)
+            .map(oom_report)
+            .collect();
+        timeline.ooms = agent
+            .ooms
+            .iter()
+            .filter(|o| o.device == d.device)
+            .map(|o| x(o.time_ns))
+            .collect();
+        let mut histograms = Vec::new();
+        summaries(&d.histograms.all, "all", &mut histograms);
+        for p in &d.histograms.by_pool {
+            let name = match p.pool {
+                PoolKey::Small => "small pool".to_string(),
+                PoolKey::Large => "large pool".to_string(),
+                PoolKey::Private(id) => format!("private pool {id}"),
+            };
+            summaries(&p.set, &name, &mut histograms);
+        }
+        for s in &d.histograms.by_stream {
+            summaries(&s.set, &format!("stream {}", s.stream), &mut histograms);
+        }
+        let trace: Vec<TraceEntry> = d.recent.iter().filter_map(trace_entry).collect();
+        let total = (d.total_memory > 0).then_some(d.total_memory);
+        let status = agent
+            .ooms
+            .iter()
+            .rev()
+            .find_map(|o| o.dump_error.as_ref())
+            .map(|e| format!("OOM dump failed: {e}"));
+        State {
+            mode: info.mode.clone().unwrap_or(if agent.pipeline.paused {
+                Mode::Paused
+            } else {
+                Mode::Live
+            }),
+            source: Source {
+                pid: Some(agent.process.pid),
+                program: Some(agent.process.name.clone()).filter(|n| !n.is_empty()),
+                device: d.device,
+                device_name: info.device_name.clone(),
+                total_memory: total,
+                device_free: info.device_free,
+                memory_fraction: match (d.allowed_memory, total) {
+                    (Some(a), Some(t)) if t > 0 => Some(a as f64 / t as f64),
+                    _ => Some(1.0).filter(|_| total.is_some()),
+                },
+                rate_hz: info.rate_hz,
+                dropped: agent.pipeline.dropped_total,
+                resyncs: agent.pipeline.resyncs,
+                trace_overflow: 0,
+            },
+            stats: d.stats.clone(),
+            streams: self.streams(&d, now),
+            segments: d.segments,
+            timeline,
+            histograms,
+            trace: Arc::from(trace),
+            trace_cursor: None,
+            ooms,
+            status,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use allocview_agent::state::{StreamUsage, UsageSample};
+
+    #[test]
+    fn agent_figures_map_onto_the_dashboard() {
+        let mut a = AgentState::default();
+        a.process.pid = 7;
+        a.process.name = "demo".into();
+        a.process.started_ns = 1_000_000_000;
+        a.time_ns = 3_000_000_000;
+        a.pipeline.dropped_total = 4;
+        let mut d = DeviceState {
+            device: 0,
+            total_memory: 16 << 30,
+            ..DeviceState::default()
+        };
+        d.timeline.push(UsageSample {
+            time_ns: 2_000_000_000,
+            allocated: 10,
+            reserved: 20,
+            active: 15,
+        });
+        d.streams.push(StreamUsage {
+            stream: 3,
+            allocated: 100,
+            active: 150,
+            reserved: 400,
+            peak_allocated: 120,
+            allocs: 10,
+            last_event_ns: 2_500_000_000,
+        });
+        d.recent.push(RecentEvent {
+            seq: 1,
+            time_ns: 2_000_000_000,
+            action: "alloc".into(),
+            addr: 0x1000,
+            size: 1024,
+            requested: 1000,
+            stream: 3,
+            pool: PoolKey::Small,
+            flags: 0,
+            latency_ns: 0,
+            context: 0,
+        });
+        d.recent.push(RecentEvent {
+            action: "alloc_retry".into(),
+            ..d.recent[0].clone()
+        });
+        a.devices.push(d);
+        let mut ad = AgentAdapter::new();
+        let s = ad.state(&a, 0, &LiveInfo::default());
+        assert_eq!(s.source.pid, Some(7));
+        assert_eq!(s.source.dropped, 4);
+        assert_eq!(s.timeline.samples[0].x, 1.0);
+        assert_eq!(s.streams[0].pending_free, 50);
+        assert_eq!(s.streams[0].idle_s, Some(0.5));
+        assert_eq!(s.trace.len(), 1);
+        assert_eq!(s.trace[0].size, 1000);
+        // A second state a second later gives a rate.
+        a.time_ns += 1_000_000_000;
+        a.devices[0].streams[0].allocs = 30;
+        let s = ad.state(&a, 0, &LiveInfo::default());
+        assert_eq!(s.streams[0].allocs_per_s, Some(20.0));
+    }
+}

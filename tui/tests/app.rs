@@ -1,0 +1,166 @@
+//! The app driven by intents over a file source: time travel keys, view switching, the trace
+//! filter, jumping from the trace to a block, saving.
+
+#[path = "support/builders.rs"]
+mod support;
+
+use allocview::app::App;
+use allocview::input::{Action, Seek};
+use allocview::source::file::FileSource;
+use allocview::state::timetravel::CHECKPOINT_EVERY;
+use allocview::state::{Mode, View};
+use allocview_alloc::snapshot::{BlockState, TraceAction};
+
+fn app(rounds: u64) -> (App, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let snap = support::traced_snapshot(rounds);
+    let src = FileSource::new("/tmp/run.json", &snap);
+    (
+        App::new(Box::new(src), dir.path().to_path_buf()).unwrap(),
+        dir,
+    )
+}
+
+fn event(app: &App) -> usize {
+    match app.state.mode {
+        Mode::File { event, .. } => event,
+        _ => panic!("not a file"),
+    }
+}
+
+#[test]
+fn a_file_opens_at_its_last_event() {
+    let (app, _d) = app(3);
+    assert!(app.file_mode());
+    assert_eq!(event(&app), 57);
+    assert!(app.state.segments.is_empty());
+    assert_eq!(app.state.ooms.len(), 3);
+}
+
+#[test]
+fn checkpointed_seeks_equal_a_full_replay() {
+    let snap = support::traced_snapshot(100);
+    let src = FileSource::new("run.json", &snap);
+    let tt = src.post_mortem().time_travel();
+    assert!(tt.len() > 3 * CHECKPOINT_EVERY);
+    for i in [
+        0,
+        1,
+        5,
+        511,
+        512,
+        513,
+        1000,
+        1024,
+        1500,
+        tt.len() - 1,
+        tt.len(),
+    ] {
+        assert_eq!(tt.at(i), tt.at_by_full_replay(i), "event {i}");
+    }
+}
+
+#[test]
+fn time_travel_keys_move_through_the_trace() {
+    let (mut app, _d) = app(10);
+    app.apply(Action::Seek(Seek::First)).unwrap();
+    assert_eq!(event(&app), 0);
+    app.apply(Action::Seek(Seek::By(1))).unwrap();
+    assert_eq!(event(&app), 1);
+    assert_eq!(app.state.segments.len(), 1);
+    app.apply(Action::Seek(Seek::By(-5))).unwrap();
+    assert_eq!(event(&app), 0);
+    app.apply(Action::Seek(Seek::By(-1))).unwrap();
+    assert_eq!(app.state.status.as_deref(), Some("at the first event"));
+    app.apply(Action::Seek(Seek::NextOom)).unwrap();
+    assert_eq!(event(&app), 8);
+    assert_eq!(app.state.trace[7].action, TraceAction::Oom);
+    // At the OOM: the 2 MiB block is allocated, the 4 MiB one freed, a small segment lives.
+    let seg = &app.state.segments[0];
+    assert_eq!(seg.blocks[1].state, BlockState::ActiveAllocated);
+    assert_eq!(seg.blocks[0].state, BlockState::Inactive);
+    app.apply(Action::Seek(Seek::NextSegmentEvent)).unwrap();
+    assert_eq!(event(&app), 9);
+    app.apply(Action::Seek(Seek::By(100))).unwrap();
+    assert_eq!(event(&app), 109);
+    app.apply(Action::Seek(Seek::Last)).unwrap();
+    assert_eq!(event(&app), 190);
+    app.apply(Action::Seek(Seek::NextOom)).unwrap();
+    assert_eq!(app.state.status.as_deref(), Some("no OOM after this event"));
+}
+
+#[test]
+fn enter_in_the_trace_jumps_to_the_block() {
+    let (mut app, _d) = app(2);
+    app.apply(Action::Seek(Seek::To(5))).unwrap();
+    app.apply(Action::ShowView(View::Trace)).unwrap();
+    // The default row is the last entry applied: the small allocation at event 5.
+    app.apply(Action::Enter).unwrap();
+    assert_eq!(app.ui.view, View::Segments);
+    assert!(app.ui.detail);
+    let order = app.state.segment_order(app.ui.segment_filter);
+    let seg = &app.state.segments[order[app.ui.segment_row]];
+    assert_eq!(seg.total_size, 2 << 20);
+    assert_eq!(seg.blocks[app.ui.block].requested_size, 1000);
+}
+
+#[test]
+fn the_trace_filter_is_typed_applied_and_cleared() {
+    let (mut app, _d) = app(2);
+    app.apply(Action::StartFilter).unwrap();
+    assert_eq!(app.ui.view, View::Trace);
+    for c in "oom".chars() {
+        app.apply(Action::FilterChar(c)).unwrap();
+    }
+    app.apply(Action::FilterApply).unwrap();
+    assert_eq!(app.state.trace_rows(&app.ui.trace_filter).len(), 2);
+    app.apply(Action::StartFilter).unwrap();
+    app.apply(Action::FilterChar(' ')).unwrap();
+    app.apply(Action::FilterChar('~')).unwrap();
+    app.apply(Action::FilterApply).unwrap();
+    assert!(
+        app.state
+            .status
+            .as_deref()
+            .unwrap()
+            .contains("bad filter term \"~\"")
+    );
+    app.apply(Action::Back).unwrap();
+    app.apply(Action::Back).unwrap();
+    assert!(app.ui.trace_filter.is_empty());
+}
+
+#[test]
+fn views_switch_by_number_tab_and_click() {
+    let (mut app, _d) = app(1);
+    app.apply(Action::ShowView(View::Pools)).unwrap();
+    assert_eq!(app.ui.view, View::Pools);
+    app.apply(Action::NextView).unwrap();
+    assert_eq!(app.ui.view, View::Streams);
+    app.area = ratatui::layout::Rect::new(0, 0, 120, 36);
+    // " 1 Overview  2 Segments": column 13 is in "2 Segments".
+    app.apply(Action::Click { x: 13, y: 1 }).unwrap();
+    assert_eq!(app.ui.view, View::Segments);
+    app.apply(Action::ToggleHelp).unwrap();
+    assert!(app.ui.help);
+    app.apply(Action::Back).unwrap();
+    assert!(!app.ui.help);
+}
+
+#[test]
+fn saving_writes_the_state_at_the_event() {
+    let (mut app, dir) = app(2);
+    app.apply(Action::Seek(Seek::To(3))).unwrap();
+    app.apply(Action::Save).unwrap();
+    let status = app.state.status.clone().unwrap();
+    assert!(status.starts_with("saved snapshot to "), "{status}");
+    let path = dir.path().join("allocview-event-3.json");
+    assert!(path.exists(), "{status}");
+}
+
+#[test]
+fn quitting_sets_the_flag() {
+    let (mut app, _d) = app(1);
+    app.apply(Action::Quit).unwrap();
+    assert!(app.ui.quit);
+}

@@ -1,0 +1,117 @@
+//! `allocview replay` end to end: an RMM log of a fragmenting two-stream workload, replayed on
+//! a 1 GiB device under two settings side by side, as text and as JSON.
+
+use std::process::Command;
+
+const MIB: u64 = 1 << 20;
+
+/// Stream 1 caches 800 MiB and pins it with a small block in the middle; stream 2 then needs
+/// 400 MiB: an OOM under the default settings on a 1 GiB device.
+fn rmm_log() -> String {
+    let rows: [(&str, u64, u64, u64); 14] = [
+        ("allocate", 0x1000, 800 * MIB, 1),
+        ("free", 0x1000, 800 * MIB, 1),
+        ("allocate", 0x2000, 100 * MIB, 1),
+        ("allocate", 0x3000, 100 * MIB, 1),
+        ("allocate", 0x4000, 2 * MIB, 1),
+        ("free", 0x2000, 100 * MIB, 1),
+        ("free", 0x3000, 100 * MIB, 1),
+        ("allocate", 0x5000, 400 * MIB, 2),
+        ("free", 0x5000, 400 * MIB, 2),
+        ("allocate", 0x6000, 4096, 1),
+        ("allocate failure", 0x0, 1024 * MIB, 1),
+        ("free", 0x6000, 4096, 1),
+        ("free", 0x4000, 2 * MIB, 1),
+        ("allocate", 0x7000, 512, 2),
+    ];
+    let mut s = String::from("Thread,Time,Action,Pointer,Size,Stream\n");
+    for (i, (action, ptr, size, stream)) in rows.iter().enumerate() {
+        s.push_str(&format!(
+            "140573312345856,1634567890.{:06},{action},{ptr:#x},{size},{stream:#x}\n",
+            i * 1000
+        ));
+    }
+    s
+}
+
+fn allocview(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_allocview"))
+        .args(args)
+        .output()
+        .expect("allocview runs")
+}
+
+#[test]
+fn replay_compares_two_configs_side_by_side_with_the_recording_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("rmm.csv");
+    std::fs::write(&log, rmm_log()).unwrap();
+    let log = log.to_str().unwrap();
+    let common = [
+        "replay",
+        log,
+        "--device-memory",
+        "1GiB",
+        "--config",
+        "expandable_segments:True",
+        "--config",
+        "max_split_size_mb:200",
+    ];
+
+    let out = allocview(&[&common[..], &["--json"]].concat());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let runs = json["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 3);
+    assert_eq!(runs[0]["label"], "recorded");
+    assert_eq!(runs[1]["label"], "expandable_segments:True");
+    assert_eq!(runs[2]["label"], "max_split_size_mb:200");
+    // The recording's own failure (1 GiB) plus the 400 MiB request the default layout
+    // cannot serve on this device.
+    assert_eq!(runs[0]["ooms"], 2, "{json:#}");
+    assert_eq!(runs[0]["first_oom"]["requested"], 400 * MIB);
+    assert_eq!(runs[0]["first_oom"]["diagnosis"]["kind"], "fragmentation");
+    // Expandable segments release the stranded pages: only the 1 GiB request fails.
+    assert_eq!(runs[1]["ooms"], 1, "{json:#}");
+    assert_eq!(runs[1]["first_oom"]["requested"], 1024 * MIB);
+    assert_eq!(json["events"], 20);
+    assert_eq!(json["device_memory"], 1u64 << 30);
+
+    let out = allocview(&common);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let header = text
+        .lines()
+        .find(|l| l.contains("recorded") && l.contains("expandable_segments:True"))
+        .unwrap_or_else(|| panic!("no table header in:\n{text}"));
+    assert!(header.find("recorded") < header.find("max_split_size_mb:200"));
+    assert!(text.contains("peak reserved"), "{text}");
+    assert!(text.contains("first OOM at event"), "{text}");
+}
+
+#[test]
+fn replay_of_a_missing_file_or_bad_size_fails_with_a_clear_message() {
+    let out = allocview(&["replay", "/nonexistent/trace.pickle"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("/nonexistent/trace.pickle"), "{err}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("rmm.csv");
+    std::fs::write(&log, rmm_log()).unwrap();
+    let out = allocview(&["replay", log.to_str().unwrap(), "--device-memory", "lots"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--device-memory") && err.contains("`lots`"),
+        "{err}"
+    );
+}

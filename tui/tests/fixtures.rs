@@ -1,0 +1,127 @@
+//! `allocview open` over every real PyTorch snapshot in the shared fixtures: segments show, and
+//! where there is a trace, time travel lands exactly on the file's final segments and the
+//! checkpointed seeks equal a full replay.
+
+use std::path::PathBuf;
+
+use allocview::source::file::FileSource;
+use allocview::state::from_snapshot::main_device;
+use allocview::state::{UiState, View};
+use allocview::view;
+use allocview_agent::snapshot_file;
+use allocview_alloc::snapshot::{BlockState, SegmentInfo};
+use ratatui::buffer::Buffer;
+use ratatui::layout::Rect;
+
+fn fixtures() -> Option<Vec<PathBuf>> {
+    let dir = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../shared/fixtures/pytorch-snapshots"
+    ));
+    let Ok(rd) = std::fs::read_dir(&dir) else {
+        println!("skipped: fixtures not found at {}", dir.display());
+        return None;
+    };
+    let mut v: Vec<PathBuf> = rd
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "pickle"))
+        .collect();
+    v.sort();
+    Some(v)
+}
+
+/// What must agree between the reconstruction and the file: each segment's address, size and
+/// stream, and each block's address, size and state (plus the requested size of live blocks).
+type BlockShape = (u64, u64, BlockState, u64);
+type SegmentShape = (u64, u64, u64, Vec<BlockShape>);
+
+fn shape(segs: &[SegmentInfo]) -> Vec<SegmentShape> {
+    segs.iter()
+        .map(|s| {
+            (
+                s.address,
+                s.total_size,
+                s.stream,
+                s.blocks
+                    .iter()
+                    .map(|b| {
+                        let req = if b.state == BlockState::Inactive {
+                            0
+                        } else {
+                            b.requested_size
+                        };
+                        (b.address, b.size, b.state, req)
+                    })
+                    .collect(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn every_fixture_opens_with_its_segments_and_time_travel_ends_on_the_file() {
+    let Some(files) = fixtures() else { return };
+    assert!(!files.is_empty());
+    for path in files {
+        let snap = snapshot_file::load(&path).unwrap();
+        let device = main_device(&snap);
+        let src = FileSource::new(&path.display().to_string(), &snap);
+        let pm = src.post_mortem();
+        let tt = pm.time_travel();
+        let file_segments: Vec<SegmentInfo> = snap
+            .segments
+            .iter()
+            .filter(|s| s.device == device)
+            .cloned()
+            .collect();
+        // The state at the last event equals the file's own segments.
+        let end = pm.state_at(pm.len());
+        assert_eq!(
+            shape(&end.segments),
+            shape(&file_segments),
+            "{}: end state differs",
+            path.display()
+        );
+        assert!(!end.segments.is_empty(), "{}", path.display());
+        let (_, totals) = tt.at(tt.len());
+        assert_eq!(
+            totals.mismatches,
+            0,
+            "{}: trace does not fit",
+            path.display()
+        );
+        // The state at event 0 replayed forward matches the checkpointed seeks.
+        let n = tt.len();
+        for i in [0, 1, n / 3, n / 2, n.saturating_sub(1), n] {
+            assert_eq!(
+                tt.at(i),
+                tt.at_by_full_replay(i),
+                "{} event {i}",
+                path.display()
+            );
+        }
+        // The segment view shows them.
+        let ui = UiState {
+            view: View::Segments,
+            ..UiState::default()
+        };
+        let mut buf = Buffer::empty(Rect::new(0, 0, 120, 36));
+        view::render(buf.area, &mut buf, &end, &ui);
+        let text: String = (0..36)
+            .flat_map(|y| (0..120).map(move |x| (x, y)))
+            .map(|p| buf[p].symbol().to_string())
+            .collect();
+        assert!(
+            text.contains(&format!("Segments ({}", file_segments.len())),
+            "{}",
+            path.display()
+        );
+        println!(
+            "{}: {} segments, {} events",
+            path.display(),
+            file_segments.len(),
+            n
+        );
+    }
+}
