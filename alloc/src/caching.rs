@@ -4,6 +4,7 @@
 //! `PYTORCH_CUDA_ALLOC_CONF` syntax); [`format_memory_summary`] renders `DeviceStats` as
 //! `torch.cuda.memory_summary()` does.
 
+mod addr_table;
 mod allocator;
 pub mod backend;
 mod block;
@@ -13,6 +14,7 @@ pub mod cuda;
 mod device_allocator;
 pub mod error;
 mod expandable;
+mod free_set;
 pub mod history;
 pub mod pool;
 pub mod sim;

@@ -324,3 +324,25 @@ fn segment_frames_show_for_unsplit_segments_and_vanish_once_split_as_in_pytorch(
     let small = snap.segments.iter().find(|s| s.blocks.len() > 1).unwrap();
     assert!(small.frames.is_empty());
 }
+
+/// A sink that says nobody listens.
+struct Disabled(Mutex<usize>);
+
+impl EventSink for Disabled {
+    fn publish(&self, _e: &Event) {
+        *self.0.lock().unwrap() += 1;
+    }
+    fn enabled(&self) -> bool {
+        false
+    }
+}
+
+#[test]
+fn a_disabled_sink_gets_no_events() {
+    let (a, _) = allocator();
+    let sink = Arc::new(Disabled(Mutex::new(0)));
+    a.set_event_sink(Some(sink.clone()));
+    let p = a.malloc(512, S0).unwrap();
+    a.free(p).unwrap();
+    assert_eq!(*sink.0.lock().unwrap(), 0);
+}

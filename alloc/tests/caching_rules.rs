@@ -347,9 +347,11 @@ fn oom_records_an_entry_counts_and_calls_observers_outside_the_lock() {
     let a = Arc::new(a);
     a.record_history(Default::default());
     let calls = Arc::new(AtomicUsize::new(0));
-    let (a2, c2) = (a.clone(), calls.clone());
+    // A weak handle: the observer lives inside the allocator, so a strong one would be a cycle.
+    let (a2, c2) = (Arc::downgrade(&a), calls.clone());
     a.attach_oom_observer(move |info| {
         // Calling the allocator here would deadlock if observers ran under the lock.
+        let a2 = a2.upgrade().expect("the allocator outlives its observers");
         assert_eq!(a2.device_stats().num_ooms, 1);
         assert_eq!(info.size, 100 * MIB);
         assert_eq!(info.segment_size, 100 * MIB);
@@ -481,4 +483,97 @@ fn stats_resets_follow_pytorch() {
         a.memory_summary()
             .contains("PyTorch CUDA memory summary, device ID 0")
     );
+}
+
+#[test]
+fn best_fit_holds_with_hundreds_of_free_blocks_in_a_pool() {
+    let (a, _) = allocator();
+    // 400 small blocks of growing sizes; free every other one: 200 free blocks of distinct
+    // sizes, each fenced by live neighbours.
+    let ptrs: Vec<(u64, u64)> = (0..400u64)
+        .map(|i| {
+            let size = 512 * (1 + i % 50);
+            (a.malloc(size, S0).unwrap(), size)
+        })
+        .collect();
+    for (i, &(p, _)) in ptrs.iter().enumerate() {
+        if i % 2 == 0 {
+            a.free(p).unwrap();
+        }
+    }
+    check_consistent(&a);
+    // Each request takes the smallest free block that fits, the lowest address among equals:
+    // 512 * 7 bytes exist free at indices 6, 56, 106, ... (sizes repeat every 50).
+    let want = ptrs
+        .iter()
+        .enumerate()
+        .filter(|(i, (_, s))| i % 2 == 0 && *s == 512 * 7)
+        .map(|(_, (p, _))| *p)
+        .min()
+        .unwrap();
+    assert_eq!(a.malloc(512 * 7 - 100, S0).unwrap(), want);
+    // Odd sizes are all live; 512 * 8 free blocks are not (8 - 1 = 7 is even): a 512 * 8
+    // request takes the smallest free size above it, 512 * 9 (index 8).
+    let want9 = ptrs
+        .iter()
+        .enumerate()
+        .filter(|(i, (_, s))| i % 2 == 0 && *s == 512 * 9)
+        .map(|(_, (p, _))| *p)
+        .min()
+        .unwrap();
+    assert_eq!(a.malloc(512 * 8, S0).unwrap(), want9);
+    for (i, &(p, _)) in ptrs.iter().enumerate() {
+        if i % 2 == 1 {
+            a.free(p).unwrap();
+        }
+    }
+    check_consistent(&a);
+}
+
+#[test]
+fn garbage_collection_frees_only_blocks_at_least_as_old_as_the_average() {
+    // allowed 100 MiB, threshold 0.5: collect when reserved > 50 MiB.
+    let (a, _) = allocator_with(100 * MIB, "garbage_collection_threshold:0.5");
+    a.set_memory_fraction(1.0).unwrap();
+    let x = a.malloc(30 * MIB, S0).unwrap(); // large-pool search 1
+    let y = a.malloc(30 * MIB, S0).unwrap(); // search 2
+    a.free(x).unwrap(); // x cached at clock 2
+    // Searches on stream 1 advance the large pool's clock without touching stream 0's blocks;
+    // the 20 MiB segment they use is re-cached after each (clock 3, then 4..8).
+    for _ in 0..6 {
+        let c = a.malloc(2 * MIB, S1).unwrap();
+        a.free(c).unwrap();
+    }
+    a.free(y).unwrap(); // y cached at clock 8
+    // 40 MiB (search 9) fits nothing. Reserved 80 > 50: ages x 7, y 1, c 1, average 3: only x
+    // goes, which reclaims the 30 MiB excess.
+    a.malloc(40 * MIB, S0).unwrap();
+    let s = a.device_stats();
+    assert_eq!(s.num_device_free, 1);
+    assert_eq!(cur(&s.reserved_bytes), (30 + 20 + 40) * MIB as i64);
+    let snap = check_consistent(&a);
+    assert!(snap.segments.iter().any(|g| g.address == y));
+    assert!(
+        !snap
+            .segments
+            .iter()
+            .any(|g| g.address == x && g.total_size == 30 * MIB)
+    );
+}
+
+#[test]
+fn with_no_single_oversize_block_large_enough_the_largest_are_freed_until_enough() {
+    let (a, dev) = allocator_with(100 * MIB, "max_split_size_mb:20");
+    let _live = a.malloc(40 * MIB, S0).unwrap();
+    let p = a.malloc(25 * MIB, S0).unwrap();
+    let q = a.malloc(30 * MIB, S0).unwrap();
+    a.free(p).unwrap();
+    a.free(q).unwrap();
+    // 50 MiB: 5 MiB free on the device; no cached block >= 50 MiB, so the largest oversize
+    // blocks go, 30 then 25 MiB (55 >= 50), and the second attempt succeeds.
+    a.malloc(50 * MIB, S0).unwrap();
+    let s = a.device_stats();
+    assert_eq!((s.num_device_free, s.num_alloc_retries), (2, 0));
+    assert_eq!(dev.used(), 90 * MIB);
+    check_consistent(&a);
 }

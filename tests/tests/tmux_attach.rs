@@ -51,6 +51,9 @@ fn attach_shows_the_live_process_and_reconnects_when_it_goes() {
     let _ = demo.0.kill();
     let _ = demo.0.wait();
     s.wait_for(&["◌ reconnecting ("]);
+    // A new agent at the same address: the view reconnects to it.
+    let again = serve(&addr);
+    s.wait_for(&["● live", &format!("pid {} allocview demo", again.0.id())]);
     s.quit_cleanly();
 }
 

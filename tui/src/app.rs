@@ -11,7 +11,7 @@ use ratatui::backend::Backend;
 use ratatui::crossterm::event;
 use ratatui::layout::Rect;
 
-use crate::input::{self, Action};
+use crate::input::{self, Action, Seek};
 use crate::source::Source;
 use crate::state::filter::TraceFilter;
 use crate::state::{State, UiState, View};
@@ -156,6 +156,7 @@ impl App {
             },
             Action::Enter => match self.ui.view {
                 View::Trace => self.jump_to_block(),
+                View::Oom if self.file_mode() => self.jump_to_oom()?,
                 _ => self.ui.detail = !self.ui.detail,
             },
             Action::Back => {
@@ -240,6 +241,19 @@ impl App {
     fn show(&mut self, v: View) {
         self.ui.view = v;
         self.ui.detail = false;
+    }
+
+    /// In a file: moves to the selected OOM's event and shows the segments then.
+    fn jump_to_oom(&mut self) -> anyhow::Result<()> {
+        let sel = self.ui.oom.min(self.state.ooms.len().saturating_sub(1));
+        if let Some(i) = self.state.ooms.get(sel).and_then(|o| o.trace_index) {
+            self.source.seek(Seek::To(i + 1), &mut self.state)?;
+            self.ui.trace_row = None;
+            self.ui.segment_row = 0;
+            self.ui.block = 0;
+            self.show(View::Segments);
+        }
+        Ok(())
     }
 
     fn jump_to_block(&mut self) {

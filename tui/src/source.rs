@@ -5,6 +5,7 @@
 pub mod attach;
 pub mod embedded;
 pub mod file;
+pub mod what_if;
 
 use std::path::{Path, PathBuf};
 

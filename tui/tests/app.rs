@@ -164,3 +164,29 @@ fn quitting_sets_the_flag() {
     app.apply(Action::Quit).unwrap();
     assert!(app.ui.quit);
 }
+
+#[test]
+fn enter_on_an_oom_in_a_file_goes_to_its_event() {
+    let (mut app, _d) = app(3);
+    app.apply(Action::ShowView(View::Oom)).unwrap();
+    app.apply(Action::Move(1)).unwrap();
+    app.apply(Action::Enter).unwrap();
+    assert_eq!(app.ui.view, View::Segments);
+    // The second round's OOM is entry 19 + 7: event 27 shows it applied.
+    assert_eq!(event(&app), 27);
+    assert_eq!(app.state.trace[26].action, TraceAction::Oom);
+}
+
+#[test]
+fn a_saved_json_snapshot_reopens_with_the_same_segments() {
+    let (mut app, dir) = app(2);
+    app.apply(Action::Seek(Seek::To(9))).unwrap();
+    let before = app.state.segments.clone();
+    app.apply(Action::Save).unwrap();
+    let path = dir.path().join("allocview-event-9.json");
+    let snap = allocview_agent::snapshot_file::load(&path).unwrap();
+    let src = FileSource::new(&path.display().to_string(), &snap);
+    let reopened = App::new(Box::new(src), dir.path().to_path_buf()).unwrap();
+    assert_eq!(event(&reopened), 9);
+    assert_eq!(reopened.state.segments, before);
+}

@@ -6,14 +6,12 @@
 //! before it, and calls OOM observers after it.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
+use crate::caching::addr_table::AddrTable;
 use crate::caching::backend::{DeviceBackend, DeviceError, DevicePtr, EventId, StreamId};
 use crate::caching::block::{Block, BlockArena, BlockId, NIL};
-use crate::caching::config::{
-    AllocatorConfig, LARGE_BUFFER, MIN_BLOCK_SIZE, SMALL_BUFFER, SMALL_SIZE, segment_size,
-};
+use crate::caching::config::{AllocatorConfig, MIN_BLOCK_SIZE, SMALL_SIZE, segment_size};
 use crate::caching::error::{AllocError, OomInfo, OutOfMemory};
 use crate::caching::expandable::ExpandableSegment;
 use crate::caching::history::{ContextLevel, TraceRing};
@@ -23,9 +21,11 @@ use crate::event::{
     Event, EventAction, EventPool, EventSink, FLAG_CACHED, FLAG_EXPANDABLE, FLAG_OVERSIZE,
     FLAG_PRIVATE_POOL, now_ns,
 };
-use crate::snapshot::{
-    BlockInfo, BlockState, Frames, SegmentInfo, SegmentType, TraceAction, TraceEntry, no_frames,
-};
+use crate::snapshot::{Frames, TraceAction, TraceEntry, no_frames};
+
+mod expandable_blocks;
+mod private_pools;
+mod queries;
 
 /// A trace tracker callback.
 pub(crate) type TraceTracker = Arc<dyn Fn(&TraceEntry) + Send + Sync>;
@@ -40,7 +40,7 @@ pub(crate) type StreamFilter = Arc<dyn Fn(StreamId) -> bool + Send + Sync>;
 const LARGE_POOL: u32 = 0;
 /// Index of the default small pool.
 const SMALL_POOL: u32 = 1;
-/// Slab slots and allocated-map entries reserved up front, so early calls do not grow them.
+/// Slab slots reserved up front, so early calls do not grow the slab.
 const INITIAL_BLOCKS: usize = 1024;
 /// Events of one call are buffered before publishing; this many fit before the buffer grows.
 const INITIAL_PENDING_EVENTS: usize = 64;
@@ -67,28 +67,6 @@ fn dec(a: &mut StatArray, small: bool, n: u64) {
         s.freed += n;
     }
 }
-
-/// A multiplicative hasher for device addresses (they are distinct multiples of 512; SipHash
-/// would cost more than the rest of the cached path).
-#[derive(Default)]
-pub(crate) struct AddrHasher(u64);
-
-impl Hasher for AddrHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(*b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        let x = (v ^ (v >> 29)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        self.0 = x ^ (x >> 32);
-    }
-}
-
-type AddrMap<V> = HashMap<u64, V, BuildHasherDefault<AddrHasher>>;
 
 /// Why a malloc failed, with what the caller must do outside the lock.
 pub(crate) enum MallocFailure {
@@ -136,7 +114,7 @@ pub(crate) struct DeviceCachingAllocator {
     /// Streams seen, sorted: a stream's index here is its free-set key prefix.
     streams: Vec<u64>,
     /// Blocks handed out to the program, by address.
-    allocated: AddrMap<BlockId>,
+    allocated: AddrTable,
     /// Frees with stream uses made during a capture, waiting for the capture to end.
     deferred_until_no_capture: Vec<BlockId>,
     /// Streams recorded on blocks during a capture (they need no event afterwards).
@@ -157,6 +135,8 @@ pub(crate) struct DeviceCachingAllocator {
     pub(crate) oom_observers: Vec<OomObserver>,
     pub(crate) free_callbacks: Vec<FreeMemoryCallback>,
     pub(crate) sink: Option<Arc<dyn EventSink>>,
+    /// Whether the current call publishes events (a sink is set and enabled).
+    publishing: bool,
     /// Events of the current call, published when it ends (with its latency).
     pending: Vec<Event>,
     call_start_ns: u64,
@@ -170,8 +150,6 @@ impl DeviceCachingAllocator {
             max_split_size: config.max_split_size().map_or(-1, |m| m as i64),
             ..DeviceStats::default()
         };
-        let mut allocated = AddrMap::default();
-        allocated.reserve(INITIAL_BLOCKS);
         DeviceCachingAllocator {
             device,
             config,
@@ -183,7 +161,7 @@ impl DeviceCachingAllocator {
             private_pools: Vec::new(),
             captures: Vec::new(),
             streams: Vec::new(),
-            allocated,
+            allocated: AddrTable::new(),
             deferred_until_no_capture: Vec::new(),
             cudagraph_stream_uses: HashMap::new(),
             events: BTreeMap::new(),
@@ -200,6 +178,7 @@ impl DeviceCachingAllocator {
             oom_observers: Vec::new(),
             free_callbacks: Vec::new(),
             sink: None,
+            publishing: false,
             pending: Vec::with_capacity(INITIAL_PENDING_EVENTS),
             call_start_ns: 0,
             empty_frames: no_frames(),
@@ -212,7 +191,8 @@ impl DeviceCachingAllocator {
     /// trace entries); every event and entry of the call carries that time.
     #[inline]
     pub(crate) fn begin_call(&mut self) {
-        if self.sink.is_some() || self.record_history || !self.trackers.is_empty() {
+        self.publishing = self.sink.as_ref().is_some_and(|s| s.enabled());
+        if self.publishing || self.record_history || !self.trackers.is_empty() {
             self.call_start_ns = now_ns();
         }
     }
@@ -234,8 +214,8 @@ impl DeviceCachingAllocator {
         self.pending.clear();
     }
 
-    /// Queues an event for a block or segment of `pool` (nothing when no sink is set: one
-    /// branch).
+    /// Queues an event for a block or segment of `pool` (nothing when no sink is set or the
+    /// sink is disabled: one branch).
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn emit(
@@ -248,7 +228,7 @@ impl DeviceCachingAllocator {
         stream: StreamId,
         flags: u8,
     ) {
-        if self.sink.is_some() {
+        if self.publishing {
             self.queue_event(action, pool, addr, size, requested, stream, flags);
         }
     }
@@ -296,7 +276,7 @@ impl DeviceCachingAllocator {
     /// Event flags of a block (computed only when events are published).
     #[inline]
     fn block_flags(&self, id: BlockId) -> u8 {
-        if self.sink.is_none() {
+        if !self.publishing {
             return 0;
         }
         let b = &self.arena[id];
@@ -526,8 +506,8 @@ impl DeviceCachingAllocator {
     pub(crate) fn largest_free_block(&self) -> u64 {
         self.pools
             .iter()
-            .flat_map(|p| p.blocks.values())
-            .map(|&id| self.arena[id].size)
+            .flat_map(|p| p.blocks.iter())
+            .map(|(_, id)| self.arena[id].size)
             .max()
             .unwrap_or(0)
     }
@@ -558,8 +538,7 @@ impl DeviceCachingAllocator {
                 }
             }
             for pool in &mut self.pools {
-                let old = std::mem::take(&mut pool.blocks);
-                for (_, id) in old {
+                for (_, id) in pool.blocks.take_all() {
                     let b = &self.arena[id];
                     pool.blocks.insert(size_key(b.sidx, b.size, b.addr), id);
                 }
@@ -608,8 +587,8 @@ impl DeviceCachingAllocator {
         }
         // One-sided range (cheaper than a two-sided one); the stream bound is checked here.
         let end = stream_end_key(p.sidx);
-        let mut iter = pool.blocks.range(size_key(p.sidx, p.size, 0)..);
-        let Some((&key, &first)) = iter.next() else {
+        let mut iter = pool.blocks.iter_from(size_key(p.sidx, p.size, 0));
+        let Some((key, first)) = iter.next() else {
             return false;
         };
         if key >= end {
@@ -628,7 +607,7 @@ impl DeviceCachingAllocator {
                 };
                 blk.size + extra
             };
-            for (&k2, &n) in iter {
+            for (k2, n) in iter {
                 if k2 >= end
                     || !arena[id].is_expandable()
                     || expandable_size(n) >= expandable_size(id)
@@ -678,7 +657,7 @@ impl DeviceCachingAllocator {
         let clock = self.pools[LARGE_POOL as usize].get_free_blocks_call_count;
         let mut total_age = 0i64;
         let mut freeable = 0i64;
-        for &id in self.pools[LARGE_POOL as usize].blocks.values() {
+        for (_, id) in self.pools[LARGE_POOL as usize].blocks.iter() {
             let b = &self.arena[id];
             if !b.is_split() && !b.is_expandable() {
                 total_age += clock - b.gc_count_base;
@@ -692,11 +671,7 @@ impl DeviceCachingAllocator {
         while reclaimed < target && block_freed && freeable > 0 {
             let age_threshold = total_age as f64 / freeable as f64;
             block_freed = false;
-            let ids: Vec<BlockId> = self.pools[LARGE_POOL as usize]
-                .blocks
-                .values()
-                .copied()
-                .collect();
+            let ids: Vec<BlockId> = self.pools[LARGE_POOL as usize].blocks.ids();
             for id in ids {
                 let b = &self.arena[id];
                 let age = clock - b.gc_count_base;
@@ -792,11 +767,13 @@ impl DeviceCachingAllocator {
         }
         let key_size = p.size.max(self.max_split);
         let pool = &self.pools[p.pool as usize];
+        let end = stream_end_key(p.sidx);
         let one = pool
             .blocks
-            .range(size_key(p.sidx, key_size, 0)..stream_end_key(p.sidx))
+            .iter_from(size_key(p.sidx, key_size, 0))
             .next()
-            .map(|(_, &id)| id);
+            .filter(|(k, _)| *k < end)
+            .map(|(_, id)| id);
         if let Some(id) = one {
             if self.releasable(id) {
                 self.release_block(be, id, context)?;
@@ -806,9 +783,8 @@ impl DeviceCachingAllocator {
         }
         let candidates: Vec<BlockId> = pool
             .blocks
-            .range(size_key(p.sidx, 0, 0)..size_key(p.sidx, key_size, 0))
-            .rev()
-            .map(|(_, &id)| id)
+            .ids_in_rev(size_key(p.sidx, 0, 0), size_key(p.sidx, key_size, 0))
+            .into_iter()
             .take_while(|&id| self.arena[id].size >= self.max_split)
             .collect();
         let mut total = 0u64;
@@ -871,7 +847,7 @@ impl DeviceCachingAllocator {
         pool: u32,
         context: Option<&Frames>,
     ) -> Result<(), AllocError> {
-        let ids: Vec<BlockId> = self.pools[pool as usize].blocks.values().copied().collect();
+        let ids: Vec<BlockId> = self.pools[pool as usize].blocks.ids();
         let mut to_unmap = Vec::new();
         for id in ids {
             let b = &self.arena[id];
@@ -1049,7 +1025,7 @@ impl DeviceCachingAllocator {
     ) -> Result<(), AllocError> {
         let id = self
             .allocated
-            .remove(&ptr)
+            .remove(ptr)
             .ok_or(AllocError::InvalidPointer(ptr))?;
         let (addr, size, requested, stream, pool) = {
             let b = &mut self.arena[id];
@@ -1199,9 +1175,9 @@ impl DeviceCachingAllocator {
         ptr: DevicePtr,
         stream: StreamId,
     ) -> Result<(), AllocError> {
-        let &id = self
+        let id = self
             .allocated
-            .get(&ptr)
+            .get(ptr)
             .ok_or(AllocError::InvalidPointer(ptr))?;
         let b = &mut self.arena[id];
         if stream == b.stream {
@@ -1331,446 +1307,5 @@ impl DeviceCachingAllocator {
         for ev in self.event_pool.drain(..) {
             let _ = be.destroy_event(ev);
         }
-    }
-
-    // ---------------------------------------------------------------- expandable segments
-
-    fn try_allocate_expandable_block<B: DeviceBackend>(
-        &mut self,
-        be: &B,
-        stream: StreamId,
-        sidx: u16,
-        pool: u32,
-        size: u64,
-        context: Option<&Frames>,
-    ) -> Result<Option<BlockId>, AllocError> {
-        let Some(mut candidate) = self.find_expandable_block(be, stream, sidx, pool, size)? else {
-            return Ok(None);
-        };
-        if !self.arena[candidate].mapped {
-            let want = self.arena[candidate].size.min(size);
-            if !self.map_block(be, candidate, want, context)? {
-                return Ok(None);
-            }
-        }
-        while self.arena[candidate].size < size {
-            let remaining = size - self.arena[candidate].size;
-            let next = self.arena[candidate].next;
-            let want = remaining.min(self.arena[next].size);
-            if !self.map_block(be, next, want, context)? {
-                return Ok(None);
-            }
-            candidate = next;
-        }
-        self.remove_from_blocks(candidate);
-        Ok(Some(candidate))
-    }
-
-    fn allocatable(&self, id: BlockId) -> bool {
-        id != NIL && self.arena[id].is_free()
-    }
-
-    /// The lowest-addressed free/unmapped run with room for `size`, or a new segment.
-    fn find_expandable_block<B: DeviceBackend>(
-        &mut self,
-        be: &B,
-        stream: StreamId,
-        sidx: u16,
-        pool: u32,
-        size: u64,
-    ) -> Result<Option<BlockId>, AllocError> {
-        let has_room = |this: &Self, mut b: BlockId| {
-            let mut bytes = 0u64;
-            while bytes < size && this.allocatable(b) {
-                bytes += this.arena[b].size;
-                b = this.arena[b].next;
-            }
-            bytes >= size
-        };
-        for (&(s, _), &id) in self.pools[pool as usize].unmapped.range((stream.0, 0)..) {
-            if s != stream.0 {
-                break;
-            }
-            let mut c = id;
-            let prev = self.arena[c].prev;
-            if self.allocatable(prev) {
-                c = prev;
-            }
-            if has_room(self, c) {
-                return Ok(Some(c));
-            }
-        }
-        let page = if self.is_small(pool) {
-            SMALL_BUFFER
-        } else {
-            LARGE_BUFFER
-        };
-        let (_, total) = be.mem_get_info()?;
-        let es = match ExpandableSegment::reserve(be, total, page) {
-            Ok(es) => es,
-            Err(e) if e.is_out_of_memory() => return Ok(None),
-            Err(e) => return Err(e.into()),
-        };
-        let (va, full) = (es.va, es.size());
-        let slot = match self.expandable.iter().position(Option::is_none) {
-            Some(i) => {
-                self.expandable[i] = Some(es);
-                i
-            }
-            None => {
-                self.expandable.push(Some(es));
-                self.expandable.len() - 1
-            }
-        };
-        if let Some(pp) = self.private_pool_of(pool) {
-            pp.segment_count += 1;
-        }
-        let mut b = Block::new(va, full, stream, sidx, pool);
-        b.mapped = false;
-        b.expandable = slot as u32;
-        let id = self.arena.insert(b);
-        self.pools[pool as usize]
-            .unmapped
-            .insert((stream.0, va), id);
-        Ok(Some(id))
-    }
-
-    /// PyTorch's `map_block`: back the front `size` bytes of an unmapped block with pages.
-    fn map_block<B: DeviceBackend>(
-        &mut self,
-        be: &B,
-        to_map: BlockId,
-        size: u64,
-        context: Option<&Frames>,
-    ) -> Result<bool, AllocError> {
-        let (addr, bsize, stream, pool, es, next, sidx) = {
-            let b = &self.arena[to_map];
-            (
-                b.addr,
-                b.size,
-                b.stream,
-                b.pool,
-                b.expandable,
-                b.next,
-                b.sidx,
-            )
-        };
-        let Some(seg) = self.expandable[es as usize].as_mut() else {
-            return Ok(false);
-        };
-        let (mptr, msize) = seg.map(be, addr, size)?;
-        if msize == 0 {
-            return Ok(false);
-        }
-        self.pools[pool as usize].unmapped.remove(&(stream.0, addr));
-        self.arena[to_map].mapped = true;
-        if msize < bsize {
-            let mut rest = Block::new(addr + msize, bsize - msize, stream, sidx, pool);
-            rest.mapped = false;
-            rest.expandable = es;
-            rest.prev = to_map;
-            rest.next = next;
-            let rid = self.arena.insert(rest);
-            if next != NIL {
-                self.arena[next].prev = rid;
-            }
-            self.arena[to_map].next = rid;
-            self.arena[to_map].size = msize;
-            self.pools[pool as usize]
-                .unmapped
-                .insert((stream.0, addr + msize), rid);
-        }
-        let prev = self.arena[to_map].prev;
-        self.try_merge_blocks(to_map, prev);
-        let next = self.arena[to_map].next;
-        self.try_merge_blocks(to_map, next);
-        self.insert_into_blocks(to_map);
-        self.total_allocated_memory += msize;
-        let small = self.is_small(pool);
-        inc(&mut self.stats.reserved_bytes, small, msize);
-        self.stats.num_device_alloc += 1;
-        self.record_trace(TraceAction::SegmentMap, mptr, msize, stream, context);
-        let b = &mut self.arena[to_map];
-        if b.prev == NIL && b.segment_context.is_none() {
-            b.segment_context = context.cloned();
-        }
-        self.emit(
-            EventAction::SegmentMap,
-            pool,
-            mptr,
-            msize,
-            0,
-            stream,
-            FLAG_EXPANDABLE,
-        );
-        Ok(true)
-    }
-
-    /// PyTorch's `unmap_block`: give back the whole free pages inside a free block.
-    fn unmap_block<B: DeviceBackend>(
-        &mut self,
-        be: &B,
-        id: BlockId,
-        context: Option<&Frames>,
-    ) -> Result<(), AllocError> {
-        let (addr, size, stream, pool, es, sidx) = {
-            let b = &self.arena[id];
-            (b.addr, b.size, b.stream, b.pool, b.expandable, b.sidx)
-        };
-        let Some(seg) = self.expandable[es as usize].as_mut() else {
-            return Ok(());
-        };
-        let (uptr, usize_) = seg.unmap(be, addr, size)?;
-        if usize_ == 0 {
-            return Ok(());
-        }
-        self.remove_from_blocks(id);
-        let before = uptr - addr;
-        if before > 0 {
-            let prev = self.arena[id].prev;
-            let mut bf = Block::new(addr, before, stream, sidx, pool);
-            bf.expandable = es;
-            bf.prev = prev;
-            bf.next = id;
-            let bid = self.arena.insert(bf);
-            if prev != NIL {
-                self.arena[prev].next = bid;
-            }
-            self.arena[id].prev = bid;
-            self.insert_into_blocks(bid);
-        }
-        let after = size - before - usize_;
-        if after > 0 {
-            let next = self.arena[id].next;
-            let mut af = Block::new(uptr + usize_, after, stream, sidx, pool);
-            af.expandable = es;
-            af.prev = id;
-            af.next = next;
-            let aid = self.arena.insert(af);
-            if next != NIL {
-                self.arena[next].prev = aid;
-            }
-            self.arena[id].next = aid;
-            self.insert_into_blocks(aid);
-        }
-        {
-            let b = &mut self.arena[id];
-            b.addr = uptr;
-            b.size = usize_;
-            b.mapped = false;
-        }
-        let prev = self.arena[id].prev;
-        self.try_merge_blocks(id, prev);
-        let next = self.arena[id].next;
-        self.try_merge_blocks(id, next);
-        let key = (stream.0, self.arena[id].addr);
-        self.pools[pool as usize].unmapped.insert(key, id);
-        self.total_allocated_memory -= usize_;
-        let small = self.is_small(pool);
-        dec(&mut self.stats.reserved_bytes, small, usize_);
-        self.stats.num_device_free += 1;
-        let seg_ctx = self.arena[id].segment_context.clone();
-        self.record_trace(
-            TraceAction::SegmentUnmap,
-            uptr,
-            usize_,
-            stream,
-            context.or(seg_ctx.as_ref()),
-        );
-        self.emit(
-            EventAction::SegmentUnmap,
-            pool,
-            uptr,
-            usize_,
-            0,
-            stream,
-            FLAG_EXPANDABLE,
-        );
-        Ok(())
-    }
-
-    /// Gives back the address range of an expandable segment with nothing mapped.
-    fn release_expandable_segment<B: DeviceBackend>(
-        &mut self,
-        be: &B,
-        id: BlockId,
-    ) -> Result<(), AllocError> {
-        let (addr, stream, pool, es) = {
-            let b = &self.arena[id];
-            (b.addr, b.stream, b.pool, b.expandable)
-        };
-        if let Some(seg) = self.expandable[es as usize].take() {
-            be.vm_release(seg.va, seg.size())?;
-        }
-        self.pools[pool as usize].unmapped.remove(&(stream.0, addr));
-        if let Some(pp) = self.private_pool_of(pool) {
-            pp.segment_count -= 1;
-        }
-        self.arena.remove(id);
-        Ok(())
-    }
-
-    // ---------------------------------------------------------------- private pools
-
-    pub(crate) fn begin_allocate_to_pool(&mut self, id: PoolId, filter: StreamFilter) {
-        if id.is_default() {
-            tracing::warn!("begin_allocate_to_pool: (0, 0) names the default pools; ignored");
-            return;
-        }
-        if let Some(c) = self.captures.iter_mut().find(|(p, _)| *p == id) {
-            tracing::warn!(pool = %id, "begin_allocate_to_pool: already recording to this pool; the new stream filter replaces the old");
-            c.1 = filter;
-            return;
-        }
-        match self.private_pools.iter_mut().find(|p| p.id == id) {
-            Some(pp) => pp.use_count += 1,
-            None => {
-                let slot = |small: bool, pools: &mut Vec<BlockPool>, free: &mut Vec<u32>| {
-                    let pool = BlockPool::new(small, Some(id));
-                    match free.pop() {
-                        Some(s) => {
-                            pools[s as usize] = pool;
-                            s
-                        }
-                        None => {
-                            pools.push(pool);
-                            (pools.len() - 1) as u32
-                        }
-                    }
-                };
-                let large = slot(false, &mut self.pools, &mut self.free_pool_slots);
-                let small = slot(true, &mut self.pools, &mut self.free_pool_slots);
-                self.private_pools.push(PrivatePool {
-                    id,
-                    use_count: 1,
-                    segment_count: 0,
-                    large,
-                    small,
-                });
-            }
-        }
-        self.captures.push((id, filter));
-    }
-
-    pub(crate) fn end_allocate_to_pool(&mut self, id: PoolId) {
-        match self.captures.iter().position(|(p, _)| *p == id) {
-            Some(i) => {
-                self.captures.remove(i);
-            }
-            None => {
-                tracing::warn!(pool = %id, "end_allocate_to_pool: not recording to this pool")
-            }
-        }
-    }
-
-    pub(crate) fn release_pool(&mut self, id: PoolId) {
-        match self.private_pools.iter_mut().find(|p| p.id == id) {
-            Some(pp) if pp.use_count > 0 => pp.use_count -= 1,
-            Some(_) => tracing::warn!(pool = %id, "release_pool: pool already released"),
-            None => tracing::warn!(pool = %id, "release_pool: no such private pool"),
-        }
-    }
-
-    // ---------------------------------------------------------------- queries
-
-    /// The segment base and size containing `ptr` (for expandable segments, the contiguous
-    /// mapped range).
-    pub(crate) fn base_allocation(&self, ptr: DevicePtr) -> Option<(DevicePtr, u64)> {
-        let id = match self.allocated.get(&ptr) {
-            Some(&id) => id,
-            None => self
-                .arena
-                .iter()
-                .find(|(_, b)| b.mapped && b.addr <= ptr && ptr < b.addr + b.size)
-                .map(|(id, _)| id)?,
-        };
-        let mut head = id;
-        while self.arena[head].prev != NIL && self.arena[self.arena[head].prev].mapped {
-            head = self.arena[head].prev;
-        }
-        let base = self.arena[head].addr;
-        let mut size = 0;
-        let mut b = head;
-        while b != NIL && self.arena[b].mapped {
-            size += self.arena[b].size;
-            b = self.arena[b].next;
-        }
-        Some((base, size))
-    }
-
-    /// The segments (one per contiguous mapped range for expandable segments), sorted by
-    /// address, and the total active bytes.
-    pub(crate) fn segments(&self) -> (Vec<SegmentInfo>, u64) {
-        let mut out = Vec::new();
-        let mut total_active = 0;
-        for (id, head) in self.arena.iter() {
-            if !head.mapped || (head.prev != NIL && self.arena[head.prev].mapped) {
-                continue;
-            }
-            let pool = &self.pools[head.pool as usize];
-            let mut seg = SegmentInfo {
-                device: self.device,
-                address: head.addr,
-                total_size: 0,
-                allocated_size: 0,
-                active_size: 0,
-                requested_size: 0,
-                stream: head.stream.0,
-                segment_type: if pool.is_small {
-                    SegmentType::Small
-                } else {
-                    SegmentType::Large
-                },
-                segment_pool_id: pool.owner.map_or((0, 0), |p| (p.0, p.1)),
-                is_expandable: head.is_expandable(),
-                frames: head
-                    .segment_context
-                    .clone()
-                    .unwrap_or_else(|| self.empty_frames.clone()),
-                blocks: Vec::new(),
-            };
-            let mut b = id;
-            while b != NIL && self.arena[b].mapped {
-                let blk = &self.arena[b];
-                let active = blk.is_active();
-                seg.total_size += blk.size;
-                if blk.allocated {
-                    seg.allocated_size += blk.size;
-                }
-                if active {
-                    seg.active_size += blk.size;
-                    seg.requested_size += blk.requested;
-                }
-                seg.blocks.push(BlockInfo {
-                    address: blk.addr,
-                    size: blk.size,
-                    requested_size: blk.requested,
-                    state: if blk.allocated {
-                        BlockState::ActiveAllocated
-                    } else if active {
-                        BlockState::ActivePendingFree
-                    } else {
-                        BlockState::Inactive
-                    },
-                    frames: blk
-                        .context
-                        .clone()
-                        .unwrap_or_else(|| self.empty_frames.clone()),
-                    history: Vec::new(),
-                });
-                b = blk.next;
-            }
-            total_active += seg.active_size;
-            out.push(seg);
-        }
-        out.sort_by_key(|s| s.address);
-        (out, total_active)
-    }
-
-    /// `reserved - allocated` (all pools).
-    pub(crate) fn cached_bytes(&self) -> u64 {
-        let r = self.stats.reserved_bytes.0[0].current;
-        let a = self.stats.allocated_bytes.0[0].current;
-        (r - a).max(0) as u64
     }
 }

@@ -1,8 +1,8 @@
 //! Block pools: the ordered sets of free blocks a request searches (PyTorch's `BlockPool`), and
 //! the private pools of graph captures (`PrivatePool`, named by a [`PoolId`]).
 //!
-//! A pool orders its free blocks by `(stream, size, address)` in a `BTreeMap`, so best fit is one
-//! `range` lookup from `(stream, size, 0)`: the first key with the same stream is the smallest
+//! A pool orders its free blocks by `(stream, size, address)` in a `FreeSet` (a sorted vector, a B-tree when large), so best fit is
+//! one ordered lookup from `(stream, size, 0)`: the first key with the same stream is the smallest
 //! block that fits, the lowest address among equals. Unmapped ranges of expandable segments are
 //! kept apart, ordered by `(stream, address)`.
 
@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use crate::caching::block::BlockId;
+use crate::caching::free_set::FreeSet;
 
 /// A memory pool id, PyTorch's `MempoolId_t`: `(0, 0)` is the default pools; graph captures use
 /// private pools with other ids.
@@ -49,7 +50,7 @@ pub(crate) struct BlockPool {
     /// The private pool this belongs to (`None` for the default pools).
     pub owner: Option<PoolId>,
     /// Free, mapped blocks by `(stream, size, address)`.
-    pub blocks: BTreeMap<SizeKey, BlockId>,
+    pub blocks: FreeSet,
     /// Unmapped ranges of expandable segments by `(stream, address)`.
     pub unmapped: BTreeMap<AddrKey, BlockId>,
     /// Free-block searches so far (the clock of garbage collection ages).
@@ -61,7 +62,7 @@ impl BlockPool {
         BlockPool {
             is_small,
             owner,
-            blocks: BTreeMap::new(),
+            blocks: FreeSet::new(),
             unmapped: BTreeMap::new(),
             get_free_blocks_call_count: 0,
         }

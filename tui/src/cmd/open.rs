@@ -24,7 +24,9 @@ const PROGRESS_FROM_BYTES: u64 = 8 << 20;
 pub fn load(path: &std::path::Path) -> anyhow::Result<allocview_alloc::snapshot::Snapshot> {
     let big = std::fs::metadata(path).is_ok_and(|m| m.len() >= PROGRESS_FROM_BYTES);
     if !big {
-        return Ok(snapshot_file::load(path)?);
+        // The error's message already names the file and the cause (its source chain would
+        // repeat them).
+        return snapshot_file::load(path).map_err(|e| anyhow::anyhow!("{e}"));
     }
     let bar = indicatif::ProgressBar::new(0);
     bar.set_message(format!("reading {}", path.display()));
@@ -33,7 +35,7 @@ pub fn load(path: &std::path::Path) -> anyhow::Result<allocview_alloc::snapshot:
         bar.set_position(done);
     });
     bar.finish_and_clear();
-    Ok(snap?)
+    snap.map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 /// Runs the command.

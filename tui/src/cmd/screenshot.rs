@@ -1,6 +1,7 @@
 //! `allocview screenshot --out DIR`: renders every view of a headless, seeded demo run (the
 //! OOM scenario, so the OOM view has a real failure to show) at a fixed size, to SVG and PNG;
-//! plus the help overlay and the post-mortem view of the run's trace at its first OOM.
+//! plus the help overlay and the post-mortem views (segments, OOM with what-if replays) of the
+//! run's trace at its first OOM.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -13,7 +14,7 @@ use crate::cli::{Scenario, ScreenshotArgs};
 use crate::demo::{Demo, DemoConfig};
 use crate::screenshot::{png, svg};
 use crate::state::from_agent::{AgentAdapter, LiveInfo, attach_frames};
-use crate::state::from_snapshot::PostMortem;
+use crate::state::from_snapshot::{PostMortem, what_if_lines};
 use crate::state::{State, UiState, View};
 use crate::units::GIB;
 use crate::view;
@@ -94,6 +95,14 @@ pub fn pictured_run() -> anyhow::Result<(State, PostMortem)> {
     };
     let mut state = AgentAdapter::new().state(&demo.agent.state(), 0, &info);
     attach_frames(&mut state.segments, &snapshot);
+    // What-if replays of each OOM's dump, before the dumps are removed.
+    for o in &mut state.ooms {
+        if let (Some(p), Some(total)) = (&o.dump_path, o.device_total)
+            && let Ok(dump) = allocview_agent::snapshot_file::load(Path::new(p))
+        {
+            o.what_if = what_if_lines(&dump, total);
+        }
+    }
     let pm = PostMortem::new("demo-trace.pickle", &snapshot);
     drop(demo);
     let _ = std::fs::remove_dir_all(&dumps);
@@ -134,8 +143,16 @@ pub fn run(args: &ScreenshotArgs) -> anyhow::Result<()> {
         view: View::Segments,
         ..UiState::default()
     };
-    let buf = screen(&pm.state_at(event), &ui, args.width, args.height);
+    let at_oom = pm.state_at(event);
+    let buf = screen(&at_oom, &ui, args.width, args.height);
     written.extend(write(&args.out, "8-open-time-travel", &buf)?);
+    // The same OOM in the file: facts, diagnosis and the what-if replays.
+    let ui = UiState {
+        view: View::Oom,
+        ..UiState::default()
+    };
+    let buf = screen(&at_oom, &ui, args.width, args.height);
+    written.extend(write(&args.out, "9-open-oom-what-if", &buf)?);
     for p in written {
         println!("{}", p.display());
     }

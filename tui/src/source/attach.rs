@@ -9,6 +9,7 @@ use allocview_agent::client::{AttachClient, ClientError, ClientUpdate};
 use allocview_agent::snapshot_file::{self, FileFormat};
 use allocview_alloc::snapshot::Snapshot;
 
+use super::what_if::WhatIfJobs;
 use super::{Source, fresh_path};
 use crate::state::from_agent::{AgentAdapter, LiveInfo, attach_frames};
 use crate::state::{Mode, State};
@@ -35,6 +36,7 @@ pub struct AttachSource {
     rate_hz: Option<f64>,
     last_update: Option<Instant>,
     saved: u32,
+    what_if: WhatIfJobs,
 }
 
 impl AttachSource {
@@ -57,6 +59,7 @@ impl AttachSource {
             rate_hz: None,
             last_update: None,
             saved: 0,
+            what_if: WhatIfJobs::new(),
         })
     }
 
@@ -79,6 +82,8 @@ impl AttachSource {
         if let Some(s) = &self.frames {
             attach_frames(&mut state.segments, s);
         }
+        // The dump is readable when the agent runs on this machine.
+        self.what_if.fill(&mut state.ooms);
         state.status = status;
     }
 }

@@ -2,14 +2,21 @@
 //! (context tags) joined from the allocator's own snapshot.
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use allocview_agent::snapshot_file::{self, FileFormat};
 use allocview_alloc::caching::backend::DeviceBackend as _;
+use allocview_alloc::snapshot::Snapshot;
 
+use super::what_if::WhatIfJobs;
 use super::{Source, fresh_path};
 use crate::demo::{AGENT_TICK, Demo};
 use crate::state::State;
 use crate::state::from_agent::{AgentAdapter, LiveInfo, attach_frames};
+
+/// How often the allocator's snapshot (for block frames) is refreshed: it copies the trace
+/// ring, and frames change far slower than figures.
+pub const FRAMES_EVERY: Duration = Duration::from_secs(1);
 
 /// Live state from an embedded agent.
 pub struct EmbeddedSource {
@@ -17,6 +24,8 @@ pub struct EmbeddedSource {
     adapter: AgentAdapter,
     last_time_ns: u64,
     saved: u32,
+    frames: Option<(Instant, Snapshot)>,
+    what_if: WhatIfJobs,
 }
 
 impl EmbeddedSource {
@@ -27,6 +36,8 @@ impl EmbeddedSource {
             adapter: AgentAdapter::new(),
             last_time_ns: 0,
             saved: 0,
+            frames: None,
+            what_if: WhatIfJobs::new(),
         }
     }
 
@@ -53,7 +64,17 @@ impl Source for EmbeddedSource {
         *state = self
             .adapter
             .state(&agent_state, self.demo.alloc.device(), &info);
-        attach_frames(&mut state.segments, &self.demo.alloc.snapshot());
+        if self
+            .frames
+            .as_ref()
+            .is_none_or(|(t, _)| t.elapsed() >= FRAMES_EVERY)
+        {
+            self.frames = Some((Instant::now(), self.demo.alloc.snapshot()));
+        }
+        if let Some((_, snap)) = &self.frames {
+            attach_frames(&mut state.segments, snap);
+        }
+        self.what_if.fill(&mut state.ooms);
         if state.status.is_none() {
             state.status = status;
         }

@@ -177,14 +177,18 @@ impl AgentAdapter {
         AgentAdapter::default()
     }
 
-    fn streams(&mut self, d: &DeviceState, now_ns: u64) -> Vec<StreamRow> {
+    fn streams(&mut self, d: &DeviceState, now_ns: u64, started_ns: u64) -> Vec<StreamRow> {
         d.streams
             .iter()
             .map(|s| {
-                if let Some(&(t, n)) = self.prev_allocs.get(&s.stream)
-                    && now_ns > t
-                    && s.allocs >= n
-                {
+                // The rate between two states; before a second state, the average since the
+                // process started.
+                let (t, n) = self
+                    .prev_allocs
+                    .get(&s.stream)
+                    .copied()
+                    .unwrap_or((started_ns, 0));
+                if t > 0 && now_ns > t && s.allocs >= n {
                     let rate = (s.allocs - n) as f64 / ((now_ns - t) as f64 / NS_PER_S);
                     self.rates.insert(s.stream, rate);
                 }
@@ -256,12 +260,6 @@ impl AgentAdapter {
         }
         let trace: Vec<TraceEntry> = d.recent.iter().filter_map(trace_entry).collect();
         let total = (d.total_memory > 0).then_some(d.total_memory);
-        let status = agent
-            .ooms
-            .iter()
-            .rev()
-            .find_map(|o| o.dump_error.as_ref())
-            .map(|e| format!("OOM dump failed: {e}"));
         State {
             mode: info.mode.clone().unwrap_or(if agent.pipeline.paused {
                 Mode::Paused
@@ -285,14 +283,14 @@ impl AgentAdapter {
                 trace_overflow: 0,
             },
             stats: d.stats.clone(),
-            streams: self.streams(&d, now),
+            streams: self.streams(&d, now, t0),
             segments: d.segments,
             timeline,
             histograms,
             trace: Arc::from(trace),
             trace_cursor: None,
             ooms,
-            status,
+            status: None,
         }
     }
 }
@@ -357,6 +355,8 @@ mod tests {
         assert_eq!(s.streams[0].idle_s, Some(0.5));
         assert_eq!(s.trace.len(), 1);
         assert_eq!(s.trace[0].size, 1000);
+        // The first state gives the average since the process started.
+        assert_eq!(s.streams[0].allocs_per_s, Some(5.0));
         // A second state a second later gives a rate.
         a.time_ns += 1_000_000_000;
         a.devices[0].streams[0].allocs = 30;

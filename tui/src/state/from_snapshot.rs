@@ -19,6 +19,7 @@ use super::timetravel::{SMALL_SIZE, TimeTravel, Totals, is_segment_event};
 use super::{HistogramSummary, Mode, Source, State};
 use crate::units::MIB;
 use allocview_agent::diagnosis::{OomFacts, diagnose};
+use allocview_agent::replay::what_if_avoided;
 
 /// Microseconds per second.
 const US_PER_S: f64 = 1e6;
@@ -141,6 +142,12 @@ impl PostMortem {
             max_split: max_split_size(snapshot),
         };
         pm.ooms = pm.oom_reports();
+        if let (false, Some(capacity)) = (pm.ooms.is_empty(), pm.total_memory) {
+            let lines = what_if_lines(snapshot, capacity);
+            for o in &mut pm.ooms {
+                o.what_if = lines.clone();
+            }
+        }
         pm
     }
 
@@ -259,6 +266,27 @@ impl PostMortem {
             }),
         }
     }
+}
+
+/// What-if lines for a file's OOMs: the whole trace replayed on the simulated device at the
+/// recorded capacity under the usual cures ([`what_if_avoided`]).
+pub fn what_if_lines(snapshot: &Snapshot, capacity: u64) -> Vec<String> {
+    what_if_avoided(snapshot, capacity)
+        .iter()
+        .skip(1)
+        .map(|o| {
+            let verdict = if o.ooms == 0 {
+                "no OOM".to_string()
+            } else {
+                format!("still {} OOM{}", o.ooms, if o.ooms == 1 { "" } else { "s" })
+            };
+            format!(
+                "{:<26} → {verdict}, peak reserved {}",
+                o.config,
+                crate::units::bytes(o.peak_reserved)
+            )
+        })
+        .collect()
 }
 
 fn sample(x: f64, t: &Totals) -> Sample {

@@ -11,9 +11,9 @@
 //!    `alloc` records the size its block had, so the forward pass reproduces exact sizes for
 //!    every block that survives to the end.
 //! 2. **Forward pass with checkpoints.** Replay from that initial state, cloning the state every
-//!    [`CHECKPOINT_EVERY`] events. The state after event `i` is the nearest checkpoint at or
-//!    before `i` plus at most `CHECKPOINT_EVERY - 1` events: a seek costs O(N + state), not
-//!    O(trace).
+//!    N = [`CHECKPOINT_EVERY`] events (more for traces so long that [`MAX_CHECKPOINTS`] would
+//!    not cover them). The state after event `i` is the nearest checkpoint at or before `i`
+//!    plus at most `N - 1` events: a seek costs O(N + state), not O(trace).
 //!
 //! Block sizes unknown to the file (blocks freed before the end and allocated before the trace
 //! began) follow the allocator's rules: the request rounded up to 512 bytes, extended to the
@@ -33,8 +33,11 @@ use allocview_alloc::snapshot::{
 
 use crate::units::MIB;
 
-/// Events between two checkpoints.
+/// Events between two checkpoints (for traces up to `CHECKPOINT_EVERY * MAX_CHECKPOINTS`
+/// events; longer traces space their checkpoints out so memory stays bounded).
 pub const CHECKPOINT_EVERY: usize = 512;
+/// Most checkpoints kept: each is a copy of the segment state.
+pub const MAX_CHECKPOINTS: usize = 256;
 /// Smallest block; requests round up to a multiple of it.
 pub const MIN_BLOCK_SIZE: u64 = 512;
 /// Rounded requests up to this size go to the small pool.
@@ -484,8 +487,10 @@ pub struct TimeTravel {
     trace: Vec<TraceEntry>,
     /// Exact block size of each `alloc` entry, from the backward walk.
     alloc_sizes: Vec<Option<u64>>,
-    /// State after `k * CHECKPOINT_EVERY` events.
+    /// State after `k * interval` events.
     checkpoints: Vec<Memory>,
+    /// Events between checkpoints.
+    interval: usize,
     /// Totals after each event would cost too much memory; samples are kept by the caller.
     final_totals: Totals,
 }
@@ -516,10 +521,11 @@ impl TimeTravel {
             ..Totals::default()
         };
         memory.totals.bump_peaks();
+        let interval = CHECKPOINT_EVERY.max(trace.len().div_ceil(MAX_CHECKPOINTS));
         let mut checkpoints = vec![memory.clone()];
         for (i, e) in trace.iter().enumerate() {
             memory.apply(e, alloc_sizes[i]);
-            if (i + 1) % CHECKPOINT_EVERY == 0 {
+            if (i + 1) % interval == 0 {
                 checkpoints.push(memory.clone());
             }
         }
@@ -528,6 +534,7 @@ impl TimeTravel {
             trace,
             alloc_sizes,
             checkpoints,
+            interval,
             final_totals: memory.totals,
         }
     }
@@ -559,9 +566,9 @@ impl TimeTravel {
 
     fn memory_at(&self, event: usize) -> Memory {
         let event = event.min(self.trace.len());
-        let cp = event / CHECKPOINT_EVERY;
+        let cp = event / self.interval;
         let mut m = self.checkpoints[cp].clone();
-        for i in cp * CHECKPOINT_EVERY..event {
+        for i in cp * self.interval..event {
             m.apply(&self.trace[i], self.alloc_sizes[i]);
         }
         m

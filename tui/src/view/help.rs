@@ -15,7 +15,10 @@ pub const KEYS: [(&str, &str); 17] = [
     ("Tab  Shift-Tab  1-7", "switch view"),
     ("↑ ↓  j k  PgUp PgDn", "select row / scroll"),
     ("← →  h l", "select block (segments), group (histograms)"),
-    ("Enter", "detail (segments, OOM); trace: jump to the block"),
+    (
+        "Enter",
+        "detail; trace: jump to the block; file OOM: go to it",
+    ),
     ("Esc", "back"),
     ("/", "filter the trace: alloc s1 >1MiB 0x7f..."),
     ("f", "segments: all / large / small"),

@@ -65,16 +65,27 @@ fn render_one(area: Rect, buf: &mut Buffer, h: &HistogramSummary) {
         );
         return;
     }
-    let stats = format!(
-        " n {}  p50 {}  p90 {}  p99 {}  max {}",
+    let head = format!(
+        " n {}  p50 {}  p90 {}",
         units::count(h.count),
         value(h.unit, h.p50),
-        value(h.unit, h.p90),
+        value(h.unit, h.p90)
+    );
+    let tail = format!(
+        "  p99 {}  max {}",
         value(h.unit, h.p99),
         value(h.unit, h.max)
     );
-    put(buf, inner, 0, &Line::raw(stats));
-    let rows = inner.height.saturating_sub(1) as usize;
+    // One line when it fits, else two: the percentiles are never cut off.
+    let stat_rows = if head.chars().count() + tail.chars().count() <= inner.width as usize {
+        put(buf, inner, 0, &Line::raw(format!("{head}{tail}")));
+        1
+    } else {
+        put(buf, inner, 0, &Line::raw(head));
+        put(buf, inner, 1, &Line::raw(format!(" {}", tail.trim_start())));
+        2
+    };
+    let rows = inner.height.saturating_sub(stat_rows) as usize;
     let buckets = fit(h.buckets.clone(), rows);
     let most = buckets.iter().map(|b| b.count).max().unwrap_or(0).max(1);
     let count_width = units::count(most).len();
@@ -97,7 +108,7 @@ fn render_one(area: Rect, buf: &mut Buffer, h: &HistogramSummary) {
                 right(&units::count(b.count), count_width)
             )),
         ]);
-        put(buf, inner, i as u16 + 1, &line);
+        put(buf, inner, i as u16 + stat_rows, &line);
     }
 }
 

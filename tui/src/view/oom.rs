@@ -58,11 +58,17 @@ pub fn lines(o: &OomReport, width: usize) -> Vec<Line<'static>> {
             Span::raw(" diagnosis: "),
             Span::styled(o.diagnosis.as_str().to_uppercase(), theme::alert()),
         ]),
-        Line::raw(format!(
-            " largest free block: {}",
-            units::bytes(o.largest_free)
-        )),
     ];
+    for w in wrap(&o.explanation, width.saturating_sub(4)) {
+        v.push(Line::styled(
+            format!("   {w}"),
+            Style::new().fg(theme::ALERT),
+        ));
+    }
+    v.push(Line::raw(format!(
+        " largest free block: {}",
+        units::bytes(o.largest_free)
+    )));
     for (i, w) in o.what_if.iter().enumerate() {
         let head = if i == 0 {
             " what-if (replayed): "
@@ -70,12 +76,6 @@ pub fn lines(o: &OomReport, width: usize) -> Vec<Line<'static>> {
             "                     "
         };
         v.push(Line::raw(format!("{head}{w}")));
-    }
-    for w in wrap(&o.explanation, width.saturating_sub(4)) {
-        v.push(Line::styled(
-            format!("   {w}"),
-            Style::new().fg(theme::ALERT),
-        ));
     }
     if let Some(e) = &o.dump_error {
         v.push(Line::styled(format!(" dump failed: {e}"), theme::alert()));

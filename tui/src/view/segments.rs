@@ -165,7 +165,7 @@ pub fn scroll_offset(selected: usize, visible: usize) -> usize {
     }
 }
 
-fn detail_lines(state: &State, seg: &SegmentInfo, block: usize) -> Vec<Line<'static>> {
+fn detail_lines(seg: &SegmentInfo, block: usize) -> Vec<Line<'static>> {
     let Some(b) = seg.blocks.get(block) else {
         return vec![Line::styled(" no blocks", theme::dim())];
     };
@@ -225,7 +225,6 @@ fn detail_lines(state: &State, seg: &SegmentInfo, block: usize) -> Vec<Line<'sta
             lines.push(Line::raw(format!("   {loc}")));
         }
     }
-    let _ = state;
     lines
 }
 
@@ -301,7 +300,7 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
         block.render(detail, buf);
         if let Some(seg) = seg {
             let b = ui.block.min(seg.blocks.len().saturating_sub(1));
-            for (i, l) in detail_lines(state, seg, b).iter().enumerate() {
+            for (i, l) in detail_lines(seg, b).iter().enumerate() {
                 put(buf, inner, i as u16, l);
             }
         }

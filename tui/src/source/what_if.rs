@@ -1,0 +1,69 @@
+//! What-if replays for live OOMs: when the agent has dumped the snapshot of an OOM, a worker
+//! thread loads the dump and replays its trace under the usual cures
+//! ([`crate::state::from_snapshot::what_if_lines`]); the OOM view shows the
+//! result once it is there. The dashboard never waits for it.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use allocview_agent::snapshot_file;
+
+use crate::state::OomReport;
+use crate::state::from_snapshot::what_if_lines;
+
+/// Shown while a replay runs.
+pub const PENDING: &str = "replaying the dump under other settings…";
+
+/// Replays started, and their results by dump path.
+#[derive(Debug, Default)]
+pub struct WhatIfJobs {
+    started: HashSet<String>,
+    results: Arc<Mutex<HashMap<String, Vec<String>>>>,
+}
+
+impl WhatIfJobs {
+    /// No jobs yet.
+    pub fn new() -> WhatIfJobs {
+        WhatIfJobs::default()
+    }
+
+    /// Starts replays for OOMs with a dump and a known device size, and fills in the results
+    /// that are ready.
+    pub fn fill(&mut self, ooms: &mut [OomReport]) {
+        for o in ooms.iter_mut() {
+            let (Some(path), Some(total)) = (o.dump_path.clone(), o.device_total) else {
+                continue;
+            };
+            if self.started.insert(path.clone()) {
+                let results = self.results.clone();
+                let p = path.clone();
+                let spawned = std::thread::Builder::new()
+                    .name("allocview-what-if".into())
+                    .spawn(move || {
+                        let lines = match snapshot_file::load(Path::new(&p)) {
+                            Ok(snap) => what_if_lines(&snap, total),
+                            Err(e) => vec![format!("cannot replay the dump: {e}")],
+                        };
+                        results
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .insert(p, lines);
+                    });
+                if spawned.is_err() {
+                    self.results
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(path.clone(), vec!["cannot start a replay thread".into()]);
+                }
+            }
+            o.what_if = self
+                .results
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&path)
+                .cloned()
+                .unwrap_or_else(|| vec![PENDING.to_string()]);
+        }
+    }
+}

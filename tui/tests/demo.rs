@@ -1,0 +1,151 @@
+//! The demo engine end to end: the simulated run feeds the embedded agent, whose figures equal
+//! the allocator's; an OOM run dumps a snapshot that `allocview open` shows with its OOM,
+//! diagnosis and what-if replays; `--headless --json` prints the comparison.
+
+use std::time::Duration;
+
+use allocview::cli::Scenario;
+use allocview::demo::{Demo, DemoConfig};
+use allocview::source::file::FileSource;
+use allocview::state::timetravel::CHECKPOINT_EVERY;
+use allocview_agent::snapshot_file;
+
+const GIB: u64 = 1 << 30;
+
+fn run(scenario: Scenario, steps: u64, dumps: &std::path::Path) -> Demo {
+    let cfg = DemoConfig {
+        scenario,
+        pace: None,
+        dump_dir: Some(dumps.to_path_buf()),
+        max_steps: Some(steps),
+        ..DemoConfig::new(4 * GIB)
+    };
+    let demo = Demo::start(cfg).unwrap();
+    assert!(demo.wait_for_steps(steps, Duration::from_secs(120)));
+    demo
+}
+
+#[test]
+fn the_agent_agrees_with_the_allocator_after_a_training_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut demo = run(Scenario::Train, 6, dir.path());
+    let r = demo.report();
+    assert_eq!(r.steps, 6);
+    assert!(r.agent_matches_allocator, "{:?}", r.differing_keys);
+    assert_eq!(r.dropped_events, 0);
+    assert_eq!(r.ooms, 0);
+    assert!(r.stats["num_device_alloc"] > 0);
+}
+
+#[test]
+fn an_oom_dump_opens_with_its_oom_diagnosis_and_what_ifs() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut demo = run(Scenario::Oom, 12, dir.path());
+    let r = demo.report();
+    assert!(r.ooms > 0, "the OOM scenario ran out of memory");
+    assert!(r.agent_matches_allocator, "{:?}", r.differing_keys);
+    let dump = r
+        .dumps
+        .iter()
+        .find(|p| p.ends_with(".pickle"))
+        .expect("a pickle dump");
+    let snap = snapshot_file::load(std::path::Path::new(dump)).unwrap();
+    let src = FileSource::new(dump, &snap);
+    let pm = src.post_mortem();
+    let at = pm.next_oom(0).expect("the dump's trace holds the OOM");
+    let state = pm.state_at(at);
+    assert!(!state.ooms.is_empty());
+    let o = &state.ooms[0];
+    assert!(o.requested > 0 && o.device_total == Some(4 * GIB));
+    assert!(!o.explanation.is_empty());
+    assert_eq!(o.what_if.len(), 3, "{:?}", o.what_if);
+    assert!(o.what_if[0].starts_with("expandable_segments:True"));
+    // The reconstruction fits the whole trace and the checkpoints agree with a full replay.
+    let tt = pm.time_travel();
+    assert_eq!(tt.at(tt.len()).1.mismatches, 0);
+    for i in [at, tt.len() / 2, (CHECKPOINT_EVERY + 3).min(tt.len())] {
+        assert_eq!(tt.at(i), tt.at_by_full_replay(i));
+    }
+}
+
+#[test]
+fn headless_json_reports_the_comparison_and_drops() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_allocview"))
+        .current_dir(dir.path())
+        .args([
+            "demo",
+            "--headless",
+            "--seconds",
+            "1",
+            "--json",
+            "--device-memory",
+            "2GiB",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["agent_matches_allocator"], true, "{v}");
+    assert_eq!(v["dropped_events"], 0);
+    assert!(v["stats"]["allocated_bytes.all.current"].as_i64().unwrap() > 0);
+    assert!(v["steps"].as_u64().is_some());
+}
+
+#[test]
+fn time_travel_ends_on_the_allocators_own_segments_under_every_setting() {
+    use allocview_alloc::caching::AllocatorConfig;
+    use allocview_alloc::snapshot::BlockState;
+    for conf in [
+        "",
+        "expandable_segments:True",
+        "max_split_size_mb:128",
+        "roundup_power2_divisions:4",
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = DemoConfig {
+            scenario: Scenario::Oom,
+            config: AllocatorConfig::parse(conf).unwrap(),
+            pace: None,
+            dump_dir: Some(dir.path().to_path_buf()),
+            max_steps: Some(10),
+            ..DemoConfig::new(4 * GIB)
+        };
+        let demo = Demo::start(cfg).unwrap();
+        assert!(demo.wait_for_steps(10, Duration::from_secs(120)));
+        let snap = demo.alloc.snapshot();
+        let src = FileSource::new("run.json", &snap);
+        let tt = src.post_mortem().time_travel();
+        let (segs, totals) = tt.at(tt.len());
+        assert_eq!(totals.mismatches, 0, "{conf}");
+        type Shape = Vec<(u64, u64, Vec<(u64, u64, BlockState)>)>;
+        let shape = |s: &[allocview_alloc::snapshot::SegmentInfo]| -> Shape {
+            s.iter()
+                .map(|g| {
+                    (
+                        g.address,
+                        g.total_size,
+                        g.blocks
+                            .iter()
+                            .map(|b| (b.address, b.size, b.state))
+                            .collect(),
+                    )
+                })
+                .collect()
+        };
+        assert_eq!(shape(&segs), shape(&snap.segments), "{conf}");
+        // The whole run is in the trace: walking it back must undo every segment and block.
+        assert_eq!(snap.devices[0].trace_overflow, 0);
+        let (start, t0) = tt.at(0);
+        assert!(
+            start.is_empty(),
+            "{conf}: {} segments before the first event",
+            start.len()
+        );
+        assert_eq!(t0.reserved, 0);
+    }
+}
