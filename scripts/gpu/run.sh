@@ -31,14 +31,14 @@ sock=/tmp/allocview-gpu-$$.sock
 ALLOCVIEW_ADDR=unix:$sock python3 examples/torch_train.py --steps 300 > "$OUT/train-allocview.log" 2>&1 &
 train=$!
 for _ in $(seq 1 60); do [ -S "$sock" ] && break; sleep 1; done
-sleep 20
+sleep 3  # a few steps in, well before the run ends
 run "$av" --attach "unix:$sock" --headless --once --json > "$OUT/attach.json"
 wait "$train" || { echo "FAILED: training on allocview's allocator"; status=1; }
 tail -5 "$OUT/train-allocview.log"
 
 step "the same loop on PyTorch's allocator, recorded"
 run python3 examples/torch_train.py --pytorch-allocator --steps 300 --snapshot "$OUT/default.pickle" > "$OUT/train-default.log" 2>&1
-PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True run python3 examples/torch_train.py --pytorch-allocator --steps 300 \
+run env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python3 examples/torch_train.py --pytorch-allocator --steps 300 \
   --snapshot "$OUT/expandable.pickle" > "$OUT/train-expandable.log" 2>&1
 run python3 examples/torch_train.py --pytorch-allocator --steps 60 --oom --snapshot "$OUT/oom.pickle" > "$OUT/train-oom.log" 2>&1
 
