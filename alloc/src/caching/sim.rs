@@ -111,6 +111,31 @@ impl State {
             .is_some_and(|total| total <= self.capacity)
     }
 
+    /// Places a `size`-byte segment: at the placement hint (taken, counted either way) when
+    /// that range is free and aligned to [`MIN_HINT_ALIGNMENT`], checked and placed with one
+    /// lookup; else first fit from `base`.
+    fn place_segment(&mut self, size: u64, base: u64) -> Result<u64, DeviceError> {
+        if let Some(hint) = self.hint.take() {
+            if hint.is_multiple_of(MIN_HINT_ALIGNMENT) && self.space.try_insert_segment(hint, size)
+            {
+                self.counters.hints_honoured += 1;
+                return Ok(hint);
+            }
+            self.counters.hints_ignored += 1;
+            tracing::debug!(
+                hint = format_args!("{hint:#x}"),
+                size,
+                "simulated device: placement hint ignored (range taken or misaligned)"
+            );
+        }
+        let start = self
+            .space
+            .first_fit(base, size, SEGMENT_ALIGNMENT)
+            .ok_or(DeviceError::OutOfMemory { size })?;
+        self.space.insert_segment(start, size);
+        Ok(start)
+    }
+
     /// Takes the placement hint and returns it if `[hint, hint + size)` is free and aligned;
     /// counts it either way.
     fn take_hint(&mut self, size: u64, align: u64) -> Option<u64> {
@@ -442,15 +467,7 @@ impl DeviceBackend for SimBackend {
             if state.fail_above.is_some_and(|limit| size > limit) || !state.admits(size) {
                 return Err(DeviceError::OutOfMemory { size });
             }
-            let align = SEGMENT_ALIGNMENT;
-            let start = match state.take_hint(size, MIN_HINT_ALIGNMENT) {
-                Some(hinted) => hinted,
-                None => state
-                    .space
-                    .first_fit(self.base_address, size, align)
-                    .ok_or(DeviceError::OutOfMemory { size })?,
-            };
-            state.space.insert_segment(start, size);
+            let start = state.place_segment(size, self.base_address)?;
             state.segment_bytes += size;
             Ok(start)
         })();

@@ -15,6 +15,7 @@
 //! so any granularity-aligned sub-range of a mapping can be unmapped.
 
 use std::collections::BTreeMap;
+use std::collections::btree_map::Entry;
 
 use crate::caching::backend::{DeviceError, DevicePtr};
 
@@ -102,37 +103,56 @@ impl AddressSpace {
 
     /// Marks `[start, start + size)` as occupied. The caller has checked it is free.
     fn occupy(&mut self, start: u64, size: u64, occupant: Occupant) {
-        let end = start + size;
-        let (&gap_start, &gap_end) = self
-            .gaps
-            .range(..=start)
-            .next_back()
-            .expect("occupy: caller checked the range is free");
-        debug_assert!(gap_end >= end);
-        self.gaps.remove(&gap_start);
-        if gap_start < start {
-            self.gaps.insert(gap_start, start);
+        let placed = self.try_occupy(start, size, occupant);
+        debug_assert!(placed, "occupy: caller checked the range is free");
+    }
+
+    /// Marks `[start, start + size)` as occupied if it is entirely free; returns whether it
+    /// was. One lookup of the gap containing `start` both checks and places (a hinted
+    /// placement costs a range query and the map updates, nothing else). The gap's entry is
+    /// updated in place where the range starts inside it rather than at its start, so the
+    /// common case (a range at a gap's start or in its middle) touches the map once or twice.
+    fn try_occupy(&mut self, start: u64, size: u64, occupant: Occupant) -> bool {
+        let Some(end) = start.checked_add(size) else {
+            return false;
+        };
+        let Some((&gap_start, gap_end)) = self.gaps.range_mut(..=start).next_back() else {
+            return false;
+        };
+        let old_end = *gap_end;
+        if old_end < end {
+            return false;
         }
-        if end < gap_end {
-            self.gaps.insert(end, gap_end);
+        if gap_start < start {
+            // The gap keeps its front part: shorten it in place.
+            *gap_end = start;
+        } else {
+            self.gaps.remove(&gap_start);
+        }
+        if end < old_end {
+            self.gaps.insert(end, old_end);
         }
         self.ranges.insert(start, Occupied { end, occupant });
+        true
+    }
+
+    /// Places a segment at `start` if `[start, start + size)` is free; returns whether it
+    /// was (and so whether the segment was placed).
+    pub(crate) fn try_insert_segment(&mut self, start: u64, size: u64) -> bool {
+        self.try_occupy(start, size, Occupant::Segment)
     }
 
     /// Returns `[start, end)` to the free ranges, merging with free neighbours.
     fn vacate(&mut self, start: u64, end: u64) {
-        let mut new_start = start;
-        let mut new_end = end;
-        if let Some((&prev_start, &prev_end)) = self.gaps.range(..start).next_back()
-            && prev_end == start
+        let new_end = self.gaps.remove(&end).unwrap_or(end);
+        // A free neighbour below absorbs the range in place; else the range is a new gap.
+        if let Some((_, prev_end)) = self.gaps.range_mut(..start).next_back()
+            && *prev_end == start
         {
-            self.gaps.remove(&prev_start);
-            new_start = prev_start;
+            *prev_end = new_end;
+        } else {
+            self.gaps.insert(start, new_end);
         }
-        if let Some(next_end) = self.gaps.remove(&end) {
-            new_end = next_end;
-        }
-        self.gaps.insert(new_start, new_end);
     }
 
     /// Places a segment at `start` (free, checked by the caller).
@@ -157,24 +177,17 @@ impl AddressSpace {
     /// [`DeviceError::Invalid`] if no live segment starts at `ptr` (never allocated, already
     /// freed, an interior pointer, or a reservation).
     pub(crate) fn remove_segment(&mut self, ptr: DevicePtr) -> Result<u64, DeviceError> {
-        match self.ranges.get(&ptr) {
-            Some(Occupied {
-                end,
-                occupant: Occupant::Segment,
-            }) => {
-                let end = *end;
-                self.ranges.remove(&ptr);
+        match self.ranges.entry(ptr) {
+            Entry::Occupied(range) if matches!(range.get().occupant, Occupant::Segment) => {
+                let end = range.remove().end;
                 self.vacate(ptr, end);
                 Ok(end - ptr)
             }
-            Some(Occupied {
-                occupant: Occupant::Reservation { .. },
-                ..
-            }) => Err(DeviceError::Invalid(format!(
+            Entry::Occupied(_) => Err(DeviceError::Invalid(format!(
                 "free({ptr:#x}): this address is a virtual-memory reservation, not a malloc'd \
                  segment (give it back with vm_release)"
             ))),
-            None => Err(DeviceError::Invalid(format!(
+            Entry::Vacant(_) => Err(DeviceError::Invalid(format!(
                 "free({ptr:#x}): no live segment starts at this address (never allocated, an \
                  interior pointer, or a double free)"
             ))),
