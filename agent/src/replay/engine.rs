@@ -24,7 +24,9 @@ use allocview_alloc::caching::sim::SimBackend;
 use allocview_alloc::caching::{
     AllocError, AllocatorConfig, CachingAllocator, ContextLevel, HistoryOptions,
 };
-use allocview_alloc::snapshot::{SegmentType, Snapshot, TraceAction, TraceEntry, Value};
+use allocview_alloc::snapshot::{
+    SegmentInfo, SegmentType, Snapshot, TraceAction, TraceEntry, Value,
+};
 
 use crate::diagnosis::{OomFacts, diagnose_under, human};
 use crate::replay::addr_map::AddrMap;
@@ -210,11 +212,15 @@ impl<'a> Replayer<'a> {
                 .auto_complete(false)
                 .build(),
         );
-        for &s in &plan.streams {
-            sim.add_stream(StreamId(s));
-        }
+        // Each distinct stream once (segments share a handful of streams).
+        let mut streams: Vec<u64> = plan.streams.clone();
         for seg in &initial.segments {
-            sim.add_stream(StreamId(seg.stream));
+            if !streams.contains(&seg.stream) {
+                streams.push(seg.stream);
+            }
+        }
+        for &s in &streams {
+            sim.add_stream(StreamId(s));
         }
         let alloc = CachingAllocator::new(Arc::clone(&sim), opts.config.clone());
         let mut r = Replayer {
@@ -362,11 +368,45 @@ impl Replayer<'_> {
     /// segment is allocated whole at its address, freed, and carved front to back into its
     /// blocks while every other segment is fully allocated (so best fit can only pick this
     /// segment's remainder); the placeholders standing for free blocks are freed at the end.
+    ///
+    /// A large segment that is one live block (the common case) keeps the whole allocation as
+    /// that block: freeing it and allocating the same size again would give back the very same
+    /// block (the only free block, an exact fit), so the two calls are skipped. Expandable
+    /// segments always take the general path (their free space merges across the mapping).
     fn install_recorded(&mut self, initial: &InitialState) {
         let mut placeholders = Vec::new();
+        let expandable = self.opts.config.expandable_segments();
         for seg in &initial.segments {
             let stream = StreamId(seg.stream);
             let small = seg.pool == SegmentType::Small;
+            if !small
+                && !expandable
+                && let [only] = seg.blocks.as_slice()
+                && only.live
+                && only.size == seg.size
+            {
+                self.sim.hint_next_segment(seg.address);
+                match self.alloc.malloc(seg.size, stream) {
+                    Ok(p) => {
+                        if p != seg.address {
+                            self.warn(format!(
+                                "initial segment {:#x} was placed at {p:#x}",
+                                seg.address
+                            ));
+                            self.warn(format!(
+                                "initial block {:#x} was placed at {p:#x}",
+                                only.address
+                            ));
+                        }
+                        self.map.insert(only.address, p);
+                    }
+                    Err(e) => self.warn(format!(
+                        "initial segment {:#x} ({} bytes) could not be allocated: {e}",
+                        seg.address, seg.size
+                    )),
+                }
+                continue;
+            }
             self.sim.hint_next_segment(seg.address);
             let first = if small { MIN_BLOCK_SIZE } else { seg.size };
             let p = match self.alloc.malloc(first, stream) {
@@ -721,7 +761,51 @@ impl Replayer<'_> {
 
 /// Whether two snapshots have the same segments and blocks (addresses, sizes, states) on
 /// `device`.
+///
+/// When both list their segments in strictly increasing address order (as the allocator and
+/// PyTorch write them) the two lists are walked side by side without building anything;
+/// otherwise each is collected and sorted first.
 fn same_layout(a: &Snapshot, b: &Snapshot, device: i32) -> bool {
+    let strictly_sorted = |s: &Snapshot| {
+        s.segments
+            .iter()
+            .filter(|seg| seg.device == device)
+            .is_sorted_by(|x, y| x.address < y.address)
+    };
+    if strictly_sorted(a) && strictly_sorted(b) {
+        let mut xs = a.segments.iter().filter(|seg| seg.device == device);
+        let mut ys = b.segments.iter().filter(|seg| seg.device == device);
+        loop {
+            match (xs.next(), ys.next()) {
+                (None, None) => return true,
+                (Some(x), Some(y)) => {
+                    if !same_segment(x, y) {
+                        return false;
+                    }
+                }
+                _ => return false,
+            }
+        }
+    }
+    sorted_layout_equal(a, b, device)
+}
+
+/// Whether two segments have the same address, size and blocks (tiled addresses, sizes,
+/// states), as [`sorted_layout_equal`] compares them.
+fn same_segment(x: &SegmentInfo, y: &SegmentInfo) -> bool {
+    if x.address != y.address || x.total_size != y.total_size || x.blocks.len() != y.blocks.len() {
+        return false;
+    }
+    // Both tilings start at the same address, so equal sizes give equal addresses.
+    x.blocks
+        .iter()
+        .zip(&y.blocks)
+        .all(|(p, q)| p.size == q.size && p.state.is_active() == q.state.is_active())
+}
+
+/// [`same_layout`] for snapshots whose segments are not in address order: each side is
+/// collected and sorted, then compared.
+fn sorted_layout_equal(a: &Snapshot, b: &Snapshot, device: i32) -> bool {
     type Layout = Vec<(u64, u64, Vec<(u64, u64, bool)>)>;
     let layout = |s: &Snapshot| -> Layout {
         let mut v: Layout = s

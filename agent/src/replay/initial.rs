@@ -19,8 +19,6 @@
 //! merged). Block sizes come from the final snapshot where the block survives, else from the
 //! rounded request.
 
-use std::collections::BTreeMap;
-
 use crate::replay::addr_map::AddrSet;
 
 use allocview_alloc::snapshot::{SegmentType, Snapshot, TraceAction, TraceEntry};
@@ -109,11 +107,15 @@ impl InitialState {
         let mut warnings = Vec::new();
 
         // Forward pass: what the trace itself creates, and what it touches without creating.
-        let mut created_segments = AddrSet::default();
-        let mut start_segments: BTreeMap<u64, (u64, u64, Option<SegmentType>)> = BTreeMap::new();
-        let mut allocated = AddrSet::default();
-        let mut pending = AddrSet::default();
-        let mut start_blocks: BTreeMap<u64, LiveBlock> = BTreeMap::new();
+        // Facts are gathered as (address, fact) lists and resolved once at the end
+        // (`resolve`): for each address the first fact from the trace, unless the final
+        // snapshot gives one, which then wins (its last).
+        let sized = |n: usize| AddrSet::with_capacity_and_hasher(n, Default::default());
+        let mut created_segments = sized(entries.len() / 16);
+        let mut start_segments: Vec<(u64, SegmentFact)> = Vec::new();
+        let mut allocated = sized(entries.len() / 4);
+        let mut pending = sized(entries.len() / 16);
+        let mut start_blocks: Vec<(u64, LiveBlock)> = Vec::new();
         for e in entries {
             match e.action {
                 TraceAction::SegmentAlloc | TraceAction::SegmentMap => {
@@ -122,9 +124,7 @@ impl InitialState {
                 TraceAction::SegmentFree | TraceAction::SegmentUnmap
                     if !created_segments.remove(&e.addr) =>
                 {
-                    start_segments
-                        .entry(e.addr)
-                        .or_insert((e.size, e.stream, None));
+                    start_segments.push((e.addr, (e.size, e.stream, None)));
                 }
                 TraceAction::Alloc => {
                     allocated.insert(e.addr);
@@ -134,24 +134,30 @@ impl InitialState {
                         pending.insert(e.addr);
                     } else {
                         pending.insert(e.addr);
-                        start_blocks.entry(e.addr).or_insert(LiveBlock {
-                            size: round(e.size),
-                            requested: e.size,
-                            stream: e.stream,
-                            exact: false,
-                        });
+                        start_blocks.push((
+                            e.addr,
+                            LiveBlock {
+                                size: round(e.size),
+                                requested: e.size,
+                                stream: e.stream,
+                                exact: false,
+                            },
+                        ));
                     }
                 }
                 TraceAction::FreeCompleted
                     if !pending.remove(&e.addr) && !allocated.contains(&e.addr) =>
                 {
                     // Freed before the trace began, completed inside it.
-                    start_blocks.entry(e.addr).or_insert(LiveBlock {
-                        size: round(e.size),
-                        requested: e.size,
-                        stream: e.stream,
-                        exact: false,
-                    });
+                    start_blocks.push((
+                        e.addr,
+                        LiveBlock {
+                            size: round(e.size),
+                            requested: e.size,
+                            stream: e.stream,
+                            exact: false,
+                        },
+                    ));
                 }
                 _ => {}
             }
@@ -165,7 +171,7 @@ impl InitialState {
                 addr = b_addr.saturating_add(b.size);
                 if b.state.is_active() && !allocated.contains(&b_addr) {
                     // Exact size from the end state (overrides a rounded guess).
-                    start_blocks.insert(
+                    start_blocks.push((
                         b_addr,
                         LiveBlock {
                             size: b.size,
@@ -173,35 +179,36 @@ impl InitialState {
                             stream: seg.stream,
                             exact: true,
                         },
-                    );
+                    ));
                 }
             }
             if !created_segments.contains(&seg.address) {
-                start_segments.insert(
+                start_segments.push((
                     seg.address,
                     (seg.total_size, seg.stream, Some(seg.segment_type)),
-                );
+                ));
             }
         }
+        let start_segments = resolve(start_segments, |&(_, _, pool)| pool.is_some());
+        let start_blocks = resolve(start_blocks, |b| b.exact);
 
         // Lay out each segment.
         let mut segments = Vec::with_capacity(start_segments.len());
-        let mut used_blocks = AddrSet::default();
-        for (&address, &(size, stream, pool)) in &start_segments {
+        let mut used_blocks = vec![false; start_blocks.len()];
+        for &(address, (size, stream, pool)) in &start_segments {
             let pool = pool.unwrap_or(if size == SMALL_BUFFER {
                 SegmentType::Small
             } else {
                 SegmentType::Large
             });
             let end = address.saturating_add(size);
-            let inside: Vec<(u64, LiveBlock)> = start_blocks
-                .range(address..end)
-                .map(|(&a, &b)| (a, b))
-                .collect();
+            let first = start_blocks.partition_point(|&(a, _)| a < address);
+            let last = start_blocks.partition_point(|&(a, _)| a < end);
+            let inside = &start_blocks[first..last];
             let mut blocks = Vec::with_capacity(inside.len() * 2 + 1);
             let mut cursor = address;
             for (i, &(b_addr, live)) in inside.iter().enumerate() {
-                used_blocks.insert(b_addr);
+                used_blocks[first + i] = true;
                 if b_addr < cursor {
                     warnings.push(format!(
                         "block {b_addr:#x} overlaps the block before it in segment {address:#x}; \
@@ -249,7 +256,11 @@ impl InitialState {
                 blocks,
             });
         }
-        for a in start_blocks.keys().filter(|a| !used_blocks.contains(a)) {
+        for (&(a, _), _) in start_blocks
+            .iter()
+            .zip(&used_blocks)
+            .filter(|&(_, &used)| !used)
+        {
             warnings.push(format!(
                 "block {a:#x} was live when the trace began but lies in no known segment; \
                  it is left out of the initial state"
@@ -278,6 +289,30 @@ impl InitialState {
             .flat_map(|s| s.blocks.iter())
             .filter(|b| b.live)
     }
+}
+
+/// What is known of a segment at trace start: size, stream, and the pool when the final
+/// snapshot names it.
+type SegmentFact = (u64, u64, Option<SegmentType>);
+
+/// Resolves `(address, fact)` pairs, gathered trace facts first and snapshot facts after, to
+/// one fact per address in address order: the last snapshot fact (`from_snapshot`) if there
+/// is one, else the first trace fact. (A map filled with `entry().or_insert` for the trace and
+/// `insert` for the snapshot gives the same; sorting once is cheaper than a tree insert per
+/// fact.)
+fn resolve<T: Copy>(mut facts: Vec<(u64, T)>, from_snapshot: impl Fn(&T) -> bool) -> Vec<(u64, T)> {
+    // Stable: facts of one address keep their gathering order.
+    facts.sort_by_key(|&(a, _)| a);
+    let mut out: Vec<(u64, T)> = Vec::with_capacity(facts.len());
+    for group in facts.chunk_by(|x, y| x.0 == y.0) {
+        let last = group[group.len() - 1];
+        out.push(if from_snapshot(&last.1) {
+            last
+        } else {
+            group[0]
+        });
+    }
+    out
 }
 
 fn free_block(address: u64, size: u64) -> InitialBlock {
