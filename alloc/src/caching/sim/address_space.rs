@@ -9,7 +9,9 @@
 //! reach `end`". Placement is first fit in address order (Knuth, TAOCP vol. 1, 2.5,
 //! Algorithm A) over the gaps only, so its cost grows with the number of holes, not with the
 //! number of segments. Ranges may sit anywhere (replay places segments at recorded addresses
-//! in any order); nothing assumes they arrive in address order.
+//! in any order); nothing assumes they arrive in address order. A placement at a chosen
+//! address (`try_insert_segment`) checks and places with one lookup of the gap containing it,
+//! shortening that gap in place; a removal extends the free neighbour below in place.
 //!
 //! Mapped pages inside a reservation are kept the same way: a coalesced map of mapped ranges,
 //! so any granularity-aligned sub-range of a mapping can be unmapped.
