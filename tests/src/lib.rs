@@ -3,3 +3,4 @@
 #![forbid(unsafe_code)]
 
 pub mod fake_libcuda;
+pub mod fixtures;
