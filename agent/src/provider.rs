@@ -7,7 +7,7 @@ use allocview_alloc::caching::stats::DeviceStats;
 use allocview_alloc::snapshot::Snapshot;
 
 /// An allocator the agent can ask for its state. Implemented for
-/// [`CachingAllocator`](allocview_alloc::caching::CachingAllocator) in this module; a program
+/// [`CachingAllocator`] in this module; a program
 /// may implement it for its own allocators.
 ///
 /// The methods may take the allocator's lock; the agent calls them from its own threads, never

@@ -12,7 +12,7 @@
 //! reserves a slot with one compare-and-swap and writes the 64-byte [`Event`] into it, so
 //! publishing allocates nothing.
 //!
-//! Host (CPU) allocators publish into the same sink with [`EventPool::Host`]
+//! Host (CPU) allocators publish into the same sink with `EventPool::Host`
 //! (`allocview_alloc::event::EventPool::Host`): an `alloc` adds, and a `free_requested` or a
 //! `free_completed` (a producer sends one of the two per free) subtracts.
 
@@ -27,10 +27,17 @@ use crossbeam_utils::CachePadded;
 
 /// Default channel capacity, in events (64 bytes each, so 4 MiB of slots).
 ///
-/// Chosen from `benches/pipeline.rs` on the 2-core development machine: a burst of one million
-/// published events against a live aggregator dropped nothing at this capacity with the default
-/// 100 ms tick (the half-full wake-up keeps the ring from filling), while 4,096 slots dropped
-/// under the same burst; crossbeam's array flavour moves 30-40 M msg/s from 64 Ki slots up.
+/// Measured with `benches/pipeline.rs` on the shared 2-core development machine (CPU time):
+/// a publish costs 16 ns, the aggregator folds a caching-allocator event stream at about
+/// 10 M events/s, so a burst outruns it by ~6x and only the channel absorbs the difference.
+/// The half-full wake-up starts a drain at 32 Ki events; a PyTorch-like allocator (well under
+/// 1 M events/s, a cached malloc+free pair costing ~140 ns and making 3 events) never fills
+/// 64 Ki slots between drains. A 1 M-event burst from a tight loop dropped 93% at 64 Ki, 16% at
+/// 256 Ki and ~99% at 4-16 Ki (noisy: it depends on when the aggregator thread is scheduled);
+/// past 64 Ki the memory (16 MiB at 256 Ki) buys protection only against such synthetic
+/// floods, and drops are counted and resynchronised anyway. Raise it with
+/// [`AgentBuilder::channel_capacity`](crate::agent::AgentBuilder::channel_capacity) for
+/// allocation storms.
 pub const DEFAULT_CHANNEL_CAPACITY: usize = 1 << 16;
 
 /// A producer looks at the channel's fill level once per this many of its own publishes

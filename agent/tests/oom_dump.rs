@@ -73,6 +73,11 @@ fn an_oom_leaves_a_pickle_and_a_json_dump_that_load_back() {
         );
     }
     assert_eq!(from_pickle.segments, from_json.segments);
+    // `allocview summary` accepts it: the summary sees the live block and the OOM.
+    let summary = allocview_agent::summary::summarize(&from_pickle);
+    assert_eq!(summary.ooms, 1);
+    assert_eq!(summary.total_allocated, 5 * MIB);
+    assert_eq!(summary.devices[0].ooms[0].requested, 300 * MIB);
     // No temporary files left behind.
     let names: Vec<_> = std::fs::read_dir(&dumps)
         .unwrap()

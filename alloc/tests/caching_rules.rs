@@ -347,9 +347,11 @@ fn oom_records_an_entry_counts_and_calls_observers_outside_the_lock() {
     let a = Arc::new(a);
     a.record_history(Default::default());
     let calls = Arc::new(AtomicUsize::new(0));
-    let (a2, c2) = (a.clone(), calls.clone());
+    // A weak handle: the observer lives inside the allocator, so a strong one would be a cycle.
+    let (a2, c2) = (Arc::downgrade(&a), calls.clone());
     a.attach_oom_observer(move |info| {
         // Calling the allocator here would deadlock if observers ran under the lock.
+        let a2 = a2.upgrade().expect("the allocator outlives its observers");
         assert_eq!(a2.device_stats().num_ooms, 1);
         assert_eq!(info.size, 100 * MIB);
         assert_eq!(info.segment_size, 100 * MIB);
