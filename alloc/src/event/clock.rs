@@ -16,8 +16,8 @@
 //!
 //! Each measurement brackets one counter read between two monotonic reads and is refused when
 //! they lie more than [`MAX_BRACKET_NS`] apart (a preempted read). The counter is used only on
-//! x86-64 when CPUID reports an invariant TSC (constant rate, running in every power state);
-//! elsewhere every read is a monotonic one. Nothing here allocates or blocks beyond a
+//! x86-64 when CPUID reports an invariant TSC (constant rate, running in every power state) and
+//! the Linux kernel uses it as its own clocksource; elsewhere every read is a monotonic one. Nothing here allocates or blocks beyond a
 //! `OnceLock` initialization (the instrumented global allocator reads this clock).
 
 use std::sync::OnceLock;
@@ -88,6 +88,36 @@ fn tsc_invariant() -> bool {
     max >= LEAF && core::arch::x86_64::__cpuid(LEAF).edx & INVARIANT_TSC != 0
 }
 
+/// Whether the kernel times itself by the TSC (its current clocksource is `tsc`): it checked
+/// the counter's stability and synchronization across CPUs, which CPUID alone does not promise
+/// (under some hypervisors, for instance). Read with `open`/`read` into a stack buffer, so the
+/// check allocates nothing.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+fn kernel_uses_tsc() -> bool {
+    const PATH: &std::ffi::CStr =
+        c"/sys/devices/system/clocksource/clocksource0/current_clocksource";
+    const EXPECTED: &[u8] = b"tsc\n";
+    let mut buf = [0u8; 16];
+    // SAFETY: PATH is NUL-terminated; the descriptor is checked before use and closed once;
+    // `read` writes at most `buf.len()` bytes into `buf`.
+    let n = unsafe {
+        let fd = libc::open(PATH.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return false;
+        }
+        let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+        libc::close(fd);
+        n
+    };
+    usize::try_from(n).is_ok_and(|n| &buf[..n] == EXPECTED)
+}
+
+/// Elsewhere the kernel's choice is not known: the counter is not used.
+#[cfg(all(target_arch = "x86_64", not(target_os = "linux")))]
+fn kernel_uses_tsc() -> bool {
+    false
+}
+
 /// One counter read with the monotonic time it happened at (the later bracketing read).
 #[derive(Debug, Clone, Copy)]
 struct Sample {
@@ -129,7 +159,11 @@ fn anchor() -> &'static Anchor {
             .unwrap_or(0);
         let mono = mono_ns();
         #[cfg(target_arch = "x86_64")]
-        let first = if tsc_invariant() { sample() } else { None };
+        let first = if tsc_invariant() && kernel_uses_tsc() {
+            sample()
+        } else {
+            None
+        };
         #[cfg(not(target_arch = "x86_64"))]
         let first = None;
         Anchor {
