@@ -15,7 +15,7 @@ use crate::caching::config::{AllocatorConfig, MIN_BLOCK_SIZE, SMALL_SIZE, segmen
 use crate::caching::error::{AllocError, OomInfo, OutOfMemory};
 use crate::caching::expandable::ExpandableSegment;
 use crate::caching::history::{ContextLevel, TraceRing};
-use crate::caching::pool::{BlockPool, PoolId, PrivatePool, SizeKey, size_key, stream_end_key};
+use crate::caching::pool::{BlockPool, PoolId, PrivatePool, size_key, stream_end_key};
 use crate::caching::stats::{DeviceStats, StatArray, StatType};
 use crate::event::{
     Event, EventAction, EventPool, EventSink, FLAG_CACHED, FLAG_EXPANDABLE, FLAG_OVERSIZE,
@@ -96,9 +96,6 @@ struct Params {
     pool: u32,
     alloc_size: u64,
     block: BlockId,
-    /// The free-set key of `block` when it was found cached: its entry stays in the set until
-    /// `alloc_found_block` replaces it with the split remainder's or removes it.
-    cached_key: Option<SizeKey>,
 }
 
 /// The state of one device's caching allocator.
@@ -396,17 +393,6 @@ impl DeviceCachingAllocator {
         pool.blocks.insert(size_key(b.sidx, b.size, b.addr), id);
     }
 
-    /// Puts `id` in its pool's free set in place of the entry `old` (see [`FreeSet::replace`]).
-    ///
-    /// [`FreeSet::replace`]: crate::caching::free_set::FreeSet::replace
-    fn replace_in_blocks(&mut self, old: SizeKey, id: BlockId) {
-        let b = &mut self.arena[id];
-        let pool = &mut self.pools[b.pool as usize];
-        b.gc_count_base = pool.get_free_blocks_call_count;
-        pool.blocks
-            .replace(&old, size_key(b.sidx, b.size, b.addr), id);
-    }
-
     fn remove_from_blocks(&mut self, id: BlockId) {
         let b = &self.arena[id];
         self.pools[b.pool as usize]
@@ -445,7 +431,6 @@ impl DeviceCachingAllocator {
             pool,
             alloc_size,
             block: NIL,
-            cached_key: None,
         };
 
         let mut found = self.get_free_block(&mut p)
@@ -656,8 +641,8 @@ impl DeviceCachingAllocator {
         {
             return false;
         }
+        self.pools[p.pool as usize].blocks.remove(&key);
         p.block = id;
-        p.cached_key = Some(key);
         true
     }
 
@@ -990,10 +975,7 @@ impl DeviceCachingAllocator {
                 r.addr += size;
                 r.size -= size;
             }
-            match p.cached_key {
-                Some(key) => self.replace_in_blocks(key, remaining),
-                None => self.insert_into_blocks(remaining),
-            }
+            self.insert_into_blocks(remaining);
             if !expandable {
                 if already_split {
                     dec(&mut self.stats.inactive_split_bytes, small, size);
@@ -1004,10 +986,7 @@ impl DeviceCachingAllocator {
                 }
             }
             id = new_id;
-        } else if let Some(key) = p.cached_key {
-            self.pools[pool as usize].blocks.remove(&key);
-        }
-        if !split && already_split && !expandable {
+        } else if already_split && !expandable {
             let bsize = self.arena[id].size as i64;
             dec(&mut self.stats.inactive_split_bytes, small, bsize as u64);
             dec(&mut self.stats.inactive_split, small, 1);
@@ -1138,24 +1117,14 @@ impl DeviceCachingAllocator {
         );
         let mut net_blocks = 0i64;
         let mut net_size = 0i64;
-        // The last merged neighbour's free-set entry is replaced by the merged block's.
-        let mut stale: Option<SizeKey> = None;
         for cand in [self.arena[id].prev, self.arena[id].next] {
-            let (subsumed, key) = self.merge_free_neighbour(id, cand);
+            let subsumed = self.try_merge_blocks(id, cand);
             if subsumed > 0 {
                 net_blocks -= 1;
                 net_size -= subsumed as i64;
             }
-            if let Some(k) = key
-                && let Some(earlier) = stale.replace(k)
-            {
-                self.pools[pool as usize].blocks.remove(&earlier);
-            }
         }
-        match stale {
-            Some(k) => self.replace_in_blocks(k, id),
-            None => self.insert_into_blocks(id),
-        }
+        self.insert_into_blocks(id);
         if self.arena[id].is_split() {
             net_blocks += 1;
             net_size += self.arena[id].size as i64;
@@ -1174,31 +1143,19 @@ impl DeviceCachingAllocator {
     /// PyTorch's `try_merge_blocks`: `dst` absorbs `src` when `src` is free and in the same
     /// mapped state. Returns the bytes absorbed.
     fn try_merge_blocks(&mut self, dst: BlockId, src: BlockId) -> u64 {
-        let pool = self.arena[dst].pool;
-        let (subsumed, key) = self.merge_free_neighbour(dst, src);
-        if let Some(k) = key {
-            self.pools[pool as usize].blocks.remove(&k);
-        }
-        subsumed
-    }
-
-    /// `try_merge_blocks` except that a mapped `src`'s free-set entry stays: its key is
-    /// returned for the caller to remove or replace (in `dst`'s pool, which is `src`'s: blocks
-    /// of one segment share a pool).
-    fn merge_free_neighbour(&mut self, dst: BlockId, src: BlockId) -> (u64, Option<SizeKey>) {
         if src == NIL {
-            return (0, None);
+            return 0;
         }
         let s = &self.arena[src];
         if !s.is_free() || s.mapped != self.arena[dst].mapped {
-            return (0, None);
+            return 0;
         }
         let (s_addr, s_size, s_prev, s_next, s_mapped, s_stream, s_pool) =
             (s.addr, s.size, s.prev, s.next, s.mapped, s.stream, s.pool);
-        debug_assert_eq!(s_pool, self.arena[dst].pool, "neighbours share a pool");
-        let mut key = None;
         if s_mapped {
-            key = Some(size_key(s.sidx, s_size, s_addr));
+            self.pools[s_pool as usize]
+                .blocks
+                .remove(&size_key(s.sidx, s_size, s_addr));
         } else {
             self.pools[s_pool as usize]
                 .unmapped
@@ -1221,7 +1178,7 @@ impl DeviceCachingAllocator {
         }
         self.arena[dst].size += s_size;
         self.arena.remove(src);
-        (s_size, key)
+        s_size
     }
 
     // ---------------------------------------------------------------- streams and events

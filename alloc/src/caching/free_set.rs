@@ -101,31 +101,6 @@ impl FreeSet {
         }
     }
 
-    /// Replaces the entry `old` by `new`, leaving the set as removing `old` and then inserting
-    /// `new` would, but in the vector moving only the entries between their two positions.
-    #[inline]
-    pub(crate) fn replace(&mut self, old: &SizeKey, new: SizeKey, id: BlockId) {
-        if self.large.is_some() {
-            self.remove(old);
-            self.insert(new, id);
-            return;
-        }
-        let from = self.small.partition_point(|e| e.0 < *old);
-        if self.small.get(from).is_none_or(|e| e.0 != *old) {
-            self.insert(new, id);
-            return;
-        }
-        // Where `new` goes with `old` still in place.
-        let to = self.small.partition_point(|e| e.0 < new);
-        if to > from {
-            self.small.copy_within(from + 1..to, from);
-            self.small[to - 1] = (new, id);
-        } else {
-            self.small.copy_within(to..from, to + 1);
-            self.small[to] = (new, id);
-        }
-    }
-
     /// Entries with keys from `from` on, in order.
     #[inline]
     pub(crate) fn iter_from(&self, from: SizeKey) -> FreeIter<'_> {
@@ -194,40 +169,5 @@ mod tests {
         assert_eq!(s.ids(), (190..200).collect::<Vec<u32>>());
         assert_eq!(s.take_all().len(), 10);
         assert_eq!(s.len(), 0);
-    }
-
-    #[test]
-    fn replace_leaves_the_set_as_a_removal_and_an_insertion_would() {
-        let keys = [10u128, 20, 30, 40, 50];
-        // Moves up, down, in place, and an absent old key (a plain insertion).
-        for (old, new) in [
-            (20u128, 45u128),
-            (40, 5),
-            (30, 31),
-            (30, 30),
-            (50, 1),
-            (10, 60),
-            (33, 34),
-        ] {
-            let mut a = FreeSet::new();
-            let mut b = FreeSet::new();
-            for &k in &keys {
-                a.insert(k, k as u32);
-                b.insert(k, k as u32);
-            }
-            a.replace(&old, new, 99);
-            b.remove(&old);
-            b.insert(new, 99);
-            let (ea, eb): (Vec<_>, Vec<_>) = (a.iter().collect(), b.iter().collect());
-            assert_eq!(ea, eb, "replace {old} by {new}");
-        }
-        // Past SMALL_MAX (a B-tree) too.
-        let mut a = FreeSet::new();
-        for k in 0..100u128 {
-            a.insert(k * 2, k as u32);
-        }
-        a.replace(&10, 201, 7);
-        assert_eq!(a.remove(&10), None);
-        assert_eq!(a.iter_from(201).next(), Some((201, 7)));
     }
 }
