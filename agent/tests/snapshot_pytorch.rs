@@ -280,6 +280,28 @@ fn pickle_of(build: impl FnOnce(&mut PickleWriter)) -> Vec<u8> {
     w.finish()
 }
 
+/// A small-pool segment's entries (at `address`, `total_size` bytes, nothing allocated on
+/// stream 0 of device 0), ending with its `blocks` key and the opened (marked) list.
+fn small_segment_entries(w: &mut PickleWriter, address: i64, total_size: i64) {
+    for (k, v) in [
+        ("device", 0),
+        ("address", address),
+        ("total_size", total_size),
+        ("allocated_size", 0),
+        ("active_size", 0),
+        ("requested_size", 0),
+        ("stream", 0),
+    ] {
+        w.str(k);
+        w.int(v);
+    }
+    w.str("segment_type");
+    w.str("small");
+    w.str("blocks");
+    w.empty_list();
+    w.mark();
+}
+
 /// `{"segments": [ {one valid segment, with `block` as its only block} ]}`.
 fn one_block_snapshot(block: impl FnOnce(&mut PickleWriter)) -> Vec<u8> {
     pickle_of(|w| {
@@ -290,23 +312,7 @@ fn one_block_snapshot(block: impl FnOnce(&mut PickleWriter)) -> Vec<u8> {
         w.mark();
         w.empty_dict();
         w.mark();
-        for (k, v) in [
-            ("device", 0),
-            ("address", 4096),
-            ("total_size", 512),
-            ("allocated_size", 0),
-            ("active_size", 0),
-            ("requested_size", 0),
-            ("stream", 0),
-        ] {
-            w.str(k);
-            w.int(v);
-        }
-        w.str("segment_type");
-        w.str("small");
-        w.str("blocks");
-        w.empty_list();
-        w.mark();
+        small_segment_entries(w, 4096, 512);
         block(w);
         w.appends();
         w.setitems();
@@ -488,23 +494,7 @@ fn a_shared_object_bomb_is_refused_not_expanded() {
         w.empty_dict();
         let seg = w.memoize();
         w.mark();
-        for (k, v) in [
-            ("device", 0),
-            ("address", 0),
-            ("total_size", 0),
-            ("allocated_size", 0),
-            ("active_size", 0),
-            ("requested_size", 0),
-            ("stream", 0),
-        ] {
-            w.str(k);
-            w.int(v);
-        }
-        w.str("segment_type");
-        w.str("small");
-        w.str("blocks");
-        w.empty_list();
-        w.mark();
+        small_segment_entries(w, 0, 0);
         w.empty_dict();
         let block = w.memoize();
         w.mark();

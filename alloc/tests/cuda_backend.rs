@@ -11,11 +11,16 @@
 //! backend's bookkeeping (tables, rollback after a failed map, everything given back on drop).
 #![cfg(feature = "cuda")]
 
-use std::path::PathBuf;
 use std::process::Command;
 
 use allocview_alloc::caching::backend::{DeviceBackend, DeviceError, EventId, StreamId};
 use allocview_alloc::caching::cuda::{CudaBackend, MIN_VM_GRANULARITY};
+
+/// Building the stand-in driver, shared with the other crates' CUDA tests (this package cannot
+/// depend on `allocview-tests`, so the file is included). Not every item is used here.
+#[allow(dead_code)]
+#[path = "../../tests/src/fake_libcuda.rs"]
+mod fake_libcuda;
 
 const MIB: u64 = 1 << 20;
 
@@ -243,30 +248,12 @@ fn the_backend_keeps_its_books_on_a_stand_in_driver() {
         stand_in_driver_scenario();
         return;
     }
-    let source =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/cuda_backend/fake_libcuda.c");
     let dir = std::env::temp_dir().join(format!("allocview-fakecuda-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let lib = dir.join("libcuda.so");
-    let compiler = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let built = Command::new(&compiler)
-        .args(["-shared", "-fPIC", "-O1", "-o"])
-        .arg(&lib)
-        .arg(&source)
-        .arg("-lpthread")
-        .output();
-    let built = match built {
-        Ok(out) => out,
-        Err(err) => {
-            println!("skipped: no C compiler ({compiler}: {err}) to build the stand-in driver");
-            return;
-        }
-    };
-    assert!(
-        built.status.success(),
-        "building the stand-in driver failed:\n{}",
-        String::from_utf8_lossy(&built.stderr)
-    );
+    if fake_libcuda::build(&dir, FAKE_TEST_NAME).is_none() {
+        let _ = std::fs::remove_dir_all(&dir);
+        return;
+    }
     let child = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", FAKE_TEST_NAME, "--nocapture", "--test-threads=1"])
         .env(FAKE_CHILD_VAR, "1")
@@ -283,12 +270,8 @@ fn the_backend_keeps_its_books_on_a_stand_in_driver() {
     );
     // The stand-in reports whenever it is unloaded; cudarc's probe loads and unloads it once
     // before the backend starts, so only the last report (at exit) counts.
-    let last_report = stdout
-        .lines()
-        .filter_map(|l| l.find("fakecuda:").map(|at| &l[at..]))
-        .next_back();
     assert_eq!(
-        last_report,
+        fake_libcuda::last_report(&stdout),
         Some(FAKE_ALL_RETURNED),
         "dropping the backend did not give everything back:\n{stdout}"
     );

@@ -144,15 +144,19 @@ impl Runtime {
         self.slots.len()
     }
 
-    fn heap(&self, device: i32) -> Result<&Arc<dyn DeviceHeap>, RuntimeError> {
-        let slot = usize::try_from(device)
+    /// Device `device`'s slot; [`RuntimeError::NoSuchDevice`] for a negative or unknown one.
+    fn slot(&self, device: i32) -> Result<&DeviceSlot, RuntimeError> {
+        usize::try_from(device)
             .ok()
-            .and_then(|d| self.slots.get(d))
+            .and_then(|d| self.slots.get(d).map(Arc::as_ref))
             .ok_or(RuntimeError::NoSuchDevice {
                 device,
                 count: self.slots.len(),
-            })?;
-        slot.heap(&self.settings, &self.sink)
+            })
+    }
+
+    fn heap(&self, device: i32) -> Result<&Arc<dyn DeviceHeap>, RuntimeError> {
+        self.slot(device)?.heap(&self.settings, &self.sink)
     }
 
     /// Allocates `size` bytes on `device` for use on `stream` (opening the device on first
@@ -208,14 +212,7 @@ impl Runtime {
     /// # Errors
     /// An unknown device.
     pub fn memory_stats(&self, device: i32) -> Result<BTreeMap<String, i64>, RuntimeError> {
-        let slot = usize::try_from(device)
-            .ok()
-            .and_then(|d| self.slots.get(d))
-            .ok_or(RuntimeError::NoSuchDevice {
-                device,
-                count: self.slots.len(),
-            })?;
-        Ok(match slot.opened() {
+        Ok(match self.slot(device)?.opened() {
             Some(h) => h.memory_stats(),
             None => allocview_alloc::caching::stats::DeviceStats::default().memory_stats(),
         })

@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 
 use allocview_agent::client::{AttachClient, ClientError};
 use allocview_alloc::caching::stats::StatType;
+#[cfg(feature = "cuda")]
+use allocview_tests::fake_libcuda;
 
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c_abi.py");
 const MIB: u64 = 1 << 20;
@@ -224,51 +226,6 @@ fn an_attach_client_sees_the_allocations_of_a_running_python_process() {
     assert!(!sock.exists(), "the socket was left behind at exit");
 }
 
-/// The stand-in libcuda the alloc crate's CUDA backend tests build (host memory behind device
-/// addresses, one 1 GiB device).
-#[cfg(feature = "cuda")]
-const FAKE_LIBCUDA: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../alloc/tests/cuda_backend/fake_libcuda.c"
-);
-
-/// What the stand-in prints at exit when no memory, reservation, mapping or handle is left (the
-/// primary context stays retained: the library's runtime lives until the process ends).
-#[cfg(feature = "cuda")]
-const FAKE_NOTHING_LEFT: &str =
-    "fakecuda: live allocations 0, reservations 0, mappings 0, handles 0";
-
-/// Builds the stand-in driver as `dir/libcuda.so`; `None` (with a skip line) without a C
-/// compiler or the source.
-#[cfg(feature = "cuda")]
-fn build_fake_libcuda(dir: &Path, test: &str) -> Option<()> {
-    if !Path::new(FAKE_LIBCUDA).exists() {
-        eprintln!("skipped: {FAKE_LIBCUDA} not found ({test})");
-        return None;
-    }
-    let compiler = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let built = Command::new(&compiler)
-        .args(["-shared", "-fPIC", "-O1", "-o"])
-        .arg(dir.join("libcuda.so"))
-        .arg(FAKE_LIBCUDA)
-        .arg("-lpthread")
-        .output();
-    match built {
-        Ok(out) => {
-            assert!(
-                out.status.success(),
-                "building the stand-in driver failed:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            Some(())
-        }
-        Err(e) => {
-            eprintln!("skipped: no C compiler ({compiler}: {e}) ({test})");
-            None
-        }
-    }
-}
-
 #[cfg(feature = "cuda")]
 #[test]
 fn the_cuda_backend_serves_python_through_a_stand_in_driver_and_gives_everything_back() {
@@ -278,7 +235,7 @@ fn the_cuda_backend_serves_python_through_a_stand_in_driver_and_gives_everything
         return;
     }
     let driver = tempfile::tempdir().unwrap();
-    if build_fake_libcuda(driver.path(), TEST).is_none() {
+    if fake_libcuda::build(driver.path(), TEST).is_none() {
         return;
     }
     for conf in ["", "expandable_segments:True"] {
@@ -295,13 +252,9 @@ fn the_cuda_backend_serves_python_through_a_stand_in_driver_and_gives_everything
             !stderr.contains("allocview:"),
             "{conf:?}: a failure was logged:\n{stderr}"
         );
-        // The stand-in reports whenever it is unloaded; the last report is the one at exit.
-        let last = stdout
-            .lines()
-            .filter_map(|l| l.find("fakecuda:").map(|at| &l[at..]))
-            .next_back();
         assert!(
-            last.is_some_and(|l| l.starts_with(FAKE_NOTHING_LEFT)),
+            fake_libcuda::last_report(&stdout)
+                .is_some_and(|l| l.starts_with(fake_libcuda::NOTHING_LEFT)),
             "{conf:?}: memory left on the device after empty_cache:\n{stdout}"
         );
     }

@@ -1,3 +1,6 @@
 //! End-to-end tests across allocview's crates live in `tests/tests/`; shared builders here.
 
 #![forbid(unsafe_code)]
+
+pub mod fake_libcuda;
+pub mod fixtures;

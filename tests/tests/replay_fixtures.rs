@@ -2,11 +2,10 @@
 //! recorded (default) settings, every allocation lands at the recorded address, every segment
 //! allocation has the recorded size, and the final segments equal the snapshot's.
 
-use std::path::PathBuf;
-
 use allocview_agent::replay::{self, ReplaySettings};
 use allocview_agent::snapshot_file;
 use allocview_alloc::snapshot::TraceAction;
+use allocview_tests::fixtures;
 
 /// The fixtures with a trace, and the number of `alloc` entries in each.
 const TRACED: [(&str, u64); 4] = [
@@ -16,22 +15,9 @@ const TRACED: [(&str, u64); 4] = [
     ("legacy-2.0-history-format.pickle", 0),
 ];
 
-fn fixtures() -> Option<PathBuf> {
-    let dir = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../shared/fixtures/pytorch-snapshots"
-    ));
-    if dir.is_dir() {
-        Some(dir)
-    } else {
-        println!("skipped: fixtures not found at {}", dir.display());
-        None
-    }
-}
-
 #[test]
 fn every_traced_fixture_replays_at_the_recorded_addresses_and_segment_sizes() {
-    let Some(dir) = fixtures() else { return };
+    let Some(dir) = fixtures::dir() else { return };
     for (name, allocs) in TRACED {
         let snap = snapshot_file::load(&dir.join(name)).unwrap();
         let out = replay::replay(&snap, &ReplaySettings::default(), &mut |_, _| {}).unwrap();
@@ -63,7 +49,7 @@ fn every_traced_fixture_replays_at_the_recorded_addresses_and_segment_sizes() {
 
 #[test]
 fn the_replayed_run_round_trips_through_a_pytorch_pickle() {
-    let Some(dir) = fixtures() else { return };
+    let Some(dir) = fixtures::dir() else { return };
     let snap = snapshot_file::load(&dir.join("small-97-events.pickle")).unwrap();
     let settings = ReplaySettings {
         keep_history: true,

@@ -4,8 +4,6 @@
 #[path = "support/tmux.rs"]
 mod tmux;
 
-use std::path::PathBuf;
-
 use tmux::Session;
 
 #[test]
@@ -13,14 +11,9 @@ fn open_travels_through_a_real_trace() {
     if !tmux::available("open_travels_through_a_real_trace") {
         return;
     }
-    let file = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../shared/fixtures/pytorch-snapshots/small-97-events.pickle"
-    ));
-    if !file.exists() {
-        println!("skipped: fixtures not found ({})", file.display());
+    let Some(file) = allocview_tests::fixtures::fixture("small-97-events.pickle") else {
         return;
-    }
+    };
     let cmd = format!("{} open {}", tmux::binary().display(), file.display());
     let s = Session::start(&cmd, 120, 36);
     s.wait_for(&["file small-97-events.pickle  event 97/97", "Memory"]);

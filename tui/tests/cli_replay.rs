@@ -118,14 +118,9 @@ fn replay_of_a_missing_file_or_bad_size_fails_with_a_clear_message() {
 
 #[test]
 fn replay_of_a_pytorch_snapshot_reports_full_fidelity_and_writes_the_replayed_run() {
-    let fixture = std::path::PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../shared/fixtures/pytorch-snapshots/small-97-events.pickle"
-    ));
-    if !fixture.exists() {
-        println!("skipped: fixtures not found at {}", fixture.display());
+    let Some(fixture) = allocview_tests::fixtures::fixture("small-97-events.pickle") else {
         return;
-    }
+    };
     let dir = tempfile::tempdir().unwrap();
     let out_path = dir.path().join("replayed.pickle");
     let out = allocview(&[

@@ -1,25 +1,11 @@
 //! `allocview summary` and `allocview export`, through the real binary.
 
-use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use allocview_agent::snapshot_file;
+use allocview_tests::fixtures::fixture;
 
 const BIN: &str = env!("CARGO_BIN_EXE_allocview");
-const FIXTURE_DIR: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../shared/fixtures/pytorch-snapshots"
-);
-
-fn fixture(name: &str) -> Option<PathBuf> {
-    let p = Path::new(FIXTURE_DIR).join(name);
-    if p.exists() {
-        Some(p)
-    } else {
-        println!("skipped: fixtures not found ({})", p.display());
-        None
-    }
-}
 
 fn run(args: &[&str]) -> Output {
     Command::new(BIN).args(args).output().expect("binary runs")

@@ -10,46 +10,7 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-/// The stand-in driver's source.
-const FAKE_LIBCUDA: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../alloc/tests/cuda_backend/fake_libcuda.c"
-);
-
-/// What the stand-in prints when it is unloaded with no memory, reservation, mapping or handle
-/// left.
-const FAKE_NOTHING_LEFT: &str =
-    "fakecuda: live allocations 0, reservations 0, mappings 0, handles 0";
-
-/// Builds the stand-in driver as `dir/libcuda.so`; `None` (with a skip line) without a C
-/// compiler or the source.
-fn build_fake_libcuda(dir: &Path, test: &str) -> Option<()> {
-    if !Path::new(FAKE_LIBCUDA).exists() {
-        println!("skipped: {FAKE_LIBCUDA} not found ({test})");
-        return None;
-    }
-    let compiler = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let built = Command::new(&compiler)
-        .args(["-shared", "-fPIC", "-O1", "-o"])
-        .arg(dir.join("libcuda.so"))
-        .arg(FAKE_LIBCUDA)
-        .arg("-lpthread")
-        .output();
-    match built {
-        Ok(out) => {
-            assert!(
-                out.status.success(),
-                "building the stand-in driver failed:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            Some(())
-        }
-        Err(e) => {
-            println!("skipped: no C compiler ({compiler}: {e}) ({test})");
-            None
-        }
-    }
-}
+use allocview_tests::fake_libcuda;
 
 fn allocview(args: &[&str], lib_dir: &Path) -> (Output, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_allocview"))
@@ -78,7 +39,7 @@ fn the_demo_runs_on_the_cuda_backend_through_a_stand_in_driver_and_the_agent_agr
     const TEST: &str =
         "the_demo_runs_on_the_cuda_backend_through_a_stand_in_driver_and_the_agent_agrees";
     let driver = tempfile::tempdir().unwrap();
-    if build_fake_libcuda(driver.path(), TEST).is_none() {
+    if fake_libcuda::build(driver.path(), TEST).is_none() {
         return;
     }
     for (scenario, config) in [("train", ""), ("oom", "expandable_segments:True")] {
@@ -112,13 +73,9 @@ fn the_demo_runs_on_the_cuda_backend_through_a_stand_in_driver_and_the_agent_agr
         assert!(r["stats"]["num_device_alloc"].as_i64().unwrap() > 0);
         assert!(r["stats"]["allocation.all.allocated"].as_i64().unwrap() > 0);
         assert_eq!(r["dropped_events"], 0);
-        // The stand-in reports whenever it is unloaded; the last report is the one at exit.
-        let last = stdout
-            .lines()
-            .filter_map(|l| l.find("fakecuda:").map(|at| &l[at..]))
-            .next_back();
         assert!(
-            last.is_some_and(|l| l.starts_with(FAKE_NOTHING_LEFT)),
+            fake_libcuda::last_report(&stdout)
+                .is_some_and(|l| l.starts_with(fake_libcuda::NOTHING_LEFT)),
             "{args:?}: device memory left at exit:\n{stdout}"
         );
     }

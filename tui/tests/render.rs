@@ -1,31 +1,17 @@
 //! Render tests: every panel survives any size, and whole screens are `insta` snapshots of a
 //! `TestBackend` (deterministic data, no clock).
 
+#[path = "support/screen.rs"]
+mod screen;
 #[path = "support/builders.rs"]
 mod support;
 
 use allocview::state::ui::SegmentFilter;
 use allocview::state::{Mode, State, UiState, View};
 use allocview::view;
-use ratatui::Terminal;
-use ratatui::backend::TestBackend;
-use ratatui::buffer::Buffer;
-use ratatui::layout::Rect;
+use screen::{render_every_way, screen, text};
 
 const SIZES: [(u16, u16); 6] = [(0, 0), (1, 1), (80, 24), (200, 60), (13, 3), (79, 7)];
-
-fn text(buf: &Buffer) -> Vec<String> {
-    let a = buf.area;
-    (a.y..a.y + a.height)
-        .map(|y| (a.x..a.x + a.width).map(|x| buf[(x, y)].symbol()).collect())
-        .collect()
-}
-
-fn screen(state: &State, ui: &UiState, w: u16, h: u16) -> Terminal<TestBackend> {
-    let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
-    t.draw(|f| view::draw(f, state, ui)).unwrap();
-    t
-}
 
 fn states() -> Vec<State> {
     let mut file = support::live_state();
@@ -60,13 +46,7 @@ fn every_panel_renders_at_every_size_without_panicking() {
                         histogram_group: 17,
                         ..UiState::default()
                     };
-                    let mut buf = Buffer::empty(Rect::new(0, 0, w, h));
-                    view::render(buf.area, &mut buf, &state, &ui);
-                    // Each panel alone, too, also at an offset origin.
-                    let mut buf = Buffer::empty(Rect::new(3, 2, w, h));
-                    view::render_view(view, buf.area, &mut buf, &state, &ui);
-                    // Full screens through a terminal.
-                    let _ = screen(&state, &ui, w.max(1), h.max(1));
+                    render_every_way(&state, &ui, w, h);
                 }
             }
         }
@@ -116,7 +96,7 @@ fn every_view_has_a_title_and_its_numbers_at_80x24() {
             ..UiState::default()
         };
         let t = screen(&state, &ui, 80, 24);
-        let all = text(t.backend().buffer()).join("\n");
+        let all = text(t.backend().buffer());
         for w in words {
             assert!(all.contains(w), "{view:?} lacks {w:?}:\n{all}");
         }
@@ -128,8 +108,8 @@ fn every_view_has_a_title_and_its_numbers_at_80x24() {
 fn narrow_overviews_drop_the_counters_before_the_numbers() {
     let state = support::live_state();
     let ui = UiState::default();
-    let wide = text(screen(&state, &ui, 80, 24).backend().buffer()).join("\n");
-    let narrow = text(screen(&state, &ui, 60, 24).backend().buffer()).join("\n");
+    let wide = text(screen(&state, &ui, 80, 24).backend().buffer());
+    let narrow = text(screen(&state, &ui, 60, 24).backend().buffer());
     assert!(wide.contains("Counters"));
     assert!(!narrow.contains("Counters"));
     for w in ["peak", "342 MiB", "16.0 GiB", "largest free block"] {
@@ -145,7 +125,7 @@ fn segment_filter_and_selection_show_in_the_list() {
         segment_filter: SegmentFilter::Small,
         ..UiState::default()
     };
-    let all = text(screen(&state, &ui, 120, 30).backend().buffer()).join("\n");
+    let all = text(screen(&state, &ui, 120, 30).backend().buffer());
     assert!(all.contains("Segments (1, by size)"), "{all}");
     assert!(all.contains("2.00 MiB S s0"));
     assert!(all.contains("requested  100 KiB"), "{all}");
@@ -158,7 +138,7 @@ fn the_help_overlay_lists_every_key() {
         help: true,
         ..UiState::default()
     };
-    let all = text(screen(&state, &ui, 100, 30).backend().buffer()).join("\n");
+    let all = text(screen(&state, &ui, 100, 30).backend().buffer());
     for (k, _) in view::help::KEYS {
         assert!(all.contains(k), "help lacks {k}");
     }

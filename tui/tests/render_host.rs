@@ -2,35 +2,15 @@
 //! allocator is `Instrumented`) shows the "Host heap" box and its chart in the overview at any
 //! size; with a device too, the host box sits between the device panels and the chart.
 
+#[path = "support/screen.rs"]
+mod screen;
 #[path = "support/builders.rs"]
 mod support;
 
 use allocview::state::{State, UiState, View};
-use allocview::view;
-use ratatui::Terminal;
-use ratatui::backend::TestBackend;
-use ratatui::buffer::Buffer;
-use ratatui::layout::Rect;
+use screen::{render_every_way, screen, text};
 
 const SIZES: [(u16, u16); 4] = [(0, 0), (1, 1), (80, 24), (200, 60)];
-
-fn text(buf: &Buffer) -> String {
-    let a = buf.area;
-    (a.y..a.y + a.height)
-        .map(|y| {
-            (a.x..a.x + a.width)
-                .map(|x| buf[(x, y)].symbol())
-                .collect::<String>()
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-fn screen(state: &State, ui: &UiState, w: u16, h: u16) -> Terminal<TestBackend> {
-    let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
-    t.draw(|f| view::draw(f, state, ui)).unwrap();
-    t
-}
 
 fn overview(state: &State, w: u16, h: u16) -> String {
     text(screen(state, &UiState::default(), w, h).backend().buffer())
@@ -45,11 +25,7 @@ fn a_host_only_state_renders_every_view_at_every_size_without_panicking() {
                     view,
                     ..UiState::default()
                 };
-                let mut buf = Buffer::empty(Rect::new(0, 0, w, h));
-                view::render(buf.area, &mut buf, &state, &ui);
-                let mut buf = Buffer::empty(Rect::new(3, 2, w, h));
-                view::render_view(view, buf.area, &mut buf, &state, &ui);
-                let _ = screen(&state, &ui, w.max(1), h.max(1));
+                render_every_way(&state, &ui, w, h);
             }
         }
     }

@@ -239,6 +239,25 @@ impl<'d, 'a> Decoder<'d, 'a> {
         }
     }
 
+    /// List (or tuple) `v` decoded item by item: the items are charged to the budget first,
+    /// then `item` decodes each at its index's path.
+    fn list_of<T>(
+        &mut self,
+        v: PickleValue,
+        path: &Path<'_>,
+        offset: usize,
+        mut item: impl FnMut(&mut Self, PickleValue, &Path<'_>) -> Res<T>,
+    ) -> Res<Vec<T>> {
+        let l = self.list(v, path, offset)?;
+        let items = self.doc.items(l);
+        self.spend(items.len() as u64, path, offset)?;
+        let mut out = Vec::with_capacity(items.len());
+        for (i, x) in items.iter().enumerate() {
+            out.push(item(self, *x, &path.index(i))?);
+        }
+        Ok(out)
+    }
+
     /// The values of `keys` in dict `d`, one pass over its entries.
     fn fields<const N: usize>(&self, d: ContainerId, keys: &[&str; N]) -> [Option<PickleValue>; N] {
         let mut out = [None; N];
@@ -439,14 +458,7 @@ impl<'d, 'a> Decoder<'d, 'a> {
         path: &Path<'_>,
         offset: usize,
     ) -> Res<Vec<SegmentInfo>> {
-        let l = self.list(v, path, offset)?;
-        let items = self.doc.items(l);
-        self.spend(items.len() as u64, path, offset)?;
-        let mut out = Vec::with_capacity(items.len());
-        for (i, s) in items.iter().enumerate() {
-            out.push(self.segment(*s, &path.index(i))?);
-        }
-        Ok(out)
+        self.list_of(v, path, offset, |dec, s, p| dec.segment(s, p))
     }
 
     fn segment(&mut self, v: PickleValue, path: &Path<'_>) -> Res<SegmentInfo> {
@@ -536,20 +548,16 @@ impl<'d, 'a> Decoder<'d, 'a> {
         let frames = self.opt_frames(frames, &path.key(keys::FRAMES), at)?;
         let blocks_v = self.required(blocks, keys::BLOCKS, path, at)?;
         let bpath = path.key(keys::BLOCKS);
-        let bl = self.list(blocks_v, &bpath, at)?;
-        let items = self.doc.items(bl);
-        self.spend(items.len() as u64, &bpath, at)?;
-        let mut blocks = Vec::with_capacity(items.len());
         // Blocks tile the segment: legacy blocks without an address get the running one.
         let mut next = address;
-        for (i, b) in items.iter().enumerate() {
-            let bp = bpath.index(i);
-            let block = self.block(*b, next, &bp)?;
-            next = block.address.checked_add(block.size).ok_or_else(|| {
-                self.err(&bp, self.offset_of(*b), "address + size overflows 64 bits")
-            })?;
-            blocks.push(block);
-        }
+        let blocks = self.list_of(blocks_v, &bpath, at, |dec, b, bp| {
+            let block = dec.block(b, next, bp)?;
+            next = block
+                .address
+                .checked_add(block.size)
+                .ok_or_else(|| dec.err(bp, dec.offset_of(b), "address + size overflows 64 bits"))?;
+            Ok(block)
+        })?;
         Ok(SegmentInfo {
             device,
             address,
@@ -599,17 +607,9 @@ impl<'d, 'a> Decoder<'d, 'a> {
         })?;
         let history = match history {
             None | Some(PickleValue::None) => Vec::new(),
-            Some(h) => {
-                let hp = path.key(keys::HISTORY);
-                let l = self.list(h, &hp, at)?;
-                let items = self.doc.items(l);
-                self.spend(items.len() as u64, &hp, at)?;
-                let mut out = Vec::with_capacity(items.len());
-                for (i, e) in items.iter().enumerate() {
-                    out.push(self.history(*e, &hp.index(i))?);
-                }
-                out
-            }
+            Some(h) => self.list_of(h, &path.key(keys::HISTORY), at, |dec, e, p| {
+                dec.history(e, p)
+            })?,
         };
         let frames = match frames {
             Some(f) => self.frames(f, &path.key(keys::FRAMES), at)?,
@@ -645,22 +645,9 @@ impl<'d, 'a> Decoder<'d, 'a> {
         path: &Path<'_>,
         offset: usize,
     ) -> Res<Vec<Vec<TraceEntry>>> {
-        let l = self.list(v, path, offset)?;
-        let devices = self.doc.items(l);
-        self.spend(devices.len() as u64, path, offset)?;
-        let mut out = Vec::with_capacity(devices.len());
-        for (dev, t) in devices.iter().enumerate() {
-            let tp = path.index(dev);
-            let tl = self.list(*t, &tp, offset)?;
-            let entries = self.doc.items(tl);
-            self.spend(entries.len() as u64, &tp, offset)?;
-            let mut trace = Vec::with_capacity(entries.len());
-            for (i, e) in entries.iter().enumerate() {
-                trace.push(self.trace_entry(*e, &tp.index(i))?);
-            }
-            out.push(trace);
-        }
-        Ok(out)
+        self.list_of(v, path, offset, |dec, t, tp| {
+            dec.list_of(t, tp, offset, |dec, e, p| dec.trace_entry(e, p))
+        })
     }
 
     fn trace_entry(&mut self, v: PickleValue, path: &Path<'_>) -> Res<TraceEntry> {
@@ -912,28 +899,22 @@ impl<'d, 'a> Decoder<'d, 'a> {
             return Ok(Vec::new());
         };
         let dp = path.key(keys::DEVICES);
-        let l = self.list(devices, &dp, offset)?;
-        let items = self.doc.items(l);
-        self.spend(items.len() as u64, &dp, offset)?;
-        let mut out = Vec::with_capacity(items.len());
-        for (i, m) in items.iter().enumerate() {
-            let mp = dp.index(i);
-            let at = self.offset_of(*m);
-            let md = self.dict(*m, &mp, at)?;
-            let [device, total_memory, trace_overflow] = self.fields(
+        self.list_of(devices, &dp, offset, |dec, m, mp| {
+            let at = dec.offset_of(m);
+            let md = dec.dict(m, mp, at)?;
+            let [device, total_memory, trace_overflow] = dec.fields(
                 md,
                 &[keys::DEVICE, keys::TOTAL_MEMORY, keys::TRACE_OVERFLOW],
             );
-            let device = self.required(device, keys::DEVICE, &mp, at)?;
-            out.push(DeviceMeta {
-                device: self.ranged(device, keys::DEVICE, "a device index (32 bits)", &mp, at)?,
+            let device = dec.required(device, keys::DEVICE, mp, at)?;
+            Ok(DeviceMeta {
+                device: dec.ranged(device, keys::DEVICE, "a device index (32 bits)", mp, at)?,
                 total_memory: match total_memory {
                     None | Some(PickleValue::None) => None,
-                    t => Some(self.u64(t, keys::TOTAL_MEMORY, &mp, at)?),
+                    t => Some(dec.u64(t, keys::TOTAL_MEMORY, mp, at)?),
                 },
-                trace_overflow: self.u64(trace_overflow, keys::TRACE_OVERFLOW, &mp, at)?,
-            });
-        }
-        Ok(out)
+                trace_overflow: dec.u64(trace_overflow, keys::TRACE_OVERFLOW, mp, at)?,
+            })
+        })
     }
 }

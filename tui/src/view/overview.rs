@@ -200,39 +200,15 @@ pub fn render_chart(area: Rect, buf: &mut Buffer, state: &State) {
     let oom_lines: Vec<[(f64, f64); 2]> = t.ooms.iter().map(|&x| [(x, 0.0), (x, max_y)]).collect();
     let cursor = t.cursor.map(|x| [(x, 0.0), (x, max_y)]);
     let mut datasets = vec![
-        Dataset::default()
-            .marker(Marker::Braille)
-            .graph_type(GraphType::Line)
-            .style(Style::new().fg(theme::RESERVED))
-            .data(&reserved),
-        Dataset::default()
-            .marker(Marker::Braille)
-            .graph_type(GraphType::Line)
-            .style(Style::new().fg(theme::ACTIVE))
-            .data(&active),
-        Dataset::default()
-            .marker(Marker::Braille)
-            .graph_type(GraphType::Line)
-            .style(Style::new().fg(theme::ALLOCATED))
-            .data(&allocated),
+        line_dataset(&reserved, theme::RESERVED),
+        line_dataset(&active, theme::ACTIVE),
+        line_dataset(&allocated, theme::ALLOCATED),
     ];
     for l in &oom_lines {
-        datasets.push(
-            Dataset::default()
-                .marker(Marker::Braille)
-                .graph_type(GraphType::Line)
-                .style(Style::new().fg(theme::ALERT))
-                .data(l),
-        );
+        datasets.push(line_dataset(l, theme::ALERT));
     }
     if let Some(c) = &cursor {
-        datasets.push(
-            Dataset::default()
-                .marker(Marker::Braille)
-                .graph_type(GraphType::Line)
-                .style(Style::new().fg(Color::White))
-                .data(c),
-        );
+        datasets.push(line_dataset(c, Color::White));
     }
     let x_label = |x: f64| {
         if t.x_is_events {
@@ -249,16 +225,7 @@ pub fn render_chart(area: Rect, buf: &mut Buffer, state: &State) {
                 .style(theme::dim())
                 .labels([x_label(x0), x_label(x1)]),
         )
-        .y_axis(
-            Axis::default()
-                .bounds([0.0, max_y])
-                .style(theme::dim())
-                .labels([
-                    "0".to_string(),
-                    units::bytes((max_y / 2.0) as u64),
-                    units::bytes(max_y as u64),
-                ]),
-        );
+        .y_axis(bytes_axis(max_y));
     chart.render(area, buf);
 }
 
@@ -311,13 +278,7 @@ pub fn render_host_chart(area: Rect, buf: &mut Buffer, h: &HostHeap) {
     }
     let max_y = (h.max_sample().max(1) as f64) * 1.05;
     let points: Vec<(f64, f64)> = h.samples.iter().map(|s| (s.x, s.bytes as f64)).collect();
-    let datasets = vec![
-        Dataset::default()
-            .marker(Marker::Braille)
-            .graph_type(GraphType::Line)
-            .style(Style::new().fg(theme::ALLOCATED))
-            .data(&points),
-    ];
+    let datasets = vec![line_dataset(&points, theme::ALLOCATED)];
     Chart::new(datasets)
         .block(block)
         .x_axis(
@@ -326,16 +287,7 @@ pub fn render_host_chart(area: Rect, buf: &mut Buffer, h: &HostHeap) {
                 .style(theme::dim())
                 .labels(["0 s".to_string(), format!("{:.0} s", x1 - x0)]),
         )
-        .y_axis(
-            Axis::default()
-                .bounds([0.0, max_y])
-                .style(theme::dim())
-                .labels([
-                    "0".to_string(),
-                    units::bytes((max_y / 2.0) as u64),
-                    units::bytes(max_y as u64),
-                ]),
-        )
+        .y_axis(bytes_axis(max_y))
         .render(area, buf);
 }
 
@@ -382,4 +334,25 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, _ui: &UiState) {
         }
     }
     render_chart(chart, buf, state);
+}
+
+/// One line of a chart, in braille dots.
+fn line_dataset(data: &[(f64, f64)], color: Color) -> Dataset<'_> {
+    Dataset::default()
+        .marker(Marker::Braille)
+        .graph_type(GraphType::Line)
+        .style(Style::new().fg(color))
+        .data(data)
+}
+
+/// A chart's byte axis from 0 to `max_y`, labelled at 0, the middle and the top.
+fn bytes_axis(max_y: f64) -> Axis<'static> {
+    Axis::default()
+        .bounds([0.0, max_y])
+        .style(theme::dim())
+        .labels([
+            "0".to_string(),
+            units::bytes((max_y / 2.0) as u64),
+            units::bytes(max_y as u64),
+        ])
 }

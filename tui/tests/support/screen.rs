@@ -1,0 +1,40 @@
+//! Drawing states into ratatui's `TestBackend` for render tests: a whole screen, its text, and
+//! the "renders at this size without panicking" pass.
+
+use allocview::state::{State, UiState};
+use allocview::view;
+use ratatui::Terminal;
+use ratatui::backend::TestBackend;
+use ratatui::buffer::Buffer;
+use ratatui::layout::Rect;
+
+/// `state` drawn as a whole `w` x `h` screen through a terminal.
+pub fn screen(state: &State, ui: &UiState, w: u16, h: u16) -> Terminal<TestBackend> {
+    let mut t = Terminal::new(TestBackend::new(w, h)).unwrap();
+    t.draw(|f| view::draw(f, state, ui)).unwrap();
+    t
+}
+
+/// The buffer's symbols, one line a row.
+pub fn text(buf: &Buffer) -> String {
+    let a = buf.area;
+    (a.y..a.y + a.height)
+        .map(|y| {
+            (a.x..a.x + a.width)
+                .map(|x| buf[(x, y)].symbol())
+                .collect::<String>()
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Renders `ui.view` of `state` at `w` x `h` every way the app does: the whole layout into a
+/// buffer, the panel alone at an offset origin, and a full screen through a terminal (the
+/// terminal gets at least 1 x 1). Panics only where rendering does.
+pub fn render_every_way(state: &State, ui: &UiState, w: u16, h: u16) {
+    let mut buf = Buffer::empty(Rect::new(0, 0, w, h));
+    view::render(buf.area, &mut buf, state, ui);
+    let mut buf = Buffer::empty(Rect::new(3, 2, w, h));
+    view::render_view(ui.view, buf.area, &mut buf, state, ui);
+    let _ = screen(state, ui, w.max(1), h.max(1));
+}
