@@ -359,8 +359,14 @@ impl DeviceMirror {
 
     /// Links `next.prev` to `to` when `next` exists.
     fn set_prev(&mut self, next: Option<u64>, to: u64) {
+        Self::link_prev(&mut self.blocks, next, to);
+    }
+
+    /// [`set_prev`](Self::set_prev) on the block map alone (while a segment is borrowed).
+    #[inline]
+    fn link_prev(blocks: &mut AddrMap<MBlock>, next: Option<u64>, to: u64) {
         if let Some(n) = next
-            && let Some(nb) = self.blocks.get_mut(&n)
+            && let Some(nb) = blocks.get_mut(&n)
         {
             nb.prev = Some(to);
         }
@@ -464,66 +470,73 @@ impl DeviceMirror {
     }
 
     fn alloc(&mut self, e: &Event) -> Result<Applied, MirrorError> {
-        let not_found = || MirrorError::NoSuchBlock {
-            action: e.action.as_str(),
-            addr: e.addr,
-            size: e.size,
-            wanted: "free",
+        // The allocator hands out the front of a free block, so the block usually starts at
+        // the event's address: one lookup finds it.
+        let (b_addr, b) = match self.blocks.get(&e.addr) {
+            Some(b) => (e.addr, *b),
+            None => {
+                let a = self
+                    .block_containing(e.addr)
+                    .ok_or(MirrorError::UnknownSegment {
+                        action: e.action.as_str(),
+                        addr: e.addr,
+                    })?;
+                (a, self.blocks[&a])
+            }
         };
-        let b_addr = self
-            .block_containing(e.addr)
-            .ok_or(MirrorError::UnknownSegment {
-                action: e.action.as_str(),
-                addr: e.addr,
-            })?;
-        let b = self.blocks[&b_addr];
         let end = e.addr + e.size;
         if b.state != BlockState::Inactive || e.size == 0 || b_addr + b.size < end {
-            return Err(not_found());
+            return Err(MirrorError::NoSuchBlock {
+                action: e.action.as_str(),
+                addr: e.addr,
+                size: e.size,
+                wanted: "free",
+            });
         }
         let oversize = self.oversize(e);
-        let seg = self.segments[&b.seg];
-        let before = Self::split_contribution(&seg, &[Some(b.size)]);
         let front = e.addr - b_addr;
         let back = b_addr + b.size - end;
-        let mut prev = b.prev;
-        if front > 0 {
-            let fb = self.blocks.get_mut(&b_addr).expect("found above");
-            fb.size = front;
-            fb.next = Some(e.addr);
-            prev = Some(b_addr);
-        }
-        let next = if back > 0 {
-            self.blocks
-                .insert(end, MBlock::free(b.seg, back, Some(e.addr), b.next));
-            self.set_prev(b.next, end);
-            Some(end)
-        } else {
-            b.next
-        };
-        self.blocks.insert(
-            e.addr,
-            MBlock {
-                seg: b.seg,
-                size: e.size,
-                requested: e.requested,
-                alloc_ns: e.time_ns,
-                prev,
-                next,
-                state: BlockState::ActiveAllocated,
-                oversize,
-            },
-        );
-        if back == 0 {
-            self.set_prev(next, e.addr);
-        }
-        let sm = self.segments.get_mut(&b.seg).expect("found above");
+        let sm = self
+            .segments
+            .get_mut(&b.seg)
+            .expect("a block's segment exists");
+        let before = Self::split_contribution(sm, &[Some(b.size)]);
         sm.blocks += u32::from(front > 0) + u32::from(back > 0);
         let after = Self::split_contribution(
             sm,
             &[(front > 0).then_some(front), (back > 0).then_some(back)],
         );
-        let (small, stream, pool) = (seg.small, seg.stream, seg.pool);
+        let (small, stream, pool) = (sm.small, sm.stream, sm.pool);
+        let next = if back > 0 { Some(end) } else { b.next };
+        let taken = MBlock {
+            seg: b.seg,
+            size: e.size,
+            requested: e.requested,
+            alloc_ns: e.time_ns,
+            prev: if front > 0 { Some(b_addr) } else { b.prev },
+            next,
+            state: BlockState::ActiveAllocated,
+            oversize,
+        };
+        if front > 0 {
+            let fb = self.blocks.get_mut(&b_addr).expect("found above");
+            fb.size = front;
+            fb.next = Some(e.addr);
+            self.blocks.insert(e.addr, taken);
+            if back == 0 {
+                // The old block's successor now follows the taken block.
+                Self::link_prev(&mut self.blocks, next, e.addr);
+            }
+        } else {
+            // The taken block replaces the free one in place; its successor's link is
+            // unchanged unless a remainder is cut off below.
+            *self.blocks.get_mut(&b_addr).expect("found above") = taken;
+        }
+        if back > 0 {
+            self.blocks
+                .insert(end, MBlock::free(b.seg, back, Some(e.addr), b.next));
+            Self::link_prev(&mut self.blocks, b.next, end);
+        }
         self.apply_split_delta(small, before, after);
         let st = &mut self.stats;
         st.allocation.update_pool(small, 1);
@@ -542,89 +555,100 @@ impl DeviceMirror {
         Ok(applied(pool))
     }
 
-    fn block_in_state(&self, e: &Event, state: BlockState) -> Result<MBlock, MirrorError> {
-        match self.blocks.get(&e.addr) {
-            Some(b) if b.state == state && (e.size == 0 || b.size == e.size) => Ok(*b),
-            Some(_) => Err(MirrorError::NoSuchBlock {
+    fn no_block_in_state(&self, e: &Event, state: BlockState, found: bool) -> MirrorError {
+        if found || self.segment_at(e.addr).is_some() {
+            MirrorError::NoSuchBlock {
                 action: e.action.as_str(),
                 addr: e.addr,
                 size: e.size,
                 wanted: state.as_str(),
-            }),
-            None => match self.segment_at(e.addr) {
-                Some(_) => Err(MirrorError::NoSuchBlock {
-                    action: e.action.as_str(),
-                    addr: e.addr,
-                    size: e.size,
-                    wanted: state.as_str(),
-                }),
-                None => Err(MirrorError::UnknownSegment {
-                    action: e.action.as_str(),
-                    addr: e.addr,
-                }),
-            },
+            }
+        } else {
+            MirrorError::UnknownSegment {
+                action: e.action.as_str(),
+                addr: e.addr,
+            }
         }
     }
 
     fn free_requested(&mut self, e: &Event) -> Result<Applied, MirrorError> {
-        let b = self.block_in_state(e, BlockState::ActiveAllocated)?;
-        self.blocks.get_mut(&e.addr).expect("found above").state = BlockState::ActivePendingFree;
-        let seg = self.segments[&b.seg];
+        let wanted = BlockState::ActiveAllocated;
+        let b = match self.blocks.get_mut(&e.addr) {
+            Some(b) if b.state == wanted && (e.size == 0 || b.size == e.size) => {
+                b.state = BlockState::ActivePendingFree;
+                *b
+            }
+            found => {
+                let found = found.is_some();
+                return Err(self.no_block_in_state(e, wanted, found));
+            }
+        };
+        let seg = &self.segments[&b.seg];
+        let (small, stream, pool) = (seg.small, seg.stream, seg.pool);
         let size = b.size as i64;
-        self.stats.allocation.update_pool(seg.small, -1);
-        self.stats.allocated_bytes.update_pool(seg.small, -size);
+        self.stats.allocation.update_pool(small, -1);
+        self.stats.allocated_bytes.update_pool(small, -size);
         if b.oversize {
             self.stats.oversize_allocations.update(-1);
         }
-        self.stream(seg.stream, e.time_ns).allocated -= size;
-        Ok(applied(seg.pool))
+        self.stream(stream, e.time_ns).allocated -= size;
+        Ok(applied(pool))
     }
 
     fn free_completed(&mut self, e: &Event) -> Result<Applied, MirrorError> {
-        let b = self.block_in_state(e, BlockState::ActivePendingFree)?;
+        let wanted = BlockState::ActivePendingFree;
+        let b = match self.blocks.get(&e.addr) {
+            Some(b) if b.state == wanted && (e.size == 0 || b.size == e.size) => *b,
+            found => {
+                let found = found.is_some();
+                return Err(self.no_block_in_state(e, wanted, found));
+            }
+        };
         let free_at = |a: Option<u64>| {
             a.and_then(|a| self.blocks.get(&a).map(|nb| (a, *nb)))
                 .filter(|(_, nb)| nb.state == BlockState::Inactive)
         };
         let prev = free_at(b.prev);
         let next = free_at(b.next);
-        let seg = self.segments[&b.seg];
-        let before = Self::split_contribution(
-            &seg,
-            &[prev.map(|(_, p)| p.size), next.map(|(_, n)| n.size)],
-        );
+        let sm = self
+            .segments
+            .get_mut(&b.seg)
+            .expect("a block's segment exists");
+        let before =
+            Self::split_contribution(sm, &[prev.map(|(_, p)| p.size), next.map(|(_, n)| n.size)]);
         let mut start = e.addr;
         let mut size = b.size;
         let mut new_prev = b.prev;
         let mut new_next = b.next;
-        let mut merged = 0u32;
         if let Some((pa, pb)) = prev {
-            self.blocks.remove(&pa);
             start = pa;
             size += pb.size;
             new_prev = pb.prev;
-            merged += 1;
         }
-        if let Some((na, nb)) = next {
-            self.blocks.remove(&na);
+        if let Some((_, nb)) = next {
             size += nb.size;
             new_next = nb.next;
-            merged += 1;
         }
-        self.blocks.remove(&e.addr);
-        self.blocks.insert(
-            start,
-            MBlock {
-                requested: b.requested,
-                ..MBlock::free(b.seg, size, new_prev, new_next)
-            },
-        );
-        self.set_next(new_prev, start);
-        self.set_prev(new_next, start);
-        let sm = self.segments.get_mut(&b.seg).expect("found above");
-        sm.blocks -= merged;
+        sm.blocks -= u32::from(prev.is_some()) + u32::from(next.is_some());
         let after = Self::split_contribution(sm, &[Some(size)]);
-        let (small, stream, pool) = (seg.small, seg.stream, seg.pool);
+        let (small, stream, pool) = (sm.small, sm.stream, sm.pool);
+        let merged = MBlock {
+            requested: b.requested,
+            ..MBlock::free(b.seg, size, new_prev, new_next)
+        };
+        // The merged block keeps the first address: `new_prev` already links to it (it
+        // linked to the previous free block or to the freed one), so only the block after
+        // it may need its link moved.
+        if let Some((na, _)) = next {
+            self.blocks.remove(&na);
+        }
+        if start != e.addr {
+            self.blocks.remove(&e.addr);
+        }
+        *self.blocks.get_mut(&start).expect("found above") = merged;
+        if next.is_some() || start != e.addr {
+            Self::link_prev(&mut self.blocks, new_next, start);
+        }
         self.apply_split_delta(small, before, after);
         self.stats.active.update_pool(small, -1);
         self.stats.active_bytes.update_pool(small, -(b.size as i64));
