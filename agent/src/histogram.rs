@@ -237,7 +237,7 @@ mod tests {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            let pool = if x % 3 == 0 {
+            let pool = if x.is_multiple_of(3) {
                 PoolKey::Small
             } else {
                 PoolKey::Large
