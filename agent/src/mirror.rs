@@ -147,6 +147,8 @@ impl MBlock {
 struct MSegment {
     size: u64,
     stream: u64,
+    /// Index of `stream` in the mirror's stream list.
+    stream_ix: u32,
     pool: PoolKey,
     small: bool,
     expandable: bool,
@@ -184,7 +186,8 @@ pub struct DeviceMirror {
     segments: AddrMap<MSegment>,
     starts: BTreeSet<u64>,
     stats: DeviceStats,
-    /// Few streams: a vector beats a map.
+    /// Few streams: a vector beats a map. In order of first use (segments hold indices into
+    /// it); [`streams`](Self::streams) sorts.
     streams: Vec<(u64, StreamAcc)>,
     max_split_size: Option<u64>,
     version: u64,
@@ -260,20 +263,22 @@ impl DeviceMirror {
         e.flags & FLAG_OVERSIZE != 0 || self.max_split_size.is_some_and(|m| e.size >= m)
     }
 
-    #[inline]
-    fn stream(&mut self, stream: u64, time_ns: u64) -> &mut StreamAcc {
-        let i = match self.streams.iter().position(|(s, _)| *s == stream) {
-            Some(i) => i,
+    /// The index of `stream` in `streams`, added when new. Entries are never removed, so a
+    /// segment keeps its stream's index for the hot path.
+    fn stream_index(&mut self, stream: u64) -> u32 {
+        match self.streams.iter().position(|(s, _)| *s == stream) {
+            Some(i) => i as u32,
             None => {
                 self.streams.push((stream, StreamAcc::default()));
-                self.streams.sort_by_key(|(s, _)| *s);
-                self.streams
-                    .iter()
-                    .position(|(s, _)| *s == stream)
-                    .expect("just inserted")
+                (self.streams.len() - 1) as u32
             }
-        };
-        let s = &mut self.streams[i].1;
+        }
+    }
+
+    /// The counters of the stream at index `ix`, seen at `time_ns`.
+    #[inline]
+    fn stream_at(&mut self, ix: u32, time_ns: u64) -> &mut StreamAcc {
+        let s = &mut self.streams[ix as usize].1;
         s.last_event_ns = s.last_event_ns.max(time_ns);
         s
     }
@@ -412,6 +417,7 @@ impl DeviceMirror {
         let small = e.pool == EventPool::Small;
         let oversize = self.oversize(e);
         let pool = pool_key(e);
+        let stream_ix = self.stream_index(e.stream);
         self.blocks
             .insert(e.addr, MBlock::free(e.addr, e.size, None, None));
         self.segments.insert(
@@ -419,6 +425,7 @@ impl DeviceMirror {
             MSegment {
                 size: e.size,
                 stream: e.stream,
+                stream_ix,
                 pool,
                 small,
                 expandable: false,
@@ -433,7 +440,7 @@ impl DeviceMirror {
         if oversize {
             self.stats.oversize_segments.update(1);
         }
-        self.stream(e.stream, e.time_ns).reserved += e.size as i64;
+        self.stream_at(stream_ix, e.time_ns).reserved += e.size as i64;
         Ok(applied(pool))
     }
 
@@ -465,7 +472,7 @@ impl DeviceMirror {
         if seg.oversize {
             self.stats.oversize_segments.update(-1);
         }
-        self.stream(seg.stream, e.time_ns).reserved -= seg.size as i64;
+        self.stream_at(seg.stream_ix, e.time_ns).reserved -= seg.size as i64;
         Ok(applied(seg.pool))
     }
 
@@ -506,7 +513,7 @@ impl DeviceMirror {
             sm,
             &[(front > 0).then_some(front), (back > 0).then_some(back)],
         );
-        let (small, stream, pool) = (sm.small, sm.stream, sm.pool);
+        let (small, stream, pool) = (sm.small, sm.stream_ix, sm.pool);
         let next = if back > 0 { Some(end) } else { b.next };
         let taken = MBlock {
             seg: b.seg,
@@ -547,7 +554,7 @@ impl DeviceMirror {
         if oversize {
             st.oversize_allocations.update(1);
         }
-        let s = self.stream(stream, e.time_ns);
+        let s = self.stream_at(stream, e.time_ns);
         s.allocated += e.size as i64;
         s.active += e.size as i64;
         s.peak_allocated = s.peak_allocated.max(s.allocated);
@@ -584,14 +591,14 @@ impl DeviceMirror {
             }
         };
         let seg = &self.segments[&b.seg];
-        let (small, stream, pool) = (seg.small, seg.stream, seg.pool);
+        let (small, stream, pool) = (seg.small, seg.stream_ix, seg.pool);
         let size = b.size as i64;
         self.stats.allocation.update_pool(small, -1);
         self.stats.allocated_bytes.update_pool(small, -size);
         if b.oversize {
             self.stats.oversize_allocations.update(-1);
         }
-        self.stream(stream, e.time_ns).allocated -= size;
+        self.stream_at(stream, e.time_ns).allocated -= size;
         Ok(applied(pool))
     }
 
@@ -631,7 +638,7 @@ impl DeviceMirror {
         }
         sm.blocks -= u32::from(prev.is_some()) + u32::from(next.is_some());
         let after = Self::split_contribution(sm, &[Some(size)]);
-        let (small, stream, pool) = (sm.small, sm.stream, sm.pool);
+        let (small, stream, pool) = (sm.small, sm.stream_ix, sm.pool);
         let merged = MBlock {
             requested: b.requested,
             ..MBlock::free(b.seg, size, new_prev, new_next)
@@ -655,7 +662,7 @@ impl DeviceMirror {
         self.stats
             .requested_bytes
             .update_pool(small, -(b.requested as i64));
-        self.stream(stream, e.time_ns).active -= b.size as i64;
+        self.stream_at(stream, e.time_ns).active -= b.size as i64;
         let lifetime_ns =
             (b.alloc_ns != 0 && e.time_ns >= b.alloc_ns).then(|| e.time_ns - b.alloc_ns);
         Ok(Applied {
@@ -747,11 +754,13 @@ impl DeviceMirror {
         );
         self.set_next(prev_block, e.addr);
         self.set_prev(next_seg, e.addr);
+        let stream_ix = self.stream_index(e.stream);
         let mut seg = match prev_seg {
             Some(p) => self.segments[&p],
             None => MSegment {
                 size: 0,
                 stream: e.stream,
+                stream_ix,
                 pool,
                 small,
                 expandable: true,
@@ -776,7 +785,7 @@ impl DeviceMirror {
         self.merge_free_around(e.addr);
         self.stats.reserved_bytes.update_pool(small, e.size as i64);
         self.stats.num_device_alloc += 1;
-        self.stream(e.stream, e.time_ns).reserved += e.size as i64;
+        self.stream_at(stream_ix, e.time_ns).reserved += e.size as i64;
         Ok(applied(pool))
     }
 
@@ -864,7 +873,7 @@ impl DeviceMirror {
             .reserved_bytes
             .update_pool(seg.small, -(e.size as i64));
         self.stats.num_device_free += 1;
-        self.stream(seg.stream, e.time_ns).reserved -= e.size as i64;
+        self.stream_at(seg.stream_ix, e.time_ns).reserved -= e.size as i64;
         Ok(applied(seg.pool))
     }
 
@@ -873,12 +882,15 @@ impl DeviceMirror {
     /// never go down).
     pub fn resync(&mut self, snapshot: &Snapshot, stats: DeviceStats) {
         self.max_split_size = (stats.max_split_size >= 0).then_some(stats.max_split_size as u64);
-        let oversize = |size: u64| self.max_split_size.is_some_and(|m| size >= m);
+        let max_split_size = self.max_split_size;
+        let oversize = |size: u64| max_split_size.is_some_and(|m| size >= m);
         let mut blocks = AddrMap::default();
         let mut segments = AddrMap::default();
         let mut starts = BTreeSet::new();
-        for s in snapshot.segments.iter().filter(|s| s.device == self.device) {
+        let device = self.device;
+        for s in snapshot.segments.iter().filter(|s| s.device == device) {
             let n = s.blocks.len();
+            let stream_ix = self.stream_index(s.stream);
             for (i, b) in s.blocks.iter().enumerate() {
                 blocks.insert(
                     b.address,
@@ -899,6 +911,7 @@ impl DeviceMirror {
                 MSegment {
                     size: s.total_size,
                     stream: s.stream,
+                    stream_ix,
                     pool: segment_pool_key(s),
                     small: s.segment_type == SegmentType::Small,
                     expandable: s.is_expandable,
@@ -931,7 +944,7 @@ impl DeviceMirror {
                     active += b.size as i64;
                 }
             }
-            let acc = self.stream(seg.stream, 0);
+            let acc = self.stream_at(seg.stream_ix, 0);
             acc.reserved += seg.size as i64;
             acc.allocated += allocated;
             acc.active += active;
@@ -1006,7 +1019,8 @@ impl DeviceMirror {
     /// Usage per stream, by stream id.
     pub fn streams(&self) -> Vec<StreamUsage> {
         let pos = |v: i64| v.max(0) as u64;
-        self.streams
+        let mut out: Vec<StreamUsage> = self
+            .streams
             .iter()
             .map(|&(stream, s)| StreamUsage {
                 stream,
@@ -1017,7 +1031,9 @@ impl DeviceMirror {
                 allocs: s.allocs,
                 last_event_ns: s.last_event_ns,
             })
-            .collect()
+            .collect();
+        out.sort_by_key(|u| u.stream);
+        out
     }
 
     /// Usage per pool: small and large always, then private pools by id.
