@@ -102,10 +102,25 @@ impl HistSet {
     }
 }
 
+/// Slots of [`DeviceHistograms`]' lookup cache (a power of two).
+const PAIR_HINTS: usize = 16;
+
+/// The hint slot of a `(pool, stream)` pair: a multiplicative hash of both.
+#[inline]
+fn hint_slot(pool: PoolKey, stream: u64) -> usize {
+    let p = match pool {
+        PoolKey::Small => 0,
+        PoolKey::Large => 1,
+        PoolKey::Private(id) => id.wrapping_add(2),
+    };
+    let h = (stream ^ p.rotate_left(32)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (h >> (u64::BITS - PAIR_HINTS.trailing_zeros())) as usize
+}
+
 /// The histograms of one device.
 ///
-/// Each value is recorded once, in the set of its `(pool, stream)` pair (few pairs: a scan
-/// beats a map, and the last pair used is tried first); the per-pool, per-stream and
+/// Each value is recorded once, in the set of its `(pool, stream)` pair (few pairs: a sorted
+/// vector, found through a small direct-mapped cache of indices, checked on use); the per-pool, per-stream and
 /// all-pools sets are sums of pair sets, built when a summary is asked for. Adding
 /// HdrHistograms of one precision adds their counts, so the sums equal recording every value
 /// into each set they belong to.
@@ -113,8 +128,8 @@ impl HistSet {
 pub struct DeviceHistograms {
     /// Sorted by `(pool, stream)`.
     pairs: Vec<((PoolKey, u64), HistSet)>,
-    /// Index in `pairs` of the last pair recorded into.
-    last: usize,
+    /// Likely index in `pairs` of the pairs hashing to each slot (a hint: checked on use).
+    hints: [u32; PAIR_HINTS],
     version: u64,
 }
 
@@ -123,18 +138,23 @@ impl DeviceHistograms {
     #[inline]
     fn pair(&mut self, pool: PoolKey, stream: u64) -> &mut HistSet {
         let key = (pool, stream);
-        let i = match self.pairs.get(self.last) {
-            Some((k, _)) if *k == key => self.last,
-            _ => match self.pairs.iter().position(|(k, _)| *k == key) {
-                Some(i) => i,
-                None => {
-                    let i = self.pairs.partition_point(|(k, _)| *k < key);
-                    self.pairs.insert(i, (key, HistSet::default()));
-                    i
-                }
-            },
+        let slot = hint_slot(pool, stream);
+        let hint = self.hints[slot] as usize;
+        let i = match self.pairs.get(hint) {
+            Some((k, _)) if *k == key => hint,
+            _ => {
+                let i = match self.pairs.iter().position(|(k, _)| *k == key) {
+                    Some(i) => i,
+                    None => {
+                        let i = self.pairs.partition_point(|(k, _)| *k < key);
+                        self.pairs.insert(i, (key, HistSet::default()));
+                        i
+                    }
+                };
+                self.hints[slot] = i as u32;
+                i
+            }
         };
-        self.last = i;
         &mut self.pairs[i].1
     }
 
