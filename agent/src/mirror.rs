@@ -477,10 +477,47 @@ impl DeviceMirror {
     }
 
     fn alloc(&mut self, e: &Event) -> Result<Applied, MirrorError> {
+        let end = e.addr + e.size;
+        let fits = |b_addr: u64, b: &MBlock| {
+            if b.state != BlockState::Inactive || e.size == 0 || b_addr + b.size < end {
+                return Err(MirrorError::NoSuchBlock {
+                    action: e.action.as_str(),
+                    addr: e.addr,
+                    size: e.size,
+                    wanted: "free",
+                });
+            }
+            Ok(())
+        };
+        let oversize = self.oversize(e);
+        let taken = |b_addr: u64, b: &MBlock| MBlock {
+            seg: b.seg,
+            size: e.size,
+            requested: e.requested,
+            alloc_ns: e.time_ns,
+            prev: if e.addr > b_addr {
+                Some(b_addr)
+            } else {
+                b.prev
+            },
+            next: if b_addr + b.size > end {
+                Some(end)
+            } else {
+                b.next
+            },
+            state: BlockState::ActiveAllocated,
+            oversize,
+        };
         // The allocator hands out the front of a free block, so the block usually starts at
-        // the event's address: one lookup finds it.
-        let (b_addr, b) = match self.blocks.get(&e.addr) {
-            Some(b) => (e.addr, *b),
+        // the event's address: then one lookup finds it and the taken block replaces it in
+        // place (its successor's link is unchanged unless a remainder is cut off below).
+        let (b_addr, b) = match self.blocks.get_mut(&e.addr) {
+            Some(bm) => {
+                let b = *bm;
+                fits(e.addr, &b)?;
+                *bm = taken(e.addr, &b);
+                (e.addr, b)
+            }
             None => {
                 let a = self
                     .block_containing(e.addr)
@@ -488,19 +525,11 @@ impl DeviceMirror {
                         action: e.action.as_str(),
                         addr: e.addr,
                     })?;
-                (a, self.blocks[&a])
+                let b = self.blocks[&a];
+                fits(a, &b)?;
+                (a, b)
             }
         };
-        let end = e.addr + e.size;
-        if b.state != BlockState::Inactive || e.size == 0 || b_addr + b.size < end {
-            return Err(MirrorError::NoSuchBlock {
-                action: e.action.as_str(),
-                addr: e.addr,
-                size: e.size,
-                wanted: "free",
-            });
-        }
-        let oversize = self.oversize(e);
         let front = e.addr - b_addr;
         let back = b_addr + b.size - end;
         let sm = self
@@ -514,30 +543,15 @@ impl DeviceMirror {
             &[(front > 0).then_some(front), (back > 0).then_some(back)],
         );
         let (small, stream, pool) = (sm.small, sm.stream_ix, sm.pool);
-        let next = if back > 0 { Some(end) } else { b.next };
-        let taken = MBlock {
-            seg: b.seg,
-            size: e.size,
-            requested: e.requested,
-            alloc_ns: e.time_ns,
-            prev: if front > 0 { Some(b_addr) } else { b.prev },
-            next,
-            state: BlockState::ActiveAllocated,
-            oversize,
-        };
         if front > 0 {
             let fb = self.blocks.get_mut(&b_addr).expect("found above");
             fb.size = front;
             fb.next = Some(e.addr);
-            self.blocks.insert(e.addr, taken);
+            self.blocks.insert(e.addr, taken(b_addr, &b));
             if back == 0 {
                 // The old block's successor now follows the taken block.
-                Self::link_prev(&mut self.blocks, next, e.addr);
+                Self::link_prev(&mut self.blocks, b.next, e.addr);
             }
-        } else {
-            // The taken block replaces the free one in place; its successor's link is
-            // unchanged unless a remainder is cut off below.
-            *self.blocks.get_mut(&b_addr).expect("found above") = taken;
         }
         if back > 0 {
             self.blocks
