@@ -3,8 +3,8 @@
 //! timed in the same run.
 //!
 //! Python is timed in a subprocess that loads the file N times and reports its own median
-//! per-load time, so interpreter start-up is not counted; the figure is printed beside
-//! criterion's. Without python3 or the fixture, the baseline is skipped with a visible line.
+//! per-load time, so interpreter start-up is not counted; it runs before and after ours and
+//! both figures are printed beside criterion's. Without python3 or the fixture, the baseline is skipped with a visible line.
 
 use std::path::Path;
 use std::process::Command;
@@ -56,6 +56,9 @@ fn bench(c: &mut Criterion) {
         println!("skipped: fixtures not found ({FIXTURE})");
         return;
     };
+    // Python is timed before and after ours: on a shared machine the load changes, and the two
+    // figures show by how much.
+    let python_before = python_median_us(path);
     let mut g = c.benchmark_group("pickle_load");
     g.bench_function("allocview_pickle_parse", |b| {
         b.iter(|| pickle::parse(std::hint::black_box(&bytes)).map(|d| d.container_count()))
@@ -73,12 +76,13 @@ fn bench(c: &mut Criterion) {
     });
     g.finish();
 
-    match python_median_us(path) {
-        Some(us) => println!(
-            "baseline: python3 pickle.loads of the same file: {us:.0} µs per load (median of \
-             {PYTHON_LOADS}); compare with pickle_load/allocview_into_model above"
+    match (python_before, python_median_us(path)) {
+        (Some(before), Some(after)) => println!(
+            "baseline: python3 pickle.loads of the same file: {before:.0} µs per load before, \
+             {after:.0} µs after (medians of {PYTHON_LOADS}); compare with \
+             pickle_load/allocview_into_model above"
         ),
-        None => println!("skipped: python3 baseline (python3 not found)"),
+        _ => println!("skipped: python3 baseline (python3 not found)"),
     }
 }
 

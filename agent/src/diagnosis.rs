@@ -22,6 +22,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use allocview_alloc::caching::OutOfMemory;
 use allocview_alloc::snapshot::{BlockState, SegmentInfo, TraceEntry};
 
 pub use crate::replay::what_if::{WhatIfOutcome, what_if_avoided};
@@ -52,6 +53,20 @@ pub struct OomFacts {
 }
 
 impl OomFacts {
+    /// The facts an allocator's out-of-memory error carries.
+    pub fn from_oom(oom: &OutOfMemory) -> OomFacts {
+        OomFacts {
+            requested: oom.rounded,
+            device_total: oom.device_total,
+            device_free: oom.device_free,
+            allowed_max: oom.allowed_max,
+            allocated: oom.allocated,
+            reserved: oom.reserved,
+            largest_free_block: oom.largest_free_block,
+            stranded_in_split_segments: oom.stranded_in_split_segments,
+        }
+    }
+
     /// The facts of an `oom` trace entry (its address field holds the device's free bytes, its
     /// size the rounded request) with the allocator state at that point, given as the segments
     /// then.
@@ -157,6 +172,12 @@ pub struct Diagnosis {
 
 /// Classifies an OOM (see the module documentation for the rules).
 pub fn diagnose(f: &OomFacts) -> Diagnosis {
+    diagnose_under(f, false)
+}
+
+/// [`diagnose`], for an allocator that already used expandable segments (or not): the advice
+/// for fragmentation differs.
+pub fn diagnose_under(f: &OomFacts, expandable_segments: bool) -> Diagnosis {
     let free_in_reserved = f.free_in_reserved();
     let outside = f.outside();
     let capacity = f.capacity();
@@ -170,12 +191,16 @@ pub fn diagnose(f: &OomFacts) -> Diagnosis {
         } else {
             format!("the largest free block is {}", human(f.largest_free_block))
         };
+        let cure = if expandable_segments {
+            "even with expandable segments the free pages are scattered between live blocks"
+        } else {
+            "expandable_segments:True would let the free space be used"
+        };
         (
             DiagnosisKind::Fragmentation,
             format!(
                 "fragmentation: {} is reserved but free, more than the {req} asked for, yet \
-                 {where_} and {} is stranded in split segments; \
-                 expandable_segments:True would let the free space be used",
+                 {where_} and {} is stranded in split segments; {cure}",
                 human(free_in_reserved),
                 human(f.stranded_in_split_segments)
             ),
@@ -266,6 +291,22 @@ mod tests {
     }
 
     #[test]
+    fn fragmentation_under_expandable_segments_does_not_recommend_them_again() {
+        let d = diagnose_under(&facts(), true);
+        assert_eq!(d.kind, DiagnosisKind::Fragmentation);
+        assert!(
+            !d.explanation.contains("expandable_segments:True"),
+            "{}",
+            d.explanation
+        );
+        assert!(
+            d.explanation.contains("even with expandable segments"),
+            "{}",
+            d.explanation
+        );
+    }
+
+    #[test]
     fn live_allocations_filling_the_device_are_exhaustion() {
         let f = OomFacts {
             allocated: 78 * GIB,
@@ -350,6 +391,48 @@ mod tests {
         assert_eq!(f.stranded_in_split_segments, 6 * MIB);
         assert_eq!(f.device_free, 3 * MIB);
         assert_eq!(f.requested, 64 * MIB);
+    }
+
+    #[test]
+    fn free_memory_cached_for_another_stream_is_fragmentation_and_says_so() {
+        let f = OomFacts {
+            requested: 400 * MIB,
+            device_total: GIB,
+            device_free: 224 * MIB,
+            allowed_max: None,
+            allocated: 2 * MIB,
+            reserved: 800 * MIB,
+            largest_free_block: 598 * MIB,
+            stranded_in_split_segments: 798 * MIB,
+        };
+        let d = diagnose(&f);
+        assert_eq!(d.kind, DiagnosisKind::Fragmentation);
+        assert!(
+            d.explanation.contains("another stream"),
+            "{}",
+            d.explanation
+        );
+        assert_eq!(d.free_in_reserved, 798 * MIB);
+    }
+
+    #[test]
+    fn a_memory_fraction_is_the_capacity_the_diagnosis_measures_against() {
+        let f = OomFacts {
+            allowed_max: Some(40 * GIB),
+            allocated: 39 * GIB,
+            reserved: 39 * GIB + 512 * MIB,
+            largest_free_block: 100 * MIB,
+            device_free: 40 * GIB,
+            ..facts()
+        };
+        let d = diagnose(&f);
+        assert_eq!(d.kind, DiagnosisKind::Exhaustion);
+        assert_eq!(d.capacity, 40 * GIB);
+        assert!(
+            d.explanation.contains("40.00 GiB this allocator may use"),
+            "{}",
+            d.explanation
+        );
     }
 
     #[test]

@@ -30,6 +30,7 @@
 //! recorded cache is the recorded settings' doing. Recorded `oom` entries are attempted again
 //! (a success is given back at once: the program never had that block).
 
+pub mod addr_map;
 pub mod bytes;
 pub mod engine;
 pub mod initial;
@@ -117,13 +118,13 @@ pub struct ReplayOutput {
 ///
 /// # Errors
 /// [`ReplayError::NoTrace`] for a file without a trace, [`ReplayError::Config`] for a settings
-/// string that does not parse, [`ReplayError::Device`] when the simulated device fails.
+/// string that does not parse.
 pub fn replay(
     snapshot: &Snapshot,
     settings: &ReplaySettings,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<ReplayOutput, ReplayError> {
-    let trace = engine::trace_index(snapshot).ok_or(ReplayError::NoTrace(0))?;
+    let trace = engine::trace_index(snapshot).ok_or(ReplayError::NoTrace)?;
     let entries = &snapshot.device_traces[trace];
     let configs = settings
         .configs
@@ -198,6 +199,6 @@ pub fn replay(
             fidelity: base.fidelity,
             runs,
         },
-        replayed: base.snapshot,
+        replayed: base.snapshot.unwrap_or_default(),
     })
 }

@@ -50,13 +50,12 @@ impl FileFormat {
 #[derive(Debug, Error)]
 pub enum SnapshotFileError {
     /// The file could not be read or written.
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {error}", path.display())]
     Io {
         /// The file.
         path: PathBuf,
         /// The OS error.
-        #[source]
-        source: io::Error,
+        error: io::Error,
     },
     /// The bytes are neither format.
     #[error(
@@ -69,19 +68,32 @@ pub enum SnapshotFileError {
     },
     /// A PyTorch pickle that could not be read.
     #[error("PyTorch snapshot: {0}")]
-    Pickle(#[from] PytorchError),
+    Pickle(PytorchError),
     /// allocview JSON that could not be read.
     #[error("allocview JSON: {0}")]
-    Json(#[from] JsonFormatError),
+    Json(JsonFormatError),
     /// Any of the above, in a named file.
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {error}", path.display())]
     InFile {
         /// The file.
         path: PathBuf,
         /// What went wrong.
-        #[source]
-        source: Box<SnapshotFileError>,
+        error: Box<SnapshotFileError>,
     },
+}
+
+// The messages above already include the inner error's text, so the inner errors are not
+// exposed as `source` (a reporter walking the chain would print them twice).
+impl From<PytorchError> for SnapshotFileError {
+    fn from(e: PytorchError) -> Self {
+        SnapshotFileError::Pickle(e)
+    }
+}
+
+impl From<JsonFormatError> for SnapshotFileError {
+    fn from(e: JsonFormatError) -> Self {
+        SnapshotFileError::Json(e)
+    }
 }
 
 /// The format of a file from its first bytes, or `None` when it is neither.
@@ -142,9 +154,9 @@ pub fn load_with_progress(
     path: &Path,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Snapshot, SnapshotFileError> {
-    let io_err = |source| SnapshotFileError::Io {
+    let io_err = |error| SnapshotFileError::Io {
         path: path.to_path_buf(),
-        source,
+        error,
     };
     let mut file = File::open(path).map_err(io_err)?;
     let len = file.metadata().map_err(io_err)?.len();
@@ -166,7 +178,7 @@ pub fn load_with_progress(
     let result = from_bytes_with_progress(&bytes, &mut |pos| progress(read + pos as u64, total))
         .map_err(|e| SnapshotFileError::InFile {
             path: path.to_path_buf(),
-            source: Box::new(e),
+            error: Box::new(e),
         });
     progress(total, total);
     result
@@ -187,9 +199,9 @@ pub fn to_bytes(snapshot: &Snapshot, format: FileFormat) -> Vec<u8> {
 /// An I/O error naming the file; the temporary file is removed.
 pub fn save(path: &Path, snapshot: &Snapshot, format: FileFormat) -> Result<(), SnapshotFileError> {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let io_err = |source| SnapshotFileError::Io {
+    let io_err = |error| SnapshotFileError::Io {
         path: path.to_path_buf(),
-        source,
+        error,
     };
     let bytes = to_bytes(snapshot, format);
     let dir = match path.parent() {

@@ -181,7 +181,29 @@ fn summarize_device(snapshot: &Snapshot, device: i32, max_split: Option<u64>) ->
         pool.add_segment(seg);
         streams.entry(seg.stream).or_default().add_segment(seg);
     }
-    let stats = DeviceStats::from_snapshot(snapshot, device, max_split);
+    // PyTorch's counters are i64: a (malformed) snapshot whose byte sums do not fit gets no
+    // table rather than wrapped figures.
+    let fits = [
+        totals.reserved,
+        totals.allocated,
+        totals.active,
+        totals.requested,
+        totals.free_in_split_segments,
+    ]
+    .iter()
+    .all(|&v| v <= i64::MAX as u64);
+    let (memory_summary, memory_stats) = if fits {
+        let stats = DeviceStats::from_snapshot(snapshot, device, max_split);
+        (format_memory_summary(&stats, device), stats.currents())
+    } else {
+        (
+            format!(
+                "PyTorch's memory summary is not available for device {device}: its byte \
+                 totals exceed the 64-bit signed counters PyTorch uses"
+            ),
+            BTreeMap::new(),
+        )
+    };
     let trace: &[_] = usize::try_from(device)
         .ok()
         .and_then(|i| snapshot.device_traces.get(i))
@@ -209,8 +231,8 @@ fn summarize_device(snapshot: &Snapshot, device: i32, max_split: Option<u64>) ->
         device,
         total_memory: meta.and_then(|m| m.total_memory),
         totals,
-        memory_summary: format_memory_summary(&stats, device),
-        memory_stats: stats.currents(),
+        memory_summary,
+        memory_stats,
         pools,
         streams: streams
             .into_iter()

@@ -181,4 +181,5 @@ fn a_file_without_a_trace_is_an_error() {
     )
     .unwrap_err();
     assert!(err.to_string().contains("no allocation trace"), "{err}");
+    assert!(what_if_avoided(&Snapshot::default(), GIB).is_empty());
 }

@@ -193,3 +193,19 @@ fn progress_is_reported_up_to_the_total() {
     assert!(seen.windows(2).all(|w| w[0].0 <= w[1].0), "{seen:?}");
     assert_eq!(seen.last(), Some(&(total, total)));
 }
+
+#[test]
+fn every_prefix_of_a_small_file_in_either_format_is_an_error() {
+    let Some(bytes) = support::fixture_bytes("tiny-3-segments.pickle") else {
+        return;
+    };
+    let s = snapshot_file::from_bytes(&bytes).unwrap();
+    for full in [bytes.clone(), snapshot_file::to_bytes(&s, FileFormat::Json)] {
+        for n in 0..full.len() {
+            assert!(
+                snapshot_file::from_bytes(&full[..n]).is_err(),
+                "a prefix of {n} bytes loaded"
+            );
+        }
+    }
+}

@@ -239,3 +239,17 @@ fn an_empty_snapshot_summarizes_to_zeros() {
     assert!(s.devices.is_empty());
     assert!(s.to_string().starts_with("Snapshot: 0 segments"));
 }
+
+#[test]
+fn sizes_beyond_pytorchs_counters_get_no_table_instead_of_wrapped_figures() {
+    let mut s = rich_snapshot();
+    s.segments[0].total_size = u64::MAX - 5;
+    let sum = summary::summarize(&s);
+    assert_eq!(sum.devices[0].totals.reserved, u64::MAX);
+    assert!(
+        sum.devices[0].memory_summary.contains("not available"),
+        "{}",
+        sum.devices[0].memory_summary
+    );
+    let _ = sum.to_string();
+}

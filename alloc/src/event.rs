@@ -10,8 +10,7 @@
 //! counters that have no trace entry, so a consumer that mirrors segments and blocks from the
 //! events can recompute every `DeviceStats` figure the allocator keeps.
 
-use std::sync::OnceLock;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+mod clock;
 
 /// What an event reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -192,27 +191,11 @@ pub trait EventSink: Send + Sync {
     }
 }
 
-struct ClockAnchor {
-    instant: Instant,
-    epoch_ns: u64,
-}
-
-fn anchor() -> &'static ClockAnchor {
-    static ANCHOR: OnceLock<ClockAnchor> = OnceLock::new();
-    ANCHOR.get_or_init(|| ClockAnchor {
-        instant: Instant::now(),
-        epoch_ns: SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0),
-    })
-}
-
 /// Nanoseconds since the Unix epoch from a monotonic clock anchored once per process: cheap
-/// (no syscall beyond the vDSO clock read), never goes backwards, and comparable with the
-/// microsecond `time_us` of PyTorch's trace entries.
+/// (one time-stamp counter read where the CPU's counter is invariant, else the vDSO monotonic
+/// clock; see `event/clock.rs`), never goes backwards, and comparable with the microsecond
+/// `time_us` of PyTorch's trace entries.
 #[inline]
 pub fn now_ns() -> u64 {
-    let a = anchor();
-    a.epoch_ns + a.instant.elapsed().as_nanos() as u64
+    clock::now_ns()
 }

@@ -1,7 +1,8 @@
-//! `allocview demo`'s engine: a simulated device, the caching allocator over it, an embedded
-//! agent fed by the allocator's events, and a thread running the training
-//! [`workload`] until stopped.
+//! `allocview demo`'s engine: a [`device`] (simulated, or a real GPU through CUDA), the caching
+//! allocator over it, an embedded agent fed by the allocator's events, and a thread running the
+//! training [`workload`] until stopped.
 
+pub mod device;
 pub mod workload;
 
 use std::net::SocketAddr;
@@ -13,20 +14,20 @@ use std::time::{Duration, Instant};
 
 use allocview_agent::agent::Agent;
 use allocview_agent::provider::SnapshotProvider;
-use allocview_alloc::caching::backend::DeviceBackend as _;
+use allocview_alloc::caching::backend::DeviceBackend;
 use allocview_alloc::caching::history::{ContextLevel, HistoryOptions};
-use allocview_alloc::caching::sim::SimBackend;
 use allocview_alloc::caching::stats::DeviceStats;
 use allocview_alloc::caching::{AllocatorConfig, CachingAllocator};
 use allocview_alloc::snapshot::Snapshot;
 use anyhow::Context as _;
 use serde::Serialize;
 
+use self::device::DemoDevice;
 use self::workload::{Context, Workload};
-use crate::cli::Scenario;
+use crate::cli::{Backend, Scenario};
 
-/// The allocator the demo runs.
-pub type DemoAllocator = CachingAllocator<Arc<SimBackend>>;
+/// The allocator the demo runs, over whichever device it opened.
+pub type DemoAllocator = CachingAllocator<Arc<dyn DeviceBackend>>;
 
 /// Trace entries the allocator keeps (its history ring): enough for the dumps' time travel.
 pub const HISTORY_ENTRIES: usize = 20_000;
@@ -41,7 +42,9 @@ pub const DUMP_WAIT: Duration = Duration::from_secs(3);
 /// How to run the demo.
 #[derive(Debug, Clone)]
 pub struct DemoConfig {
-    /// Simulated device memory.
+    /// The simulated device or a real GPU.
+    pub backend: Backend,
+    /// Simulated device memory (ignored on CUDA: the GPU's own memory is used).
     pub capacity: u64,
     /// Allocator settings.
     pub config: AllocatorConfig,
@@ -64,9 +67,11 @@ pub struct DemoConfig {
 }
 
 impl DemoConfig {
-    /// The defaults of `allocview demo`: 16 GiB, default settings, steady training, paced.
+    /// The defaults of `allocview demo`: a simulated device of `capacity` bytes, default
+    /// settings, steady training, paced.
     pub fn new(capacity: u64) -> DemoConfig {
         DemoConfig {
+            backend: Backend::Sim,
             capacity,
             config: AllocatorConfig::default(),
             scenario: Scenario::Train,
@@ -112,6 +117,8 @@ impl SnapshotProvider for Provider {
 pub struct Report {
     /// Scenario name.
     pub scenario: String,
+    /// The device the workload ran on (`simulated`, `CUDA device 0`).
+    pub device: String,
     /// Steps completed.
     pub steps: u64,
     /// OOMs the workload met.
@@ -140,8 +147,8 @@ pub struct Demo {
     pub agent: Agent,
     /// The allocator.
     pub alloc: Arc<DemoAllocator>,
-    /// The simulated device.
-    pub sim: Arc<SimBackend>,
+    /// The device under the allocator.
+    pub device: DemoDevice,
     scenario: Scenario,
     stop: Arc<AtomicBool>,
     steps: Arc<AtomicU64>,
@@ -155,10 +162,14 @@ impl Demo {
     /// Starts the device, allocator, agent and workload thread.
     ///
     /// # Errors
-    /// The agent cannot start (a bad or busy listen address), or the model does not fit.
+    /// The device cannot be opened (`--backend cuda` without CUDA support, a driver or a GPU),
+    /// the agent cannot start (a bad or busy listen address), or the model does not fit.
     pub fn start(cfg: DemoConfig) -> anyhow::Result<Demo> {
-        let sim = Arc::new(SimBackend::new(cfg.capacity));
-        let alloc = Arc::new(CachingAllocator::new(sim.clone(), cfg.config.clone()));
+        let device = DemoDevice::open(cfg.backend, cfg.capacity)?;
+        let capacity = device
+            .workload_capacity()
+            .context("cannot read the device's memory size")?;
+        let alloc = Arc::new(CachingAllocator::new(device.backend(), cfg.config.clone()));
         alloc.record_history(HistoryOptions {
             enabled: true,
             context: ContextLevel::All,
@@ -186,13 +197,14 @@ impl Demo {
         alloc.set_event_sink(Some(agent.sink()));
         let mut work = Workload::new(
             alloc.clone(),
-            sim.clone(),
+            device.clone(),
+            capacity,
             context,
             cfg.scenario,
             cfg.seed,
             cfg.pace,
         )
-        .context("the model does not fit on the simulated device: give more --device-memory")?;
+        .context(device.too_small())?;
         let stop = Arc::new(AtomicBool::new(false));
         let steps = Arc::new(AtomicU64::new(0));
         let ooms = Arc::new(AtomicU64::new(0));
@@ -215,7 +227,7 @@ impl Demo {
         Ok(Demo {
             agent,
             alloc,
-            sim,
+            device,
             scenario: cfg.scenario,
             stop,
             steps,
@@ -294,6 +306,7 @@ impl Demo {
                 Scenario::Train => "train".into(),
                 Scenario::Oom => "oom".into(),
             },
+            device: self.device.name(),
             steps: self.steps(),
             ooms: self.ooms(),
             seconds: self.started.elapsed().as_secs_f64(),

@@ -1,5 +1,4 @@
-//! The `allocview` binary: see `allocview --help`.
-
+#![doc = include_str!("../../README.md")]
 #![forbid(unsafe_code)]
 
 use std::process::ExitCode;

@@ -5,7 +5,8 @@
 //! - [`from_snapshot`]: a [`Snapshot`](allocview_alloc::snapshot::Snapshot) at a chosen trace
 //!   event (post-mortem, `allocview open`), rebuilt by [`timetravel`];
 //! - [`from_agent`]: an `AgentState` (live: embedded in `allocview demo`, or received by an
-//!   attach client).
+//!   attach client), including the process's [`host`] heap when an instrumented global
+//!   allocator publishes it.
 //!
 //! Derived tables (pools, streams) are computed from the segment list here, so the views stay
 //! pure render functions and the numbers are tested without a terminal.
@@ -14,6 +15,7 @@ pub mod filter;
 pub mod from_agent;
 pub mod from_snapshot;
 pub mod histogram;
+pub mod host;
 pub mod oom;
 pub mod pools;
 pub mod streams;
@@ -23,10 +25,11 @@ pub mod ui;
 
 use std::sync::Arc;
 
-use allocview_alloc::caching::stats::DeviceStats;
+use allocview_alloc::caching::stats::{DeviceStats, StatType};
 use allocview_alloc::snapshot::{BlockState, SegmentInfo, TraceEntry};
 
 pub use histogram::{Bucket, HistogramSummary, HistogramUnit};
+pub use host::{HostHeap, HostSample};
 pub use oom::OomReport;
 pub use pools::{PoolKind, PoolRow};
 pub use streams::StreamRow;
@@ -106,6 +109,8 @@ pub struct State {
     pub ooms: Vec<OomReport>,
     /// Where `s` last saved a snapshot, or a message for the status line.
     pub status: Option<String>,
+    /// The process's host (CPU) heap, when its global allocator publishes events.
+    pub host: Option<HostHeap>,
 }
 
 impl Default for State {
@@ -122,6 +127,7 @@ impl Default for State {
             trace_cursor: None,
             ooms: Vec::new(),
             status: None,
+            host: None,
         }
     }
 }
@@ -219,6 +225,16 @@ impl State {
             Some(cursor) => rows.iter().rposition(|&i| i < cursor).unwrap_or(0),
             None => rows.len().saturating_sub(1),
         }
+    }
+
+    /// Whether there is anything of a device to show: counters, segments or samples (a
+    /// process whose only allocator is an instrumented host heap has none).
+    pub fn has_device_data(&self) -> bool {
+        self.source.total_memory.is_some()
+            || !self.segments.is_empty()
+            || !self.timeline.samples.is_empty()
+            || self.stats.num_device_alloc > 0
+            || self.stats.allocation.get(StatType::All).allocated > 0
     }
 
     /// Whether the picture is known to be partial (drops, resyncs or a lost trace).

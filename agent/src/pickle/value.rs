@@ -19,7 +19,12 @@ pub struct BytesId(pub u32);
 
 /// One pickled value. Scalars are held inline; everything else is an index into its
 /// [`PickleDoc`].
+///
+/// The tag is a full word (`repr(u64)`), so a value is two aligned words and copies as two
+/// moves: with a one-byte tag the compiler copies bytes 1 to 15 through overlapping stores,
+/// which stalls store forwarding on every memo get (measured: a third of the parse time).
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[repr(u64)]
 pub enum PickleValue {
     /// `None`.
     None,

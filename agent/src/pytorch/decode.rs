@@ -97,14 +97,74 @@ pub fn decode(doc: &PickleDoc<'_>, input_len: usize) -> Result<Snapshot, Pytorch
     let mut d = Decoder {
         doc,
         list_cache: vec![None; doc.container_count()],
-        lists_by_content: HashMap::new(),
+        lists_by_items: FxMap::default(),
+        lists_by_content: FxMap::default(),
         frame_ids: vec![NO_FRAME; doc.container_count()],
-        frames_by_content: HashMap::new(),
+        frames_by_content: FxMap::default(),
         frames: Vec::new(),
         budget: input_len as u64 + BUDGET_SLACK,
     };
     d.snapshot()
 }
+
+/// A fast non-cryptographic hasher (the multiply-rotate scheme of rustc's `FxHasher`) for the
+/// decoder's content caches: keys are frame ids and short strings from the file, and a hash
+/// flood costs at most time bounded by the input.
+#[derive(Default, Clone, Copy)]
+struct FxHasher(u64);
+
+/// `FxHasher`'s multiplier.
+const FX_SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+
+impl FxHasher {
+    #[inline]
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(FX_SEED);
+    }
+}
+
+impl std::hash::Hasher for FxHasher {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(c);
+            self.add(u64::from_le_bytes(w));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut w = [0u8; 8];
+            w[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(w));
+        }
+    }
+
+    #[inline]
+    fn write_u32(&mut self, i: u32) {
+        self.add(i as u64);
+    }
+
+    #[inline]
+    fn write_u64(&mut self, i: u64) {
+        self.add(i);
+    }
+
+    #[inline]
+    fn write_usize(&mut self, i: usize) {
+        self.add(i as u64);
+    }
+
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type FxMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<FxHasher>>;
+
+/// Most frame lists kept per hash in [`Decoder::lists_by_items`].
+const MAX_BUCKET: usize = 8;
 
 /// Marks a frame dict not decoded yet in [`Decoder::frame_ids`].
 const NO_FRAME: u32 = u32::MAX;
@@ -113,13 +173,16 @@ struct Decoder<'d, 'a> {
     doc: &'d PickleDoc<'a>,
     /// Frame list per pickle list (by container identity).
     list_cache: Vec<Option<Frames>>,
+    /// Frame list per sequence of frame dict objects (hash of their container ids -> lists
+    /// with that hash), checked before any frame is decoded.
+    lists_by_items: FxMap<u64, Vec<(ContainerId, Frames)>>,
     /// Frame list per content (the sequence of distinct-frame ids): real snapshots hold
     /// thousands of list objects but only about a hundred distinct stacks.
-    lists_by_content: HashMap<Vec<u32>, Frames>,
+    lists_by_content: FxMap<Vec<u32>, Frames>,
     /// Distinct-frame id per pickle frame dict (by container identity).
     frame_ids: Vec<u32>,
     /// Distinct-frame id per content.
-    frames_by_content: HashMap<(&'a str, &'a str, i64), u32>,
+    frames_by_content: FxMap<(&'a str, &'a str, i64), u32>,
     /// The distinct frames.
     frames: Vec<Frame>,
     budget: u64,
@@ -681,6 +744,19 @@ impl<'d, 'a> Decoder<'d, 'a> {
         if items.is_empty() {
             return Ok(no_frames());
         }
+        // A list of the same frame dict objects as one decoded before is the same stack.
+        let mut h = FxHasher::default();
+        for it in items {
+            h.add(it.container().map_or(u64::MAX, |c| c.0 as u64));
+        }
+        let key = std::hash::Hasher::finish(&h);
+        if let Some(bucket) = self.lists_by_items.get(&key)
+            && let Some((_, f)) = bucket.iter().find(|(other, _)| doc.items(*other) == items)
+        {
+            let f = Arc::clone(f);
+            self.list_cache[l.0 as usize] = Some(Arc::clone(&f));
+            return Ok(f);
+        }
         let mut ids = Vec::with_capacity(items.len());
         for (i, f) in items.iter().enumerate() {
             ids.push(self.frame(*f, &path.index(i))?);
@@ -698,6 +774,11 @@ impl<'d, 'a> Decoder<'d, 'a> {
             }
         };
         self.list_cache[l.0 as usize] = Some(Arc::clone(&frames));
+        let bucket = self.lists_by_items.entry(key).or_default();
+        // Bounded, so that crafted hash collisions cost linear time, not quadratic.
+        if bucket.len() < MAX_BUCKET {
+            bucket.push((l, Arc::clone(&frames)));
+        }
         Ok(frames)
     }
 

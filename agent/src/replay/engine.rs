@@ -17,18 +17,17 @@
 //! allocator's own retry; recorded `oom` entries are diagnosed at the replay's state (fidelity)
 //! or attempted again (what-if).
 
-use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use allocview_alloc::caching::backend::{DeviceBackend, DevicePtr, StreamId};
 use allocview_alloc::caching::sim::SimBackend;
 use allocview_alloc::caching::{
-    AllocError, AllocatorConfig, CachingAllocator, ContextLevel, HistoryOptions, OutOfMemory,
+    AllocError, AllocatorConfig, CachingAllocator, ContextLevel, HistoryOptions,
 };
 use allocview_alloc::snapshot::{SegmentType, Snapshot, TraceAction, TraceEntry, Value};
 
-use crate::diagnosis::{OomFacts, diagnose};
+use crate::diagnosis::{OomFacts, diagnose_under, human};
+use crate::replay::addr_map::AddrMap;
 use crate::replay::initial::{InitialState, MIN_BLOCK_SIZE, SMALL_SIZE};
 use crate::replay::plan::{FreeRun, TracePlan};
 use crate::replay::report::{Divergence, Fidelity, InitialSummary, OomEvent, RunFigures};
@@ -37,6 +36,9 @@ use crate::replay::report::{Divergence, Fidelity, InitialSummary, OomEvent, RunF
 /// beyond any recording, yet small enough that expandable segments (which reserve 1.125 x the
 /// device in address space per stream and pool) fit many times in the 64-bit address space.
 pub const UNLIMITED_DEVICE_MEMORY: u64 = 1 << 50;
+
+/// At most this many warnings are kept per run; the rest are counted.
+pub const MAX_WARNINGS: usize = 20;
 
 /// Progress is reported every this many events.
 pub const PROGRESS_EVERY: usize = 4096;
@@ -78,30 +80,23 @@ pub struct RunResult {
     pub recorded_ooms: Vec<OomEvent>,
     /// Frees of blocks the replay never had (their allocation failed, or was unknown).
     pub unmapped_frees: u64,
-    /// The replayed run as a snapshot (final segments and, with `keep_history`, the trace).
-    pub snapshot: Snapshot,
+    /// The replayed run as a snapshot (final segments and, with `keep_history`, the trace);
+    /// taken for fidelity runs of files with segments and whenever history is kept.
+    pub snapshot: Option<Snapshot>,
 }
 
 /// A replay failed to run (not an OOM: those are results).
 #[derive(Debug, thiserror::Error)]
 pub enum ReplayError {
     /// The snapshot has no trace for the device.
-    #[error("the file has no allocation trace to replay (device {0})")]
-    NoTrace(usize),
+    #[error("the file has no allocation trace to replay")]
+    NoTrace,
     /// An allocator settings string that does not parse.
     #[error("bad allocator settings `{config}`: {message}")]
     Config {
         /// The string.
         config: String,
         /// What is wrong.
-        message: String,
-    },
-    /// The allocator or device failed in a way replay cannot continue from.
-    #[error("replay stopped at event {index}: {message}")]
-    Device {
-        /// Trace index.
-        index: usize,
-        /// What failed.
         message: String,
     },
 }
@@ -139,24 +134,46 @@ pub fn trace_index(snapshot: &Snapshot) -> Option<usize> {
     snapshot.device_traces.iter().position(|t| !t.is_empty())
 }
 
-/// Counts segment allocations as the allocator makes them (a trace tracker).
-#[derive(Debug, Default)]
-struct SegmentWatch {
-    count: AtomicU64,
-    last_addr: AtomicU64,
-    last_size: AtomicU64,
+/// Replays `snapshot`'s trace once: [`Replayer::new`], [`Replayer::replay_events`],
+/// [`Replayer::finish`].
+///
+/// `progress` is called with the number of events done, every [`PROGRESS_EVERY`] events and at
+/// the end.
+///
+/// # Errors
+/// [`ReplayError::NoTrace`] when the snapshot has no trace (allocator failures, OOMs included,
+/// are results, not errors).
+pub fn run(
+    snapshot: &Snapshot,
+    opts: &RunOptions,
+    progress: &mut dyn FnMut(usize),
+) -> Result<RunResult, ReplayError> {
+    if trace_index(snapshot).is_none() {
+        return Err(ReplayError::NoTrace);
+    }
+    let mut r = Replayer::new(snapshot, opts);
+    r.replay_events(progress);
+    Ok(r.finish())
 }
 
-/// One replay in progress.
-struct Run<'a> {
+/// One replay: set up (initial state reconstructed and installed) by [`new`](Self::new),
+/// driven through the trace by [`replay_events`](Self::replay_events), summed up by
+/// [`finish`](Self::finish).
+pub struct Replayer<'a> {
+    snapshot: &'a Snapshot,
+    entries: &'a [TraceEntry],
+    plan: TracePlan,
+    device: i32,
+    initial: InitialSummary,
     alloc: CachingAllocator<Arc<SimBackend>>,
     sim: Arc<SimBackend>,
-    watch: Arc<SegmentWatch>,
+    /// `num_device_alloc` at the last sample: a rise means a segment was allocated.
+    device_allocs: i64,
     opts: &'a RunOptions,
     capacity: u64,
-    map: HashMap<u64, DevicePtr>,
+    map: AddrMap<DevicePtr>,
     /// Recorded address of a deferred free -> the helper stream holding it.
-    held: HashMap<u64, StreamId>,
+    held: AddrMap<StreamId>,
     idle_helpers: Vec<StreamId>,
     fidelity: Fidelity,
     figures: RunFigures,
@@ -164,155 +181,175 @@ struct Run<'a> {
     unmapped_frees: u64,
     base_device_alloc: i64,
     warnings: Vec<String>,
+    /// Warnings beyond [`MAX_WARNINGS`].
+    suppressed_warnings: usize,
 }
 
-/// Replays `snapshot`'s trace once.
-///
-/// `progress` is called with the number of events done, every [`PROGRESS_EVERY`] events and at
-/// the end.
-///
-/// # Errors
-/// [`ReplayError::NoTrace`] when there is nothing to replay; [`ReplayError::Device`] when the
-/// simulated device fails other than by running out of memory.
-pub fn run(
-    snapshot: &Snapshot,
-    opts: &RunOptions,
-    progress: &mut dyn FnMut(usize),
-) -> Result<RunResult, ReplayError> {
-    let trace = trace_index(snapshot).unwrap_or(0);
-    let entries: &[TraceEntry] = snapshot
-        .device_traces
-        .get(trace)
-        .map(Vec::as_slice)
-        .unwrap_or(&[]);
-    let device = snapshot.segments.first().map_or(0, |s| s.device);
-    let recorded = recorded_config(snapshot).unwrap_or_default();
-    let initial = InitialState::reconstruct(snapshot, trace, device, &|s| recorded.round_size(s));
-    let plan = TracePlan::new(entries);
+impl<'a> Replayer<'a> {
+    /// Reconstructs the state at the first trace entry and installs it on a fresh simulated
+    /// device under `opts`.
+    pub fn new(snapshot: &'a Snapshot, opts: &'a RunOptions) -> Replayer<'a> {
+        let trace = trace_index(snapshot).unwrap_or(0);
+        let entries: &[TraceEntry] = snapshot
+            .device_traces
+            .get(trace)
+            .map(Vec::as_slice)
+            .unwrap_or(&[]);
+        // PyTorch writes one trace per device, indexed by device.
+        let device = i32::try_from(trace).unwrap_or(0);
+        let recorded = recorded_config(snapshot).unwrap_or_default();
+        let initial =
+            InitialState::reconstruct(snapshot, trace, device, &|s| recorded.round_size(s));
+        let plan = TracePlan::new(entries);
 
-    let capacity = opts.device_memory.unwrap_or(UNLIMITED_DEVICE_MEMORY);
-    let sim = Arc::new(
-        SimBackend::builder()
-            .capacity(capacity)
-            .auto_complete(false)
-            .build(),
-    );
-    for &s in &plan.streams {
-        sim.add_stream(StreamId(s));
-    }
-    for seg in &initial.segments {
-        sim.add_stream(StreamId(seg.stream));
-    }
-    let alloc = CachingAllocator::new(Arc::clone(&sim), opts.config.clone());
-    let watch = Arc::new(SegmentWatch::default());
-    {
-        let w = Arc::clone(&watch);
-        alloc.attach_trace_tracker(move |e: &TraceEntry| {
-            if matches!(
-                e.action,
-                TraceAction::SegmentAlloc | TraceAction::SegmentMap
-            ) {
-                w.last_addr.store(e.addr, Ordering::Relaxed);
-                w.last_size.store(e.size, Ordering::Relaxed);
-                w.count.fetch_add(1, Ordering::Relaxed);
-            }
-        });
-    }
-    let mut r = Run {
-        alloc,
-        sim,
-        watch,
-        opts,
-        capacity,
-        map: HashMap::with_capacity(entries.len() / 2 + 16),
-        held: HashMap::new(),
-        idle_helpers: Vec::new(),
-        fidelity: Fidelity::default(),
-        figures: RunFigures {
-            label: opts.label.clone(),
-            config: opts.config.to_conf_string(),
-            peak_reserved: 0,
-            peak_allocated: 0,
-            peak_fragmentation: 0,
-            device_mallocs: 0,
-            ooms: 0,
-            first_oom: None,
-        },
-        recorded_ooms: Vec::new(),
-        unmapped_frees: 0,
-        base_device_alloc: 0,
-        warnings: initial.warnings.clone(),
-    };
-    match opts.placement {
-        Placement::Recorded => r.install_recorded(&initial),
-        Placement::Free => r.install_free(&initial),
-    }
-    r.base_device_alloc = r.alloc.device_stats().num_device_alloc;
-    if opts.keep_history {
-        r.alloc.record_history(HistoryOptions {
-            enabled: true,
-            context: ContextLevel::Never,
-            max_entries: entries.len() * 2 + 1024,
-        });
-    }
-    r.sample();
-
-    let mut pending_segment: Option<(u64, u64)> = None;
-    for (i, e) in entries.iter().enumerate() {
-        match e.action {
-            TraceAction::SegmentAlloc => {
-                pending_segment = Some((e.addr, e.size));
-            }
-            TraceAction::Alloc => {
-                r.replay_alloc(i, e, pending_segment.take());
-            }
-            TraceAction::FreeRequested => r.replay_free(i, e, plan.is_deferred(i)),
-            TraceAction::FreeCompleted => r.replay_free_completed(i, e),
-            TraceAction::SegmentFree | TraceAction::SegmentUnmap => {
-                if let Some(kind) = plan.free_run(i) {
-                    r.replay_free_run(kind, entries, i);
-                }
-            }
-            TraceAction::Oom => {
-                pending_segment = None;
-                r.replay_recorded_oom(i, e)
-            }
-            TraceAction::SegmentMap | TraceAction::Snapshot | TraceAction::UserDefined => {}
+        let capacity = opts.device_memory.unwrap_or(UNLIMITED_DEVICE_MEMORY);
+        let sim = Arc::new(
+            SimBackend::builder()
+                .device(device)
+                .capacity(capacity)
+                .auto_complete(false)
+                .build(),
+        );
+        for &s in &plan.streams {
+            sim.add_stream(StreamId(s));
+        }
+        for seg in &initial.segments {
+            sim.add_stream(StreamId(seg.stream));
+        }
+        let alloc = CachingAllocator::new(Arc::clone(&sim), opts.config.clone());
+        let mut r = Replayer {
+            snapshot,
+            entries,
+            plan,
+            device,
+            initial: InitialSummary {
+                segments: initial.segments.len(),
+                live_blocks: initial.live_blocks().count(),
+                reserved: initial.reserved(),
+                allocated: initial.allocated(),
+                warnings: Vec::new(),
+            },
+            alloc,
+            sim,
+            device_allocs: 0,
+            opts,
+            capacity,
+            map: AddrMap::with_capacity_and_hasher(entries.len() / 2 + 16, Default::default()),
+            held: AddrMap::default(),
+            idle_helpers: Vec::new(),
+            fidelity: Fidelity::default(),
+            figures: RunFigures {
+                label: opts.label.clone(),
+                config: opts.config.to_conf_string(),
+                peak_reserved: 0,
+                peak_allocated: 0,
+                peak_fragmentation: 0,
+                device_mallocs: 0,
+                ooms: 0,
+                first_oom: None,
+            },
+            recorded_ooms: Vec::new(),
+            unmapped_frees: 0,
+            base_device_alloc: 0,
+            warnings: Vec::new(),
+            suppressed_warnings: 0,
+        };
+        for w in &initial.warnings {
+            r.warn(w.clone());
+        }
+        match opts.placement {
+            Placement::Recorded => r.install_recorded(&initial),
+            Placement::Free => r.install_free(&initial),
+        }
+        r.base_device_alloc = r.alloc.device_stats().num_device_alloc;
+        if opts.keep_history {
+            r.alloc.record_history(HistoryOptions {
+                enabled: true,
+                context: ContextLevel::Never,
+                max_entries: entries.len() * 2 + 1024,
+            });
         }
         r.sample();
-        if (i + 1) % PROGRESS_EVERY == 0 {
-            progress(i + 1);
+        r
+    }
+
+    /// Number of trace entries.
+    pub fn events(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Drives the allocator through every trace entry.
+    pub fn replay_events(&mut self, progress: &mut dyn FnMut(usize)) {
+        let entries = self.entries;
+        let mut pending_segment: Option<(u64, u64)> = None;
+        for (i, e) in entries.iter().enumerate() {
+            match e.action {
+                TraceAction::SegmentAlloc => {
+                    pending_segment = Some((e.addr, e.size));
+                }
+                TraceAction::Alloc => {
+                    self.replay_alloc(i, e, pending_segment.take());
+                }
+                TraceAction::FreeRequested => {
+                    self.replay_free(i, e, self.plan.is_deferred(i));
+                    self.sample();
+                }
+                // Completion changes what is active, not what is allocated or reserved.
+                TraceAction::FreeCompleted => self.replay_free_completed(i, e),
+                TraceAction::SegmentFree | TraceAction::SegmentUnmap => {
+                    if let Some(kind) = self.plan.free_run(i) {
+                        self.replay_free_run(kind, entries, i);
+                        self.sample();
+                    }
+                }
+                TraceAction::Oom => {
+                    pending_segment = None;
+                    self.replay_recorded_oom(i, e);
+                    self.sample();
+                }
+                TraceAction::SegmentMap | TraceAction::Snapshot | TraceAction::UserDefined => {}
+            }
+            if (i + 1) % PROGRESS_EVERY == 0 {
+                progress(i + 1);
+            }
+        }
+        progress(entries.len());
+    }
+
+    /// The run's results: figures, fidelity (with the final state compared to the snapshot's
+    /// for a fidelity run), and the replayed snapshot.
+    pub fn finish(mut self) -> RunResult {
+        let compare =
+            self.opts.placement == Placement::Recorded && !self.snapshot.segments.is_empty();
+        let end = (compare || self.opts.keep_history).then(|| self.alloc.snapshot());
+        if compare && let Some(end) = &end {
+            self.fidelity.final_state_matches = Some(same_layout(self.snapshot, end, self.device));
+        }
+        self.figures.device_mallocs =
+            (self.alloc.device_stats().num_device_alloc - self.base_device_alloc).max(0) as u64;
+        if self.suppressed_warnings > 0 {
+            self.warnings.push(format!(
+                "... and {} more warnings",
+                self.suppressed_warnings
+            ));
+        }
+        self.initial.warnings = self.warnings;
+        RunResult {
+            figures: self.figures,
+            fidelity: self.fidelity,
+            initial: self.initial,
+            recorded_ooms: self.recorded_ooms,
+            unmapped_frees: self.unmapped_frees,
+            snapshot: end,
         }
     }
-    progress(entries.len());
-
-    let end = r.alloc.snapshot();
-    if opts.placement == Placement::Recorded && !snapshot.segments.is_empty() {
-        r.fidelity.final_state_matches = Some(same_layout(snapshot, &end, device));
-    }
-    r.figures.device_mallocs =
-        (r.alloc.device_stats().num_device_alloc - r.base_device_alloc).max(0) as u64;
-    let initial_summary = InitialSummary {
-        segments: initial.segments.len(),
-        live_blocks: initial.live_blocks().count(),
-        reserved: initial.reserved(),
-        allocated: initial.allocated(),
-        warnings: r.warnings.clone(),
-    };
-    Ok(RunResult {
-        figures: r.figures,
-        fidelity: r.fidelity,
-        initial: initial_summary,
-        recorded_ooms: r.recorded_ooms,
-        unmapped_frees: r.unmapped_frees,
-        snapshot: end,
-    })
 }
 
-impl Run<'_> {
+impl Replayer<'_> {
     /// Records the peaks after an event.
     fn sample(&mut self) {
         let s = self.alloc.device_stats();
+        self.device_allocs = s.num_device_alloc;
         let allocated = s.allocated_bytes.0[0].current.max(0) as u64;
         let reserved = s.reserved_bytes.0[0].current.max(0) as u64;
         let f = &mut self.figures;
@@ -335,7 +372,7 @@ impl Run<'_> {
             let p = match self.alloc.malloc(first, stream) {
                 Ok(p) => p,
                 Err(e) => {
-                    self.warnings.push(format!(
+                    self.warn(format!(
                         "initial segment {:#x} ({} bytes) could not be allocated: {e}",
                         seg.address, seg.size
                     ));
@@ -343,7 +380,7 @@ impl Run<'_> {
                 }
             };
             if p != seg.address {
-                self.warnings.push(format!(
+                self.warn(format!(
                     "initial segment {:#x} was placed at {p:#x}",
                     seg.address
                 ));
@@ -354,14 +391,14 @@ impl Run<'_> {
                     match self.alloc.malloc(b.size, stream) {
                         Ok(q) => {
                             if q != b.address {
-                                self.warnings.push(format!(
+                                self.warn(format!(
                                     "initial block {:#x} was placed at {q:#x}",
                                     b.address
                                 ));
                             }
                             self.map.insert(b.address, q);
                         }
-                        Err(e) => self.warnings.push(format!(
+                        Err(e) => self.warn(format!(
                             "initial block {:#x} could not be allocated: {e}",
                             b.address
                         )),
@@ -372,7 +409,7 @@ impl Run<'_> {
                 // they stay there.
                 let chunk = if small { SMALL_SIZE } else { b.size };
                 if !small && b.size <= SMALL_SIZE {
-                    self.warnings.push(format!(
+                    self.warn(format!(
                         "free block {:#x} of {} bytes in large segment {:#x} is too small for \
                          the large pool; the layout after it may differ",
                         b.address, b.size, seg.address
@@ -385,7 +422,7 @@ impl Run<'_> {
                     match self.alloc.malloc(c, stream) {
                         Ok(q) => placeholders.push(q),
                         Err(e) => {
-                            self.warnings.push(format!(
+                            self.warn(format!(
                                 "free block {:#x} could not be laid out: {e}",
                                 b.address
                             ));
@@ -422,16 +459,17 @@ impl Run<'_> {
         if recorded && let Some((addr, _)) = recorded_segment {
             self.sim.hint_next_segment(addr);
         }
-        let before = self.watch.count.load(Ordering::Relaxed);
+        let before = self.device_allocs;
         let result = self.alloc.malloc(e.size, StreamId(e.stream));
-        let new_segment = (self.watch.count.load(Ordering::Relaxed) != before).then(|| {
-            (
-                self.watch.last_addr.load(Ordering::Relaxed),
-                self.watch.last_size.load(Ordering::Relaxed),
-            )
-        });
+        self.sample();
+        let grew = self.device_allocs != before;
         match result {
             Ok(p) => {
+                let new_segment = if grew {
+                    self.alloc.base_allocation(p)
+                } else {
+                    None
+                };
                 self.map.insert(e.addr, p);
                 if recorded {
                     self.check_alloc(index, e, p, recorded_segment, new_segment);
@@ -446,7 +484,15 @@ impl Run<'_> {
                         "alloc",
                         format!("{:#x}", e.addr),
                         "an OOM".into(),
-                        err.to_string(),
+                        match err.out_of_memory() {
+                            Some(oom) => format!(
+                                "the replay's device ran out: {} requested, {} free of {}",
+                                human(oom.rounded),
+                                human(oom.device_free),
+                                human(oom.device_total)
+                            ),
+                            None => err.to_string(),
+                        },
                     );
                 }
             }
@@ -566,7 +612,7 @@ impl Run<'_> {
 
     fn free_or_warn(&mut self, index: usize, p: DevicePtr) {
         if let Err(err) = self.alloc.free(p) {
-            self.warnings.push(format!("event {index}: {err}"));
+            self.warn(format!("event {index}: {err}"));
         }
     }
 
@@ -635,7 +681,7 @@ impl Run<'_> {
                 self.recorded_ooms.push(OomEvent {
                     index,
                     requested: e.size,
-                    diagnosis: diagnose(&facts),
+                    diagnosis: diagnose_under(&facts, self.opts.config.expandable_segments()),
                 });
             }
             Placement::Free => match self.alloc.malloc(e.size, StreamId(e.stream)) {
@@ -646,37 +692,30 @@ impl Run<'_> {
         }
     }
 
-    fn note_oom(&mut self, index: usize, requested: u64, err: &AllocError) {
-        self.figures.ooms += 1;
-        if self.figures.first_oom.is_some() {
-            return;
+    /// Keeps a warning (up to [`MAX_WARNINGS`], then counts them).
+    fn warn(&mut self, message: String) {
+        if self.warnings.len() < MAX_WARNINGS {
+            self.warnings.push(message);
+        } else {
+            self.suppressed_warnings += 1;
         }
-        let diagnosis = match err {
-            AllocError::OutOfMemory(oom) => diagnose(&facts_of(oom)),
-            other => {
-                self.warnings.push(format!("event {index}: {other}"));
-                return;
-            }
-        };
-        self.figures.first_oom = Some(OomEvent {
-            index,
-            requested,
-            diagnosis,
-        });
     }
-}
 
-/// The facts of an allocator's OOM error.
-pub fn facts_of(oom: &OutOfMemory) -> OomFacts {
-    OomFacts {
-        requested: oom.rounded,
-        device_total: oom.device_total,
-        device_free: oom.device_free,
-        allowed_max: oom.allowed_max,
-        allocated: oom.allocated,
-        reserved: oom.reserved,
-        largest_free_block: oom.largest_free_block,
-        stranded_in_split_segments: oom.stranded_in_split_segments,
+    /// Counts a failed allocation: an OOM (the first one diagnosed), or any other allocator
+    /// error as a warning (a request the allocator refuses outright, say).
+    fn note_oom(&mut self, index: usize, requested: u64, err: &AllocError) {
+        let AllocError::OutOfMemory(oom) = err else {
+            self.warn(format!("event {index}: {err}"));
+            return;
+        };
+        self.figures.ooms += 1;
+        if self.figures.first_oom.is_none() {
+            self.figures.first_oom = Some(OomEvent {
+                index,
+                requested,
+                diagnosis: diagnose_under(&OomFacts::from_oom(oom), oom.expandable_segments),
+            });
+        }
     }
 }
 
@@ -703,7 +742,9 @@ fn same_layout(a: &Snapshot, b: &Snapshot, device: i32) -> bool {
                 (seg.address, seg.total_size, blocks)
             })
             .collect();
-        v.sort();
+        if !v.is_sorted() {
+            v.sort();
+        }
         v
     };
     layout(a) == layout(b)

@@ -19,7 +19,9 @@
 //! merged). Block sizes come from the final snapshot where the block survives, else from the
 //! rounded request.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
+
+use crate::replay::addr_map::AddrSet;
 
 use allocview_alloc::snapshot::{SegmentType, Snapshot, TraceAction, TraceEntry};
 
@@ -84,7 +86,9 @@ struct LiveBlock {
 
 /// PyTorch's default rounding: up to a multiple of [`MIN_BLOCK_SIZE`], at least one block.
 pub fn round_to_min_block(size: u64) -> u64 {
-    size.max(1).div_ceil(MIN_BLOCK_SIZE) * MIN_BLOCK_SIZE
+    size.max(1)
+        .div_ceil(MIN_BLOCK_SIZE)
+        .saturating_mul(MIN_BLOCK_SIZE)
 }
 
 impl InitialState {
@@ -105,10 +109,10 @@ impl InitialState {
         let mut warnings = Vec::new();
 
         // Forward pass: what the trace itself creates, and what it touches without creating.
-        let mut created_segments: HashSet<u64> = HashSet::new();
+        let mut created_segments = AddrSet::default();
         let mut start_segments: BTreeMap<u64, (u64, u64, Option<SegmentType>)> = BTreeMap::new();
-        let mut allocated: HashSet<u64> = HashSet::new();
-        let mut pending: HashSet<u64> = HashSet::new();
+        let mut allocated = AddrSet::default();
+        let mut pending = AddrSet::default();
         let mut start_blocks: BTreeMap<u64, LiveBlock> = BTreeMap::new();
         for e in entries {
             match e.action {
@@ -158,7 +162,7 @@ impl InitialState {
             let mut addr = seg.address;
             for b in &seg.blocks {
                 let b_addr = block_address(seg.address, addr, b.address, !b.history.is_empty());
-                addr = b_addr + b.size;
+                addr = b_addr.saturating_add(b.size);
                 if b.state.is_active() && !allocated.contains(&b_addr) {
                     // Exact size from the end state (overrides a rounded guess).
                     start_blocks.insert(
@@ -182,14 +186,14 @@ impl InitialState {
 
         // Lay out each segment.
         let mut segments = Vec::with_capacity(start_segments.len());
-        let mut used_blocks: HashSet<u64> = HashSet::new();
+        let mut used_blocks = AddrSet::default();
         for (&address, &(size, stream, pool)) in &start_segments {
             let pool = pool.unwrap_or(if size == SMALL_BUFFER {
                 SegmentType::Small
             } else {
                 SegmentType::Large
             });
-            let end = address + size;
+            let end = address.saturating_add(size);
             let inside: Vec<(u64, LiveBlock)> = start_blocks
                 .range(address..end)
                 .map(|(&a, &b)| (a, b))
@@ -256,12 +260,15 @@ impl InitialState {
 
     /// Bytes reserved at trace start.
     pub fn reserved(&self) -> u64 {
-        self.segments.iter().map(|s| s.size).sum()
+        self.segments
+            .iter()
+            .fold(0u64, |t, s| t.saturating_add(s.size))
     }
 
     /// Bytes allocated at trace start.
     pub fn allocated(&self) -> u64 {
-        self.live_blocks().map(|b| b.size).sum()
+        self.live_blocks()
+            .fold(0u64, |t, b| t.saturating_add(b.size))
     }
 
     /// Every live block.
@@ -270,19 +277,6 @@ impl InitialState {
             .iter()
             .flat_map(|s| s.blocks.iter())
             .filter(|b| b.live)
-    }
-
-    /// Live blocks by address, with the stream of their segment.
-    pub fn live_by_address(&self) -> HashMap<u64, (InitialBlock, u64)> {
-        self.segments
-            .iter()
-            .flat_map(|s| {
-                s.blocks
-                    .iter()
-                    .filter(|b| b.live)
-                    .map(|b| (b.address, (*b, s.stream)))
-            })
-            .collect()
     }
 }
 

@@ -37,7 +37,6 @@ impl TracePlan {
     /// Analyses a trace.
     pub fn new(entries: &[TraceEntry]) -> TracePlan {
         let mut deferred = vec![false; entries.len()];
-        let mut open: HashMap<u64, usize> = HashMap::new();
         let mut runs = HashMap::new();
         let mut streams = Vec::new();
         for (i, e) in entries.iter().enumerate() {
@@ -49,13 +48,7 @@ impl TracePlan {
                     let next_completes = entries.get(i + 1).is_some_and(|n| {
                         n.action == TraceAction::FreeCompleted && n.addr == e.addr
                     });
-                    if !next_completes {
-                        deferred[i] = true;
-                        open.insert(e.addr, i);
-                    }
-                }
-                TraceAction::FreeCompleted => {
-                    open.remove(&e.addr);
+                    deferred[i] = !next_completes;
                 }
                 TraceAction::SegmentFree | TraceAction::SegmentUnmap => {
                     let first = i == 0 || !is_release(entries[i - 1].action);

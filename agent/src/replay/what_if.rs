@@ -63,8 +63,8 @@ pub fn what_if_avoided(snapshot: &Snapshot, capacity: u64) -> Vec<WhatIfOutcome>
                 peak_reserved: r.figures.peak_reserved,
                 avoided: false,
             }),
-            Err(ReplayError::NoTrace(_)) => return Vec::new(),
-            Err(_) => {}
+            Err(ReplayError::NoTrace) => return Vec::new(),
+            Err(ReplayError::Config { .. }) => {}
         }
     }
     let baseline_ooms = out.first().map_or(0, |o| o.ooms);

@@ -190,7 +190,7 @@ fn device_section(out: &mut String, d: &DeviceSummary) {
                     format!("#{}", o.index),
                     match (o.time_us, first_time) {
                         (Some(t), Some(t0)) => {
-                            format!("+{:.3} s", (t - t0) as f64 / US_PER_S)
+                            format!("+{:.3} s", t.saturating_sub(t0) as f64 / US_PER_S)
                         }
                         _ => "-".into(),
                     },

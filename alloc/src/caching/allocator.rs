@@ -54,8 +54,11 @@
 //! `(stream index, size, address)` packed into a `u128`) once, and updates it at most twice
 //! per call; blocks live in a slab indexed by `u32`, allocated blocks in a pre-sized hash map
 //! with a multiplicative hasher, and events of a call in a reused buffer, so a warm cached
-//! malloc/free allocates nothing (`tests/caching_no_alloc.rs`). Trace entries and events read
-//! the clock once per call.
+//! malloc/free allocates nothing (`tests/caching_no_alloc.rs`). A call reads the
+//! clock ([`now_ns`](crate::event::now_ns): one time-stamp counter read where the counter is
+//! usable) only when something observes it: once at its start for its trace entries and events,
+//! and once more at its end for the latency of the events it publishes. Trace entries are built
+//! in one reused entry, so trackers alone clone no frames.
 //!
 //! # Differences from PyTorch
 //! - `release_lock_on_cudamalloc` is parsed and reported but the lock is held across device

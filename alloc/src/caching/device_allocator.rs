@@ -141,11 +141,14 @@ pub(crate) struct DeviceCachingAllocator {
     pending: Vec<Event>,
     call_start_ns: u64,
     empty_frames: Frames,
+    /// The trace entry `push_trace` fills (its frames are `empty_frames` between calls).
+    scratch_entry: TraceEntry,
 }
 
 impl DeviceCachingAllocator {
     pub(crate) fn new(device: i32, config: AllocatorConfig) -> DeviceCachingAllocator {
         let max_split = config.max_split_size_or_max();
+        let empty_frames = no_frames();
         let stats = DeviceStats {
             max_split_size: config.max_split_size().map_or(-1, |m| m as i64),
             ..DeviceStats::default()
@@ -181,7 +184,17 @@ impl DeviceCachingAllocator {
             publishing: false,
             pending: Vec::with_capacity(INITIAL_PENDING_EVENTS),
             call_start_ns: 0,
-            empty_frames: no_frames(),
+            empty_frames: empty_frames.clone(),
+            scratch_entry: TraceEntry {
+                action: TraceAction::Alloc,
+                addr: 0,
+                size: 0,
+                stream: 0,
+                time_us: None,
+                frames: empty_frames,
+                compile_context: None,
+                user_metadata: None,
+            },
         }
     }
 
@@ -312,6 +325,8 @@ impl DeviceCachingAllocator {
         }
     }
 
+    /// Fills the reused entry and hands it to the trackers (then a copy to the ring), so a
+    /// tracker-only call clones no frames.
     #[inline(never)]
     fn push_trace(
         &mut self,
@@ -321,25 +336,24 @@ impl DeviceCachingAllocator {
         stream: StreamId,
         context: Option<&Frames>,
     ) {
-        let frames = match context {
-            Some(f) if self.context_level >= ContextLevel::Alloc => f.clone(),
-            _ => self.empty_frames.clone(),
-        };
-        let te = TraceEntry {
-            action,
-            addr,
-            size,
-            stream: stream.0,
-            time_us: Some((self.call_start_ns / 1000) as i64),
-            frames,
-            compile_context: None,
-            user_metadata: None,
-        };
+        let te = &mut self.scratch_entry;
+        te.action = action;
+        te.addr = addr;
+        te.size = size;
+        te.stream = stream.0;
+        te.time_us = Some((self.call_start_ns / 1000) as i64);
+        let frames = context.filter(|_| self.context_level >= ContextLevel::Alloc);
+        if let Some(f) = frames {
+            te.frames = f.clone();
+        }
         for t in &self.trackers {
-            t(&te);
+            t(te);
         }
         if self.record_history {
-            self.ring.push(te);
+            self.ring.push(te.clone());
+        }
+        if frames.is_some() {
+            te.frames = self.empty_frames.clone();
         }
     }
 

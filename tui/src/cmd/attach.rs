@@ -1,11 +1,13 @@
 //! `allocview --attach [ADDR]`: the dashboard over another process's agent; with
-//! `--headless --once --json`, the first full state received, as JSON.
+//! `--headless --once --json`, the first full state received, as JSON (text: a line per device
+//! and one for the host heap).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use allocview_agent::client::{self, AttachClient, ClientError, ClientUpdate};
 use allocview_agent::server::{ADDR_ENV, TOKEN_ENV, default_socket_dir};
+use allocview_agent::state::HostState;
 use anyhow::Context as _;
 
 use crate::app::{self, App};
@@ -106,10 +108,28 @@ fn print_line(c: &AttachClient) -> anyhow::Result<()> {
             units::count(s.pipeline.resyncs),
         ))?;
     }
-    if s.devices.is_empty() {
+    if let Some(h) = &s.host {
+        output::print(&host_line(pid, name, h))?;
+    }
+    if s.devices.is_empty() && s.host.is_none() {
         output::print(&format!("pid {pid} {name}: no device events yet"))?;
     }
     Ok(())
+}
+
+/// The headless line of the host heap.
+fn host_line(pid: u32, name: &str, h: &HostState) -> String {
+    let n = |v: i64| v.max(0) as u64;
+    format!(
+        "pid {pid} {name} host heap: in use {} peak {} allocations {} frees {} live {} total \
+         allocated {}",
+        units::bytes(n(h.bytes.current)),
+        units::bytes(n(h.bytes.peak)),
+        units::count(n(h.allocations.allocated)),
+        units::count(n(h.allocations.freed)),
+        units::count(n(h.allocations.current)),
+        units::bytes(n(h.bytes.allocated)),
+    )
 }
 
 /// Runs the command.
@@ -150,6 +170,22 @@ mod tests {
             "h:1"
         );
         assert_eq!(resolve(None, None, &socks).unwrap(), "unix:/tmp/a.sock");
+    }
+
+    #[test]
+    fn the_host_line_names_every_host_figure() {
+        let mut h = HostState::default();
+        h.bytes.update(3 << 20);
+        h.bytes.update(-(1 << 20));
+        h.allocations.update(1);
+        h.allocations.update(1);
+        h.allocations.update(-1);
+        let l = host_line(7, "svc", &h);
+        assert_eq!(
+            l,
+            "pid 7 svc host heap: in use 2.00 MiB peak 3.00 MiB allocations 2 frees 1 live 1 total \
+             allocated 3.00 MiB"
+        );
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! `allocview demo`: a simulated training run on a simulated GPU with the agent embedded,
-//! shown live; or, with `--headless`, run for a while and print the agent-versus-allocator
+//! `allocview demo`: a simulated training run on a simulated GPU (or, with `--backend cuda`, a
+//! real one) with the agent embedded, shown live; or, with `--headless`, run for a while and print the agent-versus-allocator
 //! report.
 
 use std::time::{Duration, Instant};
@@ -14,15 +14,23 @@ use crate::source::embedded::EmbeddedSource;
 use crate::terminal::TerminalGuard;
 use crate::{output, units};
 
+/// `--device-memory`'s default (in `cli.rs`): any other value on CUDA earns a note that it is
+/// ignored there.
+pub const DEFAULT_DEVICE_MEMORY: &str = "16GiB";
+
 /// The demo's settings from its arguments.
 ///
 /// # Errors
 /// A bad size, allocator setting or metrics address, named.
 pub fn config(args: &DemoArgs) -> anyhow::Result<DemoConfig> {
+    #[cfg(not(feature = "cuda"))]
     if args.backend == Backend::Cuda {
-        anyhow::bail!(
-            "the demo runs on the simulated device only; to watch a real GPU, run a program with \
-             the agent embedded and use allocview --attach"
+        anyhow::bail!(crate::demo::device::NO_CUDA_SUPPORT);
+    }
+    if args.backend == Backend::Cuda && args.device_memory != DEFAULT_DEVICE_MEMORY {
+        eprintln!(
+            "allocview demo: --device-memory {:?} is ignored on CUDA: the GPU's own memory is used",
+            args.device_memory
         );
     }
     let capacity = units::parse_size(&args.device_memory)
@@ -47,6 +55,7 @@ pub fn config(args: &DemoArgs) -> anyhow::Result<DemoConfig> {
         );
     }
     Ok(DemoConfig {
+        backend: args.backend,
         config,
         scenario: args.scenario,
         seed: args.seed,
@@ -56,17 +65,19 @@ pub fn config(args: &DemoArgs) -> anyhow::Result<DemoConfig> {
     })
 }
 
-fn print_report(r: &Report, json: bool) -> anyhow::Result<()> {
-    if json {
-        output::print(&serde_json::to_string_pretty(r)?)?;
-        return Ok(());
-    }
+/// The headless report as text, one line per figure.
+pub fn report_text(r: &Report) -> String {
+    use std::fmt::Write as _;
     let get = |k: &str| r.stats.get(k).copied().unwrap_or(0).max(0) as u64;
-    println!(
-        "allocview demo ({}): {} steps in {:.1} s",
-        r.scenario, r.steps, r.seconds
+    let mut out = String::new();
+    // Writing to a String cannot fail.
+    let _ = writeln!(
+        out,
+        "allocview demo ({}, device: {}): {} steps in {:.1} s",
+        r.scenario, r.device, r.steps, r.seconds
     );
-    println!(
+    let _ = writeln!(
+        out,
         "  allocated {}  reserved {}  peak reserved {}  OOMs {}",
         units::bytes(get("allocated_bytes.all.current")),
         units::bytes(get("reserved_bytes.all.current")),
@@ -74,26 +85,39 @@ fn print_report(r: &Report, json: bool) -> anyhow::Result<()> {
         r.ooms
     );
     if r.agent_matches_allocator {
-        println!(
+        let _ = writeln!(
+            out,
             "  agent and allocator agree on all {} memory_stats keys",
             r.stats.len()
         );
     } else {
-        println!(
+        let _ = writeln!(
+            out,
             "  agent and allocator differ on {} keys:",
             r.differing_keys.len()
         );
         for k in &r.differing_keys {
-            println!("    {k}");
+            let _ = writeln!(out, "    {k}");
         }
     }
-    println!(
+    let _ = write!(
+        out,
         "  dropped events {}  resyncs {}",
         units::count(r.dropped_events),
         units::count(r.resyncs)
     );
     for d in &r.dumps {
-        println!("  OOM dump: {d}");
+        let _ = write!(out, "\n  OOM dump: {d}");
+    }
+    out
+}
+
+/// Prints the report (a closed pipe ends the output quietly).
+fn print_report(r: &Report, json: bool) -> anyhow::Result<()> {
+    if json {
+        output::print(&serde_json::to_string_pretty(r)?)?;
+    } else {
+        output::print(&report_text(r))?;
     }
     Ok(())
 }

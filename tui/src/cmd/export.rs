@@ -5,7 +5,6 @@
 
 use allocview_agent::pytorch;
 use allocview_agent::snapshot_file::{self, FileFormat};
-use anyhow::Context as _;
 
 use super::summary::progress::load_snapshot;
 use crate::cli::{ExportArgs, ExportFormat};
@@ -20,9 +19,9 @@ pub fn run(args: &ExportArgs) -> anyhow::Result<()> {
     let format = match args.to {
         ExportFormat::Json => FileFormat::Json,
         ExportFormat::Pickle => {
-            pytorch::check_tiling(&snapshot).with_context(|| {
-                format!(
-                    "{}: cannot export as a PyTorch pickle: blocks must tile their segment",
+            pytorch::check_tiling(&snapshot).map_err(|e| {
+                anyhow::anyhow!(
+                    "{}: cannot export as a PyTorch pickle, blocks must tile their segment: {e}",
                     args.input.display()
                 )
             })?;
@@ -30,7 +29,7 @@ pub fn run(args: &ExportArgs) -> anyhow::Result<()> {
         }
     };
     snapshot_file::save(&args.out, &snapshot, format)
-        .with_context(|| format!("cannot write {}", args.out.display()))?;
+        .map_err(|e| anyhow::anyhow!("cannot write {e}"))?;
     let bytes = std::fs::metadata(&args.out).map(|m| m.len()).unwrap_or(0);
     eprintln!(
         "wrote {} ({} bytes, {}): {} segments, {} trace entries",

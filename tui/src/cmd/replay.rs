@@ -46,7 +46,7 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
         bar.set_position(done as u64);
     });
     bar.finish_and_clear();
-    let output = output?;
+    let output = output.with_context(|| format!("replaying {}", args.file.display()))?;
     if let Some(out) = &args.out {
         snapshot_file::save(out, &output.replayed, FileFormat::Pickle)
             .with_context(|| format!("writing {}", out.display()))?;

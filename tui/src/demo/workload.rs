@@ -15,7 +15,10 @@
 //! - With [`Scenario::Oom`] the batch grows each step until an allocation fails; the run then
 //!   halves the batch and carries on, so the OOM stays on record while the dashboard lives.
 //!
-//! Sizes scale with the device capacity so the picture looks alike on any `--device-memory`.
+//! Sizes scale with the device capacity so the picture looks alike on any `--device-memory`
+//! (on a real GPU, with the memory free when the demo starts). The workload runs over either
+//! [`DemoDevice`]: on the simulated one it also says when the compute stream's work is queued
+//! and done; on CUDA the allocator's events see real completion.
 //! Every context switch (`step 41 forward`, `layers.3`) is published as frames through the
 //! allocator's context provider. Randomness comes from a seeded SplitMix64: the same seed
 //! gives the same run.
@@ -23,11 +26,12 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use allocview_alloc::caching::AllocError;
 use allocview_alloc::caching::backend::{DevicePtr, StreamId};
-use allocview_alloc::caching::sim::SimBackend;
-use allocview_alloc::caching::{AllocError, CachingAllocator};
 use allocview_alloc::snapshot::{Frame, Frames};
 
+use super::DemoAllocator;
+use super::device::DemoDevice;
 use crate::cli::Scenario;
 
 /// Layers of the simulated model.
@@ -124,8 +128,8 @@ pub struct StepReport {
 
 /// The training run.
 pub struct Workload {
-    alloc: Arc<CachingAllocator<Arc<SimBackend>>>,
-    sim: Arc<SimBackend>,
+    alloc: Arc<DemoAllocator>,
+    device: DemoDevice,
     context: Context,
     rng: SplitMix64,
     scenario: Scenario,
@@ -146,28 +150,25 @@ fn share(capacity: u64, s: f64) -> u64 {
 }
 
 impl Workload {
-    /// A run on `alloc` over `sim`, with its streams created; `pace` sleeps between
-    /// allocator calls so a human can follow.
+    /// A run on `alloc` over `device`, with its streams created, sized to `capacity` bytes;
+    /// `pace` sleeps between allocator calls so a human can follow.
     ///
     /// # Errors
     /// When the streams cannot be created or the parameters do not fit.
     pub fn new(
-        alloc: Arc<CachingAllocator<Arc<SimBackend>>>,
-        sim: Arc<SimBackend>,
+        alloc: Arc<DemoAllocator>,
+        device: DemoDevice,
+        capacity: u64,
         context: Context,
         scenario: Scenario,
         seed: u64,
         pace: Option<Duration>,
     ) -> anyhow::Result<Workload> {
-        use allocview_alloc::caching::backend::DeviceBackend as _;
         let compute = StreamId::DEFAULT;
-        let data = sim.create_stream()?;
-        sim.add_stream(compute);
-        sim.set_auto_complete(false);
-        let capacity = sim.capacity();
+        let data = device.prepare_streams(compute)?;
         let mut w = Workload {
             alloc,
-            sim,
+            device,
             context,
             rng: SplitMix64::new(seed),
             scenario,
@@ -265,7 +266,7 @@ impl Workload {
         for p in [batch, labels].into_iter().flatten() {
             self.alloc.record_stream(p, self.compute)?;
         }
-        self.sim.submit_work(self.compute);
+        self.device.submit_work(self.compute);
 
         // Forward: one activation kept per layer, a workspace freed after each layer.
         let mut acts = Vec::new();
@@ -337,7 +338,7 @@ impl Workload {
         self.free_all(&mut acts)?;
         self.free_all(&mut grads)?;
         // The compute stream's work completes: pending frees of the batch and bucket finish.
-        self.sim.complete_stream(self.compute);
+        self.device.complete_stream(self.compute);
 
         if failed {
             self.batch_factor *= AFTER_OOM;
@@ -352,20 +353,21 @@ impl Workload {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use allocview_alloc::caching::AllocatorConfig;
     use allocview_alloc::caching::history::HistoryOptions;
+    use allocview_alloc::caching::{AllocatorConfig, CachingAllocator};
 
-    fn run(scenario: Scenario, steps: u64) -> (Arc<CachingAllocator<Arc<SimBackend>>>, Workload) {
-        let sim = Arc::new(SimBackend::new(4 << 30));
+    fn run(scenario: Scenario, steps: u64) -> (Arc<DemoAllocator>, Workload) {
+        let device = DemoDevice::open(crate::cli::Backend::Sim, 4 << 30).unwrap();
         let alloc = Arc::new(CachingAllocator::new(
-            sim.clone(),
+            device.backend(),
             AllocatorConfig::default(),
         ));
         alloc.record_history(HistoryOptions::default());
         let ctx = Context::default();
         let c2 = ctx.clone();
         alloc.set_context_provider(Some(Arc::new(move || c2.frames())));
-        let mut w = Workload::new(alloc.clone(), sim, ctx, scenario, 7, None).unwrap();
+        let capacity = device.workload_capacity().unwrap();
+        let mut w = Workload::new(alloc.clone(), device, capacity, ctx, scenario, 7, None).unwrap();
         for _ in 0..steps {
             w.step().unwrap();
         }

@@ -55,10 +55,16 @@ impl Source for EmbeddedSource {
         }
         self.last_time_ns = agent_state.time_ns;
         let info = LiveInfo {
-            device_name: Some("simulated".into()),
+            device_name: Some(self.demo.device.name()),
             rate_hz: Some(1.0 / AGENT_TICK.as_secs_f64()),
             mode: None,
-            device_free: self.demo.sim.mem_get_info().ok().map(|(free, _)| free),
+            device_free: self
+                .demo
+                .alloc
+                .backend()
+                .mem_get_info()
+                .ok()
+                .map(|(free, _)| free),
         };
         let status = state.status.take();
         *state = self

@@ -2,7 +2,8 @@
 //! attach client) to the dashboard [`State`].
 //!
 //! The agent sends figures; the adapter keeps the little history needed for rates
-//! (allocations per second per stream, between two states) and maps the agent's types onto
+//! (allocations per second per stream, between two states) and for the host heap's chart
+//! (the agent keeps no samples for it), and maps the agent's types onto
 //! the dashboard's. OOMs are diagnosed with the agent's own rules
 //! ([`allocview_agent::diagnosis`]), so the dashboard and `allocview summary` agree.
 
@@ -18,6 +19,7 @@ use allocview_alloc::snapshot::{
 };
 
 use super::histogram::{Bucket, HistogramSummary, HistogramUnit};
+use super::host::{HostHeap, HostSample};
 use super::oom::OomReport;
 use super::streams::StreamRow;
 use super::timeline::{Sample, Timeline};
@@ -48,6 +50,8 @@ pub struct AgentAdapter {
     prev_allocs: HashMap<u64, (u64, u64)>,
     /// Per stream: the last computed rate.
     rates: HashMap<u64, f64>,
+    /// The host heap with the samples taken so far (the agent keeps none for it).
+    host: Option<HostHeap>,
 }
 
 /// A log2 bucket list from the agent's `(upper_bound, count)` pairs.
@@ -260,6 +264,16 @@ impl AgentAdapter {
         }
         let trace: Vec<TraceEntry> = d.recent.iter().filter_map(trace_entry).collect();
         let total = (d.total_memory > 0).then_some(d.total_memory);
+        let host = agent.host.as_ref().map(|h| {
+            let heap = self.host.get_or_insert_with(HostHeap::default);
+            heap.bytes = h.bytes;
+            heap.allocations = h.allocations;
+            heap.push_sample(HostSample {
+                x: x(now),
+                bytes: h.bytes.current.max(0) as u64,
+            });
+            heap.clone()
+        });
         State {
             mode: info.mode.clone().unwrap_or(if agent.pipeline.paused {
                 Mode::Paused
@@ -291,6 +305,7 @@ impl AgentAdapter {
             trace_cursor: None,
             ooms,
             status: None,
+            host,
         }
     }
 }
@@ -362,5 +377,53 @@ mod tests {
         a.devices[0].streams[0].allocs = 30;
         let s = ad.state(&a, 0, &LiveInfo::default());
         assert_eq!(s.streams[0].allocs_per_s, Some(20.0));
+        assert!(s.host.is_none());
+    }
+
+    #[test]
+    fn the_host_heap_maps_over_and_is_sampled_once_per_new_state() {
+        use allocview_agent::state::HostState;
+        let mut a = AgentState::default();
+        a.process.started_ns = 1_000_000_000;
+        a.time_ns = 2_000_000_000;
+        let mut h = HostState::default();
+        h.bytes.update(4096);
+        h.bytes.update(1024);
+        h.bytes.update(-1024);
+        for n in [1, 1, -1] {
+            h.allocations.update(n);
+        }
+        a.host = Some(h);
+        let mut ad = AgentAdapter::new();
+        let s = ad.state(&a, 0, &LiveInfo::default());
+        assert!(!s.has_device_data());
+        let heap = s.host.expect("host heap");
+        assert_eq!(
+            (heap.current(), heap.peak(), heap.total()),
+            (4096, 5120, 5120)
+        );
+        assert_eq!((heap.live(), heap.allocs(), heap.frees()), (1, 2, 1));
+        assert_eq!(
+            heap.samples,
+            vec![HostSample {
+                x: 1.0,
+                bytes: 4096
+            }]
+        );
+        // The same state again adds no sample; a newer one does.
+        let s = ad.state(&a, 0, &LiveInfo::default());
+        assert_eq!(s.host.unwrap().samples.len(), 1);
+        a.time_ns += 1_000_000_000;
+        a.host.as_mut().unwrap().bytes.update(100);
+        let s = ad.state(&a, 0, &LiveInfo::default());
+        let samples = s.host.unwrap().samples;
+        assert_eq!(samples.len(), 2);
+        assert_eq!(
+            samples[1],
+            HostSample {
+                x: 2.0,
+                bytes: 4196
+            }
+        );
     }
 }

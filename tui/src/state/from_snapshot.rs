@@ -258,6 +258,7 @@ impl PostMortem {
             trace: self.trace.clone(),
             trace_cursor: Some(event),
             ooms: self.ooms.clone(),
+            host: None,
             status: (totals.mismatches > 0).then(|| {
                 format!(
                     "{} trace entries did not fit the reconstructed state (truncated trace?)",

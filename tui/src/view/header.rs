@@ -72,6 +72,10 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
         (None, Some(t)) => dev.push_str(&format!(" ({})", units::bytes(t))),
         (None, None) => {}
     }
+    if state.host.is_some() && !state.has_device_data() {
+        // A process watched for its host heap only: no device to name.
+        dev = "  host heap".to_string();
+    }
     optional.push((2, Span::raw(dev)));
     if let Some(hz) = s.rate_hz {
         optional.push((1, Span::raw(format!("  {hz:.0} Hz"))));

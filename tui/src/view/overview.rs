@@ -1,6 +1,12 @@
 //! View 1, Overview: allocated / active / reserved gauges with peaks, the limit, the
 //! fragmentation figures, the counters (allocations, device mallocs and frees, retries, OOMs,
 //! syncs, dropped events), and usage over time as a braille chart with OOMs marked in red.
+//!
+//! When the process's global allocator publishes its host heap, a "Host heap" box shows bytes
+//! in use against their peak, allocations, frees and the total allocated. A process with no
+//! device data (a Rust service whose only instrumented allocator is the host heap) gets the
+//! host box in place of the device panels, and the host heap over time as its chart when there
+//! are samples for it.
 
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -12,7 +18,7 @@ use ratatui::widgets::{Axis, Block, Chart, Dataset, GraphType, Widget};
 use allocview_alloc::caching::stats::{Stat, StatType};
 
 use super::{put, right, theme};
-use crate::state::{State, UiState};
+use crate::state::{HostHeap, State, UiState};
 use crate::units;
 
 /// Width of the counters panel.
@@ -25,6 +31,8 @@ pub const TOP_ROWS: u16 = 9;
 const LABEL: usize = 11;
 /// Width of a figure column (`12.1 GiB`).
 const FIGURE: usize = 9;
+/// Rows of the host heap box (3 rows of figures and the borders).
+pub const HOST_ROWS: u16 = 5;
 
 fn gauge(label: &str, stat: &Stat, scale: u64, width: usize, color: Color) -> Line<'static> {
     let value = stat.current.max(0) as u64;
@@ -254,10 +262,102 @@ pub fn render_chart(area: Rect, buf: &mut Buffer, state: &State) {
     chart.render(area, buf);
 }
 
+fn host_lines(h: &HostHeap, width: usize) -> Vec<Line<'static>> {
+    vec![
+        gauge("in use", &h.bytes, h.peak(), width, theme::ALLOCATED),
+        Line::raw(format!(
+            " allocations {}   frees {}   live {}",
+            units::count(h.allocs()),
+            units::count(h.frees()),
+            units::count(h.live())
+        )),
+        Line::raw(format!(
+            " total allocated {}   freed {}",
+            units::bytes(h.total()),
+            units::bytes(h.bytes.freed.max(0) as u64)
+        )),
+    ]
+}
+
+/// Draws the host heap box into `area` (with its border).
+pub fn render_host(area: Rect, buf: &mut Buffer, h: &HostHeap) {
+    let block = Block::bordered().title(Span::styled(" Host heap ", theme::title()));
+    let inner = block.inner(area);
+    block.render(area, buf);
+    for (i, l) in host_lines(h, inner.width as usize).iter().enumerate() {
+        put(buf, inner, i as u16, l);
+    }
+}
+
+/// Draws the host heap's bytes in use over time into `area` (with its border); nothing when
+/// there are no samples.
+pub fn render_host_chart(area: Rect, buf: &mut Buffer, h: &HostHeap) {
+    if h.samples.is_empty() {
+        return;
+    }
+    let title = Line::from(vec![
+        Span::styled(" Host heap over time ", theme::title()),
+        Span::styled("── in use ", Style::new().fg(theme::ALLOCATED)),
+    ]);
+    let block = Block::bordered().title(title);
+    if area.height < 3 || area.width < 10 {
+        block.render(area, buf);
+        return;
+    }
+    let x0 = h.samples[0].x;
+    let mut x1 = h.samples[h.samples.len() - 1].x;
+    if x1 <= x0 {
+        x1 = x0 + 1.0;
+    }
+    let max_y = (h.max_sample().max(1) as f64) * 1.05;
+    let points: Vec<(f64, f64)> = h.samples.iter().map(|s| (s.x, s.bytes as f64)).collect();
+    let datasets = vec![
+        Dataset::default()
+            .marker(Marker::Braille)
+            .graph_type(GraphType::Line)
+            .style(Style::new().fg(theme::ALLOCATED))
+            .data(&points),
+    ];
+    Chart::new(datasets)
+        .block(block)
+        .x_axis(
+            Axis::default()
+                .bounds([x0, x1])
+                .style(theme::dim())
+                .labels(["0 s".to_string(), format!("{:.0} s", x1 - x0)]),
+        )
+        .y_axis(
+            Axis::default()
+                .bounds([0.0, max_y])
+                .style(theme::dim())
+                .labels([
+                    "0".to_string(),
+                    units::bytes((max_y / 2.0) as u64),
+                    units::bytes(max_y as u64),
+                ]),
+        )
+        .render(area, buf);
+}
+
 /// Draws the overview.
 pub fn render(area: Rect, buf: &mut Buffer, state: &State, _ui: &UiState) {
-    let [top, chart] =
-        Layout::vertical([Constraint::Length(TOP_ROWS), Constraint::Min(0)]).areas(area);
+    if let Some(h) = state.host.as_ref().filter(|_| !state.has_device_data()) {
+        let [top, chart] =
+            Layout::vertical([Constraint::Length(HOST_ROWS), Constraint::Min(0)]).areas(area);
+        render_host(top, buf, h);
+        render_host_chart(chart, buf, h);
+        return;
+    }
+    let host_rows = if state.host.is_some() { HOST_ROWS } else { 0 };
+    let [top, host, chart] = Layout::vertical([
+        Constraint::Length(TOP_ROWS),
+        Constraint::Length(host_rows),
+        Constraint::Min(0),
+    ])
+    .areas(area);
+    if let Some(h) = &state.host {
+        render_host(host, buf, h);
+    }
     let with_counters = area.width >= MIN_WIDTH_WITH_COUNTERS;
     let [memory, counters] = Layout::horizontal([
         Constraint::Min(0),

@@ -6,9 +6,9 @@
 use std::sync::Arc;
 
 use allocview::state::histogram::{HistogramUnit, Log2Histogram};
-use allocview::state::{Mode, OomReport, Sample, Source, State, Timeline};
+use allocview::state::{HostHeap, HostSample, Mode, OomReport, Sample, Source, State, Timeline};
 use allocview_agent::diagnosis::{OomFacts, diagnose};
-use allocview_alloc::caching::stats::DeviceStats;
+use allocview_alloc::caching::stats::{DeviceStats, Stat};
 use allocview_alloc::snapshot::{
     BlockInfo, BlockState, Frame, SegmentInfo, SegmentType, Snapshot, TraceAction, TraceEntry,
     no_frames,
@@ -262,6 +262,48 @@ pub fn live_state() -> State {
         trace_cursor: None,
         ooms: vec![oom()],
         status: None,
+        host: None,
+    }
+}
+
+/// A host heap: 48 MiB in use (peak 64 MiB) in 1,234 live allocations, 98,765 made and
+/// 97,531 freed, 3.5 GiB allocated in total; `samples` seconds of samples (a slow rise).
+pub fn host_heap(samples: usize) -> HostHeap {
+    HostHeap {
+        bytes: Stat {
+            current: (48 * MIB) as i64,
+            peak: (64 * MIB) as i64,
+            allocated: (3 * GIB + GIB / 2) as i64,
+            freed: (3 * GIB + GIB / 2 - 48 * MIB) as i64,
+        },
+        allocations: Stat {
+            current: 1_234,
+            peak: 2_000,
+            allocated: 98_765,
+            freed: 97_531,
+        },
+        samples: (0..samples)
+            .map(|i| HostSample {
+                x: i as f64,
+                bytes: (i as u64 % 8 + 1) * 6 * MIB,
+            })
+            .collect(),
+    }
+}
+
+/// What an attach client sees of a Rust service whose only instrumented allocator is the
+/// host heap: process facts and the host heap, no device.
+pub fn host_only_state(samples: usize) -> State {
+    State {
+        mode: Mode::Live,
+        source: Source {
+            pid: Some(31337),
+            program: Some("heap-service".into()),
+            rate_hz: Some(10.0),
+            ..Source::default()
+        },
+        host: Some(host_heap(samples)),
+        ..State::default()
     }
 }
 

@@ -3,7 +3,7 @@
 //! bytes (the C unpickler), each timed in its own process on the same machine in the same run.
 //!
 //! Python reports its own median: it loads the file's bytes once, then times `pickle.loads`
-//! repeatedly (at least [`MIN_BATCHES`](super::harness::MIN_BATCHES) times, for about the time
+//! repeatedly (at least `MIN_BATCHES` times, for about the time
 //! budget) and prints the median in nanoseconds, so neither interpreter start-up nor file I/O
 //! is counted on either side.
 

@@ -104,7 +104,7 @@ impl EventSink for Recorder {
     }
 }
 
-/// The events of one allocator cycle on a fresh device: [`CYCLE_ROUNDS`] x [`MIXED_SIZES`]
+/// The events of one allocator cycle on a fresh device: `CYCLE_ROUNDS` x [`MIXED_SIZES`]
 /// allocated, freed in an interleaved order, then the cache emptied, so the device ends as it
 /// began (every segment the cycle maps, it unmaps) and the cycle can be repeated.
 pub fn event_cycle() -> anyhow::Result<Vec<Event>> {

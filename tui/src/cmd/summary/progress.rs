@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 
 use allocview_agent::snapshot_file;
 use allocview_alloc::snapshot::Snapshot;
-use anyhow::Context as _;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 /// Files at least this large show the bar from the start.
@@ -42,5 +41,6 @@ pub fn load_snapshot(path: &Path) -> anyhow::Result<Snapshot> {
         }
     });
     bar.finish_and_clear();
-    result.with_context(|| format!("cannot load {}", path.display()))
+    // The error names the file and the problem; its text is the whole message.
+    result.map_err(|e| anyhow::anyhow!("cannot load {e}"))
 }

@@ -1,0 +1,61 @@
+//! Hash maps and sets keyed by device addresses, with a hasher made for them.
+//!
+//! Replay looks an address up for nearly every trace entry; the standard library's SipHash is
+//! built to resist adversarial keys, which addresses from a file we already trust for their
+//! sizes do not need. Addresses are multiples of 512, so the hasher multiplies by a 64-bit odd
+//! constant (Fibonacci hashing, Knuth TAOCP vol. 3, 6.4) and folds the high bits down, which
+//! spreads the low zero bits across the whole word.
+
+use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// 2^64 / golden ratio, odd: the multiplier of Fibonacci hashing.
+const FIBONACCI: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// A hasher for `u64` keys (other keys hash byte by byte through the same mix).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AddrHasher(u64);
+
+impl Hasher for AddrHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        let x = (self.0 ^ n).wrapping_mul(FIBONACCI);
+        self.0 = x ^ (x >> 32);
+    }
+}
+
+/// A map from addresses.
+pub type AddrMap<V> = HashMap<u64, V, BuildHasherDefault<AddrHasher>>;
+
+/// A set of addresses.
+pub type AddrSet = HashSet<u64, BuildHasherDefault<AddrHasher>>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_that_differ_only_in_high_bits_hash_apart() {
+        let hash = |n: u64| {
+            let mut h = AddrHasher::default();
+            h.write_u64(n);
+            h.finish()
+        };
+        let base = 0x7f00_0000_0000;
+        let hashes: AddrSet = (0..1000).map(|i| hash(base + i * 512) & 0xfff).collect();
+        // Low 12 bits (a table of 4096 buckets) still spread.
+        assert!(hashes.len() > 700, "{}", hashes.len());
+        let mut m: AddrMap<u32> = AddrMap::default();
+        m.insert(base, 1);
+        assert_eq!(m.get(&base), Some(&1));
+    }
+}
