@@ -8,9 +8,9 @@
 //! at once for an OOM): an `AtomicBool` says a wake-up is pending, so only the first producer past
 //! the mark pays for `Thread::unpark`.
 //!
-//! The channel is crossbeam's array flavour (a fixed ring of slots allocated once): `try_send`
-//! reserves a slot with one compare-and-swap and writes the 64-byte [`Event`] into it, so
-//! publishing allocates nothing.
+//! The channel is a `Ring` (`sink/ring.rs`: crossbeam's array-channel algorithm, a fixed ring
+//! of slots allocated once, with a single-consumer receive): a publish reserves a slot with one
+//! compare-and-swap and writes the 64-byte [`Event`] into it, so publishing allocates nothing.
 //!
 //! Host (CPU) allocators publish into the same sink with `EventPool::Host`
 //! (`allocview_alloc::event::EventPool::Host`): an `alloc` adds, and a `free_requested` or a
@@ -22,14 +22,18 @@ use std::sync::{Arc, OnceLock};
 use std::thread::Thread;
 
 use allocview_alloc::event::{Event, EventAction, EventSink};
-use crossbeam_channel::{Receiver, Sender, TrySendError};
 use crossbeam_utils::CachePadded;
 
-/// Default channel capacity, in events (64 bytes each, so 4 MiB of slots).
+mod ring;
+
+use ring::{PushError, Ring};
+
+/// Default channel capacity, in events (72-byte slots: the event and its stamp, so 4.5 MiB).
 ///
 /// Measured with `benches/pipeline.rs` on the shared 2-core development machine (CPU time):
-/// a publish costs 16 ns, the aggregator folds a caching-allocator event stream at about
-/// 10 M events/s, so a burst outruns it by ~6x and only the channel absorbs the difference.
+/// a publish costs 13-16 ns, the aggregator folds a caching-allocator event stream at about
+/// 19 M events/s (10 M/s before the ring and the mirror's lookups were reworked), so a burst
+/// outruns it by ~3x and only the channel absorbs the difference.
 /// The half-full wake-up starts a drain at 32 Ki events; a PyTorch-like allocator (well under
 /// 1 M events/s, a cached malloc+free pair costing ~140 ns and making 3 events) never fills
 /// 64 Ki slots between drains. A 1 M-event burst from a tight loop dropped 93% at 64 Ki, 16% at
@@ -116,28 +120,35 @@ impl SinkShared {
 /// The [`EventSink`] the agent hands to allocators.
 #[derive(Debug, Clone)]
 pub struct ChannelSink {
-    tx: Sender<Event>,
+    ring: Arc<Ring>,
     shared: Arc<SinkShared>,
 }
 
 /// The consuming end of the channel (held by the aggregator).
 #[derive(Debug)]
 pub struct EventReceiver {
-    rx: Receiver<Event>,
+    ring: Arc<Ring>,
     shared: Arc<SinkShared>,
+}
+
+impl Drop for EventReceiver {
+    /// Later publishes are counted as dropped at once.
+    fn drop(&mut self) {
+        self.ring.disconnect();
+    }
 }
 
 /// A bounded event channel of `capacity` events (at least [`MIN_CHANNEL_CAPACITY`]).
 pub fn channel(capacity: usize) -> (ChannelSink, EventReceiver) {
     let capacity = capacity.max(MIN_CHANNEL_CAPACITY);
-    let (tx, rx) = crossbeam_channel::bounded(capacity);
+    let ring = Arc::new(Ring::new(capacity));
     let shared = Arc::new(SinkShared::new(capacity));
     (
         ChannelSink {
-            tx,
+            ring: ring.clone(),
             shared: shared.clone(),
         },
-        EventReceiver { rx, shared },
+        EventReceiver { ring, shared },
     )
 }
 
@@ -151,7 +162,7 @@ impl ChannelSink {
 impl EventSink for ChannelSink {
     #[inline]
     fn publish(&self, event: &Event) {
-        match self.tx.try_send(*event) {
+        match self.ring.push(event) {
             Ok(()) => {
                 let n = PUBLISHED.with(|c| {
                     let n = c.get().wrapping_add(1);
@@ -159,13 +170,14 @@ impl EventSink for ChannelSink {
                     n
                 });
                 if event.action == EventAction::Oom
-                    || (n.is_multiple_of(WAKE_CHECK_INTERVAL) && self.tx.len() >= self.shared.half)
+                    || (n.is_multiple_of(WAKE_CHECK_INTERVAL)
+                        && self.ring.len() >= self.shared.half)
                 {
                     self.shared.wake();
                 }
             }
-            Err(TrySendError::Full(e)) | Err(TrySendError::Disconnected(e)) => {
-                self.shared.dropped[e.action as usize].fetch_add(1, Ordering::Relaxed);
+            Err(PushError::Full | PushError::Disconnected) => {
+                self.shared.dropped[event.action as usize].fetch_add(1, Ordering::Relaxed);
                 self.shared.wake();
             }
         }
@@ -181,17 +193,17 @@ impl EventReceiver {
     /// Takes one event if there is one; never blocks.
     #[inline]
     pub fn try_recv(&self) -> Option<Event> {
-        self.rx.try_recv().ok()
+        self.ring.pop()
     }
 
     /// Events waiting in the channel now.
     pub fn len(&self) -> usize {
-        self.rx.len()
+        self.ring.len()
     }
 
     /// Whether no event is waiting.
     pub fn is_empty(&self) -> bool {
-        self.rx.is_empty()
+        self.ring.len() == 0
     }
 }
 
