@@ -28,12 +28,11 @@ mod ring;
 
 use ring::{PushError, Ring};
 
-/// Default channel capacity, in events (72-byte slots: the event and its stamp, so 4.5 MiB).
+/// Default channel capacity, in events (64 bytes each, so 4 MiB of slots).
 ///
 /// Measured with `benches/pipeline.rs` on the shared 2-core development machine (CPU time):
-/// a publish costs 13-16 ns, the aggregator folds a caching-allocator event stream at about
-/// 19 M events/s (10 M/s before the ring and the mirror's lookups were reworked), so a burst
-/// outruns it by ~3x and only the channel absorbs the difference.
+/// a publish costs 16 ns, the aggregator folds a caching-allocator event stream at about
+/// 10 M events/s, so a burst outruns it by ~6x and only the channel absorbs the difference.
 /// The half-full wake-up starts a drain at 32 Ki events; a PyTorch-like allocator (well under
 /// 1 M events/s, a cached malloc+free pair costing ~140 ns and making 3 events) never fills
 /// 64 Ki slots between drains. A 1 M-event burst from a tight loop dropped 93% at 64 Ki, 16% at
