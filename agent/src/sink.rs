@@ -8,9 +8,9 @@
 //! at once for an OOM): an `AtomicBool` says a wake-up is pending, so only the first producer past
 //! the mark pays for `Thread::unpark`.
 //!
-//! The channel is a `Ring` (`sink/ring.rs`: crossbeam's array-channel algorithm, a fixed ring
-//! of slots allocated once, with a single-consumer receive): a publish reserves a slot with one
-//! compare-and-swap and writes the 64-byte [`Event`] into it, so publishing allocates nothing.
+//! The channel is crossbeam's array flavour (a fixed ring of slots allocated once): `try_send`
+//! reserves a slot with one compare-and-swap and writes the 64-byte [`Event`] into it, so
+//! publishing allocates nothing.
 //!
 //! Host (CPU) allocators publish into the same sink with `EventPool::Host`
 //! (`allocview_alloc::event::EventPool::Host`): an `alloc` adds, and a `free_requested` or a
@@ -22,11 +22,8 @@ use std::sync::{Arc, OnceLock};
 use std::thread::Thread;
 
 use allocview_alloc::event::{Event, EventAction, EventSink};
+use crossbeam_channel::{Receiver, Sender, TrySendError};
 use crossbeam_utils::CachePadded;
-
-mod ring;
-
-use ring::{PushError, Ring};
 
 /// Default channel capacity, in events (64 bytes each, so 4 MiB of slots).
 ///
@@ -119,35 +116,28 @@ impl SinkShared {
 /// The [`EventSink`] the agent hands to allocators.
 #[derive(Debug, Clone)]
 pub struct ChannelSink {
-    ring: Arc<Ring>,
+    tx: Sender<Event>,
     shared: Arc<SinkShared>,
 }
 
 /// The consuming end of the channel (held by the aggregator).
 #[derive(Debug)]
 pub struct EventReceiver {
-    ring: Arc<Ring>,
+    rx: Receiver<Event>,
     shared: Arc<SinkShared>,
-}
-
-impl Drop for EventReceiver {
-    /// Later publishes are counted as dropped at once.
-    fn drop(&mut self) {
-        self.ring.disconnect();
-    }
 }
 
 /// A bounded event channel of `capacity` events (at least [`MIN_CHANNEL_CAPACITY`]).
 pub fn channel(capacity: usize) -> (ChannelSink, EventReceiver) {
     let capacity = capacity.max(MIN_CHANNEL_CAPACITY);
-    let ring = Arc::new(Ring::new(capacity));
+    let (tx, rx) = crossbeam_channel::bounded(capacity);
     let shared = Arc::new(SinkShared::new(capacity));
     (
         ChannelSink {
-            ring: ring.clone(),
+            tx,
             shared: shared.clone(),
         },
-        EventReceiver { ring, shared },
+        EventReceiver { rx, shared },
     )
 }
 
@@ -161,7 +151,7 @@ impl ChannelSink {
 impl EventSink for ChannelSink {
     #[inline]
     fn publish(&self, event: &Event) {
-        match self.ring.push(event) {
+        match self.tx.try_send(*event) {
             Ok(()) => {
                 let n = PUBLISHED.with(|c| {
                     let n = c.get().wrapping_add(1);
@@ -169,14 +159,13 @@ impl EventSink for ChannelSink {
                     n
                 });
                 if event.action == EventAction::Oom
-                    || (n.is_multiple_of(WAKE_CHECK_INTERVAL)
-                        && self.ring.len() >= self.shared.half)
+                    || (n.is_multiple_of(WAKE_CHECK_INTERVAL) && self.tx.len() >= self.shared.half)
                 {
                     self.shared.wake();
                 }
             }
-            Err(PushError::Full | PushError::Disconnected) => {
-                self.shared.dropped[event.action as usize].fetch_add(1, Ordering::Relaxed);
+            Err(TrySendError::Full(e)) | Err(TrySendError::Disconnected(e)) => {
+                self.shared.dropped[e.action as usize].fetch_add(1, Ordering::Relaxed);
                 self.shared.wake();
             }
         }
@@ -192,17 +181,17 @@ impl EventReceiver {
     /// Takes one event if there is one; never blocks.
     #[inline]
     pub fn try_recv(&self) -> Option<Event> {
-        self.ring.pop()
+        self.rx.try_recv().ok()
     }
 
     /// Events waiting in the channel now.
     pub fn len(&self) -> usize {
-        self.ring.len()
+        self.rx.len()
     }
 
     /// Whether no event is waiting.
     pub fn is_empty(&self) -> bool {
-        self.ring.len() == 0
+        self.rx.is_empty()
     }
 }
 
