@@ -477,28 +477,19 @@ impl Aggregator {
     fn ingest(&mut self, e: &Event) {
         self.ingested += 1;
         if e.pool == EventPool::Host || e.device == CPU_DEVICE {
-            let h = self.host.get_or_insert_with(HostState::default);
-            match e.action {
-                EventAction::Alloc => {
-                    h.allocations.update(1);
-                    h.bytes.update(e.size as i64);
-                }
-                EventAction::FreeRequested | EventAction::FreeCompleted => {
-                    h.allocations.update(-1);
-                    h.bytes.update(-(e.size as i64));
-                }
-                EventAction::ResetPeaks => {
-                    h.allocations.reset_peak();
-                    h.bytes.reset_peak();
-                }
-                _ => {}
-            }
+            self.ingest_host(e);
             return;
         }
         self.seq += 1;
         let seq = self.seq;
         let recent_cap = self.cfg.recent_events;
-        let d = self.device_mut(i32::from(e.device));
+        let device = i32::from(e.device);
+        let interval = self.cfg.sample_interval;
+        // One lookup per event: the mirror, histograms and recent events all hang off it.
+        let d = self
+            .devices
+            .entry(device)
+            .or_insert_with(|| DeviceAgg::new(device, interval));
         if recent_cap > 0 {
             if d.recent.len() == recent_cap {
                 d.recent.pop_front();
@@ -512,10 +503,6 @@ impl Aggregator {
         if lost_marker {
             self.needs_resync = true;
         }
-        let d = self
-            .devices
-            .get_mut(&i32::from(e.device))
-            .expect("created above");
         match d.mirror.apply(e) {
             Ok(applied) => {
                 let pool = applied.pool.unwrap_or_else(|| pool_key(e));
@@ -538,6 +525,26 @@ impl Aggregator {
                 self.needs_resync = true;
                 tracing::debug!(device = e.device, %err, "event does not fit the mirror");
             }
+        }
+    }
+
+    /// A host (CPU) allocator's event: counts only.
+    fn ingest_host(&mut self, e: &Event) {
+        let h = self.host.get_or_insert_with(HostState::default);
+        match e.action {
+            EventAction::Alloc => {
+                h.allocations.update(1);
+                h.bytes.update(e.size as i64);
+            }
+            EventAction::FreeRequested | EventAction::FreeCompleted => {
+                h.allocations.update(-1);
+                h.bytes.update(-(e.size as i64));
+            }
+            EventAction::ResetPeaks => {
+                h.allocations.reset_peak();
+                h.bytes.reset_peak();
+            }
+            _ => {}
         }
     }
 

@@ -3,8 +3,8 @@
 //! Gil Tene's HdrHistogram (the `hdrhistogram` crate): recording is a few nanoseconds and
 //! constant-time, memory grows with the logarithm of the range (auto-resizing), and quantiles
 //! stay within [`SIGNIFICANT_DIGITS`] decimal digits of the true value. Each recorded value goes
-//! to its pool's and its stream's set; the all-pools set is the sum of the pool sets, built when a
-//! summary is asked for, so the hot path records twice, not three times.
+//! to the set of its `(pool, stream)` pair; the per-pool, per-stream and all-pools sets are sums of
+//! pair sets, built when a summary is asked for, so the hot path records each value once.
 
 use std::collections::BTreeMap;
 
@@ -102,40 +102,70 @@ impl HistSet {
     }
 }
 
-/// The set for `key` in a short list (few pools and streams: a scan beats a map).
-fn slot<K: Copy + Ord>(list: &mut Vec<(K, HistSet)>, key: K) -> &mut HistSet {
-    let i = match list.iter().position(|(k, _)| *k == key) {
-        Some(i) => i,
-        None => {
-            let i = list.partition_point(|(k, _)| *k < key);
-            list.insert(i, (key, HistSet::default()));
-            i
-        }
+/// Slots of [`DeviceHistograms`]' lookup cache (a power of two).
+const PAIR_HINTS: usize = 16;
+
+/// The hint slot of a `(pool, stream)` pair: a multiplicative hash of both.
+#[inline]
+fn hint_slot(pool: PoolKey, stream: u64) -> usize {
+    let p = match pool {
+        PoolKey::Small => 0,
+        PoolKey::Large => 1,
+        PoolKey::Private(id) => id.wrapping_add(2),
     };
-    &mut list[i].1
+    let h = (stream ^ p.rotate_left(32)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (h >> (u64::BITS - PAIR_HINTS.trailing_zeros())) as usize
 }
 
 /// The histograms of one device.
+///
+/// Each value is recorded once, in the set of its `(pool, stream)` pair (few pairs: a sorted
+/// vector, found through a small direct-mapped cache of indices, checked on use); the per-pool, per-stream and
+/// all-pools sets are sums of pair sets, built when a summary is asked for. Adding
+/// HdrHistograms of one precision adds their counts, so the sums equal recording every value
+/// into each set they belong to.
 #[derive(Debug, Clone, Default)]
 pub struct DeviceHistograms {
-    by_pool: Vec<(PoolKey, HistSet)>,
-    by_stream: Vec<(u64, HistSet)>,
+    /// Sorted by `(pool, stream)`.
+    pairs: Vec<((PoolKey, u64), HistSet)>,
+    /// Likely index in `pairs` of the pairs hashing to each slot (a hint: checked on use).
+    hints: [u32; PAIR_HINTS],
     version: u64,
 }
 
 impl DeviceHistograms {
+    /// The set of one `(pool, stream)` pair, created on first use.
+    #[inline]
+    fn pair(&mut self, pool: PoolKey, stream: u64) -> &mut HistSet {
+        let key = (pool, stream);
+        let slot = hint_slot(pool, stream);
+        let hint = self.hints[slot] as usize;
+        let i = match self.pairs.get(hint) {
+            Some((k, _)) if *k == key => hint,
+            _ => {
+                let i = match self.pairs.iter().position(|(k, _)| *k == key) {
+                    Some(i) => i,
+                    None => {
+                        let i = self.pairs.partition_point(|(k, _)| *k < key);
+                        self.pairs.insert(i, (key, HistSet::default()));
+                        i
+                    }
+                };
+                self.hints[slot] = i as u32;
+                i
+            }
+        };
+        &mut self.pairs[i].1
+    }
+
     /// Records an allocation of `requested` bytes (and, when measured, the allocator's
     /// latency).
     #[inline]
     pub fn record_alloc(&mut self, pool: PoolKey, stream: u64, requested: u64, latency_ns: u32) {
-        for set in [
-            slot(&mut self.by_pool, pool),
-            slot(&mut self.by_stream, stream),
-        ] {
-            record(&mut set.size, requested);
-            if latency_ns > 0 {
-                record(&mut set.latency, u64::from(latency_ns));
-            }
+        let set = self.pair(pool, stream);
+        record(&mut set.size, requested);
+        if latency_ns > 0 {
+            record(&mut set.latency, u64::from(latency_ns));
         }
         self.version += 1;
     }
@@ -143,8 +173,7 @@ impl DeviceHistograms {
     /// Records the lifetime of a block whose free completed.
     #[inline]
     pub fn record_lifetime(&mut self, pool: PoolKey, stream: u64, lifetime_ns: u64) {
-        record(&mut slot(&mut self.by_pool, pool).lifetime, lifetime_ns);
-        record(&mut slot(&mut self.by_stream, stream).lifetime, lifetime_ns);
+        record(&mut self.pair(pool, stream).lifetime, lifetime_ns);
         self.version += 1;
     }
 
@@ -153,35 +182,38 @@ impl DeviceHistograms {
         self.version
     }
 
-    /// The histograms of one pool, if anything was recorded there.
-    pub fn pool(&self, pool: PoolKey) -> Option<&HistSet> {
-        self.by_pool
-            .iter()
-            .find(|(k, _)| *k == pool)
-            .map(|(_, s)| s)
+    /// The histograms of one pool (all its streams), if anything was recorded there.
+    pub fn pool(&self, pool: PoolKey) -> Option<HistSet> {
+        let mut found = None;
+        for (_, set) in self.pairs.iter().filter(|((p, _), _)| *p == pool) {
+            found.get_or_insert_with(HistSet::default).add(set);
+        }
+        found
     }
 
     /// Summaries of every set, and of all pools together.
     pub fn summary(&self) -> Histograms {
         let mut all = HistSet::default();
-        for (_, set) in &self.by_pool {
+        let mut by_pool: BTreeMap<PoolKey, HistSet> = BTreeMap::new();
+        let mut by_stream: BTreeMap<u64, HistSet> = BTreeMap::new();
+        for ((pool, stream), set) in &self.pairs {
             all.add(set);
+            by_pool.entry(*pool).or_default().add(set);
+            by_stream.entry(*stream).or_default().add(set);
         }
         Histograms {
             all: all.summary(),
-            by_pool: self
-                .by_pool
-                .iter()
+            by_pool: by_pool
+                .into_iter()
                 .map(|(pool, set)| PoolHistograms {
-                    pool: *pool,
+                    pool,
                     set: set.summary(),
                 })
                 .collect(),
-            by_stream: self
-                .by_stream
-                .iter()
+            by_stream: by_stream
+                .into_iter()
                 .map(|(stream, set)| StreamHistograms {
-                    stream: *stream,
+                    stream,
                     set: set.summary(),
                 })
                 .collect(),
@@ -214,6 +246,50 @@ mod tests {
         assert_eq!(small.buckets, vec![(1024, 3), (8192, 1), (2 << 20, 1)]);
         assert_eq!(s.by_stream[1].set.lifetime.count, 1);
         assert_eq!(s.all.lifetime.count, 1);
+    }
+
+    #[test]
+    fn pool_and_stream_summaries_equal_recording_into_each_set_directly() {
+        let mut h = DeviceHistograms::default();
+        let (mut small, mut stream1) = (HistSet::default(), HistSet::default());
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        for i in 0..5_000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let pool = if x.is_multiple_of(3) {
+                PoolKey::Small
+            } else {
+                PoolKey::Large
+            };
+            let stream = (x >> 20) % 3;
+            let (size, latency, life) = (1 + (x >> 8) % (64 << 20), (x >> 30) as u32 % 5000, i * 7);
+            h.record_alloc(pool, stream, size, latency);
+            h.record_lifetime(pool, stream, life);
+            for (set, hit) in [
+                (&mut small, pool == PoolKey::Small),
+                (&mut stream1, stream == 1),
+            ] {
+                if hit {
+                    record(&mut set.size, size);
+                    if latency > 0 {
+                        record(&mut set.latency, u64::from(latency));
+                    }
+                    record(&mut set.lifetime, life);
+                }
+            }
+        }
+        let s = h.summary();
+        assert_eq!(s.by_pool[0].pool, PoolKey::Small);
+        assert_eq!(s.by_pool[0].set, small.summary());
+        assert_eq!(s.by_stream[1].stream, 1);
+        assert_eq!(s.by_stream[1].set, stream1.summary());
+        assert_eq!(
+            h.pool(PoolKey::Small).map(|p| p.summary()),
+            Some(small.summary())
+        );
+        assert!(h.pool(PoolKey::Private(3)).is_none());
+        assert_eq!(s.all.size.count, 5_000);
     }
 
     #[test]

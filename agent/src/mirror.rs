@@ -147,6 +147,8 @@ impl MBlock {
 struct MSegment {
     size: u64,
     stream: u64,
+    /// Index of `stream` in the mirror's stream list.
+    stream_ix: u32,
     pool: PoolKey,
     small: bool,
     expandable: bool,
@@ -184,7 +186,8 @@ pub struct DeviceMirror {
     segments: AddrMap<MSegment>,
     starts: BTreeSet<u64>,
     stats: DeviceStats,
-    /// Few streams: a vector beats a map.
+    /// Few streams: a vector beats a map. In order of first use (segments hold indices into
+    /// it); [`streams`](Self::streams) sorts.
     streams: Vec<(u64, StreamAcc)>,
     max_split_size: Option<u64>,
     version: u64,
@@ -260,20 +263,22 @@ impl DeviceMirror {
         e.flags & FLAG_OVERSIZE != 0 || self.max_split_size.is_some_and(|m| e.size >= m)
     }
 
-    #[inline]
-    fn stream(&mut self, stream: u64, time_ns: u64) -> &mut StreamAcc {
-        let i = match self.streams.iter().position(|(s, _)| *s == stream) {
-            Some(i) => i,
+    /// The index of `stream` in `streams`, added when new. Entries are never removed, so a
+    /// segment keeps its stream's index for the hot path.
+    fn stream_index(&mut self, stream: u64) -> u32 {
+        match self.streams.iter().position(|(s, _)| *s == stream) {
+            Some(i) => i as u32,
             None => {
                 self.streams.push((stream, StreamAcc::default()));
-                self.streams.sort_by_key(|(s, _)| *s);
-                self.streams
-                    .iter()
-                    .position(|(s, _)| *s == stream)
-                    .expect("just inserted")
+                (self.streams.len() - 1) as u32
             }
-        };
-        let s = &mut self.streams[i].1;
+        }
+    }
+
+    /// The counters of the stream at index `ix`, seen at `time_ns`.
+    #[inline]
+    fn stream_at(&mut self, ix: u32, time_ns: u64) -> &mut StreamAcc {
+        let s = &mut self.streams[ix as usize].1;
         s.last_event_ns = s.last_event_ns.max(time_ns);
         s
     }
@@ -359,8 +364,14 @@ impl DeviceMirror {
 
     /// Links `next.prev` to `to` when `next` exists.
     fn set_prev(&mut self, next: Option<u64>, to: u64) {
+        Self::link_prev(&mut self.blocks, next, to);
+    }
+
+    /// [`set_prev`](Self::set_prev) on the block map alone (while a segment is borrowed).
+    #[inline]
+    fn link_prev(blocks: &mut AddrMap<MBlock>, next: Option<u64>, to: u64) {
         if let Some(n) = next
-            && let Some(nb) = self.blocks.get_mut(&n)
+            && let Some(nb) = blocks.get_mut(&n)
         {
             nb.prev = Some(to);
         }
@@ -406,6 +417,7 @@ impl DeviceMirror {
         let small = e.pool == EventPool::Small;
         let oversize = self.oversize(e);
         let pool = pool_key(e);
+        let stream_ix = self.stream_index(e.stream);
         self.blocks
             .insert(e.addr, MBlock::free(e.addr, e.size, None, None));
         self.segments.insert(
@@ -413,6 +425,7 @@ impl DeviceMirror {
             MSegment {
                 size: e.size,
                 stream: e.stream,
+                stream_ix,
                 pool,
                 small,
                 expandable: false,
@@ -427,7 +440,7 @@ impl DeviceMirror {
         if oversize {
             self.stats.oversize_segments.update(1);
         }
-        self.stream(e.stream, e.time_ns).reserved += e.size as i64;
+        self.stream_at(stream_ix, e.time_ns).reserved += e.size as i64;
         Ok(applied(pool))
     }
 
@@ -459,71 +472,92 @@ impl DeviceMirror {
         if seg.oversize {
             self.stats.oversize_segments.update(-1);
         }
-        self.stream(seg.stream, e.time_ns).reserved -= seg.size as i64;
+        self.stream_at(seg.stream_ix, e.time_ns).reserved -= seg.size as i64;
         Ok(applied(seg.pool))
     }
 
     fn alloc(&mut self, e: &Event) -> Result<Applied, MirrorError> {
-        let not_found = || MirrorError::NoSuchBlock {
-            action: e.action.as_str(),
-            addr: e.addr,
-            size: e.size,
-            wanted: "free",
-        };
-        let b_addr = self
-            .block_containing(e.addr)
-            .ok_or(MirrorError::UnknownSegment {
-                action: e.action.as_str(),
-                addr: e.addr,
-            })?;
-        let b = self.blocks[&b_addr];
         let end = e.addr + e.size;
-        if b.state != BlockState::Inactive || e.size == 0 || b_addr + b.size < end {
-            return Err(not_found());
-        }
+        let fits = |b_addr: u64, b: &MBlock| {
+            if b.state != BlockState::Inactive || e.size == 0 || b_addr + b.size < end {
+                return Err(MirrorError::NoSuchBlock {
+                    action: e.action.as_str(),
+                    addr: e.addr,
+                    size: e.size,
+                    wanted: "free",
+                });
+            }
+            Ok(())
+        };
         let oversize = self.oversize(e);
-        let seg = self.segments[&b.seg];
-        let before = Self::split_contribution(&seg, &[Some(b.size)]);
+        let taken = |b_addr: u64, b: &MBlock| MBlock {
+            seg: b.seg,
+            size: e.size,
+            requested: e.requested,
+            alloc_ns: e.time_ns,
+            prev: if e.addr > b_addr {
+                Some(b_addr)
+            } else {
+                b.prev
+            },
+            next: if b_addr + b.size > end {
+                Some(end)
+            } else {
+                b.next
+            },
+            state: BlockState::ActiveAllocated,
+            oversize,
+        };
+        // The allocator hands out the front of a free block, so the block usually starts at
+        // the event's address: then one lookup finds it and the taken block replaces it in
+        // place (its successor's link is unchanged unless a remainder is cut off below).
+        let (b_addr, b) = match self.blocks.get_mut(&e.addr) {
+            Some(bm) => {
+                let b = *bm;
+                fits(e.addr, &b)?;
+                *bm = taken(e.addr, &b);
+                (e.addr, b)
+            }
+            None => {
+                let a = self
+                    .block_containing(e.addr)
+                    .ok_or(MirrorError::UnknownSegment {
+                        action: e.action.as_str(),
+                        addr: e.addr,
+                    })?;
+                let b = self.blocks[&a];
+                fits(a, &b)?;
+                (a, b)
+            }
+        };
         let front = e.addr - b_addr;
         let back = b_addr + b.size - end;
-        let mut prev = b.prev;
-        if front > 0 {
-            let fb = self.blocks.get_mut(&b_addr).expect("found above");
-            fb.size = front;
-            fb.next = Some(e.addr);
-            prev = Some(b_addr);
-        }
-        let next = if back > 0 {
-            self.blocks
-                .insert(end, MBlock::free(b.seg, back, Some(e.addr), b.next));
-            self.set_prev(b.next, end);
-            Some(end)
-        } else {
-            b.next
-        };
-        self.blocks.insert(
-            e.addr,
-            MBlock {
-                seg: b.seg,
-                size: e.size,
-                requested: e.requested,
-                alloc_ns: e.time_ns,
-                prev,
-                next,
-                state: BlockState::ActiveAllocated,
-                oversize,
-            },
-        );
-        if back == 0 {
-            self.set_prev(next, e.addr);
-        }
-        let sm = self.segments.get_mut(&b.seg).expect("found above");
+        let sm = self
+            .segments
+            .get_mut(&b.seg)
+            .expect("a block's segment exists");
+        let before = Self::split_contribution(sm, &[Some(b.size)]);
         sm.blocks += u32::from(front > 0) + u32::from(back > 0);
         let after = Self::split_contribution(
             sm,
             &[(front > 0).then_some(front), (back > 0).then_some(back)],
         );
-        let (small, stream, pool) = (seg.small, seg.stream, seg.pool);
+        let (small, stream, pool) = (sm.small, sm.stream_ix, sm.pool);
+        if front > 0 {
+            let fb = self.blocks.get_mut(&b_addr).expect("found above");
+            fb.size = front;
+            fb.next = Some(e.addr);
+            self.blocks.insert(e.addr, taken(b_addr, &b));
+            if back == 0 {
+                // The old block's successor now follows the taken block.
+                Self::link_prev(&mut self.blocks, b.next, e.addr);
+            }
+        }
+        if back > 0 {
+            self.blocks
+                .insert(end, MBlock::free(b.seg, back, Some(e.addr), b.next));
+            Self::link_prev(&mut self.blocks, b.next, end);
+        }
         self.apply_split_delta(small, before, after);
         let st = &mut self.stats;
         st.allocation.update_pool(small, 1);
@@ -534,7 +568,7 @@ impl DeviceMirror {
         if oversize {
             st.oversize_allocations.update(1);
         }
-        let s = self.stream(stream, e.time_ns);
+        let s = self.stream_at(stream, e.time_ns);
         s.allocated += e.size as i64;
         s.active += e.size as i64;
         s.peak_allocated = s.peak_allocated.max(s.allocated);
@@ -542,96 +576,107 @@ impl DeviceMirror {
         Ok(applied(pool))
     }
 
-    fn block_in_state(&self, e: &Event, state: BlockState) -> Result<MBlock, MirrorError> {
-        match self.blocks.get(&e.addr) {
-            Some(b) if b.state == state && (e.size == 0 || b.size == e.size) => Ok(*b),
-            Some(_) => Err(MirrorError::NoSuchBlock {
+    fn no_block_in_state(&self, e: &Event, state: BlockState, found: bool) -> MirrorError {
+        if found || self.segment_at(e.addr).is_some() {
+            MirrorError::NoSuchBlock {
                 action: e.action.as_str(),
                 addr: e.addr,
                 size: e.size,
                 wanted: state.as_str(),
-            }),
-            None => match self.segment_at(e.addr) {
-                Some(_) => Err(MirrorError::NoSuchBlock {
-                    action: e.action.as_str(),
-                    addr: e.addr,
-                    size: e.size,
-                    wanted: state.as_str(),
-                }),
-                None => Err(MirrorError::UnknownSegment {
-                    action: e.action.as_str(),
-                    addr: e.addr,
-                }),
-            },
+            }
+        } else {
+            MirrorError::UnknownSegment {
+                action: e.action.as_str(),
+                addr: e.addr,
+            }
         }
     }
 
     fn free_requested(&mut self, e: &Event) -> Result<Applied, MirrorError> {
-        let b = self.block_in_state(e, BlockState::ActiveAllocated)?;
-        self.blocks.get_mut(&e.addr).expect("found above").state = BlockState::ActivePendingFree;
-        let seg = self.segments[&b.seg];
+        let wanted = BlockState::ActiveAllocated;
+        let b = match self.blocks.get_mut(&e.addr) {
+            Some(b) if b.state == wanted && (e.size == 0 || b.size == e.size) => {
+                b.state = BlockState::ActivePendingFree;
+                *b
+            }
+            found => {
+                let found = found.is_some();
+                return Err(self.no_block_in_state(e, wanted, found));
+            }
+        };
+        let seg = &self.segments[&b.seg];
+        let (small, stream, pool) = (seg.small, seg.stream_ix, seg.pool);
         let size = b.size as i64;
-        self.stats.allocation.update_pool(seg.small, -1);
-        self.stats.allocated_bytes.update_pool(seg.small, -size);
+        self.stats.allocation.update_pool(small, -1);
+        self.stats.allocated_bytes.update_pool(small, -size);
         if b.oversize {
             self.stats.oversize_allocations.update(-1);
         }
-        self.stream(seg.stream, e.time_ns).allocated -= size;
-        Ok(applied(seg.pool))
+        self.stream_at(stream, e.time_ns).allocated -= size;
+        Ok(applied(pool))
     }
 
     fn free_completed(&mut self, e: &Event) -> Result<Applied, MirrorError> {
-        let b = self.block_in_state(e, BlockState::ActivePendingFree)?;
+        let wanted = BlockState::ActivePendingFree;
+        let b = match self.blocks.get(&e.addr) {
+            Some(b) if b.state == wanted && (e.size == 0 || b.size == e.size) => *b,
+            found => {
+                let found = found.is_some();
+                return Err(self.no_block_in_state(e, wanted, found));
+            }
+        };
         let free_at = |a: Option<u64>| {
             a.and_then(|a| self.blocks.get(&a).map(|nb| (a, *nb)))
                 .filter(|(_, nb)| nb.state == BlockState::Inactive)
         };
         let prev = free_at(b.prev);
         let next = free_at(b.next);
-        let seg = self.segments[&b.seg];
-        let before = Self::split_contribution(
-            &seg,
-            &[prev.map(|(_, p)| p.size), next.map(|(_, n)| n.size)],
-        );
+        let sm = self
+            .segments
+            .get_mut(&b.seg)
+            .expect("a block's segment exists");
+        let before =
+            Self::split_contribution(sm, &[prev.map(|(_, p)| p.size), next.map(|(_, n)| n.size)]);
         let mut start = e.addr;
         let mut size = b.size;
         let mut new_prev = b.prev;
         let mut new_next = b.next;
-        let mut merged = 0u32;
         if let Some((pa, pb)) = prev {
-            self.blocks.remove(&pa);
             start = pa;
             size += pb.size;
             new_prev = pb.prev;
-            merged += 1;
         }
-        if let Some((na, nb)) = next {
-            self.blocks.remove(&na);
+        if let Some((_, nb)) = next {
             size += nb.size;
             new_next = nb.next;
-            merged += 1;
         }
-        self.blocks.remove(&e.addr);
-        self.blocks.insert(
-            start,
-            MBlock {
-                requested: b.requested,
-                ..MBlock::free(b.seg, size, new_prev, new_next)
-            },
-        );
-        self.set_next(new_prev, start);
-        self.set_prev(new_next, start);
-        let sm = self.segments.get_mut(&b.seg).expect("found above");
-        sm.blocks -= merged;
+        sm.blocks -= u32::from(prev.is_some()) + u32::from(next.is_some());
         let after = Self::split_contribution(sm, &[Some(size)]);
-        let (small, stream, pool) = (seg.small, seg.stream, seg.pool);
+        let (small, stream, pool) = (sm.small, sm.stream_ix, sm.pool);
+        let merged = MBlock {
+            requested: b.requested,
+            ..MBlock::free(b.seg, size, new_prev, new_next)
+        };
+        // The merged block keeps the first address: `new_prev` already links to it (it
+        // linked to the previous free block or to the freed one), so only the block after
+        // it may need its link moved.
+        if let Some((na, _)) = next {
+            self.blocks.remove(&na);
+        }
+        if start != e.addr {
+            self.blocks.remove(&e.addr);
+        }
+        *self.blocks.get_mut(&start).expect("found above") = merged;
+        if next.is_some() || start != e.addr {
+            Self::link_prev(&mut self.blocks, new_next, start);
+        }
         self.apply_split_delta(small, before, after);
         self.stats.active.update_pool(small, -1);
         self.stats.active_bytes.update_pool(small, -(b.size as i64));
         self.stats
             .requested_bytes
             .update_pool(small, -(b.requested as i64));
-        self.stream(stream, e.time_ns).active -= b.size as i64;
+        self.stream_at(stream, e.time_ns).active -= b.size as i64;
         let lifetime_ns =
             (b.alloc_ns != 0 && e.time_ns >= b.alloc_ns).then(|| e.time_ns - b.alloc_ns);
         Ok(Applied {
@@ -723,11 +768,13 @@ impl DeviceMirror {
         );
         self.set_next(prev_block, e.addr);
         self.set_prev(next_seg, e.addr);
+        let stream_ix = self.stream_index(e.stream);
         let mut seg = match prev_seg {
             Some(p) => self.segments[&p],
             None => MSegment {
                 size: 0,
                 stream: e.stream,
+                stream_ix,
                 pool,
                 small,
                 expandable: true,
@@ -752,7 +799,7 @@ impl DeviceMirror {
         self.merge_free_around(e.addr);
         self.stats.reserved_bytes.update_pool(small, e.size as i64);
         self.stats.num_device_alloc += 1;
-        self.stream(e.stream, e.time_ns).reserved += e.size as i64;
+        self.stream_at(stream_ix, e.time_ns).reserved += e.size as i64;
         Ok(applied(pool))
     }
 
@@ -840,7 +887,7 @@ impl DeviceMirror {
             .reserved_bytes
             .update_pool(seg.small, -(e.size as i64));
         self.stats.num_device_free += 1;
-        self.stream(seg.stream, e.time_ns).reserved -= e.size as i64;
+        self.stream_at(seg.stream_ix, e.time_ns).reserved -= e.size as i64;
         Ok(applied(seg.pool))
     }
 
@@ -849,12 +896,15 @@ impl DeviceMirror {
     /// never go down).
     pub fn resync(&mut self, snapshot: &Snapshot, stats: DeviceStats) {
         self.max_split_size = (stats.max_split_size >= 0).then_some(stats.max_split_size as u64);
-        let oversize = |size: u64| self.max_split_size.is_some_and(|m| size >= m);
+        let max_split_size = self.max_split_size;
+        let oversize = |size: u64| max_split_size.is_some_and(|m| size >= m);
         let mut blocks = AddrMap::default();
         let mut segments = AddrMap::default();
         let mut starts = BTreeSet::new();
-        for s in snapshot.segments.iter().filter(|s| s.device == self.device) {
+        let device = self.device;
+        for s in snapshot.segments.iter().filter(|s| s.device == device) {
             let n = s.blocks.len();
+            let stream_ix = self.stream_index(s.stream);
             for (i, b) in s.blocks.iter().enumerate() {
                 blocks.insert(
                     b.address,
@@ -875,6 +925,7 @@ impl DeviceMirror {
                 MSegment {
                     size: s.total_size,
                     stream: s.stream,
+                    stream_ix,
                     pool: segment_pool_key(s),
                     small: s.segment_type == SegmentType::Small,
                     expandable: s.is_expandable,
@@ -907,7 +958,7 @@ impl DeviceMirror {
                     active += b.size as i64;
                 }
             }
-            let acc = self.stream(seg.stream, 0);
+            let acc = self.stream_at(seg.stream_ix, 0);
             acc.reserved += seg.size as i64;
             acc.allocated += allocated;
             acc.active += active;
@@ -982,7 +1033,8 @@ impl DeviceMirror {
     /// Usage per stream, by stream id.
     pub fn streams(&self) -> Vec<StreamUsage> {
         let pos = |v: i64| v.max(0) as u64;
-        self.streams
+        let mut out: Vec<StreamUsage> = self
+            .streams
             .iter()
             .map(|&(stream, s)| StreamUsage {
                 stream,
@@ -993,7 +1045,9 @@ impl DeviceMirror {
                 allocs: s.allocs,
                 last_event_ns: s.last_event_ns,
             })
-            .collect()
+            .collect();
+        out.sort_by_key(|u| u.stream);
+        out
     }
 
     /// Usage per pool: small and large always, then private pools by id.
