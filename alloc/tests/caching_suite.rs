@@ -12,6 +12,9 @@
 //! Run: `cargo test -p allocview-alloc --test caching_suite` (simulator only), or with
 //! `--features cuda -- --nocapture` to see the stand-in and GPU lines.
 
+#[path = "support/builders.rs"]
+mod support;
+
 #[path = "caching_suite/rules.rs"]
 mod rules;
 #[cfg(feature = "cuda")]

@@ -13,7 +13,9 @@ use std::sync::{Arc, Mutex};
 use allocview_alloc::caching::backend::{DeviceBackend, DevicePtr, StreamId};
 use allocview_alloc::caching::stats::{DeviceStats, StatArray};
 use allocview_alloc::caching::{AllocError, CachingAllocator};
-use allocview_alloc::snapshot::{BlockState, Snapshot, TraceAction};
+use allocview_alloc::snapshot::{BlockState, TraceAction};
+
+use crate::support::check_consistent;
 
 pub const KIB: u64 = 1 << 10;
 pub const MIB: u64 = 1 << 20;
@@ -55,65 +57,6 @@ fn offset<B: DeviceBackend>(a: &CachingAllocator<B>, ptr: DevicePtr) -> (u64, u6
 /// The device's free bytes as the backend reports them.
 fn device_free<B: DeviceBackend>(a: &CachingAllocator<B>) -> u64 {
     a.backend().mem_get_info().expect("mem_get_info").0
-}
-
-/// Checks the snapshot's structure (blocks tile segments; segments do not overlap; per-segment
-/// sums match the blocks) and that the allocator's `current` stats equal those recomputed from
-/// the snapshot. Expandable segments count in neither `segment` stat (PyTorch counts device
-/// allocations there), so those keys are compared only without them.
-pub fn check_consistent<B: DeviceBackend>(a: &CachingAllocator<B>) -> Snapshot {
-    let snap = a.snapshot();
-    let mut last_end = 0u64;
-    let mut expandable = false;
-    for seg in &snap.segments {
-        assert!(
-            seg.address >= last_end,
-            "segments overlap at {:#x}",
-            seg.address
-        );
-        last_end = seg.address + seg.total_size;
-        let mut at = seg.address;
-        let (mut alloc, mut active, mut req) = (0, 0, 0);
-        for b in &seg.blocks {
-            assert_eq!(b.address, at, "blocks tile the segment");
-            assert!(
-                b.size > 0 && b.size % MIN_BLOCK == 0,
-                "block size {}",
-                b.size
-            );
-            at += b.size;
-            if b.state == BlockState::ActiveAllocated {
-                alloc += b.size;
-            }
-            if b.state.is_active() {
-                active += b.size;
-                req += b.requested_size;
-            }
-        }
-        assert_eq!(at, seg.address + seg.total_size, "blocks cover the segment");
-        assert_eq!(
-            (alloc, active, req),
-            (seg.allocated_size, seg.active_size, seg.requested_size),
-            "segment sums"
-        );
-        expandable |= seg.is_expandable;
-    }
-    let mine = a.device_stats().currents();
-    let theirs =
-        DeviceStats::from_snapshot(&snap, a.device(), a.config().max_split_size()).currents();
-    let skip_segment = expandable || a.config().expandable_segments();
-    let keep = |m: &std::collections::BTreeMap<String, i64>| {
-        m.iter()
-            .filter(|(k, _)| !(skip_segment && k.starts_with("segment.")))
-            .map(|(k, v)| (k.clone(), *v))
-            .collect::<Vec<_>>()
-    };
-    assert_eq!(
-        keep(&mine),
-        keep(&theirs),
-        "current stats agree with the snapshot"
-    );
-    snap
 }
 
 /// Rounding: 512 bytes by default; power-of-two divisions through the settings.

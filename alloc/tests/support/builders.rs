@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use allocview_alloc::caching::backend::StreamId;
+use allocview_alloc::caching::backend::{DeviceBackend, StreamId};
 use allocview_alloc::caching::stats::{DeviceStats, StatArray};
 use allocview_alloc::caching::{AllocatorConfig, CachingAllocator};
 use allocview_alloc::snapshot::{BlockState, Snapshot};
@@ -47,10 +47,11 @@ pub fn cur(a: &allocview_alloc::caching::stats::StatArray) -> i64 {
     a.0[0].current
 }
 
-/// Checks the snapshot's structure (blocks tile segments, segments do not overlap) and that the
-/// allocator's current stats equal those the snapshot implies. Expandable segments count in
+/// Checks the snapshot's structure (blocks tile segments, segments do not overlap, per-segment
+/// sums match the blocks) and that the allocator's current stats equal those the snapshot
+/// implies, on any backend (the behaviour suite runs it on `CudaBackend` too). Expandable segments count in
 /// neither `segment` stat (PyTorch counts only device allocations there).
-pub fn check_consistent(a: &Alloc) -> Snapshot {
+pub fn check_consistent<B: DeviceBackend>(a: &CachingAllocator<B>) -> Snapshot {
     let snap = a.snapshot();
     let mut last_end = 0u64;
     let mut expandable_segments = 0;
@@ -78,7 +79,8 @@ pub fn check_consistent(a: &Alloc) -> Snapshot {
         assert_eq!(at, seg.address + seg.total_size, "blocks cover the segment");
         assert_eq!(
             (alloc, active, req),
-            (seg.allocated_size, seg.active_size, seg.requested_size)
+            (seg.allocated_size, seg.active_size, seg.requested_size),
+            "segment sums"
         );
         if seg.is_expandable {
             expandable_segments += 1;
