@@ -191,9 +191,9 @@ impl DeviceCachingAllocator {
         id: BlockId,
         context: Option<&Frames>,
     ) -> Result<(), AllocError> {
-        let (addr, size, stream, pool, es, sidx) = {
+        let (addr, size, stream, pool, es) = {
             let b = &self.arena[id];
-            (b.addr, b.size, b.stream, b.pool, b.expandable, b.sidx)
+            (b.addr, b.size, b.stream, b.pool, b.expandable)
         };
         let Some(seg) = self.expandable[es as usize].as_mut() else {
             return Ok(());
@@ -205,31 +205,11 @@ impl DeviceCachingAllocator {
         self.remove_from_blocks(id);
         let before = uptr - addr;
         if before > 0 {
-            let prev = self.arena[id].prev;
-            let mut bf = Block::new(addr, before, stream, sidx, pool);
-            bf.expandable = es;
-            bf.prev = prev;
-            bf.next = id;
-            let bid = self.arena.insert(bf);
-            if prev != NIL {
-                self.arena[prev].next = bid;
-            }
-            self.arena[id].prev = bid;
-            self.insert_into_blocks(bid);
+            self.link_free_piece(id, addr, before, Side::Before);
         }
         let after = size - before - usize_;
         if after > 0 {
-            let next = self.arena[id].next;
-            let mut af = Block::new(uptr + usize_, after, stream, sidx, pool);
-            af.expandable = es;
-            af.prev = id;
-            af.next = next;
-            let aid = self.arena.insert(af);
-            if next != NIL {
-                self.arena[next].prev = aid;
-            }
-            self.arena[id].next = aid;
-            self.insert_into_blocks(aid);
+            self.link_free_piece(id, uptr + usize_, after, Side::After);
         }
         {
             let b = &mut self.arena[id];
@@ -267,6 +247,32 @@ impl DeviceCachingAllocator {
         Ok(())
     }
 
+    /// Links a new free block `[addr, addr + size)` into `id`'s expandable segment, just
+    /// before or just after `id`, and puts it in the pool's free set (the still-mapped parts of
+    /// a block whose middle pages were unmapped).
+    fn link_free_piece(&mut self, id: BlockId, addr: u64, size: u64, side: Side) {
+        let (stream, sidx, pool, es) = {
+            let b = &self.arena[id];
+            (b.stream, b.sidx, b.pool, b.expandable)
+        };
+        let mut piece = Block::new(addr, size, stream, sidx, pool);
+        piece.expandable = es;
+        let (prev, next) = match side {
+            Side::Before => (self.arena[id].prev, id),
+            Side::After => (id, self.arena[id].next),
+        };
+        piece.prev = prev;
+        piece.next = next;
+        let pid = self.arena.insert(piece);
+        if prev != NIL {
+            self.arena[prev].next = pid;
+        }
+        if next != NIL {
+            self.arena[next].prev = pid;
+        }
+        self.insert_into_blocks(pid);
+    }
+
     /// Gives back the address range of an expandable segment with nothing mapped.
     pub(super) fn release_expandable_segment<B: DeviceBackend>(
         &mut self,
@@ -287,4 +293,11 @@ impl DeviceCachingAllocator {
         self.arena.remove(id);
         Ok(())
     }
+}
+
+/// Where `DeviceCachingAllocator::link_free_piece` puts the new block relative to the given one.
+#[derive(Clone, Copy)]
+enum Side {
+    Before,
+    After,
 }
