@@ -128,6 +128,39 @@ impl BlockArena {
     }
 
     /// Frees a slot.
+    /// Adds a free, mapped, unlinked block like [`Block::new`], resetting a vacant slot in
+    /// place when there is one (its context fields are already empty, and its stream-use
+    /// list keeps its capacity), so the hot path moves no whole `Block`.
+    #[inline]
+    pub(crate) fn insert_new(
+        &mut self,
+        addr: u64,
+        size: u64,
+        stream: StreamId,
+        sidx: u16,
+        pool: u32,
+    ) -> BlockId {
+        let Some(id) = self.free.pop() else {
+            return self.insert(Block::new(addr, size, stream, sidx, pool));
+        };
+        let b = &mut self.blocks[id as usize];
+        debug_assert!(!b.live && b.context.is_none() && b.segment_context.is_none());
+        debug_assert!(b.stream_uses.is_empty() && b.prev == NIL && b.next == NIL);
+        b.addr = addr;
+        b.size = size;
+        b.requested = 0;
+        b.stream = stream;
+        b.sidx = sidx;
+        b.pool = pool;
+        b.allocated = false;
+        b.mapped = true;
+        b.live = true;
+        b.event_count = 0;
+        b.gc_count_base = 0;
+        b.expandable = NIL;
+        id
+    }
+
     pub(crate) fn remove(&mut self, id: BlockId) {
         let b = &mut self.blocks[id as usize];
         b.live = false;

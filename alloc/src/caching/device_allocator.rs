@@ -15,7 +15,7 @@ use crate::caching::config::{AllocatorConfig, MIN_BLOCK_SIZE, SMALL_SIZE, segmen
 use crate::caching::error::{AllocError, OomInfo, OutOfMemory};
 use crate::caching::expandable::ExpandableSegment;
 use crate::caching::history::{ContextLevel, TraceRing};
-use crate::caching::pool::{BlockPool, PoolId, PrivatePool, size_key, stream_end_key};
+use crate::caching::pool::{BlockPool, PoolId, PrivatePool, SizeKey, size_key, stream_end_key};
 use crate::caching::stats::{DeviceStats, StatArray, StatType};
 use crate::event::{
     Event, EventAction, EventPool, EventSink, FLAG_CACHED, FLAG_EXPANDABLE, FLAG_OVERSIZE,
@@ -96,6 +96,9 @@ struct Params {
     pool: u32,
     alloc_size: u64,
     block: BlockId,
+    /// The block's free-set key while it is still in its pool's free set (a cached block
+    /// found by `get_free_block`; a new segment's block never is).
+    cached_key: Option<SizeKey>,
 }
 
 /// The state of one device's caching allocator.
@@ -386,11 +389,23 @@ impl DeviceCachingAllocator {
         self.pools[pool as usize].is_small
     }
 
+    #[inline]
     fn insert_into_blocks(&mut self, id: BlockId) {
         let b = &mut self.arena[id];
         let pool = &mut self.pools[b.pool as usize];
         b.gc_count_base = pool.get_free_blocks_call_count;
         pool.blocks.insert(size_key(b.sidx, b.size, b.addr), id);
+    }
+
+    /// `insert_into_blocks` for a block whose old key `old` is still in the set (a split's
+    /// remainder, a merge's grown block): one [`FreeSet::replace`](crate::caching::free_set::FreeSet::replace).
+    #[inline]
+    fn reinsert_into_blocks(&mut self, id: BlockId, old: SizeKey) {
+        let b = &mut self.arena[id];
+        let pool = &mut self.pools[b.pool as usize];
+        b.gc_count_base = pool.get_free_blocks_call_count;
+        pool.blocks
+            .replace(old, size_key(b.sidx, b.size, b.addr), id);
     }
 
     fn remove_from_blocks(&mut self, id: BlockId) {
@@ -431,6 +446,7 @@ impl DeviceCachingAllocator {
             pool,
             alloc_size,
             block: NIL,
+            cached_key: None,
         };
 
         let mut found = self.get_free_block(&mut p)
@@ -641,8 +657,9 @@ impl DeviceCachingAllocator {
         {
             return false;
         }
-        self.pools[p.pool as usize].blocks.remove(&key);
+        // The block stays in the set until `alloc_found_block` replaces (split) or removes it.
         p.block = id;
+        p.cached_key = Some(key);
         true
     }
 
@@ -961,11 +978,13 @@ impl DeviceCachingAllocator {
                 let r = &self.arena[remaining];
                 (r.addr, r.prev, r.expandable)
             };
-            let mut front = Block::new(addr, size, p.stream, p.sidx, pool);
-            front.expandable = es;
-            front.prev = prev;
-            front.next = remaining;
-            let new_id = self.arena.insert(front);
+            let new_id = self.arena.insert_new(addr, size, p.stream, p.sidx, pool);
+            {
+                let front = &mut self.arena[new_id];
+                front.expandable = es;
+                front.prev = prev;
+                front.next = remaining;
+            }
             if prev != NIL {
                 self.arena[prev].next = new_id;
             }
@@ -975,7 +994,10 @@ impl DeviceCachingAllocator {
                 r.addr += size;
                 r.size -= size;
             }
-            self.insert_into_blocks(remaining);
+            match p.cached_key {
+                Some(old) => self.reinsert_into_blocks(remaining, old),
+                None => self.insert_into_blocks(remaining),
+            }
             if !expandable {
                 if already_split {
                     dec(&mut self.stats.inactive_split_bytes, small, size);
@@ -986,10 +1008,15 @@ impl DeviceCachingAllocator {
                 }
             }
             id = new_id;
-        } else if already_split && !expandable {
-            let bsize = self.arena[id].size as i64;
-            dec(&mut self.stats.inactive_split_bytes, small, bsize as u64);
-            dec(&mut self.stats.inactive_split, small, 1);
+        } else {
+            if let Some(key) = p.cached_key {
+                self.pools[pool as usize].blocks.remove(&key);
+            }
+            if already_split && !expandable {
+                let bsize = self.arena[id].size;
+                dec(&mut self.stats.inactive_split_bytes, small, bsize);
+                dec(&mut self.stats.inactive_split, small, 1);
+            }
         }
 
         let (addr, bsize, stream) = {
@@ -1117,14 +1144,24 @@ impl DeviceCachingAllocator {
         );
         let mut net_blocks = 0i64;
         let mut net_size = 0i64;
+        // The free-set key the grown block takes over (a merged neighbour's), if any.
+        let mut taken_key = None;
         for cand in [self.arena[id].prev, self.arena[id].next] {
-            let subsumed = self.try_merge_blocks(id, cand);
-            if subsumed > 0 {
-                net_blocks -= 1;
-                net_size -= subsumed as i64;
+            if !self.mergeable(id, cand) {
+                continue;
             }
+            let c = &self.arena[cand];
+            let key = size_key(c.sidx, c.size, c.addr);
+            if let Some(k) = taken_key.replace(key) {
+                self.pools[pool as usize].blocks.remove(&k);
+            }
+            net_blocks -= 1;
+            net_size -= self.absorb(id, cand) as i64;
         }
-        self.insert_into_blocks(id);
+        match taken_key {
+            Some(old) => self.reinsert_into_blocks(id, old),
+            None => self.insert_into_blocks(id),
+        }
         if self.arena[id].is_split() {
             net_blocks += 1;
             net_size += self.arena[id].size as i64;
@@ -1143,24 +1180,36 @@ impl DeviceCachingAllocator {
     /// PyTorch's `try_merge_blocks`: `dst` absorbs `src` when `src` is free and in the same
     /// mapped state. Returns the bytes absorbed.
     fn try_merge_blocks(&mut self, dst: BlockId, src: BlockId) -> u64 {
-        if src == NIL {
+        if !self.mergeable(dst, src) {
             return 0;
         }
         let s = &self.arena[src];
-        if !s.is_free() || s.mapped != self.arena[dst].mapped {
-            return 0;
-        }
-        let (s_addr, s_size, s_prev, s_next, s_mapped, s_stream, s_pool) =
-            (s.addr, s.size, s.prev, s.next, s.mapped, s.stream, s.pool);
-        if s_mapped {
-            self.pools[s_pool as usize]
-                .blocks
-                .remove(&size_key(s.sidx, s_size, s_addr));
+        let pool = &mut self.pools[s.pool as usize];
+        if s.mapped {
+            pool.blocks.remove(&size_key(s.sidx, s.size, s.addr));
         } else {
-            self.pools[s_pool as usize]
-                .unmapped
-                .remove(&(s_stream.0, s_addr));
+            pool.unmapped.remove(&(s.stream.0, s.addr));
         }
+        self.absorb(dst, src)
+    }
+
+    /// Whether `dst` may absorb `src`: a neighbour that is free and mapped alike.
+    #[inline]
+    fn mergeable(&self, dst: BlockId, src: BlockId) -> bool {
+        if src == NIL {
+            return false;
+        }
+        let s = &self.arena[src];
+        s.is_free() && s.mapped == self.arena[dst].mapped
+    }
+
+    /// `dst` takes over its neighbour `src` (already out of its pool's sets): links, address,
+    /// size and the segment's context move to `dst`, and `src` is gone. Returns the bytes
+    /// absorbed.
+    #[inline]
+    fn absorb(&mut self, dst: BlockId, src: BlockId) -> u64 {
+        let s = &self.arena[src];
+        let (s_addr, s_size, s_prev, s_next) = (s.addr, s.size, s.prev, s.next);
         if self.arena[dst].prev == src {
             let seg_ctx = self.arena[src].segment_context.take();
             let d = &mut self.arena[dst];

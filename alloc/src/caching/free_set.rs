@@ -101,6 +101,37 @@ impl FreeSet {
         }
     }
 
+    /// Replaces the entry at `old` (which must be present) by `new` for block `id`: one
+    /// search for each key and a shift of only the entries between them, where a removal and
+    /// an insertion would each shift the whole tail (a split leaves the remainder, a merge the
+    /// grown block, near where the old key sat).
+    #[inline]
+    pub(crate) fn replace(&mut self, old: SizeKey, new: SizeKey, id: BlockId) {
+        if self.large.is_some() {
+            let removed = self.remove(&old);
+            debug_assert!(removed.is_some(), "replaced a key that is not in the set");
+            self.insert(new, id);
+            return;
+        }
+        let v = &mut self.small;
+        let i = v.partition_point(|e| e.0 < old);
+        debug_assert!(
+            v.get(i).is_some_and(|e| e.0 == old),
+            "replaced a key that is not in the set"
+        );
+        // With `old` still in place: `new` belongs before index `j`.
+        let j = v.partition_point(|e| e.0 < new);
+        if j <= i {
+            // Moves down (or stays): the entries in [j, i) move up one.
+            v.copy_within(j..i, j + 1);
+            v[j] = (new, id);
+        } else {
+            // Moves up: the entries in (i, j) move down one into the hole.
+            v.copy_within(i + 1..j, i);
+            v[j - 1] = (new, id);
+        }
+    }
+
     /// Entries with keys from `from` on, in order.
     #[inline]
     pub(crate) fn iter_from(&self, from: SizeKey) -> FreeIter<'_> {
@@ -169,5 +200,34 @@ mod tests {
         assert_eq!(s.ids(), (190..200).collect::<Vec<u32>>());
         assert_eq!(s.take_all().len(), 10);
         assert_eq!(s.len(), 0);
+    }
+
+    #[test]
+    fn replace_agrees_with_remove_then_insert_in_both_forms() {
+        for n in [5u128, 40, 120] {
+            let mut a = FreeSet::new();
+            let mut b = std::collections::BTreeMap::new();
+            for k in 0..n {
+                a.insert(k * 10, k as u32);
+                b.insert(k * 10, k as u32);
+            }
+            let mut x = 0x9E37_79B9u128;
+            for step in 0..500u32 {
+                x = (x * 6_364_136_223_846_793_005 + 1) % (1 << 61);
+                let keys: Vec<u128> = b.keys().copied().collect();
+                let old = keys[(x % keys.len() as u128) as usize];
+                // A fresh key anywhere: before, between or after the others.
+                let new = (x >> 7) % (n * 10 + 20) * 3 + 1_000_000 * u128::from(step % 2);
+                if b.contains_key(&new) && new != old {
+                    continue;
+                }
+                a.replace(old, new, step);
+                b.remove(&old);
+                b.insert(new, step);
+                let got: Vec<(u128, u32)> = a.iter().collect();
+                let want: Vec<(u128, u32)> = b.iter().map(|(&k, &v)| (k, v)).collect();
+                assert_eq!(got, want, "n {n} step {step}: {old} -> {new}");
+            }
+        }
     }
 }
