@@ -72,7 +72,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use crate::caching::backend::{DeviceBackend, DevicePtr, StreamId};
 use crate::caching::config::AllocatorConfig;
@@ -80,6 +80,7 @@ use crate::caching::device_allocator::{DeviceCachingAllocator, MallocFailure};
 use crate::caching::error::{AllocError, OomInfo};
 use crate::caching::history::{ContextLevel, HistoryOptions};
 use crate::caching::pool::PoolId;
+use crate::caching::state_lock::{StateGuard, StateLock};
 use crate::caching::stats::DeviceStats;
 use crate::caching::summary::format_memory_summary;
 use crate::event::{EventAction, EventSink};
@@ -120,7 +121,7 @@ pub struct CacheInfo {
 /// ```
 pub struct CachingAllocator<B: DeviceBackend> {
     backend: B,
-    state: Mutex<DeviceCachingAllocator>,
+    state: StateLock<DeviceCachingAllocator>,
     /// The context level, readable without the lock (gathering happens before it).
     context_level: AtomicU8,
     provider: Mutex<Option<ContextProvider>>,
@@ -132,7 +133,7 @@ impl<B: DeviceBackend> CachingAllocator<B> {
         let device = backend.device();
         CachingAllocator {
             backend,
-            state: Mutex::new(DeviceCachingAllocator::new(device, config)),
+            state: StateLock::new(DeviceCachingAllocator::new(device, config)),
             context_level: AtomicU8::new(ContextLevel::Never as u8),
             provider: Mutex::new(None),
         }
@@ -153,15 +154,23 @@ impl<B: DeviceBackend> CachingAllocator<B> {
         self.lock().config.clone()
     }
 
-    fn lock(&self) -> MutexGuard<'_, DeviceCachingAllocator> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    #[inline]
+    fn lock(&self) -> StateGuard<'_, DeviceCachingAllocator> {
+        self.state.lock()
     }
 
     /// Calls the context provider when the context level is at least `level`.
+    #[inline]
     fn gather(&self, level: ContextLevel) -> Option<Frames> {
         if self.context_level.load(Ordering::Relaxed) < level as u8 {
             return None;
         }
+        self.call_provider()
+    }
+
+    /// The context provider's frames (the provider is cloned out of its lock first).
+    #[cold]
+    fn call_provider(&self) -> Option<Frames> {
         let provider = self
             .provider
             .lock()
@@ -190,12 +199,13 @@ impl<B: DeviceBackend> CachingAllocator<B> {
         match r {
             Ok(p) => Ok(p),
             Err(MallocFailure::Error(e)) => Err(e),
-            Err(MallocFailure::Oom(oom, info, observers)) => {
+            Err(MallocFailure::Oom(failure)) => {
                 drop(st);
+                let (oom, info, observers) = *failure;
                 for o in &observers {
                     o(&info);
                 }
-                Err(AllocError::OutOfMemory(oom))
+                Err(AllocError::OutOfMemory(Box::new(oom)))
             }
         }
     }
@@ -430,7 +440,7 @@ impl<B: DeviceBackend> CachingAllocator<B> {
 
 impl<B: DeviceBackend> Drop for CachingAllocator<B> {
     fn drop(&mut self) {
-        let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        let st = self.state.get_mut();
         st.destroy_events(&self.backend);
     }
 }

@@ -257,6 +257,7 @@ impl AllocatorConfig {
     }
 
     /// PyTorch's `round_size`: the block size a request of `size` bytes gets.
+    #[inline]
     pub fn round_size(&self, size: u64) -> u64 {
         if size < MIN_BLOCK_SIZE {
             return MIN_BLOCK_SIZE;

@@ -70,8 +70,9 @@ fn dec(a: &mut StatArray, small: bool, n: u64) {
 
 /// Why a malloc failed, with what the caller must do outside the lock.
 pub(crate) enum MallocFailure {
-    /// Out of memory: call these observers with this info, then return the error.
-    Oom(Box<OutOfMemory>, OomInfo, Vec<OomObserver>),
+    /// Out of memory: call these observers with this info, then return the error (boxed, so
+    /// the hot path's `Result` stays two words).
+    Oom(Box<(OutOfMemory, OomInfo, Vec<OomObserver>)>),
     /// Any other error.
     Error(AllocError),
 }
@@ -385,6 +386,7 @@ impl DeviceCachingAllocator {
 
     // ---------------------------------------------------------------- stats helpers
 
+    #[inline]
     fn is_small(&self, pool: u32) -> bool {
         self.pools[pool as usize].is_small
     }
@@ -529,7 +531,7 @@ impl DeviceCachingAllocator {
             device_free,
             stream: p.stream,
         };
-        MallocFailure::Oom(Box::new(oom), info, self.oom_observers.clone())
+        MallocFailure::Oom(Box::new((oom, info, self.oom_observers.clone())))
     }
 
     /// The largest free cached block over every pool.
@@ -547,6 +549,17 @@ impl DeviceCachingAllocator {
     /// above it and rebuilds the free sets (rare: programs use a handful of streams).
     #[inline]
     fn stream_index(&mut self, stream: StreamId) -> Result<u16, AllocError> {
+        // Most programs allocate on one stream: no search then.
+        if let [only] = self.streams[..]
+            && only == stream.0
+        {
+            return Ok(0);
+        }
+        self.stream_index_search(stream)
+    }
+
+    /// `stream_index` beyond the one-stream case.
+    fn stream_index_search(&mut self, stream: StreamId) -> Result<u16, AllocError> {
         let pos = match self.streams.binary_search(&stream.0) {
             Ok(i) => return Ok(i as u16),
             Err(pos) => pos,
@@ -577,6 +590,7 @@ impl DeviceCachingAllocator {
         Ok(pos)
     }
 
+    #[inline]
     fn get_pool(&self, size: u64, stream: StreamId) -> u32 {
         if !self.captures.is_empty() {
             for (id, filter) in &self.captures {
@@ -598,6 +612,7 @@ impl DeviceCachingAllocator {
         }
     }
 
+    #[inline]
     fn should_split(&self, id: BlockId, size: u64) -> bool {
         let b = &self.arena[id];
         let remaining = b.size - size;

@@ -119,6 +119,13 @@ impl FreeSet {
             v.get(i).is_some_and(|e| e.0 == old),
             "replaced a key that is not in the set"
         );
+        // Most often the new key still sorts between the old one's neighbours: write in place.
+        let above_prev = i == 0 || v[i - 1].0 < new;
+        let below_next = v.get(i + 1).is_none_or(|e| new < e.0);
+        if above_prev && below_next {
+            v[i] = (new, id);
+            return;
+        }
         // With `old` still in place: `new` belongs before index `j`.
         let j = v.partition_point(|e| e.0 < new);
         if j <= i {
