@@ -425,6 +425,7 @@ impl DeviceCachingAllocator {
     // ---------------------------------------------------------------- malloc
 
     /// PyTorch's `malloc`.
+    #[inline]
     pub(crate) fn malloc<B: DeviceBackend>(
         &mut self,
         be: &B,
@@ -1073,6 +1074,7 @@ impl DeviceCachingAllocator {
 
     /// PyTorch's `free`: allocated drops now; the block is cached now or once other streams
     /// are done with it.
+    #[inline]
     pub(crate) fn free<B: DeviceBackend>(
         &mut self,
         be: &B,
