@@ -141,6 +141,8 @@ pub(crate) struct DeviceCachingAllocator {
     pub(crate) sink: Option<Arc<dyn EventSink>>,
     /// Whether the current call publishes events (a sink is set and enabled).
     publishing: bool,
+    /// Whether the current call publishes or traces (the hot path's one check).
+    observing: bool,
     /// Events of the current call, published when it ends (with its latency).
     pending: Vec<Event>,
     call_start_ns: u64,
@@ -186,6 +188,7 @@ impl DeviceCachingAllocator {
             free_callbacks: Vec::new(),
             sink: None,
             publishing: false,
+            observing: false,
             pending: Vec::with_capacity(INITIAL_PENDING_EVENTS),
             call_start_ns: 0,
             empty_frames: empty_frames.clone(),
@@ -209,7 +212,8 @@ impl DeviceCachingAllocator {
     #[inline]
     pub(crate) fn begin_call(&mut self) {
         self.publishing = self.sink.as_ref().is_some_and(|s| s.enabled());
-        if self.publishing || self.record_history || !self.trackers.is_empty() {
+        self.observing = self.publishing || self.tracing();
+        if self.observing {
             self.call_start_ns = now_ns();
         }
     }
@@ -1035,17 +1039,13 @@ impl DeviceCachingAllocator {
             }
         }
 
-        let (addr, bsize, stream) = {
+        let (addr, bsize) = {
             let b = &mut self.arena[id];
             b.allocated = true;
             b.requested = orig_size;
             b.context = context;
-            (b.addr, b.size, b.stream)
+            (b.addr, b.size)
         };
-        if self.tracing() {
-            let ctx = self.arena[id].context.clone();
-            self.record_trace(TraceAction::Alloc, addr, orig_size, stream, ctx.as_ref());
-        }
         self.allocated.insert(addr, id);
         let s = &mut self.stats;
         inc(&mut s.allocation, small, 1);
@@ -1056,6 +1056,23 @@ impl DeviceCachingAllocator {
         if bsize >= self.max_split {
             s.oversize_allocations.update(1);
         }
+        if self.observing {
+            self.observe_alloc(id, cached);
+        }
+        id
+    }
+
+    /// The `alloc` trace entry and `Alloc` event of a block just handed out.
+    #[cold]
+    #[inline(never)]
+    fn observe_alloc(&mut self, id: BlockId, cached: bool) {
+        let b = &self.arena[id];
+        let (addr, bsize, requested, stream, pool) =
+            (b.addr, b.size, b.requested, b.stream, b.pool);
+        if self.tracing() {
+            let ctx = self.arena[id].context.clone();
+            self.record_trace(TraceAction::Alloc, addr, requested, stream, ctx.as_ref());
+        }
         let mut flags = self.block_flags(id);
         if cached {
             flags |= FLAG_CACHED;
@@ -1065,11 +1082,10 @@ impl DeviceCachingAllocator {
             pool,
             addr,
             bsize,
-            orig_size,
+            requested,
             stream,
             flags,
         );
-        id
     }
 
     /// PyTorch's `free`: allocated drops now; the block is cached now or once other streams
@@ -1085,37 +1101,25 @@ impl DeviceCachingAllocator {
             .allocated
             .remove(ptr)
             .ok_or(AllocError::InvalidPointer(ptr))?;
-        let (addr, size, requested, stream, pool) = {
+        let (size, pool) = {
             let b = &mut self.arena[id];
             b.allocated = false;
-            (b.addr, b.size, b.requested, b.stream, b.pool)
+            (b.size, b.pool)
         };
         let small = self.is_small(pool);
         dec(&mut self.stats.allocation, small, 1);
         dec(&mut self.stats.allocated_bytes, small, size);
-        if self.tracing() {
-            let ctx = context.clone().or_else(|| self.arena[id].context.clone());
-            self.record_trace(
+        if self.observing {
+            self.observe_free(
                 TraceAction::FreeRequested,
-                addr,
-                requested,
-                stream,
-                ctx.as_ref(),
+                EventAction::FreeRequested,
+                id,
+                context.as_ref(),
             );
         }
         if size >= self.max_split {
             self.stats.oversize_allocations.update(-1);
         }
-        let flags = self.block_flags(id);
-        self.emit(
-            EventAction::FreeRequested,
-            pool,
-            addr,
-            size,
-            requested,
-            stream,
-            flags,
-        );
         if !self.arena[id].stream_uses.is_empty() {
             if !self.captures.is_empty() {
                 self.deferred_until_no_capture.push(id);
@@ -1130,35 +1134,19 @@ impl DeviceCachingAllocator {
 
     /// PyTorch's `free_block`: back to the free set, merged with free neighbours.
     fn free_block(&mut self, id: BlockId, context: Option<&Frames>) {
-        let (addr, size, requested, stream, pool, expandable) = {
+        let (size, requested, pool, expandable) = {
             let b = &self.arena[id];
-            (
-                b.addr,
-                b.size,
-                b.requested,
-                b.stream,
-                b.pool,
-                b.is_expandable(),
-            )
+            (b.size, b.requested, b.pool, b.is_expandable())
         };
-        let ctx = self.arena[id].context.take();
-        self.record_trace(
-            TraceAction::FreeCompleted,
-            addr,
-            requested,
-            stream,
-            context.or(ctx.as_ref()),
-        );
-        let flags = self.block_flags(id);
-        self.emit(
-            EventAction::FreeCompleted,
-            pool,
-            addr,
-            size,
-            requested,
-            stream,
-            flags,
-        );
+        if self.observing {
+            self.observe_free(
+                TraceAction::FreeCompleted,
+                EventAction::FreeCompleted,
+                id,
+                context,
+            );
+        }
+        self.arena[id].context = None;
         let mut net_blocks = 0i64;
         let mut net_size = 0i64;
         // The free-set key the grown block takes over (a merged neighbour's), if any.
@@ -1192,6 +1180,27 @@ impl DeviceCachingAllocator {
         dec(&mut s.active, small, 1);
         dec(&mut s.active_bytes, small, size);
         dec(&mut s.requested_bytes, small, requested);
+    }
+
+    /// The trace entry and event of a free request or completion (the call's context, else
+    /// the block's allocation context).
+    #[cold]
+    #[inline(never)]
+    fn observe_free(
+        &mut self,
+        trace: TraceAction,
+        event: EventAction,
+        id: BlockId,
+        context: Option<&Frames>,
+    ) {
+        let b = &self.arena[id];
+        let (addr, size, requested, stream, pool) = (b.addr, b.size, b.requested, b.stream, b.pool);
+        if self.tracing() {
+            let ctx = context.cloned().or_else(|| self.arena[id].context.clone());
+            self.record_trace(trace, addr, requested, stream, ctx.as_ref());
+        }
+        let flags = self.block_flags(id);
+        self.emit(event, pool, addr, size, requested, stream, flags);
     }
 
     /// PyTorch's `try_merge_blocks`: `dst` absorbs `src` when `src` is free and in the same
