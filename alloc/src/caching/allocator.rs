@@ -287,7 +287,7 @@ impl<B: DeviceBackend> CachingAllocator<B> {
 
     /// A copy of the statistics.
     pub fn device_stats(&self) -> DeviceStats {
-        self.lock().stats.clone()
+        self.lock().stats()
     }
 
     /// The statistics as `torch.cuda.memory_stats()` keys.
@@ -299,7 +299,7 @@ impl<B: DeviceBackend> CachingAllocator<B> {
     pub fn memory_summary(&self) -> String {
         let (stats, device) = {
             let st = self.lock();
-            (st.stats.clone(), st.device)
+            (st.stats(), st.device)
         };
         format_memory_summary(&stats, device)
     }
@@ -308,7 +308,7 @@ impl<B: DeviceBackend> CachingAllocator<B> {
     pub fn reset_peak_stats(&self) {
         let mut st = self.lock();
         st.begin_call();
-        st.stats.reset_peak();
+        st.reset_peak_stats();
         st.emit_plain(EventAction::ResetPeaks, StreamId::DEFAULT);
         st.end_call();
     }

@@ -45,27 +45,45 @@ const INITIAL_BLOCKS: usize = 1024;
 /// Events of one call are buffered before publishing; this many fit before the buffer grows.
 const INITIAL_PENDING_EVENTS: usize = 64;
 
-/// `Stat::update` for an increase of the `all` and one pool's stat (no sign branches).
+// The allocator's `StatArray`s keep only the pools' stats and the `all` peak up to date: every
+// update moves `all` and one pool by the same amount, so `all`'s current, allocated and freed
+// are the pools' sums, filled in by `DeviceCachingAllocator::stats` when the stats are read.
+// That halves the counter writes of the hot path.
+
+/// `Stat::update` for an increase of one pool's stat (and the `all` peak), without branches.
 #[inline(always)]
 fn inc(a: &mut StatArray, small: bool, n: u64) {
     let n = n as i64;
-    for i in [StatType::All, StatType::for_pool(small)] {
-        let s = &mut a.0[i as usize];
-        s.current += n;
-        s.peak = s.peak.max(s.current);
-        s.allocated += n;
+    let [all, s, l] = &mut a.0;
+    let (p, other) = if small { (s, l) } else { (l, s) };
+    p.current += n;
+    p.peak = p.peak.max(p.current);
+    p.allocated += n;
+    all.peak = all.peak.max(p.current + other.current);
+}
+
+/// `Stat::update` for a decrease of one pool's stat.
+#[inline(always)]
+fn dec(a: &mut StatArray, small: bool, n: u64) {
+    let p = &mut a.0[StatType::for_pool(small) as usize];
+    p.current -= n as i64;
+    p.freed += n as i64;
+}
+
+/// `Stat::update` of one pool's stat by a signed amount.
+#[inline(always)]
+fn update(a: &mut StatArray, small: bool, n: i64) {
+    if n > 0 {
+        inc(a, small, n as u64);
+    } else if n < 0 {
+        dec(a, small, n.unsigned_abs());
     }
 }
 
-/// `Stat::update` for a decrease of the `all` and one pool's stat.
-#[inline(always)]
-fn dec(a: &mut StatArray, small: bool, n: u64) {
-    let n = n as i64;
-    for i in [StatType::All, StatType::for_pool(small)] {
-        let s = &mut a.0[i as usize];
-        s.current -= n;
-        s.freed += n;
-    }
+/// The `all` entry's current value of an allocator stat array (see above).
+#[inline]
+fn all_current(a: &StatArray) -> i64 {
+    a.0[StatType::SmallPool as usize].current + a.0[StatType::LargePool as usize].current
 }
 
 /// Why a malloc failed, with what the caller must do outside the lock.
@@ -108,6 +126,7 @@ pub(crate) struct DeviceCachingAllocator {
     pub(crate) config: AllocatorConfig,
     /// `max_split_size` with unlimited as `u64::MAX`.
     max_split: u64,
+    /// The statistics as updated (`all` entries partly stale: read them through `stats()`).
     pub(crate) stats: DeviceStats,
     arena: BlockArena,
     /// Block pools: 0 = default large, 1 = default small, then private pools' pairs.
@@ -390,6 +409,34 @@ impl DeviceCachingAllocator {
 
     // ---------------------------------------------------------------- stats helpers
 
+    /// The statistics, with each array's `all` entry filled in from the pools (see `inc`).
+    pub(crate) fn stats(&self) -> DeviceStats {
+        let mut out = self.stats.clone();
+        for a in [
+            &mut out.allocation,
+            &mut out.segment,
+            &mut out.active,
+            &mut out.inactive_split,
+            &mut out.allocated_bytes,
+            &mut out.reserved_bytes,
+            &mut out.active_bytes,
+            &mut out.inactive_split_bytes,
+            &mut out.requested_bytes,
+        ] {
+            let [all, s, l] = &mut a.0;
+            all.current = s.current + l.current;
+            all.allocated = s.allocated + l.allocated;
+            all.freed = s.freed + l.freed;
+        }
+        out
+    }
+
+    /// `reset_peak_memory_stats`: every peak (the `all` ones too) to its current value.
+    pub(crate) fn reset_peak_stats(&mut self) {
+        self.stats = self.stats();
+        self.stats.reset_peak();
+    }
+
     #[inline]
     fn is_small(&self, pool: u32) -> bool {
         self.pools[pool as usize].is_small
@@ -505,8 +552,8 @@ impl DeviceCachingAllocator {
             p.stream,
             0,
         );
-        let allocated = self.stats.allocated_bytes.0[0].current.max(0) as u64;
-        let reserved = self.stats.reserved_bytes.0[0].current.max(0) as u64;
+        let allocated = all_current(&self.stats.allocated_bytes).max(0) as u64;
+        let reserved = all_current(&self.stats.reserved_bytes).max(0) as u64;
         let oom = OutOfMemory {
             device: self.device,
             stream: p.stream,
@@ -520,7 +567,7 @@ impl DeviceCachingAllocator {
             reserved,
             reserved_unallocated: reserved.saturating_sub(allocated),
             largest_free_block: self.largest_free_block(),
-            stranded_in_split_segments: self.stats.inactive_split_bytes.0[0].current.max(0) as u64,
+            stranded_in_split_segments: all_current(&self.stats.inactive_split_bytes).max(0) as u64,
             expandable_segments: self.config.expandable_segments(),
         };
         let info = OomInfo {
@@ -1174,8 +1221,8 @@ impl DeviceCachingAllocator {
         let small = self.is_small(pool);
         let s = &mut self.stats;
         if !expandable {
-            s.inactive_split.update_pool(small, net_blocks);
-            s.inactive_split_bytes.update_pool(small, net_size);
+            update(&mut s.inactive_split, small, net_blocks);
+            update(&mut s.inactive_split_bytes, small, net_size);
         }
         dec(&mut s.active, small, 1);
         dec(&mut s.active_bytes, small, size);
