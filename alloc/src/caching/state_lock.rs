@@ -16,13 +16,23 @@
 //! back to a sequentially consistent swap in the unlock, the classic futex mutex. Off Linux,
 //! waiters spin and yield instead of sleeping on a futex.
 //!
+//! # Biased to the first thread
+//! Most programs allocate device memory from one thread. The first thread to take the lock
+//! (where `membarrier` works) becomes its *owner* and from then on enters with a plain store
+//! and a load, no read-modify-write at all: it marks itself inside, and checks that the bias
+//! still stands. The first other thread to take the lock revokes the bias for good: it takes
+//! the lock word, marks the bias revoked, issues the process-wide barrier and waits until the
+//! owner is not inside; the owner's check then sees the revocation (it backs out and uses the
+//! lock word like everyone else) or the revoker sees the owner inside (and waits). That is the
+//! same asymmetric pattern as the unlock, and it costs one barrier per lock lifetime.
+//!
 //! Unlike `std`'s mutex it is never poisoned: the allocator keeps its state consistent or
 //! reports the error itself, as it did when it ignored `std`'s poisoning.
 
-use std::cell::UnsafeCell;
+use std::cell::{Cell, UnsafeCell};
 use std::ops::{Deref, DerefMut};
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU32, Ordering, compiler_fence};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, compiler_fence};
 
 /// Free.
 const UNLOCKED: u32 = 0;
@@ -30,11 +40,37 @@ const UNLOCKED: u32 = 0;
 const LOCKED: u32 = 1;
 /// Tries (each a load, and a compare-exchange when free) before a waiter sleeps.
 const SPIN_LIMIT: u32 = 100;
+/// `owner`: no thread has taken the bias yet.
+const NO_OWNER: u64 = 0;
+/// `owner`: the bias was revoked (or never possible); everyone uses the lock word.
+const REVOKED: u64 = u64::MAX;
+
+/// A number for the calling thread, unique for the life of the process (never 0).
+#[inline]
+fn thread_key() -> u64 {
+    thread_local! {
+        static KEY: Cell<u64> = const { Cell::new(NO_OWNER) };
+    }
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    KEY.with(|k| {
+        let key = k.get();
+        if key != NO_OWNER {
+            return key;
+        }
+        let key = NEXT.fetch_add(1, Ordering::Relaxed);
+        k.set(key);
+        key
+    })
+}
 
 /// A mutex around `T` whose unlock is a store (see the module docs).
 pub(crate) struct StateLock<T> {
     word: AtomicU32,
     sleepers: AtomicU32,
+    /// The biased owner's [`thread_key`], [`NO_OWNER`] or [`REVOKED`].
+    owner: AtomicU64,
+    /// 1 while the owner is inside through the biased path.
+    owner_inside: AtomicU32,
     data: UnsafeCell<T>,
 }
 
@@ -46,6 +82,8 @@ unsafe impl<T: Send> Sync for StateLock<T> {}
 /// Exclusive access to the locked value; unlocks when dropped.
 pub(crate) struct StateGuard<'a, T> {
     lock: &'a StateLock<T>,
+    /// Entered through the bias (leave by clearing `owner_inside`), not the lock word.
+    biased: bool,
 }
 
 impl<T> StateLock<T> {
@@ -54,6 +92,8 @@ impl<T> StateLock<T> {
         StateLock {
             word: AtomicU32::new(UNLOCKED),
             sleepers: AtomicU32::new(0),
+            owner: AtomicU64::new(NO_OWNER),
+            owner_inside: AtomicU32::new(0),
             data: UnsafeCell::new(data),
         }
     }
@@ -61,6 +101,19 @@ impl<T> StateLock<T> {
     /// Takes the lock, waiting for it (spinning briefly, then sleeping).
     #[inline]
     pub(crate) fn lock(&self) -> StateGuard<'_, T> {
+        let me = thread_key();
+        if self.owner.load(Ordering::Relaxed) == me {
+            self.owner_inside.store(1, Ordering::Relaxed);
+            // The revoker's barrier pairs with this store-then-load (see the module docs).
+            compiler_fence(Ordering::SeqCst);
+            if self.owner.load(Ordering::Relaxed) == me {
+                return StateGuard {
+                    lock: self,
+                    biased: true,
+                };
+            }
+            self.owner_inside.store(0, Ordering::Release);
+        }
         if self
             .word
             .compare_exchange(UNLOCKED, LOCKED, Ordering::Acquire, Ordering::Relaxed)
@@ -68,7 +121,43 @@ impl<T> StateLock<T> {
         {
             self.lock_contended();
         }
-        StateGuard { lock: self }
+        if self.owner.load(Ordering::Relaxed) != REVOKED {
+            self.settle_bias(me);
+        }
+        StateGuard {
+            lock: self,
+            biased: false,
+        }
+    }
+
+    /// With the lock word held: takes the bias when nobody has it (and the barrier works),
+    /// or revokes another thread's bias and waits until that thread is out.
+    #[cold]
+    fn settle_bias(&self, me: u64) {
+        let owner = self.owner.load(Ordering::Relaxed);
+        if owner == NO_OWNER {
+            let next = if fast_unlock_available() { me } else { REVOKED };
+            self.owner.store(next, Ordering::Relaxed);
+            return;
+        }
+        if owner == me || owner == REVOKED {
+            return;
+        }
+        self.owner.store(REVOKED, Ordering::Relaxed);
+        if !membarrier::private_expedited() {
+            // Cannot happen after a successful registration; should it, give the owner's
+            // store buffer far longer than it needs to drain before trusting `owner_inside`.
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let mut spins = 0u32;
+        while self.owner_inside.load(Ordering::Acquire) != 0 {
+            spins += 1;
+            if spins < SPIN_LIMIT {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
     }
 
     /// The value, through exclusive access to the lock.
@@ -152,7 +241,11 @@ impl<T> DerefMut for StateGuard<'_, T> {
 impl<T> Drop for StateGuard<'_, T> {
     #[inline]
     fn drop(&mut self) {
-        self.lock.unlock();
+        if self.biased {
+            self.lock.owner_inside.store(0, Ordering::Release);
+        } else {
+            self.lock.unlock();
+        }
     }
 }
 
@@ -308,6 +401,36 @@ mod tests {
         }
         let total = THREADS as u64 * ROUNDS;
         assert_eq!(*lock.lock(), (total, total));
+    }
+
+    #[test]
+    fn the_first_thread_holds_the_bias_until_another_thread_comes() {
+        const ROUNDS: u64 = 200_000;
+        let lock = Arc::new(StateLock::new((0u64, 0u64)));
+        for _ in 0..10 {
+            *lock.lock() = (0, 0);
+        }
+        let biased = fast_unlock_available();
+        assert_eq!(lock.owner.load(Ordering::Relaxed) == thread_key(), biased);
+        // The owner keeps going through the bias while another thread arrives and revokes it.
+        let l2 = Arc::clone(&lock);
+        let other = std::thread::spawn(move || {
+            for _ in 0..ROUNDS {
+                let mut g = l2.lock();
+                g.0 += 1;
+                g.1 += 1;
+            }
+        });
+        for _ in 0..ROUNDS {
+            let mut g = lock.lock();
+            g.0 += 1;
+            assert_eq!(g.0, g.1 + 1, "another thread was inside at the same time");
+            g.1 += 1;
+        }
+        other.join().unwrap();
+        assert_eq!(*lock.lock(), (2 * ROUNDS, 2 * ROUNDS));
+        assert_eq!(lock.owner.load(Ordering::Relaxed), REVOKED);
+        assert_eq!(lock.owner_inside.load(Ordering::Relaxed), 0);
     }
 
     #[test]
