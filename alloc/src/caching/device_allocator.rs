@@ -54,12 +54,14 @@ const INITIAL_PENDING_EVENTS: usize = 64;
 #[inline(always)]
 fn inc(a: &mut StatArray, small: bool, n: u64) {
     let n = n as i64;
-    let [all, s, l] = &mut a.0;
-    let (p, other) = if small { (s, l) } else { (l, s) };
-    p.current += n;
-    p.peak = p.peak.max(p.current);
-    p.allocated += n;
-    all.peak = all.peak.max(p.current + other.current);
+    let pi = StatType::for_pool(small) as usize;
+    // The other pool: 1 + 2 - pi.
+    let oi = StatType::SmallPool as usize + StatType::LargePool as usize - pi;
+    let a = &mut a.0;
+    a[pi].current += n;
+    a[pi].peak = a[pi].peak.max(a[pi].current);
+    a[pi].allocated += n;
+    a[0].peak = a[0].peak.max(a[pi].current + a[oi].current);
 }
 
 /// `Stat::update` for a decrease of one pool's stat.
