@@ -117,9 +117,10 @@ struct Params {
     pool: u32,
     alloc_size: u64,
     block: BlockId,
-    /// The block's free-set key while it is still in its pool's free set (a cached block
-    /// found by `get_free_block`; a new segment's block never is).
-    cached_key: Option<SizeKey>,
+    /// The block's free-set key, and its index there as a hint, while it is still in its
+    /// pool's free set (a cached block found by `get_free_block`; a new segment's block never
+    /// is).
+    cached_key: Option<(SizeKey, usize)>,
 }
 
 /// The state of one device's caching allocator.
@@ -453,14 +454,15 @@ impl DeviceCachingAllocator {
     }
 
     /// `insert_into_blocks` for a block whose old key `old` is still in the set (a split's
-    /// remainder, a merge's grown block): one [`FreeSet::replace`](crate::caching::free_set::FreeSet::replace).
+    /// remainder, a merge's grown block): one [`FreeSet::replace`](crate::caching::free_set::FreeSet::replace),
+    /// `hint` the old entry's index if known.
     #[inline]
-    fn reinsert_into_blocks(&mut self, id: BlockId, old: SizeKey) {
+    fn reinsert_into_blocks(&mut self, id: BlockId, old: SizeKey, hint: usize) {
         let b = &mut self.arena[id];
         let pool = &mut self.pools[b.pool as usize];
         b.gc_count_base = pool.get_free_blocks_call_count;
         pool.blocks
-            .replace(old, size_key(b.sidx, b.size, b.addr), id);
+            .replace(old, size_key(b.sidx, b.size, b.addr), id, hint);
     }
 
     fn remove_from_blocks(&mut self, id: BlockId) {
@@ -686,7 +688,7 @@ impl DeviceCachingAllocator {
         }
         // One-sided range (cheaper than a two-sided one); the stream bound is checked here.
         let end = stream_end_key(p.sidx);
-        let mut iter = pool.blocks.iter_from(size_key(p.sidx, p.size, 0));
+        let (mut index, mut iter) = pool.blocks.search(size_key(p.sidx, p.size, 0));
         let Some((key, first)) = iter.next() else {
             return false;
         };
@@ -715,6 +717,7 @@ impl DeviceCachingAllocator {
                 }
                 key = k2;
                 id = n;
+                index = index.wrapping_add(1);
             }
         }
         let bsize = self.arena[id].size;
@@ -728,7 +731,7 @@ impl DeviceCachingAllocator {
         }
         // The block stays in the set until `alloc_found_block` replaces (split) or removes it.
         p.block = id;
-        p.cached_key = Some(key);
+        p.cached_key = Some((key, index));
         true
     }
 
@@ -1064,7 +1067,7 @@ impl DeviceCachingAllocator {
                 r.size -= size;
             }
             match p.cached_key {
-                Some(old) => self.reinsert_into_blocks(remaining, old),
+                Some((old, hint)) => self.reinsert_into_blocks(remaining, old, hint),
                 None => self.insert_into_blocks(remaining),
             }
             if !expandable {
@@ -1078,8 +1081,8 @@ impl DeviceCachingAllocator {
             }
             id = new_id;
         } else {
-            if let Some(key) = p.cached_key {
-                self.pools[pool as usize].blocks.remove(&key);
+            if let Some((key, hint)) = p.cached_key {
+                self.pools[pool as usize].blocks.remove_at_hint(key, hint);
             }
             if already_split && !expandable {
                 let bsize = self.arena[id].size;
@@ -1213,7 +1216,7 @@ impl DeviceCachingAllocator {
             net_size -= self.absorb(id, cand) as i64;
         }
         match taken_key {
-            Some(old) => self.reinsert_into_blocks(id, old),
+            Some(old) => self.reinsert_into_blocks(id, old, usize::MAX),
             None => self.insert_into_blocks(id),
         }
         if self.arena[id].is_split() {

@@ -79,6 +79,16 @@ impl FreeSet {
         }
     }
 
+    /// [`remove`](Self::remove) with the entry's index from [`search`](Self::search) (any
+    /// index works: a wrong one only costs the search it would have saved).
+    #[inline]
+    pub(crate) fn remove_at_hint(&mut self, key: SizeKey, hint: usize) -> Option<BlockId> {
+        if self.large.is_none() && self.small.get(hint).is_some_and(|e| e.0 == key) {
+            return Some(self.small.remove(hint).1);
+        }
+        self.remove(&key)
+    }
+
     /// Removes an entry, returning its block.
     #[inline]
     pub(crate) fn remove(&mut self, key: &SizeKey) -> Option<BlockId> {
@@ -105,8 +115,11 @@ impl FreeSet {
     /// search for each key and a shift of only the entries between them, where a removal and
     /// an insertion would each shift the whole tail (a split leaves the remainder, a merge the
     /// grown block, near where the old key sat).
+    ///
+    /// `hint` is the old entry's index when the caller knows it (from
+    /// [`search`](Self::search)); any other value costs a search.
     #[inline]
-    pub(crate) fn replace(&mut self, old: SizeKey, new: SizeKey, id: BlockId) {
+    pub(crate) fn replace(&mut self, old: SizeKey, new: SizeKey, id: BlockId, hint: usize) {
         if self.large.is_some() {
             let removed = self.remove(&old);
             debug_assert!(removed.is_some(), "replaced a key that is not in the set");
@@ -114,7 +127,11 @@ impl FreeSet {
             return;
         }
         let v = &mut self.small;
-        let i = v.partition_point(|e| e.0 < old);
+        let i = if v.get(hint).is_some_and(|e| e.0 == old) {
+            hint
+        } else {
+            v.partition_point(|e| e.0 < old)
+        };
         debug_assert!(
             v.get(i).is_some_and(|e| e.0 == old),
             "replaced a key that is not in the set"
@@ -136,6 +153,20 @@ impl FreeSet {
             // Moves up: the entries in (i, j) move down one into the hole.
             v.copy_within(i + 1..j, i);
             v[j - 1] = (new, id);
+        }
+    }
+
+    /// Entries with keys from `from` on, in order, and the first one's index (a hint for
+    /// [`replace`](Self::replace) and [`remove_at_hint`](Self::remove_at_hint); `usize::MAX`
+    /// when the set is a B-tree).
+    #[inline]
+    pub(crate) fn search(&self, from: SizeKey) -> (usize, FreeIter<'_>) {
+        match &self.large {
+            Some(m) => (usize::MAX, FreeIter::Large(m.range(from..))),
+            None => {
+                let pos = self.small.partition_point(|e| e.0 < from);
+                (pos, FreeIter::Small(self.small[pos..].iter()))
+            }
         }
     }
 
@@ -228,7 +259,7 @@ mod tests {
                 if b.contains_key(&new) && new != old {
                     continue;
                 }
-                a.replace(old, new, step);
+                a.replace(old, new, step, (x % 7) as usize);
                 b.remove(&old);
                 b.insert(new, step);
                 let got: Vec<(u128, u32)> = a.iter().collect();
