@@ -161,6 +161,28 @@ impl BlockArena {
         id
     }
 
+    /// Splits block `rem` (which keeps the back part and its other fields, as in PyTorch):
+    /// a new block takes its first `size` bytes for `stream`, linked in before it. Returns
+    /// the new block.
+    #[inline]
+    pub(crate) fn split_front(&mut self, rem: BlockId, size: u64, stream: StreamId) -> BlockId {
+        let r = &self.blocks[rem as usize];
+        let (addr, prev, sidx, pool, es) = (r.addr, r.prev, r.sidx, r.pool, r.expandable);
+        let front = self.insert_new(addr, size, stream, sidx, pool);
+        let f = &mut self.blocks[front as usize];
+        f.expandable = es;
+        f.prev = prev;
+        f.next = rem;
+        if prev != NIL {
+            self.blocks[prev as usize].next = front;
+        }
+        let r = &mut self.blocks[rem as usize];
+        r.prev = front;
+        r.addr += size;
+        r.size -= size;
+        front
+    }
+
     pub(crate) fn remove(&mut self, id: BlockId) {
         let b = &mut self.blocks[id as usize];
         b.live = false;

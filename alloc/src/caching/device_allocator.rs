@@ -1037,35 +1037,17 @@ impl DeviceCachingAllocator {
     ) -> BlockId {
         let size = p.size;
         let mut id = p.block;
-        let pool = self.arena[id].pool;
+        let (pool, already_split, expandable, bsize_before) = {
+            let b = &self.arena[id];
+            (b.pool, b.is_split(), b.is_expandable(), b.size)
+        };
         let small = self.is_small(pool);
-        let already_split = self.arena[id].is_split();
-        let expandable = self.arena[id].is_expandable();
         if split {
-            let remaining = id;
             // As in PyTorch, the front piece is a new block and the remainder keeps the old
             // one's fields (its stale `requested` size, and the segment's allocation context,
             // which snapshots then no longer show for the split segment).
-            let (addr, prev, es) = {
-                let r = &self.arena[remaining];
-                (r.addr, r.prev, r.expandable)
-            };
-            let new_id = self.arena.insert_new(addr, size, p.stream, p.sidx, pool);
-            {
-                let front = &mut self.arena[new_id];
-                front.expandable = es;
-                front.prev = prev;
-                front.next = remaining;
-            }
-            if prev != NIL {
-                self.arena[prev].next = new_id;
-            }
-            {
-                let r = &mut self.arena[remaining];
-                r.prev = new_id;
-                r.addr += size;
-                r.size -= size;
-            }
+            let remaining = id;
+            id = self.arena.split_front(remaining, size, p.stream);
             match p.cached_key {
                 Some((old, hint)) => self.reinsert_into_blocks(remaining, old, hint),
                 None => self.insert_into_blocks(remaining),
@@ -1074,19 +1056,16 @@ impl DeviceCachingAllocator {
                 if already_split {
                     dec(&mut self.stats.inactive_split_bytes, small, size);
                 } else {
-                    let rem = self.arena[remaining].size;
-                    inc(&mut self.stats.inactive_split_bytes, small, rem);
+                    inc(&mut self.stats.inactive_split_bytes, small, bsize_before - size);
                     inc(&mut self.stats.inactive_split, small, 1);
                 }
             }
-            id = new_id;
         } else {
             if let Some((key, hint)) = p.cached_key {
                 self.pools[pool as usize].blocks.remove_at_hint(key, hint);
             }
             if already_split && !expandable {
-                let bsize = self.arena[id].size;
-                dec(&mut self.stats.inactive_split_bytes, small, bsize);
+                dec(&mut self.stats.inactive_split_bytes, small, bsize_before);
                 dec(&mut self.stats.inactive_split, small, 1);
             }
         }
