@@ -1056,7 +1056,11 @@ impl DeviceCachingAllocator {
                 if already_split {
                     dec(&mut self.stats.inactive_split_bytes, small, size);
                 } else {
-                    inc(&mut self.stats.inactive_split_bytes, small, bsize_before - size);
+                    inc(
+                        &mut self.stats.inactive_split_bytes,
+                        small,
+                        bsize_before - size,
+                    );
                     inc(&mut self.stats.inactive_split, small, 1);
                 }
             }
