@@ -456,7 +456,7 @@ impl DeviceCachingAllocator {
     /// `insert_into_blocks` for a block whose old key `old` is still in the set (a split's
     /// remainder, a merge's grown block): one [`FreeSet::replace`](crate::caching::free_set::FreeSet::replace),
     /// `hint` the old entry's index if known.
-    #[inline]
+    #[inline(always)]
     fn reinsert_into_blocks(&mut self, id: BlockId, old: SizeKey, hint: usize) {
         let b = &mut self.arena[id];
         let pool = &mut self.pools[b.pool as usize];
@@ -680,6 +680,7 @@ impl DeviceCachingAllocator {
     }
 
     /// PyTorch's `get_free_block`: best fit by `(stream, size, address)`.
+    #[inline(always)]
     fn get_free_block(&mut self, p: &mut Params) -> bool {
         let gc_on = self.set_fraction && self.config.garbage_collection_threshold() > 0.0;
         let pool = &mut self.pools[p.pool as usize];
@@ -1027,6 +1028,7 @@ impl DeviceCachingAllocator {
     // ---------------------------------------------------------------- found block, free
 
     /// PyTorch's `alloc_found_block`: split off the front when asked, account, record.
+    #[inline(always)]
     fn alloc_found_block(
         &mut self,
         p: &Params,
@@ -1168,6 +1170,7 @@ impl DeviceCachingAllocator {
     }
 
     /// PyTorch's `free_block`: back to the free set, merged with free neighbours.
+    #[inline(always)]
     fn free_block(&mut self, id: BlockId, context: Option<&Frames>) {
         let (size, requested, pool, expandable) = {
             let b = &self.arena[id];
@@ -1255,7 +1258,7 @@ impl DeviceCachingAllocator {
     }
 
     /// Whether `dst` may absorb `src`: a neighbour that is free and mapped alike.
-    #[inline]
+    #[inline(always)]
     fn mergeable(&self, dst: BlockId, src: BlockId) -> bool {
         if src == NIL {
             return false;
@@ -1267,7 +1270,7 @@ impl DeviceCachingAllocator {
     /// `dst` takes over its neighbour `src` (already out of its pool's sets): links, address,
     /// size and the segment's context move to `dst`, and `src` is gone. Returns the bytes
     /// absorbed.
-    #[inline]
+    #[inline(always)]
     fn absorb(&mut self, dst: BlockId, src: BlockId) -> u64 {
         let s = &self.arena[src];
         let (s_addr, s_size, s_prev, s_next) = (s.addr, s.size, s.prev, s.next);

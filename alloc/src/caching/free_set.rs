@@ -118,7 +118,7 @@ impl FreeSet {
     ///
     /// `hint` is the old entry's index when the caller knows it (from
     /// [`search`](Self::search)); any other value costs a search.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn replace(&mut self, old: SizeKey, new: SizeKey, id: BlockId, hint: usize) {
         if self.large.is_some() {
             let removed = self.remove(&old);
