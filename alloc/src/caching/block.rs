@@ -183,6 +183,7 @@ impl BlockArena {
         front
     }
 
+    #[inline]
     pub(crate) fn remove(&mut self, id: BlockId) {
         let b = &mut self.blocks[id as usize];
         b.live = false;
