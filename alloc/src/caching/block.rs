@@ -127,7 +127,6 @@ impl BlockArena {
         }
     }
 
-    /// Frees a slot.
     /// Adds a free, mapped, unlinked block like [`Block::new`], resetting a vacant slot in
     /// place when there is one (its context fields are already empty, and its stream-use
     /// list keeps its capacity), so the hot path moves no whole `Block`.
@@ -169,20 +168,22 @@ impl BlockArena {
         let r = &self.blocks[rem as usize];
         let (addr, prev, sidx, pool, es) = (r.addr, r.prev, r.sidx, r.pool, r.expandable);
         let front = self.insert_new(addr, size, stream, sidx, pool);
-        let f = &mut self.blocks[front as usize];
+        let blocks = &mut self.blocks[..];
+        let f = &mut blocks[front as usize];
         f.expandable = es;
         f.prev = prev;
         f.next = rem;
         if prev != NIL {
-            self.blocks[prev as usize].next = front;
+            blocks[prev as usize].next = front;
         }
-        let r = &mut self.blocks[rem as usize];
+        let r = &mut blocks[rem as usize];
         r.prev = front;
         r.addr += size;
         r.size -= size;
         front
     }
 
+    /// Marks a block gone (its context and stream uses dropped, unlinked); its slot is reused.
     #[inline]
     pub(crate) fn remove(&mut self, id: BlockId) {
         let b = &mut self.blocks[id as usize];
@@ -193,6 +194,46 @@ impl BlockArena {
         b.prev = NIL;
         b.next = NIL;
         self.free.push(id);
+    }
+
+    /// Whether `dst` may absorb `src`: a neighbour that is free and mapped alike.
+    #[inline(always)]
+    pub(crate) fn mergeable(&self, dst: BlockId, src: BlockId) -> bool {
+        if src == NIL {
+            return false;
+        }
+        let blocks = &self.blocks[..];
+        let s = &blocks[src as usize];
+        s.is_free() && s.mapped == blocks[dst as usize].mapped
+    }
+
+    /// `dst` takes over its neighbour `src` (already out of its pool's sets): links, address,
+    /// size and the segment's context move to `dst`, and `src` is gone. Returns the bytes
+    /// absorbed.
+    #[inline(always)]
+    pub(crate) fn absorb(&mut self, dst: BlockId, src: BlockId) -> u64 {
+        // One slice for the whole merge: its pointer and length stay in registers.
+        let blocks = &mut self.blocks[..];
+        let s = &mut blocks[src as usize];
+        let (s_addr, s_size, s_prev, s_next) = (s.addr, s.size, s.prev, s.next);
+        if blocks[dst as usize].prev == src {
+            let seg_ctx = blocks[src as usize].segment_context.take();
+            let d = &mut blocks[dst as usize];
+            d.addr = s_addr;
+            d.prev = s_prev;
+            d.segment_context = seg_ctx;
+            if s_prev != NIL {
+                blocks[s_prev as usize].next = dst;
+            }
+        } else {
+            blocks[dst as usize].next = s_next;
+            if s_next != NIL {
+                blocks[s_next as usize].prev = dst;
+            }
+        }
+        blocks[dst as usize].size += s_size;
+        self.remove(src);
+        s_size
     }
 
     /// Every live block with its id.

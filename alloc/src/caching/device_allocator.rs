@@ -1190,7 +1190,7 @@ impl DeviceCachingAllocator {
         // The free-set key the grown block takes over (a merged neighbour's), if any.
         let mut taken_key = None;
         for cand in [self.arena[id].prev, self.arena[id].next] {
-            if !self.mergeable(id, cand) {
+            if !self.arena.mergeable(id, cand) {
                 continue;
             }
             let c = &self.arena[cand];
@@ -1199,7 +1199,7 @@ impl DeviceCachingAllocator {
                 self.pools[pool as usize].blocks.remove(&k);
             }
             net_blocks -= 1;
-            net_size -= self.absorb(id, cand) as i64;
+            net_size -= self.arena.absorb(id, cand) as i64;
         }
         match taken_key {
             Some(old) => self.reinsert_into_blocks(id, old, usize::MAX),
@@ -1244,7 +1244,7 @@ impl DeviceCachingAllocator {
     /// PyTorch's `try_merge_blocks`: `dst` absorbs `src` when `src` is free and in the same
     /// mapped state. Returns the bytes absorbed.
     fn try_merge_blocks(&mut self, dst: BlockId, src: BlockId) -> u64 {
-        if !self.mergeable(dst, src) {
+        if !self.arena.mergeable(dst, src) {
             return 0;
         }
         let s = &self.arena[src];
@@ -1254,44 +1254,7 @@ impl DeviceCachingAllocator {
         } else {
             pool.unmapped.remove(&(s.stream.0, s.addr));
         }
-        self.absorb(dst, src)
-    }
-
-    /// Whether `dst` may absorb `src`: a neighbour that is free and mapped alike.
-    #[inline(always)]
-    fn mergeable(&self, dst: BlockId, src: BlockId) -> bool {
-        if src == NIL {
-            return false;
-        }
-        let s = &self.arena[src];
-        s.is_free() && s.mapped == self.arena[dst].mapped
-    }
-
-    /// `dst` takes over its neighbour `src` (already out of its pool's sets): links, address,
-    /// size and the segment's context move to `dst`, and `src` is gone. Returns the bytes
-    /// absorbed.
-    #[inline(always)]
-    fn absorb(&mut self, dst: BlockId, src: BlockId) -> u64 {
-        let s = &self.arena[src];
-        let (s_addr, s_size, s_prev, s_next) = (s.addr, s.size, s.prev, s.next);
-        if self.arena[dst].prev == src {
-            let seg_ctx = self.arena[src].segment_context.take();
-            let d = &mut self.arena[dst];
-            d.addr = s_addr;
-            d.prev = s_prev;
-            d.segment_context = seg_ctx;
-            if s_prev != NIL {
-                self.arena[s_prev].next = dst;
-            }
-        } else {
-            self.arena[dst].next = s_next;
-            if s_next != NIL {
-                self.arena[s_next].prev = dst;
-            }
-        }
-        self.arena[dst].size += s_size;
-        self.arena.remove(src);
-        s_size
+        self.arena.absorb(dst, src)
     }
 
     // ---------------------------------------------------------------- streams and events
