@@ -5,6 +5,7 @@
 //! malloc/free path allocates nothing once the slab has grown to the working set.
 
 use crate::caching::backend::StreamId;
+use crate::caching::pool::{SizeKey, size_key};
 use crate::snapshot::Frames;
 
 /// Index of a block in its arena.
@@ -99,6 +100,21 @@ impl Block {
     pub(crate) fn is_active(&self) -> bool {
         self.allocated || self.event_count > 0 || !self.stream_uses.is_empty()
     }
+}
+
+/// What [`BlockArena::merge_free_neighbours`] did.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Merged {
+    /// The free-set keys of the neighbours absorbed (before, after).
+    pub absorbed: [Option<SizeKey>; 2],
+    /// Neighbours absorbed.
+    pub blocks: i64,
+    /// Bytes absorbed.
+    pub bytes: u64,
+    /// The grown block's free-set key.
+    pub key: SizeKey,
+    /// Whether the grown block still shares its segment with other blocks.
+    pub split: bool,
 }
 
 /// A slab of blocks with a free list of slots.
@@ -234,6 +250,67 @@ impl BlockArena {
         blocks[dst as usize].size += s_size;
         self.remove(src);
         s_size
+    }
+
+    /// PyTorch's merge step of `free_block`: the freed block `id` absorbs its free, mapped-alike
+    /// neighbours (the one before, then the one after). The caller updates the free set from
+    /// the keys returned (the absorbed neighbours' entries go, the grown block's comes).
+    #[inline(always)]
+    pub(crate) fn merge_free_neighbours(&mut self, id: BlockId) -> Merged {
+        let BlockArena { blocks, free } = self;
+        // One slice for the whole merge: its pointer and length stay in registers.
+        let blocks = &mut blocks[..];
+        let mut out = Merged {
+            absorbed: [None, None],
+            blocks: 0,
+            bytes: 0,
+            key: 0,
+            split: false,
+        };
+        let (prev, next, mapped) = {
+            let b = &blocks[id as usize];
+            (b.prev, b.next, b.mapped)
+        };
+        for (slot, src) in [prev, next].into_iter().enumerate() {
+            if src == NIL {
+                continue;
+            }
+            let s = &mut blocks[src as usize];
+            if !s.is_free() || s.mapped != mapped {
+                continue;
+            }
+            out.absorbed[slot] = Some(size_key(s.sidx, s.size, s.addr));
+            let (s_addr, s_size, s_prev, s_next) = (s.addr, s.size, s.prev, s.next);
+            // `src` is gone: as `remove` does.
+            s.live = false;
+            s.context = None;
+            let seg_ctx = s.segment_context.take();
+            s.stream_uses.clear();
+            s.prev = NIL;
+            s.next = NIL;
+            free.push(src);
+            let d = &mut blocks[id as usize];
+            if slot == 0 {
+                d.addr = s_addr;
+                d.prev = s_prev;
+                d.segment_context = seg_ctx;
+                if s_prev != NIL {
+                    blocks[s_prev as usize].next = id;
+                }
+            } else {
+                d.next = s_next;
+                if s_next != NIL {
+                    blocks[s_next as usize].prev = id;
+                }
+            }
+            blocks[id as usize].size += s_size;
+            out.blocks += 1;
+            out.bytes += s_size;
+        }
+        let b = &blocks[id as usize];
+        out.key = size_key(b.sidx, b.size, b.addr);
+        out.split = b.is_split();
+        out
     }
 
     /// Every live block with its id.

@@ -1185,29 +1185,23 @@ impl DeviceCachingAllocator {
             );
         }
         self.arena[id].context = None;
-        let mut net_blocks = 0i64;
-        let mut net_size = 0i64;
-        // The free-set key the grown block takes over (a merged neighbour's), if any.
-        let mut taken_key = None;
-        for cand in [self.arena[id].prev, self.arena[id].next] {
-            if !self.arena.mergeable(id, cand) {
-                continue;
+        let m = self.arena.merge_free_neighbours(id);
+        let pool_ref = &mut self.pools[pool as usize];
+        self.arena[id].gc_count_base = pool_ref.get_free_blocks_call_count;
+        let set = &mut pool_ref.blocks;
+        match m.absorbed {
+            [None, None] => set.insert(m.key, id),
+            [Some(old), None] | [None, Some(old)] => set.replace(old, m.key, id, usize::MAX),
+            [Some(before), Some(after)] => {
+                set.remove(&before);
+                set.replace(after, m.key, id, usize::MAX);
             }
-            let c = &self.arena[cand];
-            let key = size_key(c.sidx, c.size, c.addr);
-            if let Some(k) = taken_key.replace(key) {
-                self.pools[pool as usize].blocks.remove(&k);
-            }
-            net_blocks -= 1;
-            net_size -= self.arena.absorb(id, cand) as i64;
         }
-        match taken_key {
-            Some(old) => self.reinsert_into_blocks(id, old, usize::MAX),
-            None => self.insert_into_blocks(id),
-        }
-        if self.arena[id].is_split() {
+        let mut net_blocks = -m.blocks;
+        let mut net_size = -(m.bytes as i64);
+        if m.split {
             net_blocks += 1;
-            net_size += self.arena[id].size as i64;
+            net_size += (size + m.bytes) as i64;
         }
         let small = self.is_small(pool);
         let s = &mut self.stats;
