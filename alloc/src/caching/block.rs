@@ -102,6 +102,52 @@ impl Block {
     }
 }
 
+/// Empties a slot whose block is gone: not live, no contexts or stream uses (the list keeps
+/// its capacity), unlinked.
+#[inline(always)]
+fn vacate(b: &mut Block) {
+    b.live = false;
+    b.context = None;
+    b.segment_context = None;
+    b.stream_uses.clear();
+    b.prev = NIL;
+    b.next = NIL;
+}
+
+/// `dst` takes over its neighbour `src`: links, address, size and the segment's context (when
+/// `src` comes first) move to `dst`, and `src`'s slot is freed as [`BlockArena::remove`] frees
+/// one. Works on one slice so its pointer and length stay in registers. Returns the bytes
+/// absorbed.
+#[inline(always)]
+fn absorb_neighbour(
+    blocks: &mut [Block],
+    free: &mut Vec<BlockId>,
+    dst: BlockId,
+    src: BlockId,
+) -> u64 {
+    let s = &mut blocks[src as usize];
+    let (s_addr, s_size, s_prev, s_next) = (s.addr, s.size, s.prev, s.next);
+    let seg_ctx = s.segment_context.take();
+    vacate(s);
+    free.push(src);
+    let d = &mut blocks[dst as usize];
+    if d.prev == src {
+        d.addr = s_addr;
+        d.prev = s_prev;
+        d.segment_context = seg_ctx;
+        if s_prev != NIL {
+            blocks[s_prev as usize].next = dst;
+        }
+    } else {
+        d.next = s_next;
+        if s_next != NIL {
+            blocks[s_next as usize].prev = dst;
+        }
+    }
+    blocks[dst as usize].size += s_size;
+    s_size
+}
+
 /// What [`BlockArena::merge_free_neighbours`] did.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Merged {
@@ -202,13 +248,7 @@ impl BlockArena {
     /// Marks a block gone (its context and stream uses dropped, unlinked); its slot is reused.
     #[inline]
     pub(crate) fn remove(&mut self, id: BlockId) {
-        let b = &mut self.blocks[id as usize];
-        b.live = false;
-        b.context = None;
-        b.segment_context = None;
-        b.stream_uses.clear();
-        b.prev = NIL;
-        b.next = NIL;
+        vacate(&mut self.blocks[id as usize]);
         self.free.push(id);
     }
 
@@ -228,28 +268,8 @@ impl BlockArena {
     /// absorbed.
     #[inline(always)]
     pub(crate) fn absorb(&mut self, dst: BlockId, src: BlockId) -> u64 {
-        // One slice for the whole merge: its pointer and length stay in registers.
-        let blocks = &mut self.blocks[..];
-        let s = &mut blocks[src as usize];
-        let (s_addr, s_size, s_prev, s_next) = (s.addr, s.size, s.prev, s.next);
-        if blocks[dst as usize].prev == src {
-            let seg_ctx = blocks[src as usize].segment_context.take();
-            let d = &mut blocks[dst as usize];
-            d.addr = s_addr;
-            d.prev = s_prev;
-            d.segment_context = seg_ctx;
-            if s_prev != NIL {
-                blocks[s_prev as usize].next = dst;
-            }
-        } else {
-            blocks[dst as usize].next = s_next;
-            if s_next != NIL {
-                blocks[s_next as usize].prev = dst;
-            }
-        }
-        blocks[dst as usize].size += s_size;
-        self.remove(src);
-        s_size
+        let BlockArena { blocks, free } = self;
+        absorb_neighbour(blocks, free, dst, src)
     }
 
     /// PyTorch's merge step of `free_block`: the freed block `id` absorbs its free, mapped-alike
@@ -280,32 +300,8 @@ impl BlockArena {
                 continue;
             }
             out.absorbed[slot] = Some(size_key(s.sidx, s.size, s.addr));
-            let (s_addr, s_size, s_prev, s_next) = (s.addr, s.size, s.prev, s.next);
-            // `src` is gone: as `remove` does.
-            s.live = false;
-            s.context = None;
-            let seg_ctx = s.segment_context.take();
-            s.stream_uses.clear();
-            s.prev = NIL;
-            s.next = NIL;
-            free.push(src);
-            let d = &mut blocks[id as usize];
-            if slot == 0 {
-                d.addr = s_addr;
-                d.prev = s_prev;
-                d.segment_context = seg_ctx;
-                if s_prev != NIL {
-                    blocks[s_prev as usize].next = id;
-                }
-            } else {
-                d.next = s_next;
-                if s_next != NIL {
-                    blocks[s_next as usize].prev = id;
-                }
-            }
-            blocks[id as usize].size += s_size;
+            out.bytes += absorb_neighbour(blocks, free, id, src);
             out.blocks += 1;
-            out.bytes += s_size;
         }
         let b = &blocks[id as usize];
         out.key = size_key(b.sidx, b.size, b.addr);
