@@ -297,10 +297,11 @@ mod membarrier {
     }
 
     /// A full barrier on every CPU running a thread of this process; false if it failed.
+    /// A child of `fork` starts unregistered (registration belongs to the address space), so
+    /// a refused barrier registers once more and retries.
     pub(super) fn private_expedited() -> bool {
-        let ok = call(PRIVATE_EXPEDITED) == 0;
-        debug_assert!(ok, "membarrier failed after a successful registration");
-        ok
+        call(PRIVATE_EXPEDITED) == 0
+            || (call(REGISTER_PRIVATE_EXPEDITED) == 0 && call(PRIVATE_EXPEDITED) == 0)
     }
 }
 
