@@ -10,10 +10,14 @@
 //! with free neighbours on free. Frees of blocks used by other streams wait for events.
 //!
 //! # Locking
-//! One mutex protects the whole state (one device per allocator). Stack context is gathered
+//! One lock protects the whole state (one device per allocator). Stack context is gathered
 //! before it is taken, OOM observers are called after it is released; trace trackers, free
 //! memory callbacks, stream filters and the event sink run under it and must not call back
-//! into the allocator.
+//! into the allocator. The lock (`caching/state_lock.rs`) unlocks with a plain store, and is
+//! biased to the first thread that takes it: that thread enters with a store and a load, no
+//! atomic read-modify-write, until another thread takes the lock once (which revokes the bias
+//! for good with one `membarrier`). Where `membarrier` is unavailable it is a plain futex
+//! mutex.
 //!
 //! # Events
 //! With an event sink set ([`CachingAllocator::set_event_sink`]), every call publishes, at its
@@ -50,11 +54,16 @@
 //! cost is one branch per event point.
 //!
 //! # Performance
-//! The cached path takes the one mutex, searches the pool's free set (a `BTreeMap` keyed by
-//! `(stream index, size, address)` packed into a `u128`) once, and updates it at most twice
-//! per call; blocks live in a slab indexed by `u32`, allocated blocks in a pre-sized hash map
-//! with a multiplicative hasher, and events of a call in a reused buffer, so a warm cached
-//! malloc/free allocates nothing (`tests/caching_no_alloc.rs`). A call reads the
+//! The cached path takes the one lock, searches the pool's free set (a sorted vector, a
+//! `BTreeMap` past 64 entries, keyed by `(stream index, size, address)` packed into a `u128`)
+//! once, and changes it once per call: a split's remainder and a merge's grown block take the
+//! old entry's place (in place when the order allows, as it usually does), the found block's
+//! index travels with it so that the change needs no second search. Blocks live in a slab
+//! indexed by `u32`, allocated blocks in an open-addressing table, and events of a call in a
+//! reused buffer, so a warm cached malloc/free allocates nothing (`tests/caching_no_alloc.rs`).
+//! The stat arrays update one pool entry and the `all` peak; `all`'s other figures are the
+//! pools' sums, filled in when stats are read. Trace and event code sits in cold helpers behind
+//! one flag, so the unobserved path carries none of it. A call reads the
 //! clock ([`now_ns`](crate::event::now_ns): one time-stamp counter read where the counter is
 //! usable) only when something observes it: once at its start for its trace entries and events,
 //! and once more at its end for the latency of the events it publishes. Trace entries are built
