@@ -464,13 +464,28 @@ impl Aggregator {
 
     /// Folds in the events in the channel now (not those published while draining: the
     /// batch is bounded, so a flood cannot starve commands and ticks).
+    ///
+    /// Lifts the sink's full-channel latch before and after, and after every
+    /// `resume_interval` events taken, so publishers fill the room made.
     fn drain(&mut self) {
-        let n = self.rx.len();
-        for _ in 0..n {
-            match self.rx.try_recv() {
-                Some(e) => self.ingest(&e),
-                None => break,
+        let mut left = self.rx.len();
+        let every = self.rx.shared().resume_interval();
+        loop {
+            self.rx.shared().resume();
+            if left == 0 {
+                return;
             }
+            let chunk = left.min(every);
+            for _ in 0..chunk {
+                match self.rx.try_recv() {
+                    Some(e) => self.ingest(&e),
+                    None => {
+                        self.rx.shared().resume();
+                        return;
+                    }
+                }
+            }
+            left -= chunk;
         }
     }
 
