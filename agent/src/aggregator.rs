@@ -13,7 +13,6 @@
 //! beside it (the allocator moved in between) is retried, and failing that, resynced again on
 //! the next tick. Without a provider, the state is marked partial.
 
-use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -165,12 +164,141 @@ struct Fence {
     remaining: usize,
 }
 
+/// Events a [`RecentRing`] stages before copying them into its ring in one go.
+///
+/// The ring of the default 1024 events (72 KiB) does not fit the L1 cache, so writing each
+/// event straight into it misses on every store, and the next receive from the channel (a
+/// locked compare-and-swap, a full fence) waits for that store: measured, 22 M events/s
+/// folded against 26.5 M with an L1-sized ring. Staging 64 events (4.5 KiB, L1-resident) and
+/// copying them as one block keeps the per-event store in L1 and lets the block copy overlap
+/// its misses.
+const RECENT_STAGE: usize = 64;
+
+/// The last `cap` events of one device, oldest first: a ring of fixed capacity that a full
+/// ring overwrites in place, fed through a small staging buffer ([`RECENT_STAGE`]).
+#[derive(Debug, Default)]
+struct RecentRing {
+    cap: usize,
+    /// Grows to `cap`, then is overwritten round-robin.
+    slots: Vec<(u64, Event)>,
+    /// Index of the oldest entry of `slots` once it is full (0 before).
+    oldest: usize,
+    /// Events newer than every entry of `slots`, not yet copied there.
+    stage: Vec<(u64, Event)>,
+}
+
+impl RecentRing {
+    fn new(cap: usize) -> RecentRing {
+        RecentRing {
+            cap,
+            slots: Vec::new(),
+            oldest: 0,
+            stage: Vec::with_capacity(RECENT_STAGE.min(cap)),
+        }
+    }
+
+    #[inline]
+    fn push(&mut self, seq: u64, e: &Event) {
+        self.stage.push((seq, *e));
+        if self.stage.len() >= RECENT_STAGE.min(self.cap) {
+            self.flush();
+        }
+    }
+
+    /// Copies the staged events into the ring (only the last `cap` of them can stay).
+    fn flush(&mut self) {
+        let take = self.stage.len().min(self.cap);
+        let mut src = &self.stage[self.stage.len() - take..];
+        if self.slots.len() < self.cap {
+            let n = (self.cap - self.slots.len()).min(src.len());
+            self.slots.extend_from_slice(&src[..n]);
+            src = &src[n..];
+        }
+        while !src.is_empty() {
+            let n = (self.cap - self.oldest).min(src.len());
+            self.slots[self.oldest..self.oldest + n].copy_from_slice(&src[..n]);
+            self.oldest += n;
+            if self.oldest == self.cap {
+                self.oldest = 0;
+            }
+            src = &src[n..];
+        }
+        self.stage.clear();
+    }
+
+    /// Entries after `seq` among the last `cap`, oldest first.
+    fn since(&self, seq: u64) -> impl Iterator<Item = &(u64, Event)> {
+        let (new, old) = self.slots.split_at(self.oldest);
+        let total = self.slots.len() + self.stage.len();
+        old.iter()
+            .chain(new)
+            .chain(&self.stage)
+            .skip(total.saturating_sub(self.cap))
+            .skip_while(move |(s, _)| *s <= seq)
+    }
+}
+
+/// The devices seen so far, sorted by device number, with the last one used remembered:
+/// events of one device come in long runs, so the hot path skips the search.
+#[derive(Default)]
+struct Devices {
+    list: Vec<DeviceAgg>,
+    last: usize,
+}
+
+impl Devices {
+    /// The device's aggregate, created on first use.
+    #[inline(always)]
+    fn entry(&mut self, device: i32, sample_interval: Duration, recent: usize) -> &mut DeviceAgg {
+        if self.list.get(self.last).is_some_and(|d| d.device == device) {
+            return &mut self.list[self.last];
+        }
+        self.find_or_add(device, sample_interval, recent)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn find_or_add(
+        &mut self,
+        device: i32,
+        sample_interval: Duration,
+        recent: usize,
+    ) -> &mut DeviceAgg {
+        let i = match self.list.binary_search_by_key(&device, |d| d.device) {
+            Ok(i) => i,
+            Err(i) => {
+                self.list
+                    .insert(i, DeviceAgg::new(device, sample_interval, recent));
+                i
+            }
+        };
+        self.last = i;
+        &mut self.list[i]
+    }
+
+    fn get(&self, device: i32) -> Option<&DeviceAgg> {
+        self.list
+            .binary_search_by_key(&device, |d| d.device)
+            .ok()
+            .map(|i| &self.list[i])
+    }
+
+    fn values(&self) -> std::slice::Iter<'_, DeviceAgg> {
+        self.list.iter()
+    }
+
+    fn values_mut(&mut self) -> std::slice::IterMut<'_, DeviceAgg> {
+        self.list.iter_mut()
+    }
+}
+
 struct DeviceAgg {
+    device: i32,
     fence: Option<Fence>,
     mirror: DeviceMirror,
     hist: DeviceHistograms,
     timeline: Timeline,
-    recent: VecDeque<(u64, Event)>,
+    recent: RecentRing,
     total_memory: u64,
     allowed: Option<u64>,
     provider: Option<Arc<dyn SnapshotProvider>>,
@@ -178,13 +306,14 @@ struct DeviceAgg {
 }
 
 impl DeviceAgg {
-    fn new(device: i32, sample_interval: Duration) -> DeviceAgg {
+    fn new(device: i32, sample_interval: Duration, recent: usize) -> DeviceAgg {
         DeviceAgg {
+            device,
             fence: None,
             mirror: DeviceMirror::new(device, None),
             hist: DeviceHistograms::default(),
             timeline: Timeline::new(sample_interval.as_nanos() as u64),
-            recent: VecDeque::new(),
+            recent: RecentRing::new(recent),
             total_memory: 0,
             allowed: None,
             provider: None,
@@ -259,9 +388,8 @@ impl DeviceAgg {
     }
 
     fn recent_since(&self, seq: u64) -> Vec<RecentEvent> {
-        let start = self.recent.partition_point(|(s, _)| *s <= seq);
         self.recent
-            .range(start..)
+            .since(seq)
             .map(|(s, e)| recent_event(*s, e))
             .collect()
     }
@@ -349,7 +477,7 @@ pub(crate) struct Aggregator {
     cfg: AggregatorConfig,
     rx: EventReceiver,
     cmds: Receiver<Command>,
-    devices: BTreeMap<i32, DeviceAgg>,
+    devices: Devices,
     host: Option<HostState>,
     ooms: Vec<OomRecord>,
     ooms_sent: usize,
@@ -375,7 +503,7 @@ pub(crate) fn spawn(
         cfg,
         rx,
         cmds: cmd_rx,
-        devices: BTreeMap::new(),
+        devices: Devices::default(),
         host: None,
         ooms: Vec::new(),
         ooms_sent: 0,
@@ -409,9 +537,7 @@ pub(crate) fn spawn(
 impl Aggregator {
     fn device_mut(&mut self, device: i32) -> &mut DeviceAgg {
         let interval = self.cfg.sample_interval;
-        self.devices
-            .entry(device)
-            .or_insert_with(|| DeviceAgg::new(device, interval))
+        self.devices.entry(device, interval, self.cfg.recent_events)
     }
 
     fn run(mut self) {
@@ -464,13 +590,28 @@ impl Aggregator {
 
     /// Folds in the events in the channel now (not those published while draining: the
     /// batch is bounded, so a flood cannot starve commands and ticks).
+    ///
+    /// Lifts the sink's full-channel latch before and after, and after every
+    /// `resume_interval` events taken, so publishers fill the room made.
     fn drain(&mut self) {
-        let n = self.rx.len();
-        for _ in 0..n {
-            match self.rx.try_recv() {
-                Some(e) => self.ingest(&e),
-                None => break,
+        let mut left = self.rx.len();
+        let every = self.rx.shared().resume_interval();
+        loop {
+            self.rx.shared().resume();
+            if left == 0 {
+                return;
             }
+            let chunk = left.min(every);
+            for _ in 0..chunk {
+                match self.rx.try_recv() {
+                    Some(e) => self.ingest(&e),
+                    None => {
+                        self.rx.shared().resume();
+                        return;
+                    }
+                }
+            }
+            left -= chunk;
         }
     }
 
@@ -486,15 +627,9 @@ impl Aggregator {
         let device = i32::from(e.device);
         let interval = self.cfg.sample_interval;
         // One lookup per event: the mirror, histograms and recent events all hang off it.
-        let d = self
-            .devices
-            .entry(device)
-            .or_insert_with(|| DeviceAgg::new(device, interval));
+        let d = self.devices.entry(device, interval, recent_cap);
         if recent_cap > 0 {
-            if d.recent.len() == recent_cap {
-                d.recent.pop_front();
-            }
-            d.recent.push_back((seq, *e));
+            d.recent.push(seq, e);
         }
         let mut lost_marker = false;
         if d.fenced(e, &mut lost_marker) {
@@ -551,7 +686,7 @@ impl Aggregator {
     fn on_oom(&mut self, e: &Event) {
         let device = i32::from(e.device);
         let index = self.ooms.len() as u64 + 1;
-        let d = self.devices.get(&device).expect("created by ingest");
+        let d = self.devices.get(device).expect("created by ingest");
         let s = d.mirror.stats();
         let cur = |a: &allocview_alloc::caching::stats::StatArray| {
             a.get(StatType::All).current.max(0) as u64
@@ -797,4 +932,51 @@ pub fn default_dump_dir() -> PathBuf {
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(DEFAULT_DUMP_DIR))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(i: u64) -> Event {
+        Event::new(EventAction::Alloc, 0, EventPool::Small, 0x1000 + i, 512)
+    }
+
+    #[test]
+    fn the_recent_ring_keeps_the_last_events_oldest_first() {
+        for cap in [1, 4, 63, 64, 65, 100, 1024] {
+            let mut ring = RecentRing::new(cap);
+            let mut model: std::collections::VecDeque<u64> = Default::default();
+            for seq in 1..=3000u64 {
+                ring.push(seq, &ev(seq));
+                if model.len() == cap {
+                    model.pop_front();
+                }
+                model.push_back(seq);
+                if seq % 37 == 0 || seq < 200 {
+                    let got: Vec<u64> = ring.since(0).map(|(s, _)| *s).collect();
+                    assert_eq!(got, Vec::from(model.clone()), "cap {cap} after {seq}");
+                    assert!(ring.since(0).all(|(s, e)| e.addr == 0x1000 + s));
+                    let mid = seq.saturating_sub(cap as u64 / 2);
+                    let after: Vec<u64> = ring.since(mid).map(|(s, _)| *s).collect();
+                    let want: Vec<u64> = model.iter().copied().filter(|s| *s > mid).collect();
+                    assert_eq!(after, want, "cap {cap} after {seq} since {mid}");
+                    assert_eq!(ring.since(seq).count(), 0);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn devices_stay_sorted_whatever_order_they_appear_in() {
+        let mut devices = Devices::default();
+        let interval = Duration::from_secs(1);
+        for d in [3, 0, 3, 1, 0, 2] {
+            assert_eq!(devices.entry(d, interval, 8).device, d);
+        }
+        let order: Vec<i32> = devices.values().map(|d| d.device).collect();
+        assert_eq!(order, vec![0, 1, 2, 3]);
+        assert_eq!(devices.get(2).map(|d| d.device), Some(2));
+        assert!(devices.get(7).is_none());
+    }
 }

@@ -30,17 +30,20 @@
 //! ([`DeviceMirror::resync`]).
 
 //!
-//! Data structure: as in PyTorch's allocator, blocks are a doubly linked list per segment
-//! (`prev`/`next` addresses) in a hash map keyed by address, so every event of the hot path is
-//! a few O(1) lookups (an `alloc` takes the front of the free block starting at its address, a
-//! free merges with its linked neighbours). An ordered set of segment starts serves the rare
-//! range questions (overlaps, expandable segments growing into a neighbour) and the sorted
-//! output.
+//! Data structure: as in PyTorch's allocator, blocks are a doubly linked list per segment. Blocks
+//! and segments live in slabs (vectors whose freed slots are reused) and link to each other by
+//! index: a block names its neighbours and its segment by slot, so following a link is an array
+//! access. One hash map from address to block slot serves the lookup each event starts with (an
+//! `alloc` takes the front of the free block starting at its address, a free finds its block);
+//! neighbours to merge with, the segment's figures and the successor's back link are then
+//! reached by index, and only blocks created or merged away touch the map. An ordered map of
+//! segment starts serves the rare range questions (overlaps, expandable segments growing into a
+//! neighbour) and the sorted output.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 
-use allocview_alloc::caching::stats::DeviceStats;
+use allocview_alloc::caching::stats::{DeviceStats, Stat, StatArray, StatType};
 use allocview_alloc::event::{
     Event, EventAction, EventPool, FLAG_EXPANDABLE, FLAG_OVERSIZE, FLAG_PRIVATE_POOL,
 };
@@ -112,24 +115,86 @@ impl Hasher for AddrHasher {
 
 type AddrMap<V> = HashMap<u64, V, BuildHasherDefault<AddrHasher>>;
 
+/// "No block": the end of a segment's block list.
+const NIL: u32 = u32::MAX;
+
+/// A vector whose freed slots are reused: blocks and segments live in slabs and refer to each
+/// other by index, so following a link is an array access rather than a hash lookup.
+#[derive(Debug, Clone)]
+struct Slab<T> {
+    items: Vec<T>,
+    free: Vec<u32>,
+}
+
+impl<T> Default for Slab<T> {
+    fn default() -> Self {
+        Slab {
+            items: Vec::new(),
+            free: Vec::new(),
+        }
+    }
+}
+
+impl<T> Slab<T> {
+    /// Stores `v` in a free slot (or a new one) and returns its index.
+    #[inline]
+    fn insert(&mut self, v: T) -> u32 {
+        match self.free.pop() {
+            Some(i) => {
+                self.items[i as usize] = v;
+                i
+            }
+            None => {
+                self.items.push(v);
+                (self.items.len() - 1) as u32
+            }
+        }
+    }
+
+    /// Frees slot `i` for reuse (its content is stale from now on).
+    #[inline]
+    fn release(&mut self, i: u32) {
+        self.free.push(i);
+    }
+}
+
+impl<T> std::ops::Index<u32> for Slab<T> {
+    type Output = T;
+
+    #[inline]
+    fn index(&self, i: u32) -> &T {
+        &self.items[i as usize]
+    }
+}
+
+impl<T> std::ops::IndexMut<u32> for Slab<T> {
+    #[inline]
+    fn index_mut(&mut self, i: u32) -> &mut T {
+        &mut self.items[i as usize]
+    }
+}
+
 /// One block of the mirror, linked to its neighbours in the segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct MBlock {
-    /// Start of the segment the block belongs to.
-    seg: u64,
+    addr: u64,
     size: u64,
     requested: u64,
     /// When it was allocated (0: unknown, e.g. taken over from a snapshot).
     alloc_ns: u64,
-    prev: Option<u64>,
-    next: Option<u64>,
+    /// Index of the segment the block belongs to.
+    seg: u32,
+    /// Indices of the neighbouring blocks in the segment ([`NIL`] at either end).
+    prev: u32,
+    next: u32,
     state: BlockState,
     oversize: bool,
 }
 
 impl MBlock {
-    fn free(seg: u64, size: u64, prev: Option<u64>, next: Option<u64>) -> MBlock {
+    fn free(addr: u64, seg: u32, size: u64, prev: u32, next: u32) -> MBlock {
         MBlock {
+            addr,
             seg,
             size,
             requested: size,
@@ -145,6 +210,7 @@ impl MBlock {
 /// One segment of the mirror; its first block starts at its address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct MSegment {
+    addr: u64,
     size: u64,
     stream: u64,
     /// Index of `stream` in the mirror's stream list.
@@ -179,12 +245,16 @@ pub struct Applied {
 }
 
 /// The mirror of one device: segments, blocks, stats and per-stream usage.
+/// The mirror of one device: segments, blocks, stats and per-stream usage.
 #[derive(Debug, Clone)]
 pub struct DeviceMirror {
     device: i32,
-    blocks: AddrMap<MBlock>,
-    segments: AddrMap<MSegment>,
-    starts: BTreeSet<u64>,
+    /// Blocks by index; `block_at` finds one by address.
+    blocks: Slab<MBlock>,
+    block_at: AddrMap<u32>,
+    /// Segments by index; `seg_at` finds one by start address, in address order.
+    segs: Slab<MSegment>,
+    seg_at: BTreeMap<u64, u32>,
     stats: DeviceStats,
     /// Few streams: a vector beats a map. In order of first use (segments hold indices into
     /// it); [`streams`](Self::streams) sorts.
@@ -217,6 +287,41 @@ pub fn segment_pool_key(seg: &SegmentInfo) -> PoolKey {
     }
 }
 
+/// `StatArray::update_pool(small, n)` for an `n` the caller knows the sign of: PyTorch's
+/// `update_stat` on `all` and the pool without testing the sign (the hot path updates a
+/// handful of arrays per event). A negative `n` (a size past `i64::MAX`) takes the general
+/// path, so the result is always the same.
+#[inline(always)]
+fn grow(a: &mut StatArray, small: bool, n: i64) {
+    if n < 0 {
+        a.update_pool(small, n);
+        return;
+    }
+    let up = |s: &mut Stat| {
+        s.current += n;
+        s.peak = s.peak.max(s.current);
+        s.allocated += n;
+    };
+    up(&mut a.0[StatType::All as usize]);
+    up(&mut a.0[StatType::for_pool(small) as usize]);
+}
+
+/// `StatArray::update_pool(small, -n)` for `n >= 0`, without testing the sign (see [`grow`]).
+#[inline(always)]
+fn shrink(a: &mut StatArray, small: bool, n: i64) {
+    if n < 0 {
+        a.update_pool(small, -n);
+        return;
+    }
+    let down = |s: &mut Stat| {
+        s.current -= n;
+        s.peak = s.peak.max(s.current);
+        s.freed += n;
+    };
+    down(&mut a.0[StatType::All as usize]);
+    down(&mut a.0[StatType::for_pool(small) as usize]);
+}
+
 fn applied(pool: PoolKey) -> Applied {
     Applied {
         pool: Some(pool),
@@ -230,9 +335,10 @@ impl DeviceMirror {
     pub fn new(device: i32, max_split_size: Option<u64>) -> DeviceMirror {
         DeviceMirror {
             device,
-            blocks: AddrMap::default(),
-            segments: AddrMap::default(),
-            starts: BTreeSet::new(),
+            blocks: Slab::default(),
+            block_at: AddrMap::default(),
+            segs: Slab::default(),
+            seg_at: BTreeMap::new(),
             stats: DeviceStats {
                 max_split_size: max_split_size.map_or(-1, |m| m as i64),
                 ..DeviceStats::default()
@@ -284,6 +390,7 @@ impl DeviceMirror {
     }
 
     /// Applies one event. On error the mirror is unchanged.
+    #[inline]
     pub fn apply(&mut self, e: &Event) -> Result<Applied, MirrorError> {
         let applied = match e.action {
             EventAction::Alloc => self.alloc(e)?,
@@ -331,62 +438,93 @@ impl DeviceMirror {
         }
     }
 
-    /// The start of the segment containing `addr`.
-    fn segment_at(&self, addr: u64) -> Option<u64> {
-        let &a = self.starts.range(..=addr).next_back()?;
-        (addr < a + self.segments[&a].size).then_some(a)
+    /// The index of the segment containing `addr`.
+    fn segment_at(&self, addr: u64) -> Option<u32> {
+        let (&a, &si) = self.seg_at.range(..=addr).next_back()?;
+        (addr < a + self.segs[si].size).then_some(si)
     }
 
     fn overlaps(&self, addr: u64, size: u64) -> bool {
         let end = addr.saturating_add(size);
-        self.starts
+        self.seg_at
             .range(..end)
             .next_back()
-            .is_some_and(|&a| a + self.segments[&a].size > addr)
+            .is_some_and(|(&a, &si)| a + self.segs[si].size > addr)
+    }
+
+    /// The index of the first block of segment `si`.
+    fn first_block(&self, si: u32) -> u32 {
+        self.block_at
+            .get(&self.segs[si].addr)
+            .copied()
+            .unwrap_or(NIL)
     }
 
     /// The block containing `addr`: by exact address (the hot path), else by walking its
     /// segment.
-    fn block_containing(&self, addr: u64) -> Option<u64> {
-        if self.blocks.contains_key(&addr) {
-            return Some(addr);
+    fn block_containing(&self, addr: u64) -> Option<u32> {
+        if let Some(&i) = self.block_at.get(&addr) {
+            return Some(i);
         }
-        let mut at = Some(self.segment_at(addr)?);
-        while let Some(a) = at {
-            let b = &self.blocks[&a];
-            if addr < a + b.size {
-                return Some(a);
+        let mut at = self.first_block(self.segment_at(addr)?);
+        while at != NIL {
+            let b = &self.blocks[at];
+            if addr < b.addr + b.size {
+                return Some(at);
             }
             at = b.next;
         }
         None
     }
 
-    /// Links `next.prev` to `to` when `next` exists.
-    fn set_prev(&mut self, next: Option<u64>, to: u64) {
-        Self::link_prev(&mut self.blocks, next, to);
+    /// The indices of the blocks from `first` on, following the links.
+    fn chain_from(&self, first: u32) -> Vec<u32> {
+        let mut out = Vec::new();
+        let mut at = first;
+        while at != NIL {
+            out.push(at);
+            at = self.blocks[at].next;
+        }
+        out
     }
 
-    /// [`set_prev`](Self::set_prev) on the block map alone (while a segment is borrowed).
+    /// The indices of a segment's blocks, in order.
+    fn chain(&self, si: u32) -> Vec<u32> {
+        self.chain_from(self.first_block(si))
+    }
+
+    /// Links `next.prev` to `to` when `next` is a block.
     #[inline]
-    fn link_prev(blocks: &mut AddrMap<MBlock>, next: Option<u64>, to: u64) {
-        if let Some(n) = next
-            && let Some(nb) = blocks.get_mut(&n)
-        {
-            nb.prev = Some(to);
+    fn set_prev(&mut self, next: u32, to: u32) {
+        if next != NIL {
+            self.blocks[next].prev = to;
         }
     }
 
-    /// Links `prev.next` to `to` when `prev` exists.
-    fn set_next(&mut self, prev: Option<u64>, to: u64) {
-        if let Some(p) = prev
-            && let Some(pb) = self.blocks.get_mut(&p)
-        {
-            pb.next = Some(to);
+    /// Links `prev.next` to `to` when `prev` is a block.
+    #[inline]
+    fn set_next(&mut self, prev: u32, to: u32) {
+        if prev != NIL {
+            self.blocks[prev].next = to;
         }
+    }
+
+    /// A new block, findable by its address.
+    fn add_block(&mut self, b: MBlock) -> u32 {
+        let addr = b.addr;
+        let i = self.blocks.insert(b);
+        self.block_at.insert(addr, i);
+        i
+    }
+
+    /// Forgets block `i` (its address and its slot).
+    fn remove_block(&mut self, i: u32) {
+        self.block_at.remove(&self.blocks[i].addr);
+        self.blocks.release(i);
     }
 
     /// Free blocks of a split, non-expandable segment count as inactive split.
+    #[inline]
     fn split_contribution(seg: &MSegment, free: &[Option<u64>]) -> (i64, i64) {
         if seg.expandable || seg.blocks <= 1 {
             return (0, 0);
@@ -396,6 +534,7 @@ impl DeviceMirror {
             .fold((0, 0), |(n, bytes), &size| (n + 1, bytes + size as i64))
     }
 
+    #[inline]
     fn apply_split_delta(&mut self, small: bool, before: (i64, i64), after: (i64, i64)) {
         let (dn, db) = (after.0 - before.0, after.1 - before.1);
         if dn != 0 {
@@ -418,22 +557,19 @@ impl DeviceMirror {
         let oversize = self.oversize(e);
         let pool = pool_key(e);
         let stream_ix = self.stream_index(e.stream);
-        self.blocks
-            .insert(e.addr, MBlock::free(e.addr, e.size, None, None));
-        self.segments.insert(
-            e.addr,
-            MSegment {
-                size: e.size,
-                stream: e.stream,
-                stream_ix,
-                pool,
-                small,
-                expandable: false,
-                oversize,
-                blocks: 1,
-            },
-        );
-        self.starts.insert(e.addr);
+        let si = self.segs.insert(MSegment {
+            addr: e.addr,
+            size: e.size,
+            stream: e.stream,
+            stream_ix,
+            pool,
+            small,
+            expandable: false,
+            oversize,
+            blocks: 1,
+        });
+        self.add_block(MBlock::free(e.addr, si, e.size, NIL, NIL));
+        self.seg_at.insert(e.addr, si);
         self.stats.segment.update_pool(small, 1);
         self.stats.reserved_bytes.update_pool(small, e.size as i64);
         self.stats.num_device_alloc += 1;
@@ -445,25 +581,29 @@ impl DeviceMirror {
     }
 
     fn segment_free(&mut self, e: &Event) -> Result<Applied, MirrorError> {
-        let fits = self
-            .segments
-            .get(&e.addr)
-            .is_some_and(|s| s.size == e.size && !s.expandable && s.blocks == 1)
-            && self
-                .blocks
-                .get(&e.addr)
-                .is_some_and(|b| b.state == BlockState::Inactive && b.size == e.size);
-        if !fits {
+        let found = self.seg_at.get(&e.addr).copied().and_then(|si| {
+            let s = &self.segs[si];
+            let bi = *self.block_at.get(&e.addr)?;
+            let b = &self.blocks[bi];
+            (s.size == e.size
+                && !s.expandable
+                && s.blocks == 1
+                && b.state == BlockState::Inactive
+                && b.size == e.size)
+                .then_some((si, bi))
+        });
+        let Some((si, bi)) = found else {
             return Err(MirrorError::NoSuchBlock {
                 action: e.action.as_str(),
                 addr: e.addr,
                 size: e.size,
                 wanted: "whole free segment",
             });
-        }
-        let seg = self.segments.remove(&e.addr).expect("checked above");
-        self.blocks.remove(&e.addr);
-        self.starts.remove(&e.addr);
+        };
+        let seg = self.segs[si];
+        self.seg_at.remove(&e.addr);
+        self.segs.release(si);
+        self.remove_block(bi);
         self.stats.segment.update_pool(seg.small, -1);
         self.stats
             .reserved_bytes
@@ -478,64 +618,30 @@ impl DeviceMirror {
 
     fn alloc(&mut self, e: &Event) -> Result<Applied, MirrorError> {
         let end = e.addr + e.size;
-        let fits = |b_addr: u64, b: &MBlock| {
-            if b.state != BlockState::Inactive || e.size == 0 || b_addr + b.size < end {
-                return Err(MirrorError::NoSuchBlock {
+        // The allocator hands out the front of a free block, so the block usually starts at
+        // the event's address: then one lookup finds it.
+        let bi = match self.block_at.get(&e.addr) {
+            Some(&i) => i,
+            None => self
+                .block_containing(e.addr)
+                .ok_or(MirrorError::UnknownSegment {
                     action: e.action.as_str(),
                     addr: e.addr,
-                    size: e.size,
-                    wanted: "free",
-                });
-            }
-            Ok(())
+                })?,
         };
+        let b = self.blocks[bi];
+        if b.state != BlockState::Inactive || e.size == 0 || b.addr + b.size < end {
+            return Err(MirrorError::NoSuchBlock {
+                action: e.action.as_str(),
+                addr: e.addr,
+                size: e.size,
+                wanted: "free",
+            });
+        }
         let oversize = self.oversize(e);
-        let taken = |b_addr: u64, b: &MBlock| MBlock {
-            seg: b.seg,
-            size: e.size,
-            requested: e.requested,
-            alloc_ns: e.time_ns,
-            prev: if e.addr > b_addr {
-                Some(b_addr)
-            } else {
-                b.prev
-            },
-            next: if b_addr + b.size > end {
-                Some(end)
-            } else {
-                b.next
-            },
-            state: BlockState::ActiveAllocated,
-            oversize,
-        };
-        // The allocator hands out the front of a free block, so the block usually starts at
-        // the event's address: then one lookup finds it and the taken block replaces it in
-        // place (its successor's link is unchanged unless a remainder is cut off below).
-        let (b_addr, b) = match self.blocks.get_mut(&e.addr) {
-            Some(bm) => {
-                let b = *bm;
-                fits(e.addr, &b)?;
-                *bm = taken(e.addr, &b);
-                (e.addr, b)
-            }
-            None => {
-                let a = self
-                    .block_containing(e.addr)
-                    .ok_or(MirrorError::UnknownSegment {
-                        action: e.action.as_str(),
-                        addr: e.addr,
-                    })?;
-                let b = self.blocks[&a];
-                fits(a, &b)?;
-                (a, b)
-            }
-        };
-        let front = e.addr - b_addr;
-        let back = b_addr + b.size - end;
-        let sm = self
-            .segments
-            .get_mut(&b.seg)
-            .expect("a block's segment exists");
+        let front = e.addr - b.addr;
+        let back = b.addr + b.size - end;
+        let sm = &mut self.segs[b.seg];
         let before = Self::split_contribution(sm, &[Some(b.size)]);
         sm.blocks += u32::from(front > 0) + u32::from(back > 0);
         let after = Self::split_contribution(
@@ -543,28 +649,44 @@ impl DeviceMirror {
             &[(front > 0).then_some(front), (back > 0).then_some(back)],
         );
         let (small, stream, pool) = (sm.small, sm.stream_ix, sm.pool);
-        if front > 0 {
-            let fb = self.blocks.get_mut(&b_addr).expect("found above");
+        let mut taken = MBlock {
+            addr: e.addr,
+            seg: b.seg,
+            size: e.size,
+            requested: e.requested,
+            alloc_ns: e.time_ns,
+            prev: b.prev,
+            next: b.next,
+            state: BlockState::ActiveAllocated,
+            oversize,
+        };
+        // The taken block keeps the free block's slot unless a front remainder stays there.
+        let ti = if front > 0 {
+            taken.prev = bi;
+            let ti = self.add_block(taken);
+            let fb = &mut self.blocks[bi];
             fb.size = front;
-            fb.next = Some(e.addr);
-            self.blocks.insert(e.addr, taken(b_addr, &b));
-            if back == 0 {
-                // The old block's successor now follows the taken block.
-                Self::link_prev(&mut self.blocks, b.next, e.addr);
-            }
-        }
+            fb.next = ti;
+            ti
+        } else {
+            self.blocks[bi] = taken;
+            bi
+        };
         if back > 0 {
-            self.blocks
-                .insert(end, MBlock::free(b.seg, back, Some(e.addr), b.next));
-            Self::link_prev(&mut self.blocks, b.next, end);
+            let ri = self.add_block(MBlock::free(end, b.seg, back, ti, b.next));
+            self.blocks[ti].next = ri;
+            self.set_prev(b.next, ri);
+        } else if front > 0 {
+            // The old block's successor now follows the taken block.
+            self.set_prev(b.next, ti);
         }
         self.apply_split_delta(small, before, after);
         let st = &mut self.stats;
-        st.allocation.update_pool(small, 1);
-        st.allocated_bytes.update_pool(small, e.size as i64);
-        st.active.update_pool(small, 1);
-        st.active_bytes.update_pool(small, e.size as i64);
-        st.requested_bytes.update_pool(small, e.requested as i64);
+        grow(&mut st.allocation, small, 1);
+        grow(&mut st.allocated_bytes, small, e.size as i64);
+        grow(&mut st.active, small, 1);
+        grow(&mut st.active_bytes, small, e.size as i64);
+        grow(&mut st.requested_bytes, small, e.requested as i64);
         if oversize {
             st.oversize_allocations.update(1);
         }
@@ -592,24 +714,32 @@ impl DeviceMirror {
         }
     }
 
+    /// The block at `e.addr` when it is in state `wanted` and of the event's size (0: any).
+    #[inline]
+    fn block_in_state(&self, e: &Event, wanted: BlockState) -> Result<u32, MirrorError> {
+        match self.block_at.get(&e.addr) {
+            Some(&i) => {
+                let b = &self.blocks[i];
+                if b.state == wanted && (e.size == 0 || b.size == e.size) {
+                    Ok(i)
+                } else {
+                    Err(self.no_block_in_state(e, wanted, true))
+                }
+            }
+            None => Err(self.no_block_in_state(e, wanted, false)),
+        }
+    }
+
     fn free_requested(&mut self, e: &Event) -> Result<Applied, MirrorError> {
-        let wanted = BlockState::ActiveAllocated;
-        let b = match self.blocks.get_mut(&e.addr) {
-            Some(b) if b.state == wanted && (e.size == 0 || b.size == e.size) => {
-                b.state = BlockState::ActivePendingFree;
-                *b
-            }
-            found => {
-                let found = found.is_some();
-                return Err(self.no_block_in_state(e, wanted, found));
-            }
-        };
-        let seg = &self.segments[&b.seg];
+        let bi = self.block_in_state(e, BlockState::ActiveAllocated)?;
+        let b = &mut self.blocks[bi];
+        b.state = BlockState::ActivePendingFree;
+        let (size, oversize) = (b.size as i64, b.oversize);
+        let seg = &self.segs[b.seg];
         let (small, stream, pool) = (seg.small, seg.stream_ix, seg.pool);
-        let size = b.size as i64;
-        self.stats.allocation.update_pool(small, -1);
-        self.stats.allocated_bytes.update_pool(small, -size);
-        if b.oversize {
+        shrink(&mut self.stats.allocation, small, 1);
+        shrink(&mut self.stats.allocated_bytes, small, size);
+        if oversize {
             self.stats.oversize_allocations.update(-1);
         }
         self.stream_at(stream, e.time_ns).allocated -= size;
@@ -617,65 +747,49 @@ impl DeviceMirror {
     }
 
     fn free_completed(&mut self, e: &Event) -> Result<Applied, MirrorError> {
-        let wanted = BlockState::ActivePendingFree;
-        let b = match self.blocks.get(&e.addr) {
-            Some(b) if b.state == wanted && (e.size == 0 || b.size == e.size) => *b,
-            found => {
-                let found = found.is_some();
-                return Err(self.no_block_in_state(e, wanted, found));
-            }
-        };
-        let free_at = |a: Option<u64>| {
-            a.and_then(|a| self.blocks.get(&a).map(|nb| (a, *nb)))
-                .filter(|(_, nb)| nb.state == BlockState::Inactive)
+        let bi = self.block_in_state(e, BlockState::ActivePendingFree)?;
+        let b = self.blocks[bi];
+        let free_at = |i: u32| {
+            (i != NIL && self.blocks[i].state == BlockState::Inactive).then(|| self.blocks[i])
         };
         let prev = free_at(b.prev);
         let next = free_at(b.next);
-        let sm = self
-            .segments
-            .get_mut(&b.seg)
-            .expect("a block's segment exists");
-        let before =
-            Self::split_contribution(sm, &[prev.map(|(_, p)| p.size), next.map(|(_, n)| n.size)]);
-        let mut start = e.addr;
-        let mut size = b.size;
-        let mut new_prev = b.prev;
-        let mut new_next = b.next;
-        if let Some((pa, pb)) = prev {
-            start = pa;
-            size += pb.size;
-            new_prev = pb.prev;
-        }
-        if let Some((_, nb)) = next {
-            size += nb.size;
-            new_next = nb.next;
-        }
+        let sm = &mut self.segs[b.seg];
+        let before = Self::split_contribution(sm, &[prev.map(|p| p.size), next.map(|n| n.size)]);
         sm.blocks -= u32::from(prev.is_some()) + u32::from(next.is_some());
-        let after = Self::split_contribution(sm, &[Some(size)]);
-        let (small, stream, pool) = (sm.small, sm.stream_ix, sm.pool);
-        let merged = MBlock {
+        let mut merged = MBlock {
             requested: b.requested,
-            ..MBlock::free(b.seg, size, new_prev, new_next)
+            ..MBlock::free(b.addr, b.seg, b.size, b.prev, b.next)
         };
-        // The merged block keeps the first address: `new_prev` already links to it (it
-        // linked to the previous free block or to the freed one), so only the block after
-        // it may need its link moved.
-        if let Some((na, _)) = next {
-            self.blocks.remove(&na);
+        // The merged block keeps the first address and that block's slot: `merged.prev`
+        // already links to it, so only the block after it may need its link moved.
+        let mut keep = bi;
+        if let Some(p) = prev {
+            merged.addr = p.addr;
+            merged.size += p.size;
+            merged.prev = p.prev;
+            keep = b.prev;
         }
-        if start != e.addr {
-            self.blocks.remove(&e.addr);
+        if let Some(n) = next {
+            merged.size += n.size;
+            merged.next = n.next;
         }
-        *self.blocks.get_mut(&start).expect("found above") = merged;
-        if next.is_some() || start != e.addr {
-            Self::link_prev(&mut self.blocks, new_next, start);
+        let after = Self::split_contribution(sm, &[Some(merged.size)]);
+        let (small, stream, pool) = (sm.small, sm.stream_ix, sm.pool);
+        if next.is_some() {
+            self.remove_block(b.next);
+        }
+        if keep != bi {
+            self.remove_block(bi);
+        }
+        self.blocks[keep] = merged;
+        if keep != bi || next.is_some() {
+            self.set_prev(merged.next, keep);
         }
         self.apply_split_delta(small, before, after);
-        self.stats.active.update_pool(small, -1);
-        self.stats.active_bytes.update_pool(small, -(b.size as i64));
-        self.stats
-            .requested_bytes
-            .update_pool(small, -(b.requested as i64));
+        shrink(&mut self.stats.active, small, 1);
+        shrink(&mut self.stats.active_bytes, small, b.size as i64);
+        shrink(&mut self.stats.requested_bytes, small, b.requested as i64);
         self.stream_at(stream, e.time_ns).active -= b.size as i64;
         let lifetime_ns =
             (b.alloc_ns != 0 && e.time_ns >= b.alloc_ns).then(|| e.time_ns - b.alloc_ns);
@@ -685,57 +799,37 @@ impl DeviceMirror {
         })
     }
 
-    /// The addresses of a segment's blocks, in order.
-    fn chain(&self, seg: u64) -> Vec<u64> {
-        let mut out = Vec::new();
-        let mut at = self.blocks.contains_key(&seg).then_some(seg);
-        while let Some(a) = at {
-            out.push(a);
-            at = self.blocks[&a].next;
-        }
-        out
-    }
-
-    /// Merges the free block at `addr` with free linked neighbours (expandable segments).
-    fn merge_free_around(&mut self, addr: u64) {
-        let Some(b) = self.blocks.get(&addr).copied() else {
-            return;
-        };
+    /// Merges the free block `bi` with free linked neighbours (expandable segments).
+    fn merge_free_around(&mut self, bi: u32) {
+        let b = self.blocks[bi];
         if b.state != BlockState::Inactive {
             return;
         }
-        let mut start = addr;
-        let mut size = b.size;
-        let mut prev = b.prev;
-        let mut next = b.next;
-        let mut merged = 0;
-        if let Some(pa) = b.prev
-            && let Some(pb) = self.blocks.get(&pa).copied()
-            && pb.state == BlockState::Inactive
-        {
-            self.blocks.remove(&pa);
-            start = pa;
-            size += pb.size;
-            prev = pb.prev;
-            merged += 1;
+        let mut merged = MBlock::free(b.addr, b.seg, b.size, b.prev, b.next);
+        let mut keep = bi;
+        let mut count = 0;
+        if b.prev != NIL && self.blocks[b.prev].state == BlockState::Inactive {
+            let p = self.blocks[b.prev];
+            merged.addr = p.addr;
+            merged.size += p.size;
+            merged.prev = p.prev;
+            keep = b.prev;
+            count += 1;
         }
-        if let Some(na) = b.next
-            && let Some(nb) = self.blocks.get(&na).copied()
-            && nb.state == BlockState::Inactive
-        {
-            self.blocks.remove(&na);
-            size += nb.size;
-            next = nb.next;
-            merged += 1;
+        if b.next != NIL && self.blocks[b.next].state == BlockState::Inactive {
+            let n = self.blocks[b.next];
+            merged.size += n.size;
+            merged.next = n.next;
+            self.remove_block(b.next);
+            count += 1;
         }
-        self.blocks.remove(&addr);
-        self.blocks
-            .insert(start, MBlock::free(b.seg, size, prev, next));
-        self.set_next(prev, start);
-        self.set_prev(next, start);
-        if let Some(s) = self.segments.get_mut(&b.seg) {
-            s.blocks -= merged;
+        if keep != bi {
+            self.remove_block(bi);
         }
+        self.blocks[keep] = merged;
+        self.set_next(merged.prev, keep);
+        self.set_prev(merged.next, keep);
+        self.segs[b.seg].blocks -= count;
     }
 
     fn map(&mut self, e: &Event) -> Result<Applied, MirrorError> {
@@ -751,27 +845,26 @@ impl DeviceMirror {
         let joins = |s: &MSegment| s.expandable && s.stream == e.stream && s.pool == pool;
         let end = e.addr + e.size;
         let prev_seg = self
-            .starts
+            .seg_at
             .range(..e.addr)
             .next_back()
-            .copied()
-            .filter(|a| {
-                let s = &self.segments[a];
-                a + s.size == e.addr && joins(s)
+            .map(|(_, &si)| si)
+            .filter(|&si| {
+                let s = &self.segs[si];
+                s.addr + s.size == e.addr && joins(s)
             });
-        let next_seg = self.segments.get(&end).filter(|s| joins(s)).map(|_| end);
-        let seg_start = prev_seg.unwrap_or(e.addr);
+        let next_seg = self
+            .seg_at
+            .get(&end)
+            .copied()
+            .filter(|&si| joins(&self.segs[si]));
         let prev_block = prev_seg.and_then(|p| self.chain(p).last().copied());
-        self.blocks.insert(
-            e.addr,
-            MBlock::free(seg_start, e.size, prev_block, next_seg),
-        );
-        self.set_next(prev_block, e.addr);
-        self.set_prev(next_seg, e.addr);
+        let next_first = next_seg.map_or(NIL, |n| self.first_block(n));
         let stream_ix = self.stream_index(e.stream);
-        let mut seg = match prev_seg {
-            Some(p) => self.segments[&p],
-            None => MSegment {
+        let si = match prev_seg {
+            Some(p) => p,
+            None => self.segs.insert(MSegment {
+                addr: e.addr,
                 size: 0,
                 stream: e.stream,
                 stream_ix,
@@ -780,23 +873,33 @@ impl DeviceMirror {
                 expandable: true,
                 oversize: false,
                 blocks: 0,
-            },
+            }),
         };
-        seg.size += e.size;
-        seg.blocks += 1;
+        let nb = self.add_block(MBlock::free(
+            e.addr,
+            si,
+            e.size,
+            prev_block.unwrap_or(NIL),
+            next_first,
+        ));
+        self.set_next(prev_block.unwrap_or(NIL), nb);
+        self.set_prev(next_first, nb);
+        self.segs[si].size += e.size;
+        self.segs[si].blocks += 1;
         if let Some(n) = next_seg {
-            let ns = self.segments.remove(&n).expect("found above");
-            self.starts.remove(&n);
-            for a in self.chain(n) {
-                self.blocks.get_mut(&a).expect("chained").seg = seg_start;
+            let ns = self.segs[n];
+            self.seg_at.remove(&ns.addr);
+            self.segs.release(n);
+            for a in self.chain_from(next_first) {
+                self.blocks[a].seg = si;
             }
-            seg.size += ns.size;
-            seg.blocks += ns.blocks;
+            self.segs[si].size += ns.size;
+            self.segs[si].blocks += ns.blocks;
         }
-        self.segments.insert(seg_start, seg);
-        self.starts.insert(seg_start);
+        let seg_start = self.segs[si].addr;
+        self.seg_at.insert(seg_start, si);
         // A freshly mapped block merges with the free blocks beside it, as in PyTorch.
-        self.merge_free_around(e.addr);
+        self.merge_free_around(nb);
         self.stats.reserved_bytes.update_pool(small, e.size as i64);
         self.stats.num_device_alloc += 1;
         self.stream_at(stream_ix, e.time_ns).reserved += e.size as i64;
@@ -810,78 +913,64 @@ impl DeviceMirror {
             size: e.size,
             wanted: "free mapped",
         };
-        let b_addr = self
+        let bi = self
             .block_containing(e.addr)
             .ok_or(MirrorError::UnknownSegment {
                 action: e.action.as_str(),
                 addr: e.addr,
             })?;
-        let b = self.blocks[&b_addr];
-        let seg = self.segments[&b.seg];
+        let b = self.blocks[bi];
+        let seg = self.segs[b.seg];
         let end = e.addr + e.size;
         if !seg.expandable
             || b.state != BlockState::Inactive
             || e.size == 0
-            || b_addr + b.size < end
+            || b.addr + b.size < end
         {
             return Err(not_found());
         }
-        let seg_start = b.seg;
-        let seg_end = seg_start + seg.size;
-        self.blocks.remove(&b_addr);
-        // The part before the cut keeps the segment's start; the part after starts a new one.
-        let head_last = if e.addr > b_addr {
-            self.blocks.insert(
-                b_addr,
-                MBlock::free(seg_start, e.addr - b_addr, b.prev, None),
-            );
-            self.set_next(b.prev, b_addr);
-            Some(b_addr)
+        let seg_end = seg.addr + seg.size;
+        // The part before the cut keeps the segment's start (and its slot); the part after
+        // starts a new one.
+        let head_last = if e.addr > b.addr {
+            self.blocks[bi] = MBlock::free(b.addr, b.seg, e.addr - b.addr, b.prev, NIL);
+            bi
         } else {
-            if let Some(p) = b.prev {
-                self.blocks.get_mut(&p).expect("linked").next = None;
-            }
+            self.remove_block(bi);
+            self.set_next(b.prev, NIL);
             b.prev
         };
-        let tail_first = if b_addr + b.size > end {
-            self.blocks
-                .insert(end, MBlock::free(end, b_addr + b.size - end, None, b.next));
-            self.set_prev(b.next, end);
-            Some(end)
+        let tail_first = if b.addr + b.size > end {
+            let ti = self.add_block(MBlock::free(end, b.seg, b.addr + b.size - end, NIL, b.next));
+            self.set_prev(b.next, ti);
+            ti
         } else {
-            if let Some(n) = b.next {
-                self.blocks.get_mut(&n).expect("linked").prev = None;
-            }
+            self.set_prev(b.next, NIL);
             b.next
         };
-        self.segments.remove(&seg_start);
-        self.starts.remove(&seg_start);
-        if head_last.is_some() {
-            let n = self.chain(seg_start).len() as u32;
-            self.segments.insert(
-                seg_start,
-                MSegment {
-                    size: e.addr - seg_start,
-                    blocks: n,
-                    ..seg
-                },
-            );
-            self.starts.insert(seg_start);
+        self.seg_at.remove(&seg.addr);
+        if head_last != NIL {
+            let n = self.chain(b.seg).len() as u32;
+            let hs = &mut self.segs[b.seg];
+            hs.size = e.addr - seg.addr;
+            hs.blocks = n;
+            self.seg_at.insert(seg.addr, b.seg);
+        } else {
+            self.segs.release(b.seg);
         }
-        if let Some(t) = tail_first {
-            let chain = self.chain(t);
-            for a in &chain {
-                self.blocks.get_mut(a).expect("chained").seg = t;
+        if tail_first != NIL {
+            let chain = self.chain_from(tail_first);
+            let t = self.blocks[tail_first].addr;
+            let ti = self.segs.insert(MSegment {
+                addr: t,
+                size: seg_end - t,
+                blocks: chain.len() as u32,
+                ..seg
+            });
+            for &a in &chain {
+                self.blocks[a].seg = ti;
             }
-            self.segments.insert(
-                t,
-                MSegment {
-                    size: seg_end - t,
-                    blocks: chain.len() as u32,
-                    ..seg
-                },
-            );
-            self.starts.insert(t);
+            self.seg_at.insert(t, ti);
         }
         self.stats
             .reserved_bytes
@@ -898,59 +987,48 @@ impl DeviceMirror {
         self.max_split_size = (stats.max_split_size >= 0).then_some(stats.max_split_size as u64);
         let max_split_size = self.max_split_size;
         let oversize = |size: u64| max_split_size.is_some_and(|m| size >= m);
-        let mut blocks = AddrMap::default();
-        let mut segments = AddrMap::default();
-        let mut starts = BTreeSet::new();
-        let device = self.device;
-        for s in snapshot.segments.iter().filter(|s| s.device == device) {
-            let n = s.blocks.len();
-            let stream_ix = self.stream_index(s.stream);
-            for (i, b) in s.blocks.iter().enumerate() {
-                blocks.insert(
-                    b.address,
-                    MBlock {
-                        seg: s.address,
-                        size: b.size,
-                        requested: b.requested_size,
-                        alloc_ns: 0,
-                        prev: (i > 0).then(|| s.blocks[i - 1].address),
-                        next: (i + 1 < n).then(|| s.blocks[i + 1].address),
-                        state: b.state,
-                        oversize: b.state == BlockState::ActiveAllocated && oversize(b.size),
-                    },
-                );
-            }
-            segments.insert(
-                s.address,
-                MSegment {
-                    size: s.total_size,
-                    stream: s.stream,
-                    stream_ix,
-                    pool: segment_pool_key(s),
-                    small: s.segment_type == SegmentType::Small,
-                    expandable: s.is_expandable,
-                    oversize: !s.is_expandable && oversize(s.total_size),
-                    blocks: n as u32,
-                },
-            );
-            starts.insert(s.address);
-        }
-        self.blocks = blocks;
-        self.segments = segments;
-        self.starts = starts;
+        self.blocks = Slab::default();
+        self.block_at = AddrMap::default();
+        self.segs = Slab::default();
+        self.seg_at = BTreeMap::new();
         self.stats = stats;
         for (_, s) in &mut self.streams {
             s.allocated = 0;
             s.active = 0;
             s.reserved = 0;
         }
-        let segs: Vec<(u64, MSegment)> =
-            self.starts.iter().map(|a| (*a, self.segments[a])).collect();
-        for (start, seg) in segs {
-            let chain = self.chain(start);
+        let device = self.device;
+        for s in snapshot.segments.iter().filter(|s| s.device == device) {
+            let n = s.blocks.len();
+            let stream_ix = self.stream_index(s.stream);
+            let si = self.segs.insert(MSegment {
+                addr: s.address,
+                size: s.total_size,
+                stream: s.stream,
+                stream_ix,
+                pool: segment_pool_key(s),
+                small: s.segment_type == SegmentType::Small,
+                expandable: s.is_expandable,
+                oversize: !s.is_expandable && oversize(s.total_size),
+                blocks: n as u32,
+            });
+            self.seg_at.insert(s.address, si);
             let (mut allocated, mut active) = (0i64, 0i64);
-            for a in chain {
-                let b = &self.blocks[&a];
+            let mut prev = NIL;
+            for b in &s.blocks {
+                let bi = self.add_block(MBlock {
+                    addr: b.address,
+                    seg: si,
+                    size: b.size,
+                    requested: b.requested_size,
+                    alloc_ns: 0,
+                    prev,
+                    next: NIL,
+                    state: b.state,
+                    oversize: b.state == BlockState::ActiveAllocated && oversize(b.size),
+                });
+                self.set_next(prev, bi);
+                prev = bi;
                 if b.state == BlockState::ActiveAllocated {
                     allocated += b.size as i64;
                 }
@@ -958,8 +1036,8 @@ impl DeviceMirror {
                     active += b.size as i64;
                 }
             }
-            let acc = self.stream_at(seg.stream_ix, 0);
-            acc.reserved += seg.size as i64;
+            let acc = self.stream_at(stream_ix, 0);
+            acc.reserved += s.total_size as i64;
             acc.allocated += allocated;
             acc.active += active;
         }
@@ -971,10 +1049,10 @@ impl DeviceMirror {
 
     /// The mirror as snapshot segments, sorted by address.
     pub fn segments(&self) -> Vec<SegmentInfo> {
-        self.starts
+        self.seg_at
             .iter()
-            .map(|&addr| {
-                let s = &self.segments[&addr];
+            .map(|(&addr, &si)| {
+                let s = &self.segs[si];
                 let mut info = SegmentInfo {
                     device: self.device,
                     address: addr,
@@ -997,8 +1075,8 @@ impl DeviceMirror {
                     frames: self.frames.clone(),
                     blocks: Vec::with_capacity(s.blocks as usize),
                 };
-                for a in self.chain(addr) {
-                    let b = &self.blocks[&a];
+                for i in self.chain(si) {
+                    let b = &self.blocks[i];
                     if b.state == BlockState::ActiveAllocated {
                         info.allocated_size += b.size;
                         info.requested_size += b.requested;
@@ -1007,7 +1085,7 @@ impl DeviceMirror {
                         info.active_size += b.size;
                     }
                     info.blocks.push(BlockInfo {
-                        address: a,
+                        address: b.addr,
                         size: b.size,
                         requested_size: b.requested,
                         state: b.state,
@@ -1022,8 +1100,9 @@ impl DeviceMirror {
 
     /// The largest free block (0 when there is none).
     pub fn largest_free_block(&self) -> u64 {
-        self.blocks
+        self.block_at
             .values()
+            .map(|&i| &self.blocks[i])
             .filter(|b| b.state == BlockState::Inactive)
             .map(|b| b.size)
             .max()
@@ -1056,15 +1135,16 @@ impl DeviceMirror {
             .into_iter()
             .map(|p| (p, PoolUsage::empty(p)))
             .collect();
-        for (start, seg) in &self.segments {
+        for &si in self.seg_at.values() {
+            let seg = &self.segs[si];
             let u = pools
                 .entry(seg.pool)
                 .or_insert_with(|| PoolUsage::empty(seg.pool));
             u.segments += 1;
             u.reserved += seg.size;
             let split = !seg.expandable && seg.blocks > 1;
-            for a in self.chain(*start) {
-                let b = &self.blocks[&a];
+            for i in self.chain(si) {
+                let b = &self.blocks[i];
                 match b.state {
                     BlockState::ActiveAllocated => {
                         u.allocated += b.size;
