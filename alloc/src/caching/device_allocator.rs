@@ -507,8 +507,26 @@ impl DeviceCachingAllocator {
             cached_key: None,
         };
 
-        let mut found = self.get_free_block(&mut p)
-            || (self.trigger_free_memory_callbacks() && self.get_free_block(&mut p));
+        if !self.get_free_block(&mut p) {
+            return self.malloc_uncached(be, p, orig_size, context);
+        }
+        let split = self.should_split(p.block, p.size);
+        let id = self.alloc_found_block(&p, orig_size, context, split, true);
+        Ok(self.arena[id].addr)
+    }
+
+    /// `malloc` when no cached block fits at first: free-memory callbacks, then garbage
+    /// collection, a new segment, and the retries (kept out of the cached path's code).
+    #[cold]
+    #[inline(never)]
+    fn malloc_uncached<B: DeviceBackend>(
+        &mut self,
+        be: &B,
+        mut p: Params,
+        orig_size: u64,
+        context: Option<Frames>,
+    ) -> Result<DevicePtr, MallocFailure> {
+        let mut found = self.trigger_free_memory_callbacks() && self.get_free_block(&mut p);
         let mut from_device = false;
         if !found {
             if self.set_fraction && self.config.garbage_collection_threshold() > 0.0 {
@@ -1325,6 +1343,8 @@ impl DeviceCachingAllocator {
 
     /// PyTorch's `process_events`: completed events, per stream in FIFO order, complete their
     /// blocks' frees.
+    #[cold]
+    #[inline(never)]
     fn process_events<B: DeviceBackend>(
         &mut self,
         be: &B,
