@@ -305,6 +305,14 @@ impl EventReceiver {
         self.rx.try_recv().ok()
     }
 
+    /// [`try_recv`](Self::try_recv) as the channel answers it: the event is written straight
+    /// into the caller's `Result`, without the copy a conversion to `Option` makes (the
+    /// aggregator receives one event ahead and wants that copy out of the cache miss's way).
+    #[inline]
+    pub(crate) fn try_recv_in_place(&self) -> Result<Event, crossbeam_channel::TryRecvError> {
+        self.rx.try_recv()
+    }
+
     /// Events waiting in the channel now.
     pub fn len(&self) -> usize {
         self.rx.len()
