@@ -18,6 +18,7 @@ mod free_set;
 pub mod history;
 pub mod pool;
 pub mod sim;
+mod state_lock;
 pub mod stats;
 pub mod summary;
 

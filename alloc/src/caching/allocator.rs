@@ -10,10 +10,14 @@
 //! with free neighbours on free. Frees of blocks used by other streams wait for events.
 //!
 //! # Locking
-//! One mutex protects the whole state (one device per allocator). Stack context is gathered
+//! One lock protects the whole state (one device per allocator). Stack context is gathered
 //! before it is taken, OOM observers are called after it is released; trace trackers, free
 //! memory callbacks, stream filters and the event sink run under it and must not call back
-//! into the allocator.
+//! into the allocator. The lock (`caching/state_lock.rs`) unlocks with a plain store, and is
+//! biased to the first thread that takes it: that thread enters with a store and a load, no
+//! atomic read-modify-write, until another thread takes the lock once (which revokes the bias
+//! for good with one `membarrier`). Where `membarrier` is unavailable it is a plain futex
+//! mutex.
 //!
 //! # Events
 //! With an event sink set ([`CachingAllocator::set_event_sink`]), every call publishes, at its
@@ -50,11 +54,16 @@
 //! cost is one branch per event point.
 //!
 //! # Performance
-//! The cached path takes the one mutex, searches the pool's free set (a `BTreeMap` keyed by
-//! `(stream index, size, address)` packed into a `u128`) once, and updates it at most twice
-//! per call; blocks live in a slab indexed by `u32`, allocated blocks in a pre-sized hash map
-//! with a multiplicative hasher, and events of a call in a reused buffer, so a warm cached
-//! malloc/free allocates nothing (`tests/caching_no_alloc.rs`). A call reads the
+//! The cached path takes the one lock, searches the pool's free set (a sorted vector, a
+//! `BTreeMap` past 64 entries, keyed by `(stream index, size, address)` packed into a `u128`)
+//! once, and changes it once per call: a split's remainder and a merge's grown block take the
+//! old entry's place (in place when the order allows, as it usually does), the found block's
+//! index travels with it so that the change needs no second search. Blocks live in a slab
+//! indexed by `u32`, allocated blocks in an open-addressing table, and events of a call in a
+//! reused buffer, so a warm cached malloc/free allocates nothing (`tests/caching_no_alloc.rs`).
+//! The stat arrays update one pool entry and the `all` peak; `all`'s other figures are the
+//! pools' sums, filled in when stats are read. Trace and event code sits in cold helpers behind
+//! one flag, so the unobserved path carries none of it. A call reads the
 //! clock ([`now_ns`](crate::event::now_ns): one time-stamp counter read where the counter is
 //! usable) only when something observes it: once at its start for its trace entries and events,
 //! and once more at its end for the latency of the events it publishes. Trace entries are built
@@ -72,7 +81,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use crate::caching::backend::{DeviceBackend, DevicePtr, StreamId};
 use crate::caching::config::AllocatorConfig;
@@ -80,6 +89,7 @@ use crate::caching::device_allocator::{DeviceCachingAllocator, MallocFailure};
 use crate::caching::error::{AllocError, OomInfo};
 use crate::caching::history::{ContextLevel, HistoryOptions};
 use crate::caching::pool::PoolId;
+use crate::caching::state_lock::{StateGuard, StateLock};
 use crate::caching::stats::DeviceStats;
 use crate::caching::summary::format_memory_summary;
 use crate::event::{EventAction, EventSink};
@@ -120,7 +130,7 @@ pub struct CacheInfo {
 /// ```
 pub struct CachingAllocator<B: DeviceBackend> {
     backend: B,
-    state: Mutex<DeviceCachingAllocator>,
+    state: StateLock<DeviceCachingAllocator>,
     /// The context level, readable without the lock (gathering happens before it).
     context_level: AtomicU8,
     provider: Mutex<Option<ContextProvider>>,
@@ -132,7 +142,7 @@ impl<B: DeviceBackend> CachingAllocator<B> {
         let device = backend.device();
         CachingAllocator {
             backend,
-            state: Mutex::new(DeviceCachingAllocator::new(device, config)),
+            state: StateLock::new(DeviceCachingAllocator::new(device, config)),
             context_level: AtomicU8::new(ContextLevel::Never as u8),
             provider: Mutex::new(None),
         }
@@ -153,15 +163,23 @@ impl<B: DeviceBackend> CachingAllocator<B> {
         self.lock().config.clone()
     }
 
-    fn lock(&self) -> MutexGuard<'_, DeviceCachingAllocator> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    #[inline]
+    fn lock(&self) -> StateGuard<'_, DeviceCachingAllocator> {
+        self.state.lock()
     }
 
     /// Calls the context provider when the context level is at least `level`.
+    #[inline]
     fn gather(&self, level: ContextLevel) -> Option<Frames> {
         if self.context_level.load(Ordering::Relaxed) < level as u8 {
             return None;
         }
+        self.call_provider()
+    }
+
+    /// The context provider's frames (the provider is cloned out of its lock first).
+    #[cold]
+    fn call_provider(&self) -> Option<Frames> {
         let provider = self
             .provider
             .lock()
@@ -190,12 +208,13 @@ impl<B: DeviceBackend> CachingAllocator<B> {
         match r {
             Ok(p) => Ok(p),
             Err(MallocFailure::Error(e)) => Err(e),
-            Err(MallocFailure::Oom(oom, info, observers)) => {
+            Err(MallocFailure::Oom(failure)) => {
                 drop(st);
+                let (oom, info, observers) = *failure;
                 for o in &observers {
                     o(&info);
                 }
-                Err(AllocError::OutOfMemory(oom))
+                Err(AllocError::OutOfMemory(Box::new(oom)))
             }
         }
     }
@@ -277,7 +296,7 @@ impl<B: DeviceBackend> CachingAllocator<B> {
 
     /// A copy of the statistics.
     pub fn device_stats(&self) -> DeviceStats {
-        self.lock().stats.clone()
+        self.lock().stats()
     }
 
     /// The statistics as `torch.cuda.memory_stats()` keys.
@@ -289,7 +308,7 @@ impl<B: DeviceBackend> CachingAllocator<B> {
     pub fn memory_summary(&self) -> String {
         let (stats, device) = {
             let st = self.lock();
-            (st.stats.clone(), st.device)
+            (st.stats(), st.device)
         };
         format_memory_summary(&stats, device)
     }
@@ -298,7 +317,7 @@ impl<B: DeviceBackend> CachingAllocator<B> {
     pub fn reset_peak_stats(&self) {
         let mut st = self.lock();
         st.begin_call();
-        st.stats.reset_peak();
+        st.reset_peak_stats();
         st.emit_plain(EventAction::ResetPeaks, StreamId::DEFAULT);
         st.end_call();
     }
@@ -430,7 +449,7 @@ impl<B: DeviceBackend> CachingAllocator<B> {
 
 impl<B: DeviceBackend> Drop for CachingAllocator<B> {
     fn drop(&mut self) {
-        let st = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        let st = self.state.get_mut();
         st.destroy_events(&self.backend);
     }
 }

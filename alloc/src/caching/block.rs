@@ -5,6 +5,7 @@
 //! malloc/free path allocates nothing once the slab has grown to the working set.
 
 use crate::caching::backend::StreamId;
+use crate::caching::pool::{SizeKey, size_key};
 use crate::snapshot::Frames;
 
 /// Index of a block in its arena.
@@ -101,6 +102,67 @@ impl Block {
     }
 }
 
+/// Empties a slot whose block is gone: not live, no contexts or stream uses (the list keeps
+/// its capacity), unlinked.
+#[inline(always)]
+fn vacate(b: &mut Block) {
+    b.live = false;
+    b.context = None;
+    b.segment_context = None;
+    b.stream_uses.clear();
+    b.prev = NIL;
+    b.next = NIL;
+}
+
+/// `dst` takes over its neighbour `src`: links, address, size and the segment's context (when
+/// `src` comes first) move to `dst`, and `src`'s slot is freed as [`BlockArena::remove`] frees
+/// one. Works on one slice so its pointer and length stay in registers. Returns the bytes
+/// absorbed.
+#[inline(always)]
+fn absorb_neighbour(
+    blocks: &mut [Block],
+    free: &mut Vec<BlockId>,
+    dst: BlockId,
+    src: BlockId,
+) -> u64 {
+    let s = &mut blocks[src as usize];
+    let (s_addr, s_size, s_prev, s_next) = (s.addr, s.size, s.prev, s.next);
+    let seg_ctx = s.segment_context.take();
+    vacate(s);
+    free.push(src);
+    let d = &mut blocks[dst as usize];
+    if d.prev == src {
+        d.addr = s_addr;
+        d.prev = s_prev;
+        d.segment_context = seg_ctx;
+        if s_prev != NIL {
+            blocks[s_prev as usize].next = dst;
+        }
+    } else {
+        d.next = s_next;
+        if s_next != NIL {
+            blocks[s_next as usize].prev = dst;
+        }
+    }
+    blocks[dst as usize].size += s_size;
+    s_size
+}
+
+/// What [`BlockArena::merge_free_neighbours`] did.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Merged {
+    /// The free-set keys of the neighbours absorbed (before, after).
+    pub absorbed: [Option<SizeKey>; 2],
+    /// Neighbours absorbed.
+    pub blocks: i64,
+    /// Bytes absorbed.
+    pub bytes: u64,
+    /// The grown block's free-set key.
+    pub key: SizeKey,
+    /// Whether the grown block still shares its segment with other blocks.
+    pub split: bool,
+}
+
 /// A slab of blocks with a free list of slots.
 #[derive(Debug, Default)]
 pub(crate) struct BlockArena {
@@ -127,16 +189,124 @@ impl BlockArena {
         }
     }
 
-    /// Frees a slot.
-    pub(crate) fn remove(&mut self, id: BlockId) {
+    /// Adds a free, mapped, unlinked block like [`Block::new`], resetting a vacant slot in
+    /// place when there is one (its context fields are already empty, and its stream-use
+    /// list keeps its capacity), so the hot path moves no whole `Block`.
+    #[inline]
+    pub(crate) fn insert_new(
+        &mut self,
+        addr: u64,
+        size: u64,
+        stream: StreamId,
+        sidx: u16,
+        pool: u32,
+    ) -> BlockId {
+        let Some(id) = self.free.pop() else {
+            return self.insert(Block::new(addr, size, stream, sidx, pool));
+        };
         let b = &mut self.blocks[id as usize];
-        b.live = false;
-        b.context = None;
-        b.segment_context = None;
-        b.stream_uses.clear();
-        b.prev = NIL;
-        b.next = NIL;
+        debug_assert!(!b.live && b.context.is_none() && b.segment_context.is_none());
+        debug_assert!(b.stream_uses.is_empty() && b.prev == NIL && b.next == NIL);
+        b.addr = addr;
+        b.size = size;
+        b.requested = 0;
+        b.stream = stream;
+        b.sidx = sidx;
+        b.pool = pool;
+        b.allocated = false;
+        b.mapped = true;
+        b.live = true;
+        b.event_count = 0;
+        b.gc_count_base = 0;
+        b.expandable = NIL;
+        id
+    }
+
+    /// Splits block `rem` (which keeps the back part and its other fields, as in PyTorch):
+    /// a new block takes its first `size` bytes for `stream`, linked in before it. Returns
+    /// the new block.
+    #[inline]
+    pub(crate) fn split_front(&mut self, rem: BlockId, size: u64, stream: StreamId) -> BlockId {
+        let r = &self.blocks[rem as usize];
+        let (addr, prev, sidx, pool, es) = (r.addr, r.prev, r.sidx, r.pool, r.expandable);
+        let front = self.insert_new(addr, size, stream, sidx, pool);
+        let blocks = &mut self.blocks[..];
+        let f = &mut blocks[front as usize];
+        f.expandable = es;
+        f.prev = prev;
+        f.next = rem;
+        if prev != NIL {
+            blocks[prev as usize].next = front;
+        }
+        let r = &mut blocks[rem as usize];
+        r.prev = front;
+        r.addr += size;
+        r.size -= size;
+        front
+    }
+
+    /// Marks a block gone (its context and stream uses dropped, unlinked); its slot is reused.
+    #[inline]
+    pub(crate) fn remove(&mut self, id: BlockId) {
+        vacate(&mut self.blocks[id as usize]);
         self.free.push(id);
+    }
+
+    /// Whether `dst` may absorb `src`: a neighbour that is free and mapped alike.
+    #[inline(always)]
+    pub(crate) fn mergeable(&self, dst: BlockId, src: BlockId) -> bool {
+        if src == NIL {
+            return false;
+        }
+        let blocks = &self.blocks[..];
+        let s = &blocks[src as usize];
+        s.is_free() && s.mapped == blocks[dst as usize].mapped
+    }
+
+    /// `dst` takes over its neighbour `src` (already out of its pool's sets): links, address,
+    /// size and the segment's context move to `dst`, and `src` is gone. Returns the bytes
+    /// absorbed.
+    #[inline(always)]
+    pub(crate) fn absorb(&mut self, dst: BlockId, src: BlockId) -> u64 {
+        let BlockArena { blocks, free } = self;
+        absorb_neighbour(blocks, free, dst, src)
+    }
+
+    /// PyTorch's merge step of `free_block`: the freed block `id` absorbs its free, mapped-alike
+    /// neighbours (the one before, then the one after). The caller updates the free set from
+    /// the keys returned (the absorbed neighbours' entries go, the grown block's comes).
+    #[inline(always)]
+    pub(crate) fn merge_free_neighbours(&mut self, id: BlockId) -> Merged {
+        let BlockArena { blocks, free } = self;
+        // One slice for the whole merge: its pointer and length stay in registers.
+        let blocks = &mut blocks[..];
+        let mut out = Merged {
+            absorbed: [None, None],
+            blocks: 0,
+            bytes: 0,
+            key: 0,
+            split: false,
+        };
+        let (prev, next, mapped) = {
+            let b = &blocks[id as usize];
+            (b.prev, b.next, b.mapped)
+        };
+        for (slot, src) in [prev, next].into_iter().enumerate() {
+            if src == NIL {
+                continue;
+            }
+            let s = &mut blocks[src as usize];
+            if !s.is_free() || s.mapped != mapped {
+                continue;
+            }
+            out.absorbed[slot] = Some(size_key(s.sidx, s.size, s.addr));
+            out.bytes += absorb_neighbour(blocks, free, id, src);
+            out.blocks += 1;
+        }
+        let b = &blocks[id as usize];
+        out.key = size_key(b.sidx, b.size, b.addr);
+        out.split = b.is_split();
+        out
     }
 
     /// Every live block with its id.

@@ -134,6 +134,7 @@ impl Default for AllocatorConfig {
 
 /// The bucket of `roundup_power2_divisions` a size falls in: `floor(log2(size)) - 20`, clamped to
 /// `0..16` (so every size below 2 MiB uses bucket 0).
+#[inline]
 pub fn roundup_bucket(size: u64) -> usize {
     let log = 63 - size.max(1).leading_zeros();
     (log.saturating_sub(FIRST_BUCKET_LOG2) as usize).min(ROUNDUP_BUCKETS - 1)
@@ -141,6 +142,7 @@ pub fn roundup_bucket(size: u64) -> usize {
 
 /// Segment size for a rounded request (PyTorch's `get_allocation_size`): at most 1 MiB -> 2 MiB;
 /// below 10 MiB -> 20 MiB; else rounded up to 2 MiB.
+#[inline]
 pub fn segment_size(rounded: u64) -> u64 {
     if rounded <= SMALL_SIZE {
         SMALL_BUFFER
@@ -257,6 +259,7 @@ impl AllocatorConfig {
     }
 
     /// PyTorch's `round_size`: the block size a request of `size` bytes gets.
+    #[inline]
     pub fn round_size(&self, size: u64) -> u64 {
         if size < MIN_BLOCK_SIZE {
             return MIN_BLOCK_SIZE;

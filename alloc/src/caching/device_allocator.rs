@@ -15,7 +15,7 @@ use crate::caching::config::{AllocatorConfig, MIN_BLOCK_SIZE, SMALL_SIZE, segmen
 use crate::caching::error::{AllocError, OomInfo, OutOfMemory};
 use crate::caching::expandable::ExpandableSegment;
 use crate::caching::history::{ContextLevel, TraceRing};
-use crate::caching::pool::{BlockPool, PoolId, PrivatePool, size_key, stream_end_key};
+use crate::caching::pool::{BlockPool, PoolId, PrivatePool, SizeKey, size_key, stream_end_key};
 use crate::caching::stats::{DeviceStats, StatArray, StatType};
 use crate::event::{
     Event, EventAction, EventPool, EventSink, FLAG_CACHED, FLAG_EXPANDABLE, FLAG_OVERSIZE,
@@ -45,33 +45,54 @@ const INITIAL_BLOCKS: usize = 1024;
 /// Events of one call are buffered before publishing; this many fit before the buffer grows.
 const INITIAL_PENDING_EVENTS: usize = 64;
 
-/// `Stat::update` for an increase of the `all` and one pool's stat (no sign branches).
+// The allocator's `StatArray`s keep only the pools' stats and the `all` peak up to date: every
+// update moves `all` and one pool by the same amount, so `all`'s current, allocated and freed
+// are the pools' sums, filled in by `DeviceCachingAllocator::stats` when the stats are read.
+// That halves the counter writes of the hot path.
+
+/// `Stat::update` for an increase of one pool's stat (and the `all` peak), without branches.
 #[inline(always)]
 fn inc(a: &mut StatArray, small: bool, n: u64) {
     let n = n as i64;
-    for i in [StatType::All, StatType::for_pool(small)] {
-        let s = &mut a.0[i as usize];
-        s.current += n;
-        s.peak = s.peak.max(s.current);
-        s.allocated += n;
+    let pi = StatType::for_pool(small) as usize;
+    // The other pool: 1 + 2 - pi.
+    let oi = StatType::SmallPool as usize + StatType::LargePool as usize - pi;
+    let a = &mut a.0;
+    a[pi].current += n;
+    a[pi].peak = a[pi].peak.max(a[pi].current);
+    a[pi].allocated += n;
+    a[0].peak = a[0].peak.max(a[pi].current + a[oi].current);
+}
+
+/// `Stat::update` for a decrease of one pool's stat.
+#[inline(always)]
+fn dec(a: &mut StatArray, small: bool, n: u64) {
+    let p = &mut a.0[StatType::for_pool(small) as usize];
+    p.current -= n as i64;
+    p.freed += n as i64;
+}
+
+/// `Stat::update` of one pool's stat by a signed amount.
+#[inline(always)]
+fn update(a: &mut StatArray, small: bool, n: i64) {
+    if n > 0 {
+        inc(a, small, n as u64);
+    } else if n < 0 {
+        dec(a, small, n.unsigned_abs());
     }
 }
 
-/// `Stat::update` for a decrease of the `all` and one pool's stat.
-#[inline(always)]
-fn dec(a: &mut StatArray, small: bool, n: u64) {
-    let n = n as i64;
-    for i in [StatType::All, StatType::for_pool(small)] {
-        let s = &mut a.0[i as usize];
-        s.current -= n;
-        s.freed += n;
-    }
+/// The `all` entry's current value of an allocator stat array (see above).
+#[inline]
+fn all_current(a: &StatArray) -> i64 {
+    a.0[StatType::SmallPool as usize].current + a.0[StatType::LargePool as usize].current
 }
 
 /// Why a malloc failed, with what the caller must do outside the lock.
 pub(crate) enum MallocFailure {
-    /// Out of memory: call these observers with this info, then return the error.
-    Oom(Box<OutOfMemory>, OomInfo, Vec<OomObserver>),
+    /// Out of memory: call these observers with this info, then return the error (boxed, so
+    /// the hot path's `Result` stays two words).
+    Oom(Box<(OutOfMemory, OomInfo, Vec<OomObserver>)>),
     /// Any other error.
     Error(AllocError),
 }
@@ -96,6 +117,10 @@ struct Params {
     pool: u32,
     alloc_size: u64,
     block: BlockId,
+    /// The block's free-set key, and its index there as a hint, while it is still in its
+    /// pool's free set (a cached block found by `get_free_block`; a new segment's block never
+    /// is).
+    cached_key: Option<(SizeKey, usize)>,
 }
 
 /// The state of one device's caching allocator.
@@ -104,6 +129,7 @@ pub(crate) struct DeviceCachingAllocator {
     pub(crate) config: AllocatorConfig,
     /// `max_split_size` with unlimited as `u64::MAX`.
     max_split: u64,
+    /// The statistics as updated (`all` entries partly stale: read them through `stats()`).
     pub(crate) stats: DeviceStats,
     arena: BlockArena,
     /// Block pools: 0 = default large, 1 = default small, then private pools' pairs.
@@ -137,6 +163,8 @@ pub(crate) struct DeviceCachingAllocator {
     pub(crate) sink: Option<Arc<dyn EventSink>>,
     /// Whether the current call publishes events (a sink is set and enabled).
     publishing: bool,
+    /// Whether the current call publishes or traces (the hot path's one check).
+    observing: bool,
     /// Events of the current call, published when it ends (with its latency).
     pending: Vec<Event>,
     call_start_ns: u64,
@@ -182,6 +210,7 @@ impl DeviceCachingAllocator {
             free_callbacks: Vec::new(),
             sink: None,
             publishing: false,
+            observing: false,
             pending: Vec::with_capacity(INITIAL_PENDING_EVENTS),
             call_start_ns: 0,
             empty_frames: empty_frames.clone(),
@@ -205,7 +234,8 @@ impl DeviceCachingAllocator {
     #[inline]
     pub(crate) fn begin_call(&mut self) {
         self.publishing = self.sink.as_ref().is_some_and(|s| s.enabled());
-        if self.publishing || self.record_history || !self.trackers.is_empty() {
+        self.observing = self.publishing || self.tracing();
+        if self.observing {
             self.call_start_ns = now_ns();
         }
     }
@@ -382,15 +412,57 @@ impl DeviceCachingAllocator {
 
     // ---------------------------------------------------------------- stats helpers
 
+    /// The statistics, with each array's `all` entry filled in from the pools (see `inc`).
+    pub(crate) fn stats(&self) -> DeviceStats {
+        let mut out = self.stats.clone();
+        for a in [
+            &mut out.allocation,
+            &mut out.segment,
+            &mut out.active,
+            &mut out.inactive_split,
+            &mut out.allocated_bytes,
+            &mut out.reserved_bytes,
+            &mut out.active_bytes,
+            &mut out.inactive_split_bytes,
+            &mut out.requested_bytes,
+        ] {
+            let [all, s, l] = &mut a.0;
+            all.current = s.current + l.current;
+            all.allocated = s.allocated + l.allocated;
+            all.freed = s.freed + l.freed;
+        }
+        out
+    }
+
+    /// `reset_peak_memory_stats`: every peak (the `all` ones too) to its current value.
+    pub(crate) fn reset_peak_stats(&mut self) {
+        self.stats = self.stats();
+        self.stats.reset_peak();
+    }
+
+    #[inline]
     fn is_small(&self, pool: u32) -> bool {
         self.pools[pool as usize].is_small
     }
 
+    #[inline]
     fn insert_into_blocks(&mut self, id: BlockId) {
         let b = &mut self.arena[id];
         let pool = &mut self.pools[b.pool as usize];
         b.gc_count_base = pool.get_free_blocks_call_count;
         pool.blocks.insert(size_key(b.sidx, b.size, b.addr), id);
+    }
+
+    /// `insert_into_blocks` for a block whose old key `old` is still in the set (a split's
+    /// remainder, a merge's grown block): one [`FreeSet::replace`](crate::caching::free_set::FreeSet::replace),
+    /// `hint` the old entry's index if known.
+    #[inline(always)]
+    fn reinsert_into_blocks(&mut self, id: BlockId, old: SizeKey, hint: usize) {
+        let b = &mut self.arena[id];
+        let pool = &mut self.pools[b.pool as usize];
+        b.gc_count_base = pool.get_free_blocks_call_count;
+        pool.blocks
+            .replace(old, size_key(b.sidx, b.size, b.addr), id, hint);
     }
 
     fn remove_from_blocks(&mut self, id: BlockId) {
@@ -408,6 +480,7 @@ impl DeviceCachingAllocator {
     // ---------------------------------------------------------------- malloc
 
     /// PyTorch's `malloc`.
+    #[inline]
     pub(crate) fn malloc<B: DeviceBackend>(
         &mut self,
         be: &B,
@@ -431,6 +504,7 @@ impl DeviceCachingAllocator {
             pool,
             alloc_size,
             block: NIL,
+            cached_key: None,
         };
 
         let mut found = self.get_free_block(&mut p)
@@ -482,8 +556,8 @@ impl DeviceCachingAllocator {
             p.stream,
             0,
         );
-        let allocated = self.stats.allocated_bytes.0[0].current.max(0) as u64;
-        let reserved = self.stats.reserved_bytes.0[0].current.max(0) as u64;
+        let allocated = all_current(&self.stats.allocated_bytes).max(0) as u64;
+        let reserved = all_current(&self.stats.reserved_bytes).max(0) as u64;
         let oom = OutOfMemory {
             device: self.device,
             stream: p.stream,
@@ -497,7 +571,7 @@ impl DeviceCachingAllocator {
             reserved,
             reserved_unallocated: reserved.saturating_sub(allocated),
             largest_free_block: self.largest_free_block(),
-            stranded_in_split_segments: self.stats.inactive_split_bytes.0[0].current.max(0) as u64,
+            stranded_in_split_segments: all_current(&self.stats.inactive_split_bytes).max(0) as u64,
             expandable_segments: self.config.expandable_segments(),
         };
         let info = OomInfo {
@@ -513,7 +587,7 @@ impl DeviceCachingAllocator {
             device_free,
             stream: p.stream,
         };
-        MallocFailure::Oom(Box::new(oom), info, self.oom_observers.clone())
+        MallocFailure::Oom(Box::new((oom, info, self.oom_observers.clone())))
     }
 
     /// The largest free cached block over every pool.
@@ -531,6 +605,17 @@ impl DeviceCachingAllocator {
     /// above it and rebuilds the free sets (rare: programs use a handful of streams).
     #[inline]
     fn stream_index(&mut self, stream: StreamId) -> Result<u16, AllocError> {
+        // Most programs allocate on one stream: no search then.
+        if let [only] = self.streams[..]
+            && only == stream.0
+        {
+            return Ok(0);
+        }
+        self.stream_index_search(stream)
+    }
+
+    /// `stream_index` beyond the one-stream case.
+    fn stream_index_search(&mut self, stream: StreamId) -> Result<u16, AllocError> {
         let pos = match self.streams.binary_search(&stream.0) {
             Ok(i) => return Ok(i as u16),
             Err(pos) => pos,
@@ -561,6 +646,7 @@ impl DeviceCachingAllocator {
         Ok(pos)
     }
 
+    #[inline]
     fn get_pool(&self, size: u64, stream: StreamId) -> u32 {
         if !self.captures.is_empty() {
             for (id, filter) in &self.captures {
@@ -582,6 +668,7 @@ impl DeviceCachingAllocator {
         }
     }
 
+    #[inline]
     fn should_split(&self, id: BlockId, size: u64) -> bool {
         let b = &self.arena[id];
         let remaining = b.size - size;
@@ -593,6 +680,7 @@ impl DeviceCachingAllocator {
     }
 
     /// PyTorch's `get_free_block`: best fit by `(stream, size, address)`.
+    #[inline(always)]
     fn get_free_block(&mut self, p: &mut Params) -> bool {
         let gc_on = self.set_fraction && self.config.garbage_collection_threshold() > 0.0;
         let pool = &mut self.pools[p.pool as usize];
@@ -601,7 +689,7 @@ impl DeviceCachingAllocator {
         }
         // One-sided range (cheaper than a two-sided one); the stream bound is checked here.
         let end = stream_end_key(p.sidx);
-        let mut iter = pool.blocks.iter_from(size_key(p.sidx, p.size, 0));
+        let (mut index, mut iter) = pool.blocks.search(size_key(p.sidx, p.size, 0));
         let Some((key, first)) = iter.next() else {
             return false;
         };
@@ -630,6 +718,7 @@ impl DeviceCachingAllocator {
                 }
                 key = k2;
                 id = n;
+                index = index.wrapping_add(1);
             }
         }
         let bsize = self.arena[id].size;
@@ -641,8 +730,9 @@ impl DeviceCachingAllocator {
         {
             return false;
         }
-        self.pools[p.pool as usize].blocks.remove(&key);
+        // The block stays in the set until `alloc_found_block` replaces (split) or removes it.
         p.block = id;
+        p.cached_key = Some((key, index));
         true
     }
 
@@ -938,6 +1028,7 @@ impl DeviceCachingAllocator {
     // ---------------------------------------------------------------- found block, free
 
     /// PyTorch's `alloc_found_block`: split off the front when asked, account, record.
+    #[inline(always)]
     fn alloc_found_block(
         &mut self,
         p: &Params,
@@ -948,61 +1039,50 @@ impl DeviceCachingAllocator {
     ) -> BlockId {
         let size = p.size;
         let mut id = p.block;
-        let pool = self.arena[id].pool;
+        let (pool, already_split, expandable, bsize_before) = {
+            let b = &self.arena[id];
+            (b.pool, b.is_split(), b.is_expandable(), b.size)
+        };
         let small = self.is_small(pool);
-        let already_split = self.arena[id].is_split();
-        let expandable = self.arena[id].is_expandable();
         if split {
-            let remaining = id;
             // As in PyTorch, the front piece is a new block and the remainder keeps the old
             // one's fields (its stale `requested` size, and the segment's allocation context,
             // which snapshots then no longer show for the split segment).
-            let (addr, prev, es) = {
-                let r = &self.arena[remaining];
-                (r.addr, r.prev, r.expandable)
-            };
-            let mut front = Block::new(addr, size, p.stream, p.sidx, pool);
-            front.expandable = es;
-            front.prev = prev;
-            front.next = remaining;
-            let new_id = self.arena.insert(front);
-            if prev != NIL {
-                self.arena[prev].next = new_id;
+            let remaining = id;
+            id = self.arena.split_front(remaining, size, p.stream);
+            match p.cached_key {
+                Some((old, hint)) => self.reinsert_into_blocks(remaining, old, hint),
+                None => self.insert_into_blocks(remaining),
             }
-            {
-                let r = &mut self.arena[remaining];
-                r.prev = new_id;
-                r.addr += size;
-                r.size -= size;
-            }
-            self.insert_into_blocks(remaining);
             if !expandable {
                 if already_split {
                     dec(&mut self.stats.inactive_split_bytes, small, size);
                 } else {
-                    let rem = self.arena[remaining].size;
-                    inc(&mut self.stats.inactive_split_bytes, small, rem);
+                    inc(
+                        &mut self.stats.inactive_split_bytes,
+                        small,
+                        bsize_before - size,
+                    );
                     inc(&mut self.stats.inactive_split, small, 1);
                 }
             }
-            id = new_id;
-        } else if already_split && !expandable {
-            let bsize = self.arena[id].size as i64;
-            dec(&mut self.stats.inactive_split_bytes, small, bsize as u64);
-            dec(&mut self.stats.inactive_split, small, 1);
+        } else {
+            if let Some((key, hint)) = p.cached_key {
+                self.pools[pool as usize].blocks.remove_at_hint(key, hint);
+            }
+            if already_split && !expandable {
+                dec(&mut self.stats.inactive_split_bytes, small, bsize_before);
+                dec(&mut self.stats.inactive_split, small, 1);
+            }
         }
 
-        let (addr, bsize, stream) = {
+        let (addr, bsize) = {
             let b = &mut self.arena[id];
             b.allocated = true;
             b.requested = orig_size;
             b.context = context;
-            (b.addr, b.size, b.stream)
+            (b.addr, b.size)
         };
-        if self.tracing() {
-            let ctx = self.arena[id].context.clone();
-            self.record_trace(TraceAction::Alloc, addr, orig_size, stream, ctx.as_ref());
-        }
         self.allocated.insert(addr, id);
         let s = &mut self.stats;
         inc(&mut s.allocation, small, 1);
@@ -1013,6 +1093,23 @@ impl DeviceCachingAllocator {
         if bsize >= self.max_split {
             s.oversize_allocations.update(1);
         }
+        if self.observing {
+            self.observe_alloc(id, cached);
+        }
+        id
+    }
+
+    /// The `alloc` trace entry and `Alloc` event of a block just handed out.
+    #[cold]
+    #[inline(never)]
+    fn observe_alloc(&mut self, id: BlockId, cached: bool) {
+        let b = &self.arena[id];
+        let (addr, bsize, requested, stream, pool) =
+            (b.addr, b.size, b.requested, b.stream, b.pool);
+        if self.tracing() {
+            let ctx = self.arena[id].context.clone();
+            self.record_trace(TraceAction::Alloc, addr, requested, stream, ctx.as_ref());
+        }
         let mut flags = self.block_flags(id);
         if cached {
             flags |= FLAG_CACHED;
@@ -1022,15 +1119,15 @@ impl DeviceCachingAllocator {
             pool,
             addr,
             bsize,
-            orig_size,
+            requested,
             stream,
             flags,
         );
-        id
     }
 
     /// PyTorch's `free`: allocated drops now; the block is cached now or once other streams
     /// are done with it.
+    #[inline]
     pub(crate) fn free<B: DeviceBackend>(
         &mut self,
         be: &B,
@@ -1041,37 +1138,25 @@ impl DeviceCachingAllocator {
             .allocated
             .remove(ptr)
             .ok_or(AllocError::InvalidPointer(ptr))?;
-        let (addr, size, requested, stream, pool) = {
+        let (size, pool) = {
             let b = &mut self.arena[id];
             b.allocated = false;
-            (b.addr, b.size, b.requested, b.stream, b.pool)
+            (b.size, b.pool)
         };
         let small = self.is_small(pool);
         dec(&mut self.stats.allocation, small, 1);
         dec(&mut self.stats.allocated_bytes, small, size);
-        if self.tracing() {
-            let ctx = context.clone().or_else(|| self.arena[id].context.clone());
-            self.record_trace(
+        if self.observing {
+            self.observe_free(
                 TraceAction::FreeRequested,
-                addr,
-                requested,
-                stream,
-                ctx.as_ref(),
+                EventAction::FreeRequested,
+                id,
+                context.as_ref(),
             );
         }
         if size >= self.max_split {
             self.stats.oversize_allocations.update(-1);
         }
-        let flags = self.block_flags(id);
-        self.emit(
-            EventAction::FreeRequested,
-            pool,
-            addr,
-            size,
-            requested,
-            stream,
-            flags,
-        );
         if !self.arena[id].stream_uses.is_empty() {
             if !self.captures.is_empty() {
                 self.deferred_until_no_capture.push(id);
@@ -1085,100 +1170,85 @@ impl DeviceCachingAllocator {
     }
 
     /// PyTorch's `free_block`: back to the free set, merged with free neighbours.
+    #[inline(always)]
     fn free_block(&mut self, id: BlockId, context: Option<&Frames>) {
-        let (addr, size, requested, stream, pool, expandable) = {
+        let (size, requested, pool, expandable) = {
             let b = &self.arena[id];
-            (
-                b.addr,
-                b.size,
-                b.requested,
-                b.stream,
-                b.pool,
-                b.is_expandable(),
-            )
+            (b.size, b.requested, b.pool, b.is_expandable())
         };
-        let ctx = self.arena[id].context.take();
-        self.record_trace(
-            TraceAction::FreeCompleted,
-            addr,
-            requested,
-            stream,
-            context.or(ctx.as_ref()),
-        );
-        let flags = self.block_flags(id);
-        self.emit(
-            EventAction::FreeCompleted,
-            pool,
-            addr,
-            size,
-            requested,
-            stream,
-            flags,
-        );
-        let mut net_blocks = 0i64;
-        let mut net_size = 0i64;
-        for cand in [self.arena[id].prev, self.arena[id].next] {
-            let subsumed = self.try_merge_blocks(id, cand);
-            if subsumed > 0 {
-                net_blocks -= 1;
-                net_size -= subsumed as i64;
+        if self.observing {
+            self.observe_free(
+                TraceAction::FreeCompleted,
+                EventAction::FreeCompleted,
+                id,
+                context,
+            );
+        }
+        self.arena[id].context = None;
+        let m = self.arena.merge_free_neighbours(id);
+        let pool_ref = &mut self.pools[pool as usize];
+        self.arena[id].gc_count_base = pool_ref.get_free_blocks_call_count;
+        let set = &mut pool_ref.blocks;
+        match m.absorbed {
+            [None, None] => set.insert(m.key, id),
+            [Some(old), None] | [None, Some(old)] => set.replace(old, m.key, id, usize::MAX),
+            [Some(before), Some(after)] => {
+                set.remove(&before);
+                set.replace(after, m.key, id, usize::MAX);
             }
         }
-        self.insert_into_blocks(id);
-        if self.arena[id].is_split() {
+        let mut net_blocks = -m.blocks;
+        let mut net_size = -(m.bytes as i64);
+        if m.split {
             net_blocks += 1;
-            net_size += self.arena[id].size as i64;
+            net_size += (size + m.bytes) as i64;
         }
         let small = self.is_small(pool);
         let s = &mut self.stats;
         if !expandable {
-            s.inactive_split.update_pool(small, net_blocks);
-            s.inactive_split_bytes.update_pool(small, net_size);
+            update(&mut s.inactive_split, small, net_blocks);
+            update(&mut s.inactive_split_bytes, small, net_size);
         }
         dec(&mut s.active, small, 1);
         dec(&mut s.active_bytes, small, size);
         dec(&mut s.requested_bytes, small, requested);
     }
 
+    /// The trace entry and event of a free request or completion (the call's context, else
+    /// the block's allocation context).
+    #[cold]
+    #[inline(never)]
+    fn observe_free(
+        &mut self,
+        trace: TraceAction,
+        event: EventAction,
+        id: BlockId,
+        context: Option<&Frames>,
+    ) {
+        let b = &self.arena[id];
+        let (addr, size, requested, stream, pool) = (b.addr, b.size, b.requested, b.stream, b.pool);
+        if self.tracing() {
+            let ctx = context.cloned().or_else(|| self.arena[id].context.clone());
+            self.record_trace(trace, addr, requested, stream, ctx.as_ref());
+        }
+        let flags = self.block_flags(id);
+        self.emit(event, pool, addr, size, requested, stream, flags);
+    }
+
     /// PyTorch's `try_merge_blocks`: `dst` absorbs `src` when `src` is free and in the same
     /// mapped state. Returns the bytes absorbed.
     fn try_merge_blocks(&mut self, dst: BlockId, src: BlockId) -> u64 {
-        if src == NIL {
+        if !self.arena.mergeable(dst, src) {
             return 0;
         }
         let s = &self.arena[src];
-        if !s.is_free() || s.mapped != self.arena[dst].mapped {
-            return 0;
-        }
-        let (s_addr, s_size, s_prev, s_next, s_mapped, s_stream, s_pool) =
-            (s.addr, s.size, s.prev, s.next, s.mapped, s.stream, s.pool);
-        if s_mapped {
-            self.pools[s_pool as usize]
-                .blocks
-                .remove(&size_key(s.sidx, s_size, s_addr));
+        let pool = &mut self.pools[s.pool as usize];
+        if s.mapped {
+            pool.blocks.remove(&size_key(s.sidx, s.size, s.addr));
         } else {
-            self.pools[s_pool as usize]
-                .unmapped
-                .remove(&(s_stream.0, s_addr));
+            pool.unmapped.remove(&(s.stream.0, s.addr));
         }
-        if self.arena[dst].prev == src {
-            let seg_ctx = self.arena[src].segment_context.take();
-            let d = &mut self.arena[dst];
-            d.addr = s_addr;
-            d.prev = s_prev;
-            d.segment_context = seg_ctx;
-            if s_prev != NIL {
-                self.arena[s_prev].next = dst;
-            }
-        } else {
-            self.arena[dst].next = s_next;
-            if s_next != NIL {
-                self.arena[s_next].prev = dst;
-            }
-        }
-        self.arena[dst].size += s_size;
-        self.arena.remove(src);
-        s_size
+        self.arena.absorb(dst, src)
     }
 
     // ---------------------------------------------------------------- streams and events

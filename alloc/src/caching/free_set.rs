@@ -79,6 +79,16 @@ impl FreeSet {
         }
     }
 
+    /// [`remove`](Self::remove) with the entry's index from [`search`](Self::search) (any
+    /// index works: a wrong one only costs the search it would have saved).
+    #[inline]
+    pub(crate) fn remove_at_hint(&mut self, key: SizeKey, hint: usize) -> Option<BlockId> {
+        if self.large.is_none() && self.small.get(hint).is_some_and(|e| e.0 == key) {
+            return Some(self.small.remove(hint).1);
+        }
+        self.remove(&key)
+    }
+
     /// Removes an entry, returning its block.
     #[inline]
     pub(crate) fn remove(&mut self, key: &SizeKey) -> Option<BlockId> {
@@ -97,6 +107,65 @@ impl FreeSet {
                     Some(e) if e.0 == *key => Some(self.small.remove(pos).1),
                     _ => None,
                 }
+            }
+        }
+    }
+
+    /// Replaces the entry at `old` (which must be present) by `new` for block `id`: one
+    /// search for each key and a shift of only the entries between them, where a removal and
+    /// an insertion would each shift the whole tail (a split leaves the remainder, a merge the
+    /// grown block, near where the old key sat).
+    ///
+    /// `hint` is the old entry's index when the caller knows it (from
+    /// [`search`](Self::search)); any other value costs a search.
+    #[inline(always)]
+    pub(crate) fn replace(&mut self, old: SizeKey, new: SizeKey, id: BlockId, hint: usize) {
+        if self.large.is_some() {
+            let removed = self.remove(&old);
+            debug_assert!(removed.is_some(), "replaced a key that is not in the set");
+            self.insert(new, id);
+            return;
+        }
+        let v = &mut self.small;
+        let i = if v.get(hint).is_some_and(|e| e.0 == old) {
+            hint
+        } else {
+            v.partition_point(|e| e.0 < old)
+        };
+        debug_assert!(
+            v.get(i).is_some_and(|e| e.0 == old),
+            "replaced a key that is not in the set"
+        );
+        // Most often the new key still sorts between the old one's neighbours: write in place.
+        let above_prev = i == 0 || v[i - 1].0 < new;
+        let below_next = v.get(i + 1).is_none_or(|e| new < e.0);
+        if above_prev && below_next {
+            v[i] = (new, id);
+            return;
+        }
+        // With `old` still in place: `new` belongs before index `j`.
+        let j = v.partition_point(|e| e.0 < new);
+        if j <= i {
+            // Moves down (or stays): the entries in [j, i) move up one.
+            v.copy_within(j..i, j + 1);
+            v[j] = (new, id);
+        } else {
+            // Moves up: the entries in (i, j) move down one into the hole.
+            v.copy_within(i + 1..j, i);
+            v[j - 1] = (new, id);
+        }
+    }
+
+    /// Entries with keys from `from` on, in order, and the first one's index (a hint for
+    /// [`replace`](Self::replace) and [`remove_at_hint`](Self::remove_at_hint); `usize::MAX`
+    /// when the set is a B-tree).
+    #[inline]
+    pub(crate) fn search(&self, from: SizeKey) -> (usize, FreeIter<'_>) {
+        match &self.large {
+            Some(m) => (usize::MAX, FreeIter::Large(m.range(from..))),
+            None => {
+                let pos = self.small.partition_point(|e| e.0 < from);
+                (pos, FreeIter::Small(self.small[pos..].iter()))
             }
         }
     }
@@ -169,5 +238,34 @@ mod tests {
         assert_eq!(s.ids(), (190..200).collect::<Vec<u32>>());
         assert_eq!(s.take_all().len(), 10);
         assert_eq!(s.len(), 0);
+    }
+
+    #[test]
+    fn replace_agrees_with_remove_then_insert_in_both_forms() {
+        for n in [5u128, 40, 120] {
+            let mut a = FreeSet::new();
+            let mut b = std::collections::BTreeMap::new();
+            for k in 0..n {
+                a.insert(k * 10, k as u32);
+                b.insert(k * 10, k as u32);
+            }
+            let mut x = 0x9E37_79B9u128;
+            for step in 0..500u32 {
+                x = (x * 6_364_136_223_846_793_005 + 1) % (1 << 61);
+                let keys: Vec<u128> = b.keys().copied().collect();
+                let old = keys[(x % keys.len() as u128) as usize];
+                // A fresh key anywhere: before, between or after the others.
+                let new = (x >> 7) % (n * 10 + 20) * 3 + 1_000_000 * u128::from(step % 2);
+                if b.contains_key(&new) && new != old {
+                    continue;
+                }
+                a.replace(old, new, step, (x % 7) as usize);
+                b.remove(&old);
+                b.insert(new, step);
+                let got: Vec<(u128, u32)> = a.iter().collect();
+                let want: Vec<(u128, u32)> = b.iter().map(|(&k, &v)| (k, v)).collect();
+                assert_eq!(got, want, "n {n} step {step}: {old} -> {new}");
+            }
+        }
     }
 }

@@ -4,7 +4,7 @@ use crate::caching::backend::DevicePtr;
 use crate::caching::block::NIL;
 use crate::snapshot::{BlockInfo, BlockState, SegmentInfo, SegmentType};
 
-use super::DeviceCachingAllocator;
+use super::{DeviceCachingAllocator, all_current};
 
 impl DeviceCachingAllocator {
     /// The segment base and size containing `ptr` (for expandable segments, the contiguous
@@ -103,8 +103,8 @@ impl DeviceCachingAllocator {
 
     /// `reserved - allocated` (all pools).
     pub(crate) fn cached_bytes(&self) -> u64 {
-        let r = self.stats.reserved_bytes.0[0].current;
-        let a = self.stats.allocated_bytes.0[0].current;
+        let r = all_current(&self.stats.reserved_bytes);
+        let a = all_current(&self.stats.allocated_bytes);
         (r - a).max(0) as u64
     }
 }

@@ -84,9 +84,12 @@ pub fn with_trace_tracker(seconds: f64, mut out: Outcome) -> anyhow::Result<Outc
     let tracked = workload::allocator();
     let entries = Arc::new(AtomicU64::new(0));
     let counter = entries.clone();
+    // Trackers run under the allocator's lock, one at a time: a load and a store count
+    // without the locked read-modify-write that would time the counter rather than the
+    // allocator's tracing.
     tracked.attach_trace_tracker(move |entry| {
         black_box(entry);
-        counter.fetch_add(1, Ordering::Relaxed);
+        counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
     });
     workload::prewarm(&plain)?;
     workload::prewarm(&tracked)?;
