@@ -48,7 +48,8 @@ use crossbeam_utils::CachePadded;
 /// Default channel capacity, in events (64 bytes each, so 4 MiB of slots).
 ///
 /// Measured with `benches/pipeline.rs` on the shared 2-core development machine (CPU time):
-/// a publish costs 4-8 ns (a dropped one 2.4 ns), the aggregator folds a caching-allocator
+/// a publish that takes a slot costs ~10 ns, a dropped one 2.4 ns (a flood into a live agent
+/// averages 4-8 ns, most of it dropped), the aggregator folds a caching-allocator
 /// event stream at about 20 M events/s, so a burst from a tight loop outruns it several times
 /// over and only the channel absorbs the difference. The half-full wake-up starts a drain at
 /// 32 Ki events; a PyTorch-like allocator (well under 1 M events/s, a cached malloc+free pair
