@@ -1,8 +1,8 @@
 //! The event sink allocators publish into: a bounded lock-free channel, `try_send` only.
 //!
 //! The pattern is tokio-console's (console-subscriber): the producer never waits. A full
-//! channel drops the event and counts the drop per action (relaxed atomics, each on its own
-//! cache line so producers on different cores do not false-share); the count travels with every
+//! channel drops the event and counts the drop per action (relaxed atomics on cache lines of
+//! their own, see below for how producers share them); the count travels with every
 //! figure the agent shows, and the aggregator resynchronises from the allocator when it sees it
 //! grow. The consumer is woken early, without a lock, when the channel reaches half capacity (or
 //! at once for an OOM): an `AtomicBool` says a wake-up is pending, so only the first producer past
@@ -48,14 +48,16 @@ use crossbeam_utils::CachePadded;
 /// Default channel capacity, in events (64 bytes each, so 4 MiB of slots).
 ///
 /// Measured with `benches/pipeline.rs` on the shared 2-core development machine (CPU time):
-/// a publish costs 16 ns, the aggregator folds a caching-allocator event stream at about
-/// 10 M events/s, so a burst outruns it by ~6x and only the channel absorbs the difference.
-/// The half-full wake-up starts a drain at 32 Ki events; a PyTorch-like allocator (well under
-/// 1 M events/s, a cached malloc+free pair costing ~140 ns and making 3 events) never fills
-/// 64 Ki slots between drains. A 1 M-event burst from a tight loop dropped 93% at 64 Ki, 16% at
-/// 256 Ki and ~99% at 4-16 Ki (noisy: it depends on when the aggregator thread is scheduled);
-/// past 64 Ki the memory (16 MiB at 256 Ki) buys protection only against such synthetic
-/// floods, and drops are counted and resynchronised anyway. Raise it with
+/// a publish that takes a slot costs ~10 ns, a dropped one 2.4 ns (a flood into a live agent
+/// averages 4-8 ns, most of it dropped), the aggregator folds a caching-allocator
+/// event stream at about 20 M events/s, so a burst from a tight loop outruns it several times
+/// over and only the channel absorbs the difference. The half-full wake-up starts a drain at
+/// 32 Ki events; a PyTorch-like allocator (well under 1 M events/s, a cached malloc+free pair
+/// costing ~140 ns and making 3 events) never fills 64 Ki slots between drains. A 1 M-event
+/// burst from a tight loop dropped 93% at 64 Ki, 47% at 256 Ki and 93-99% at 1-16 Ki (noisy:
+/// it depends on when the aggregator thread is scheduled); past 64 Ki the memory (16 MiB at
+/// 256 Ki) buys protection only against such synthetic floods, and drops are counted and
+/// resynchronised anyway. Raise it with
 /// [`AgentBuilder::channel_capacity`](crate::agent::AgentBuilder::channel_capacity) for
 /// allocation storms.
 pub const DEFAULT_CHANNEL_CAPACITY: usize = 1 << 16;
@@ -303,6 +305,14 @@ impl EventReceiver {
     #[inline]
     pub fn try_recv(&self) -> Option<Event> {
         self.rx.try_recv().ok()
+    }
+
+    /// [`try_recv`](Self::try_recv) as the channel answers it: the event is written straight
+    /// into the caller's `Result`, without the copy a conversion to `Option` makes (the
+    /// aggregator receives one event ahead and wants that copy out of the cache miss's way).
+    #[inline]
+    pub(crate) fn try_recv_in_place(&self) -> Result<Event, crossbeam_channel::TryRecvError> {
+        self.rx.try_recv()
     }
 
     /// Events waiting in the channel now.
