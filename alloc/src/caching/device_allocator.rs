@@ -115,6 +115,7 @@ struct Params {
     sidx: u16,
     size: u64,
     pool: u32,
+    /// The segment size a new segment for the request gets (set on the uncached path).
     alloc_size: u64,
     block: BlockId,
     /// The block's free-set key, and its index there as a hint, while it is still in its
@@ -495,14 +496,13 @@ impl DeviceCachingAllocator {
         }
         let size = self.config.round_size(orig_size);
         let pool = self.get_pool(size, stream);
-        let alloc_size = segment_size(size);
         let sidx = self.stream_index(stream)?;
         let mut p = Params {
             stream,
             sidx,
             size,
             pool,
-            alloc_size,
+            alloc_size: 0,
             block: NIL,
             cached_key: None,
         };
@@ -526,6 +526,7 @@ impl DeviceCachingAllocator {
         orig_size: u64,
         context: Option<Frames>,
     ) -> Result<DevicePtr, MallocFailure> {
+        p.alloc_size = segment_size(p.size);
         let mut found = self.trigger_free_memory_callbacks() && self.get_free_block(&mut p);
         let mut from_device = false;
         if !found {
