@@ -342,16 +342,7 @@ mod tests {
     const MIB: u64 = 1 << 20;
 
     fn entry(action: TraceAction, addr: u64, size: u64) -> TraceEntry {
-        TraceEntry {
-            action,
-            addr,
-            size,
-            stream: 0,
-            time_us: None,
-            frames: no_frames(),
-            compile_context: None,
-            user_metadata: None,
-        }
+        TraceEntry::new(action, addr, size, 0)
     }
 
     fn segment(address: u64, blocks: &[(u64, BlockState)]) -> SegmentInfo {
