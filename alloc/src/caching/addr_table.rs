@@ -5,6 +5,11 @@
 //! cleaning). Device addresses are distinct multiples of 512, hashed by a multiply-shift
 //! (Fibonacci hashing) of `addr >> 9`. The table doubles when it is half full; it never shrinks,
 //! so a warm table allocates nothing.
+//!
+//! In front of the table sits one slot holding the most recent insertion: a block freed
+//! before the next allocation (the alloc/free pairing of a training step's temporaries) comes
+//! and goes without touching the table. The next insertion moves the slot's entry into the
+//! table, so every entry is in exactly one of the two places.
 
 use crate::caching::block::BlockId;
 
@@ -20,6 +25,8 @@ const ADDR_SHIFT: u32 = 9;
 /// Allocated block ids by address.
 #[derive(Debug)]
 pub(crate) struct AddrTable {
+    /// The most recent insertion (`EMPTY` key: none), not in the table.
+    front: (u64, BlockId),
     keys: Vec<u64>,
     vals: Vec<BlockId>,
     len: usize,
@@ -35,6 +42,7 @@ impl AddrTable {
     fn with_slots(slots: usize) -> AddrTable {
         debug_assert!(slots.is_power_of_two());
         AddrTable {
+            front: (EMPTY, 0),
             keys: vec![EMPTY; slots],
             vals: vec![0; slots],
             len: 0,
@@ -72,12 +80,44 @@ impl AddrTable {
     /// The block at `key`.
     #[inline]
     pub(crate) fn get(&self, key: u64) -> Option<BlockId> {
+        if self.front.0 == key {
+            return Some(self.front.1);
+        }
         self.find(key).map(|i| self.vals[i])
     }
 
-    /// Records the block at `key` (replacing any entry for it).
+    /// Records the block at `key`, which has no entry (an address is handed out once until
+    /// it is freed).
     #[inline]
     pub(crate) fn insert(&mut self, key: u64, val: BlockId) {
+        debug_assert_ne!(key, EMPTY);
+        debug_assert!(self.get(key).is_none(), "address {key:#x} inserted twice");
+        let older = std::mem::replace(&mut self.front, (key, val));
+        if older.0 != EMPTY {
+            self.insert_in_table(older.0, older.1);
+        }
+    }
+
+    /// Entries (front slot and table).
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.len + usize::from(self.front.0 != EMPTY)
+    }
+
+    /// Removes the entry at `key`, returning its block.
+    #[inline]
+    pub(crate) fn remove(&mut self, key: u64) -> Option<BlockId> {
+        if self.front.0 == key {
+            let val = self.front.1;
+            self.front.0 = EMPTY;
+            return Some(val);
+        }
+        self.remove_from_table(key)
+    }
+
+    /// Records `key` in the table proper.
+    #[inline]
+    fn insert_in_table(&mut self, key: u64, val: BlockId) {
         debug_assert_ne!(key, EMPTY);
         if (self.len + 1) * 2 > self.keys.len() {
             self.grow();
@@ -98,9 +138,9 @@ impl AddrTable {
         }
     }
 
-    /// Removes the entry at `key`, returning its block.
+    /// Removes `key` from the table proper.
     #[inline]
-    pub(crate) fn remove(&mut self, key: u64) -> Option<BlockId> {
+    fn remove_from_table(&mut self, key: u64) -> Option<BlockId> {
         let mut hole = self.find(key)?;
         let val = self.vals[hole];
         self.len -= 1;
@@ -131,9 +171,10 @@ impl AddrTable {
         let mut bigger = AddrTable::with_slots(self.keys.len() * 2);
         for (i, &k) in self.keys.iter().enumerate() {
             if k != EMPTY {
-                bigger.insert(k, self.vals[i]);
+                bigger.insert_in_table(k, self.vals[i]);
             }
         }
+        bigger.front = self.front;
         *self = bigger;
     }
 }
@@ -157,10 +198,12 @@ mod tests {
             if x.is_multiple_of(3) {
                 assert_eq!(t.remove(key), m.remove(&key), "step {step}");
             } else {
+                // Re-recording an address is a removal and an insertion (see `insert`).
+                assert_eq!(t.remove(key), m.remove(&key), "step {step}");
                 t.insert(key, step);
                 m.insert(key, step);
             }
-            assert_eq!(t.len, m.len());
+            assert_eq!(t.len(), m.len());
         }
         for (&k, &v) in &m {
             assert_eq!(t.get(k), Some(v));
