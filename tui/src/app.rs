@@ -164,6 +164,8 @@ impl App {
                     self.ui.filter_input = None;
                 } else if self.ui.help {
                     self.ui.help = false;
+                } else if self.ui.zoom && self.ui.view == View::Segments {
+                    self.ui.zoom = false;
                 } else if self.ui.detail {
                     self.ui.detail = false;
                 } else if !self.ui.trace_filter.is_empty() && self.ui.view == View::Trace {
@@ -203,6 +205,7 @@ impl App {
                 self.ui.segment_row = 0;
                 self.ui.block = 0;
             }
+            Action::ToggleZoom => self.ui.zoom = !self.ui.zoom,
             Action::TogglePause => {
                 let paused = !self.ui.paused;
                 let msg = self.source.set_paused(paused)?;
@@ -283,6 +286,10 @@ impl App {
             return;
         }
         let body = view::regions(self.area).body;
+        if self.ui.view == View::Segments && self.ui.zoom {
+            self.click_zoomed(body, x, y);
+            return;
+        }
         // Lists start below the border (segments) or the border and a heading (the others).
         let first_row = match self.ui.view {
             View::Segments => body.y + 1,
@@ -299,6 +306,27 @@ impl App {
             _ => view::segments::scroll_offset(self.current_row(), visible),
         };
         self.set_row(offset + (y - first_row) as usize);
+    }
+
+    /// A click on a zoomed segment selects the block drawn under it.
+    fn click_zoomed(&mut self, body: Rect, x: u16, y: u16) {
+        let inner = view::segments::list_inner(body, &self.ui);
+        if !inner.contains(ratatui::layout::Position { x, y }) {
+            return;
+        }
+        let order = self.state.segment_order(self.ui.segment_filter);
+        let Some(&i) = order.get(self.ui.segment_row.min(order.len().saturating_sub(1))) else {
+            return;
+        };
+        if let Some(b) = view::segments::zoom_block_at(
+            &self.state.segments[i],
+            inner.width as usize,
+            inner.height as usize,
+            (x - inner.x) as usize,
+            (y - inner.y) as usize,
+        ) {
+            self.ui.block = b;
+        }
     }
 
     /// Draws into a terminal when dirty.

@@ -66,6 +66,8 @@ pub enum Action {
     FilterApply,
     /// Cycle the segment list's pool filter.
     CycleSegmentFilter,
+    /// Zoom into the selected segment, or back out (`z`, segments).
+    ToggleZoom,
     /// Pause or resume updates.
     TogglePause,
     /// Reset peak statistics.
@@ -144,6 +146,7 @@ pub fn key(k: KeyEvent, ui: &UiState, file_mode: bool) -> Option<Action> {
         KeyCode::Esc => Action::Back,
         KeyCode::Char('/') => Action::StartFilter,
         KeyCode::Char('f') => Action::CycleSegmentFilter,
+        KeyCode::Char('z') if ui.view == View::Segments => Action::ToggleZoom,
         KeyCode::Char('p') => Action::TogglePause,
         KeyCode::Char('r') => Action::ResetPeaks,
         KeyCode::Char('s') => Action::Save,
@@ -221,6 +224,11 @@ mod tests {
             ..UiState::default()
         };
         assert_eq!(key(press(KeyCode::Right), &seg, true), Some(Action::Right));
+        assert_eq!(
+            key(press(KeyCode::Char('z')), &seg, false),
+            Some(Action::ToggleZoom)
+        );
+        assert_eq!(key(press(KeyCode::Char('z')), &ui, false), None);
         assert_eq!(key(press(KeyCode::End), &ui, false), Some(Action::Bottom));
     }
 

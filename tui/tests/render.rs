@@ -44,6 +44,7 @@ fn every_panel_renders_at_every_size_without_panicking() {
                         oom: 7,
                         trace_row: Some(12_345),
                         histogram_group: 17,
+                        zoom: view == View::Segments,
                         ..UiState::default()
                     };
                     render_every_way(&state, &ui, w, h);
@@ -129,6 +130,66 @@ fn segment_filter_and_selection_show_in_the_list() {
     assert!(all.contains("Segments (1, by size)"), "{all}");
     assert!(all.contains("2.00 MiB S s0"));
     assert!(all.contains("requested  100 KiB"), "{all}");
+}
+
+#[test]
+fn a_zoomed_segment_fills_the_list_with_its_selected_block_highlighted() {
+    let state = support::live_state();
+    let ui = UiState {
+        view: View::Segments,
+        zoom: true,
+        block: 2,
+        ..UiState::default()
+    };
+    let t = screen(&state, &ui, 120, 36);
+    let buf = t.backend().buffer();
+    let all = text(buf);
+    // The 200 MiB segment alone, one row per slice, with the zoom's own hints.
+    assert!(
+        all.contains("Segment 0x7f3a2c000000 200 MiB L s0 · zoom"),
+        "{all}"
+    );
+    assert!(all.contains("z/Esc back"), "{all}");
+    assert!(
+        !all.contains("0x7f3a18000000"),
+        "other segments are hidden:\n{all}"
+    );
+    assert!(all.contains("0x7f3a2c000000 +     0 B"), "{all}");
+    // The detail pane shows the selected block (the 80 MiB one at +80 MiB).
+    assert!(all.contains("Block 0x7f3a31000000"), "{all}");
+    assert!(all.contains("size       80.0 MiB"), "{all}");
+    // Its cells, and only its, are reversed, in the allocated colour; a pending free shows.
+    let reversed: Vec<(u16, u16)> = (0..36)
+        .flat_map(|y| (31..82).map(move |x| (x, y)))
+        .filter(|&(x, y)| {
+            buf[(x, y)]
+                .modifier
+                .contains(ratatui::style::Modifier::REVERSED)
+        })
+        .collect();
+    assert!(!reversed.is_empty());
+    for &(x, y) in &reversed {
+        assert_eq!(buf[(x, y)].fg, view::theme::ALLOCATED, "cell {x},{y}");
+    }
+    assert!(all.contains(view::theme::PENDING_GLYPH));
+    // Every row's label starts with an address: the slices cover the segment in order.
+    let rows = all
+        .lines()
+        .filter(|l| l.contains("0x7f3a") && l.contains(" +"))
+        .count();
+    assert!(rows >= 20, "{rows} slice rows:\n{all}");
+}
+
+#[test]
+fn segments_zoomed_screen() {
+    let ui = UiState {
+        view: View::Segments,
+        zoom: true,
+        block: 1,
+        ..UiState::default()
+    };
+    let t = screen(&support::live_state(), &ui, 120, 36);
+    insta::assert_snapshot!(t.backend());
 }
 
 #[test]

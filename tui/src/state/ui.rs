@@ -116,6 +116,8 @@ pub struct UiState {
     pub block: usize,
     /// Which segments are listed.
     pub segment_filter: SegmentFilter,
+    /// The selected segment is zoomed to fill the list (`z`).
+    pub zoom: bool,
     /// Selected stream row.
     pub stream_row: usize,
     /// Which histogram group is shown (index into the distinct groups).

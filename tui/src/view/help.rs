@@ -9,7 +9,7 @@ use super::{left, put, theme};
 use crate::state::{Mode, State};
 
 /// Every key and what it does; the time-travel keys only apply to files.
-pub const KEYS: [(&str, &str); 17] = [
+pub const KEYS: [(&str, &str); 18] = [
     ("q  Ctrl-C", "quit"),
     ("?", "this help (Esc closes)"),
     ("Tab  Shift-Tab  1-7", "switch view"),
@@ -22,6 +22,7 @@ pub const KEYS: [(&str, &str); 17] = [
     ("Esc", "back"),
     ("/", "filter the trace: alloc s1 >1MiB 0x7f..."),
     ("f", "segments: all / large / small"),
+    ("z", "segments: zoom the selected segment (Esc back)"),
     ("p", "pause updates"),
     ("r", "reset peak statistics"),
     ("s", "save a snapshot file"),
