@@ -138,7 +138,9 @@ impl App {
             Action::Left => match self.ui.view {
                 View::Segments => self.ui.block = self.ui.block.saturating_sub(1),
                 View::Histograms => {
-                    let n = view::histograms::groups(&self.state).len().max(1);
+                    let n = view::histograms::groups(&self.state, self.ui.histogram_by)
+                        .len()
+                        .max(1);
                     self.ui.histogram_group = (self.ui.histogram_group + n - 1) % n;
                 }
                 _ => {}
@@ -149,7 +151,9 @@ impl App {
                     self.ui.block = (self.ui.block + 1).min(n.saturating_sub(1));
                 }
                 View::Histograms => {
-                    let n = view::histograms::groups(&self.state).len().max(1);
+                    let n = view::histograms::groups(&self.state, self.ui.histogram_by)
+                        .len()
+                        .max(1);
                     self.ui.histogram_group = (self.ui.histogram_group + 1) % n;
                 }
                 _ => {}
@@ -206,6 +210,10 @@ impl App {
                 self.ui.block = 0;
             }
             Action::ToggleZoom => self.ui.zoom = !self.ui.zoom,
+            Action::HistogramsBy(g) => {
+                self.ui.histogram_by = self.ui.histogram_by.toggle(g);
+                self.ui.histogram_group = 0;
+            }
             Action::TogglePause => {
                 let paused = !self.ui.paused;
                 let msg = self.source.set_paused(paused)?;

@@ -229,3 +229,33 @@ fn z_zooms_into_the_selected_segment_arrows_still_pick_blocks_and_esc_goes_back(
     app.apply(Action::ToggleZoom).unwrap();
     assert!(!app.ui.zoom, "z toggles back");
 }
+
+#[test]
+fn p_and_s_switch_the_histograms_between_pools_and_streams() {
+    use allocview::state::ui::HistogramGrouping;
+    use allocview::view::histograms::groups;
+    let (mut app, _d) = app(3);
+    app.apply(Action::ShowView(View::Histograms)).unwrap();
+    app.apply(Action::HistogramsBy(HistogramGrouping::Pool))
+        .unwrap();
+    assert_eq!(app.ui.histogram_by, HistogramGrouping::Pool);
+    assert_eq!(
+        groups(&app.state, app.ui.histogram_by),
+        ["small pool", "large pool"]
+    );
+    // ◀ ▶ move among the pools only, wrapping.
+    app.apply(Action::Right).unwrap();
+    assert_eq!(app.ui.histogram_group, 1);
+    app.apply(Action::Right).unwrap();
+    assert_eq!(app.ui.histogram_group, 0);
+    // A file's trace gives a group per stream too.
+    app.apply(Action::HistogramsBy(HistogramGrouping::Stream))
+        .unwrap();
+    let streams = groups(&app.state, app.ui.histogram_by);
+    assert!(!streams.is_empty() && streams.iter().all(|g| g.starts_with("stream ")));
+    // The same key again goes back to every group.
+    app.apply(Action::HistogramsBy(HistogramGrouping::Stream))
+        .unwrap();
+    assert_eq!(app.ui.histogram_by, HistogramGrouping::Every);
+    assert!(groups(&app.state, app.ui.histogram_by).len() > streams.len() + 2);
+}

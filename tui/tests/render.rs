@@ -45,6 +45,7 @@ fn every_panel_renders_at_every_size_without_panicking() {
                         trace_row: Some(12_345),
                         histogram_group: 17,
                         zoom: view == View::Segments,
+                        histogram_by: allocview::state::ui::HistogramGrouping::Pool,
                         ..UiState::default()
                     };
                     render_every_way(&state, &ui, w, h);
@@ -193,6 +194,67 @@ fn segments_zoomed_screen() {
 }
 
 #[test]
+fn histograms_per_pool_and_per_stream_list_percentiles_beside_each_group() {
+    use allocview::state::HistogramUnit;
+    use allocview::state::ui::HistogramGrouping;
+    use allocview::units;
+    let mut state = support::live_state();
+    let streams: Vec<_> = state
+        .histograms
+        .iter()
+        .filter(|h| h.group == "large pool")
+        .map(|h| allocview::state::HistogramSummary {
+            group: "stream 7".into(),
+            ..h.clone()
+        })
+        .collect();
+    state.histograms.extend(streams);
+    let value = |unit, v| match unit {
+        HistogramUnit::Bytes => units::bytes(v),
+        HistogramUnit::Nanos => units::nanos(v),
+    };
+    for (by, groups, absent) in [
+        (
+            HistogramGrouping::Pool,
+            vec!["small pool", "large pool"],
+            "stream 7",
+        ),
+        (HistogramGrouping::Stream, vec!["stream 7"], "small pool"),
+    ] {
+        let ui = UiState {
+            view: View::Histograms,
+            histogram_by: by,
+            ..UiState::default()
+        };
+        let all = text(screen(&state, &ui, 120, 40).backend().buffer());
+        assert!(all.contains(by.label()), "{all}");
+        assert!(!all.contains(absent), "{by:?} shows {absent}:\n{all}");
+        for g in groups {
+            // The group's rows carry its own p50 / p90 / p99 / max for each metric.
+            for h in state.histograms.iter().filter(|h| h.group == g) {
+                let row = [h.p50, h.p90, h.p99, h.max]
+                    .iter()
+                    .map(|&v| view::right(&value(h.unit, v), 10))
+                    .collect::<String>();
+                assert!(all.contains(&row), "{g} {} lacks {row:?}:\n{all}", h.metric);
+            }
+        }
+    }
+    // The pools of a source without streams: a clear line, no panic.
+    let ui = UiState {
+        view: View::Histograms,
+        histogram_by: HistogramGrouping::Stream,
+        ..UiState::default()
+    };
+    let all = text(
+        screen(&support::live_state(), &ui, 80, 24)
+            .backend()
+            .buffer(),
+    );
+    assert!(all.contains("no groups of this kind"), "{all}");
+}
+
+#[test]
 fn the_help_overlay_lists_every_key() {
     let state = support::live_state();
     let ui = UiState {
@@ -200,8 +262,9 @@ fn the_help_overlay_lists_every_key() {
         ..UiState::default()
     };
     let all = text(screen(&state, &ui, 100, 30).backend().buffer());
-    for (k, _) in view::help::KEYS {
+    for (k, what) in view::help::KEYS {
         assert!(all.contains(k), "help lacks {k}");
+        assert!(all.contains(what), "help cuts {what:?}:\n{all}");
     }
 }
 
@@ -242,6 +305,18 @@ snapshot_view!(oom_screen, View::Oom);
 fn help_screen() {
     let ui = UiState {
         help: true,
+        ..UiState::default()
+    };
+    let t = screen(&support::live_state(), &ui, 120, 36);
+    insta::assert_snapshot!(t.backend());
+}
+
+#[test]
+fn histograms_per_pool_screen() {
+    let ui = UiState {
+        view: View::Histograms,
+        histogram_by: allocview::state::ui::HistogramGrouping::Pool,
+        histogram_group: 1,
         ..UiState::default()
     };
     let t = screen(&support::live_state(), &ui, 120, 36);
