@@ -355,6 +355,10 @@ impl App {
     }
 }
 
+/// Environment variable that makes the dashboard panic on purpose right after drawing its
+/// first frame: how the tests prove that a panic gives the terminal back. Never set for users.
+pub const PANIC_AFTER_FIRST_FRAME_ENV: &str = "ALLOCVIEW_TEST_PANIC_AFTER_FIRST_FRAME";
+
 /// Runs the loop until the user quits: draw when dirty; wait for input until the next tick;
 /// apply input; on each tick poll the source.
 ///
@@ -369,8 +373,12 @@ where
     B::Error: Send + Sync + 'static,
 {
     let mut last_tick = Instant::now();
+    let panic_on_purpose = std::env::var_os(PANIC_AFTER_FIRST_FRAME_ENV).is_some();
     loop {
         app.draw(terminal)?;
+        if panic_on_purpose {
+            panic!("{PANIC_AFTER_FIRST_FRAME_ENV} is set: panicking after the first frame");
+        }
         let timeout = tick.saturating_sub(last_tick.elapsed());
         if event::poll(timeout)? {
             let e = event::read()?;
