@@ -391,6 +391,11 @@ fn zoom_row_line(seg: &SegmentInfo, z: &ZoomLayout, row: usize, block: usize) ->
     let from = row as u64 * z.row_bytes;
     let p = paint_slice(seg, from, z.row_bytes, z.bar_width);
     let selected = p.ranges.get(block).copied().flatten();
+    // The label is highlighted on the row where the selected block starts.
+    let starts_here = seg.blocks.get(block).is_some_and(|b| {
+        let off = b.address.saturating_sub(seg.address);
+        off >= from && off < from + z.row_bytes
+    });
     let label = format!(
         "{} +{} ",
         right(&units::address(seg.address + from), 14),
@@ -398,7 +403,7 @@ fn zoom_row_line(seg: &SegmentInfo, z: &ZoomLayout, row: usize, block: usize) ->
     );
     let mut spans = vec![Span::styled(
         super::left(&label, z.label_width),
-        if selected.is_some() {
+        if starts_here {
             theme::selected()
         } else {
             theme::dim()
