@@ -18,7 +18,7 @@ use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_mai
 use allocview_agent::replay::engine::{self, Placement, Replayer, RunOptions};
 use allocview_agent::snapshot_file;
 use allocview_alloc::caching::AllocatorConfig;
-use allocview_alloc::snapshot::{Snapshot, TraceAction, TraceEntry, no_frames};
+use allocview_alloc::snapshot::{Snapshot, TraceAction, TraceEntry};
 
 /// The largest fixture with a trace.
 const FIXTURE: &str = "cs336-ctx256-forward-mixed.pickle";
@@ -62,16 +62,7 @@ const STEADY_EVENTS: usize = 200_000;
 /// state of a training loop): 64 live blocks of mixed sizes on two streams, each freed and
 /// allocated again in turn.
 fn steady_state() -> Snapshot {
-    let entry = |action, addr, size, stream| TraceEntry {
-        action,
-        addr,
-        size,
-        stream,
-        time_us: None,
-        frames: no_frames(),
-        compile_context: None,
-        user_metadata: None,
-    };
+    let entry = TraceEntry::new;
     let sizes = [512u64, 4096, 65_536, 1 << 20, 3 << 20, 12 << 20];
     let mut t = Vec::with_capacity(STEADY_EVENTS);
     let mut i = 0u64;

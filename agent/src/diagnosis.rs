@@ -374,16 +374,7 @@ mod tests {
             ]),
             seg(vec![(20 * MIB, BlockState::Inactive)]),
         ];
-        let entry = TraceEntry {
-            action: TraceAction::Oom,
-            addr: 3 * MIB,
-            size: 64 * MIB,
-            stream: 0,
-            time_us: None,
-            frames: no_frames(),
-            compile_context: None,
-            user_metadata: None,
-        };
+        let entry = TraceEntry::new(TraceAction::Oom, 3 * MIB, 64 * MIB, 0);
         let f = OomFacts::from_trace_entry(&entry, &segs, GIB);
         assert_eq!(f.allocated, 14 * MIB);
         assert_eq!(f.reserved, 40 * MIB);

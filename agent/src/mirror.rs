@@ -452,6 +452,19 @@ impl DeviceMirror {
             .is_some_and(|(&a, &si)| a + self.segs[si].size > addr)
     }
 
+    /// Refuses a new segment or mapped range (`e`) that is empty or overlaps a segment the
+    /// mirror already has.
+    fn check_new_range(&self, e: &Event) -> Result<(), MirrorError> {
+        if e.size == 0 || self.overlaps(e.addr, e.size) {
+            return Err(MirrorError::Overlap {
+                action: e.action.as_str(),
+                addr: e.addr,
+                size: e.size,
+            });
+        }
+        Ok(())
+    }
+
     /// The index of the first block of segment `si`.
     fn first_block(&self, si: u32) -> u32 {
         self.block_at
@@ -546,13 +559,7 @@ impl DeviceMirror {
     }
 
     fn segment_alloc(&mut self, e: &Event) -> Result<Applied, MirrorError> {
-        if e.size == 0 || self.overlaps(e.addr, e.size) {
-            return Err(MirrorError::Overlap {
-                action: e.action.as_str(),
-                addr: e.addr,
-                size: e.size,
-            });
-        }
+        self.check_new_range(e)?;
         let small = e.pool == EventPool::Small;
         let oversize = self.oversize(e);
         let pool = pool_key(e);
@@ -833,13 +840,7 @@ impl DeviceMirror {
     }
 
     fn map(&mut self, e: &Event) -> Result<Applied, MirrorError> {
-        if e.size == 0 || self.overlaps(e.addr, e.size) {
-            return Err(MirrorError::Overlap {
-                action: e.action.as_str(),
-                addr: e.addr,
-                size: e.size,
-            });
-        }
+        self.check_new_range(e)?;
         let pool = pool_key(e);
         let small = e.pool == EventPool::Small;
         let joins = |s: &MSegment| s.expandable && s.stream == e.stream && s.pool == pool;

@@ -21,15 +21,8 @@ fn entry() -> impl Strategy<Value = TraceEntry> {
         ],
         0u64..3,
     )
-        .prop_map(|(action, slot, size, stream)| TraceEntry {
-            action,
-            addr: BASE + slot * (2 << 20),
-            size,
-            stream,
-            time_us: None,
-            frames: no_frames(),
-            compile_context: None,
-            user_metadata: None,
+        .prop_map(|(action, slot, size, stream)| {
+            TraceEntry::new(action, BASE + slot * (2 << 20), size, stream)
         })
 }
 

@@ -5,7 +5,7 @@
 use allocview_agent::diagnosis::{DiagnosisKind, what_if_avoided};
 use allocview_agent::replay::{self, Placement, RECORDED_LABEL, ReplaySettings, RunOptions};
 use allocview_alloc::caching::AllocatorConfig;
-use allocview_alloc::snapshot::{BlockState, Snapshot, TraceAction, TraceEntry, no_frames};
+use allocview_alloc::snapshot::{BlockState, Snapshot, TraceAction, TraceEntry};
 
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
@@ -17,19 +17,6 @@ const OTHER: u64 = 0x7f80_0000_0000;
 const S1: u64 = 0x5555_0001;
 const S2: u64 = 0x5555_0002;
 
-fn entry(action: TraceAction, addr: u64, size: u64, stream: u64) -> TraceEntry {
-    TraceEntry {
-        action,
-        addr,
-        size,
-        stream,
-        time_us: None,
-        frames: no_frames(),
-        compile_context: None,
-        user_metadata: None,
-    }
-}
-
 /// Stream 1 caches an 800 MiB segment, then pins it with a small block in the middle, leaving
 /// 798 MiB free but split; a block freed while stream 2 still used it completes later; then
 /// stream 2 asks for 400 MiB. On a 1 GiB device that needs the stranded memory: the default
@@ -39,29 +26,29 @@ fn fragmenting_trace() -> Snapshot {
     use TraceAction::*;
     let mut t = Vec::new();
     let free = |t: &mut Vec<TraceEntry>, addr, size, stream| {
-        t.push(entry(FreeRequested, addr, size, stream));
-        t.push(entry(FreeCompleted, addr, size, stream));
+        t.push(TraceEntry::new(FreeRequested, addr, size, stream));
+        t.push(TraceEntry::new(FreeCompleted, addr, size, stream));
     };
-    t.push(entry(SegmentAlloc, BASE, 800 * MIB, S1));
-    t.push(entry(Alloc, BASE, 800 * MIB, S1));
+    t.push(TraceEntry::new(SegmentAlloc, BASE, 800 * MIB, S1));
+    t.push(TraceEntry::new(Alloc, BASE, 800 * MIB, S1));
     free(&mut t, BASE, 800 * MIB, S1);
-    t.push(entry(Alloc, BASE, 100 * MIB, S1));
-    t.push(entry(Alloc, BASE + 100 * MIB, 100 * MIB, S1));
-    t.push(entry(Alloc, BASE + 200 * MIB, 2 * MIB, S1));
+    t.push(TraceEntry::new(Alloc, BASE, 100 * MIB, S1));
+    t.push(TraceEntry::new(Alloc, BASE + 100 * MIB, 100 * MIB, S1));
+    t.push(TraceEntry::new(Alloc, BASE + 200 * MIB, 2 * MIB, S1));
     free(&mut t, BASE, 100 * MIB, S1);
     free(&mut t, BASE + 100 * MIB, 100 * MIB, S1);
     // A block freed on stream 1 while stream 2 used it: the next allocation cannot take it.
     // Best fit takes the front of the 200 MiB free block.
-    t.push(entry(Alloc, BASE, 10 * MIB, S1));
-    t.push(entry(FreeRequested, BASE, 10 * MIB, S1));
-    t.push(entry(Alloc, BASE + 10 * MIB, 10 * MIB, S1));
-    t.push(entry(FreeCompleted, BASE, 10 * MIB, S1));
-    t.push(entry(Alloc, BASE, 10 * MIB, S1));
+    t.push(TraceEntry::new(Alloc, BASE, 10 * MIB, S1));
+    t.push(TraceEntry::new(FreeRequested, BASE, 10 * MIB, S1));
+    t.push(TraceEntry::new(Alloc, BASE + 10 * MIB, 10 * MIB, S1));
+    t.push(TraceEntry::new(FreeCompleted, BASE, 10 * MIB, S1));
+    t.push(TraceEntry::new(Alloc, BASE, 10 * MIB, S1));
     free(&mut t, BASE, 10 * MIB, S1);
     free(&mut t, BASE + 10 * MIB, 10 * MIB, S1);
     // Stream 2 needs 400 MiB.
-    t.push(entry(SegmentAlloc, OTHER, 400 * MIB, S2));
-    t.push(entry(Alloc, OTHER, 400 * MIB, S2));
+    t.push(TraceEntry::new(SegmentAlloc, OTHER, 400 * MIB, S2));
+    t.push(TraceEntry::new(Alloc, OTHER, 400 * MIB, S2));
     free(&mut t, OTHER, 400 * MIB, S2);
     allocview_alloc::snapshot::Snapshot {
         device_traces: vec![t],

@@ -22,16 +22,11 @@ const MIB: u64 = 1 << 20;
 /// Small enough that eight producers overrun it between ticks.
 const CHANNEL: usize = 256;
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
+/// The stress tests' xorshift generator, shared with the other crates' (this package cannot
+/// depend on `allocview-tests`, so the file is included).
+#[path = "../../tests/src/xorshift.rs"]
+mod xorshift;
+use xorshift::Rng;
 
 fn ops() -> usize {
     std::env::var("ALLOCVIEW_STRESS_OPS")
@@ -83,7 +78,7 @@ fn eight_threads_with_a_small_channel_drop_resync_and_end_exact() {
                 let stream = StreamId(t % 3);
                 let mut live = Vec::with_capacity(MAX_LIVE);
                 for _ in 0..ops {
-                    let r = rng.next();
+                    let r = rng.next_u64();
                     if live.len() < MAX_LIVE && (live.is_empty() || !r.is_multiple_of(3)) {
                         let size = match r % 10 {
                             0..=7 => 1 + (r >> 8) % MIB,

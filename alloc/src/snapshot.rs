@@ -253,6 +253,35 @@ pub struct TraceEntry {
     pub user_metadata: Option<String>,
 }
 
+impl TraceEntry {
+    /// An entry with the four fields every trace has; `time_us`, `compile_context` and
+    /// `user_metadata` are `None` and `frames` is empty (as for a trace recorded without
+    /// timestamps or stacks). Set the others with struct update syntax where needed.
+    ///
+    /// ```
+    /// use allocview_alloc::snapshot::{TraceAction, TraceEntry};
+    ///
+    /// let e = TraceEntry::new(TraceAction::Alloc, 0x1000, 512, 0);
+    /// assert_eq!((e.action, e.addr, e.size, e.stream), (TraceAction::Alloc, 0x1000, 512, 0));
+    /// assert!(e.time_us.is_none() && e.frames.is_empty());
+    ///
+    /// let timed = TraceEntry { time_us: Some(7), ..TraceEntry::new(TraceAction::FreeRequested, 0x1000, 512, 0) };
+    /// assert_eq!(timed.time_us, Some(7));
+    /// ```
+    pub fn new(action: TraceAction, addr: u64, size: u64, stream: u64) -> TraceEntry {
+        TraceEntry {
+            action,
+            addr,
+            size,
+            stream,
+            time_us: None,
+            frames: no_frames(),
+            compile_context: None,
+            user_metadata: None,
+        }
+    }
+}
+
 /// A loosely typed value, for the parts of a snapshot whose shape PyTorch changes between
 /// versions (`allocator_settings`, `external_annotations`). Dict keys keep their order.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

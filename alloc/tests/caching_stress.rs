@@ -15,17 +15,11 @@ const OPS_PER_THREAD: usize = 2_000;
 /// Live blocks a thread keeps at most.
 const MAX_LIVE: usize = 32;
 
-/// A small xorshift generator: deterministic per thread, no dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
+/// The stress tests' xorshift generator, shared with the other crates' (this package cannot
+/// depend on `allocview-tests`, so the file is included).
+#[path = "../../tests/src/xorshift.rs"]
+mod xorshift;
+use xorshift::Rng;
 
 #[test]
 fn eight_threads_sharing_one_allocator_leave_consistent_stats() {
@@ -40,7 +34,7 @@ fn eight_threads_sharing_one_allocator_leave_consistent_stats() {
                 let stream = StreamId(t % 3);
                 let mut live = Vec::new();
                 for _ in 0..OPS_PER_THREAD {
-                    let r = rng.next();
+                    let r = rng.next_u64();
                     if live.len() < MAX_LIVE && (live.is_empty() || !r.is_multiple_of(3)) {
                         let size = match r % 10 {
                             0..=6 => 1 + (r >> 8) % MIB,

@@ -15,6 +15,12 @@
 #[path = "support/builders.rs"]
 mod support;
 
+/// Building the stand-in driver, shared with the other crates' CUDA tests (this package cannot
+/// depend on `allocview-tests`, so the file is included). Not every item is used here.
+#[cfg(feature = "cuda")]
+#[allow(dead_code)]
+#[path = "../../tests/src/fake_libcuda.rs"]
+mod fake_libcuda;
 #[path = "caching_suite/rules.rs"]
 mod rules;
 #[cfg(feature = "cuda")]

@@ -11,8 +11,6 @@
 //! backend's bookkeeping (tables, rollback after a failed map, everything given back on drop).
 #![cfg(feature = "cuda")]
 
-use std::process::Command;
-
 use allocview_alloc::caching::backend::{DeviceBackend, DeviceError, EventId, StreamId};
 use allocview_alloc::caching::cuda::{CudaBackend, MIN_VM_GRANULARITY};
 
@@ -236,10 +234,6 @@ fn the_backend_is_usable_from_several_threads() {
 /// Set in the child process that runs against the stand-in driver.
 const FAKE_CHILD_VAR: &str = "ALLOCVIEW_FAKE_CUDA_CHILD";
 
-/// The stand-in driver's exit report when everything was given back.
-const FAKE_ALL_RETURNED: &str = "fakecuda: live allocations 0, reservations 0, mappings 0, \
-                                 handles 0, streams 0, events 0, context refs 0, used 0";
-
 const FAKE_TEST_NAME: &str = "the_backend_keeps_its_books_on_a_stand_in_driver";
 
 #[test]
@@ -248,19 +242,14 @@ fn the_backend_keeps_its_books_on_a_stand_in_driver() {
         stand_in_driver_scenario();
         return;
     }
-    let dir = std::env::temp_dir().join(format!("allocview-fakecuda-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    if fake_libcuda::build(&dir, FAKE_TEST_NAME).is_none() {
-        let _ = std::fs::remove_dir_all(&dir);
+    let Some(child) = fake_libcuda::rerun_self_on_stand_in(
+        "fakecuda",
+        FAKE_TEST_NAME,
+        &["--exact", FAKE_TEST_NAME, "--nocapture", "--test-threads=1"],
+        FAKE_CHILD_VAR,
+    ) else {
         return;
-    }
-    let child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", FAKE_TEST_NAME, "--nocapture", "--test-threads=1"])
-        .env(FAKE_CHILD_VAR, "1")
-        .env("LD_LIBRARY_PATH", &dir)
-        .output()
-        .unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
+    };
     let stdout = String::from_utf8_lossy(&child.stdout);
     let stderr = String::from_utf8_lossy(&child.stderr);
     assert!(
@@ -272,7 +261,7 @@ fn the_backend_keeps_its_books_on_a_stand_in_driver() {
     // before the backend starts, so only the last report (at exit) counts.
     assert_eq!(
         fake_libcuda::last_report(&stdout),
-        Some(FAKE_ALL_RETURNED),
+        Some(fake_libcuda::ALL_RETURNED),
         "dropping the backend did not give everything back:\n{stdout}"
     );
 }

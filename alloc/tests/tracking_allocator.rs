@@ -88,7 +88,9 @@ impl Allocator for RoundingAllocator {
 const ATTRS: AllocationAttributes = AllocationAttributes::new();
 
 /// (total_bytes, high_watermark, currently allocated, last allocation id).
-fn figures<A: Allocator>(ta: &TrackingAllocator<A>) -> (usize, usize, usize, u64) {
+type Figures = (usize, usize, usize, u64);
+
+fn figures<A: Allocator>(ta: &TrackingAllocator<A>) -> Figures {
     (
         ta.total_bytes(),
         ta.high_watermark(),
@@ -104,6 +106,20 @@ fn alloc<A: Allocator>(ta: &TrackingAllocator<A>, n: usize) -> NonNull<u8> {
 fn free<A: Allocator>(ta: &TrackingAllocator<A>, p: NonNull<u8>) {
     // SAFETY: every pointer passed here came from `alloc` on `ta` and is freed once.
     unsafe { ta.deallocate_raw(p) }
+}
+
+/// Runs the seed's steps in order: each allocates `size` bytes, expects the first figures,
+/// frees the block and expects the second.
+fn alloc_then_free_each<A: Allocator>(
+    ta: &TrackingAllocator<A>,
+    steps: &[(usize, Figures, Figures)],
+) {
+    for &(size, after_alloc, after_free) in steps {
+        let p = alloc(ta, size);
+        assert_eq!(figures(ta), after_alloc, "after allocating {size} bytes");
+        free(ta, p);
+        assert_eq!(figures(ta), after_free, "after freeing {size} bytes");
+    }
 }
 
 #[test]
@@ -129,14 +145,13 @@ fn over_an_allocator_that_does_not_track_sizes_the_seed_numbers_hold() {
 #[test]
 fn over_a_size_tracking_allocator_the_seed_numbers_hold() {
     let ta = TrackingAllocator::new(SizeTrackingAllocator::default());
-    let p1 = alloc(&ta, 4);
-    assert_eq!(figures(&ta), (4, 4, 4, 1));
-    free(&ta, p1);
-    assert_eq!(figures(&ta), (4, 4, 0, 1));
-    let p2 = alloc(&ta, 12);
-    assert_eq!(figures(&ta), (16, 12, 12, 2));
-    free(&ta, p2);
-    assert_eq!(figures(&ta), (16, 12, 0, 2));
+    alloc_then_free_each(
+        &ta,
+        &[
+            (4, (4, 4, 4, 1), (4, 4, 0, 1)),
+            (12, (16, 12, 12, 2), (16, 12, 0, 2)),
+        ],
+    );
     let ((total, high, live), inner) = ta.into_parts();
     assert_eq!((total, high, live), (16, 12, 0));
     assert!(inner.sizes.lock().unwrap().is_empty());
@@ -145,14 +160,13 @@ fn over_a_size_tracking_allocator_the_seed_numbers_hold() {
 #[test]
 fn large_then_small_allocation_keeps_the_first_as_high_watermark() {
     let ta = TrackingAllocator::new(SizeTrackingAllocator::default());
-    let p1 = alloc(&ta, 12);
-    assert_eq!(figures(&ta), (12, 12, 12, 1));
-    free(&ta, p1);
-    assert_eq!(figures(&ta), (12, 12, 0, 1));
-    let p2 = alloc(&ta, 4);
-    assert_eq!(figures(&ta), (16, 12, 4, 2));
-    free(&ta, p2);
-    assert_eq!(figures(&ta), (16, 12, 0, 2));
+    alloc_then_free_each(
+        &ta,
+        &[
+            (12, (12, 12, 12, 1), (12, 12, 0, 1)),
+            (4, (16, 12, 4, 2), (16, 12, 0, 2)),
+        ],
+    );
     assert_eq!(ta.finish(), (16, 12, 0));
 }
 

@@ -11,7 +11,7 @@
 //! this package), the others use it as `allocview_tests::fake_libcuda`.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 
 /// The stand-in driver's source (the path holds from both the `tests` and the `alloc` package,
 /// which are siblings in the workspace).
@@ -26,6 +26,11 @@ pub const REPORT_MARKER: &str = "fakecuda:";
 /// How the stand-in's report starts when no memory, reservation, mapping or handle is left.
 pub const NOTHING_LEFT: &str =
     "fakecuda: live allocations 0, reservations 0, mappings 0, handles 0";
+
+/// The stand-in's whole report when everything was given back: no memory, reservation,
+/// mapping, handle, stream, event or context reference left, nothing used.
+pub const ALL_RETURNED: &str = "fakecuda: live allocations 0, reservations 0, mappings 0, \
+                                handles 0, streams 0, events 0, context refs 0, used 0";
 
 /// Builds the stand-in driver as `dir/libcuda.so` and returns that path; `None` (after printing
 /// a `skipped:` line naming `test`) where the source or a C compiler is missing. A compiler
@@ -66,4 +71,30 @@ pub fn last_report(stdout: &str) -> Option<&str> {
         .lines()
         .filter_map(|l| l.find(REPORT_MARKER).map(|at| &l[at..]))
         .next_back()
+}
+
+/// Runs the current test binary again with `args` and `child_var=1`, the stand-in driver (built
+/// into a fresh folder `allocview-{folder}-{pid}` under the temp dir, removed afterwards) first
+/// on its `LD_LIBRARY_PATH`, and returns the child's output; `None` where [`build`] skipped
+/// (its `skipped:` line names `test`).
+pub fn rerun_self_on_stand_in(
+    folder: &str,
+    test: &str,
+    args: &[&str],
+    child_var: &str,
+) -> Option<Output> {
+    let dir = std::env::temp_dir().join(format!("allocview-{folder}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    if build(&dir, test).is_none() {
+        let _ = std::fs::remove_dir_all(&dir);
+        return None;
+    }
+    let child = Command::new(std::env::current_exe().unwrap())
+        .args(args)
+        .env(child_var, "1")
+        .env("LD_LIBRARY_PATH", &dir)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    Some(child)
 }

@@ -4,3 +4,4 @@
 
 pub mod fake_libcuda;
 pub mod fixtures;
+pub mod xorshift;

@@ -9,6 +9,7 @@ use allocview_alloc::caching::backend::StreamId;
 use allocview_alloc::caching::sim::SimBackend;
 use allocview_alloc::caching::{AllocatorConfig, CachingAllocator};
 use allocview_alloc::snapshot::SegmentInfo;
+use allocview_tests::xorshift::Rng;
 
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
@@ -17,18 +18,6 @@ const STREAMS: u64 = 3;
 const MAX_LIVE: usize = 60;
 
 type Alloc = CachingAllocator<Arc<SimBackend>>;
-
-/// A small xorshift generator: deterministic, no dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
 
 /// The layout of segments and blocks, without frames (the mirror records none) and without
 /// the requested size of free blocks (PyTorch reports the last request there).
@@ -83,7 +72,7 @@ fn run_workload(config: &str, seed: u64) {
     let mut rng = Rng(seed);
     let mut live: Vec<u64> = Vec::new();
     for i in 0..6_000 {
-        let r = rng.next();
+        let r = rng.next_u64();
         match r % 100 {
             0..=54 if live.len() < MAX_LIVE => {
                 let size = match (r >> 8) % 10 {

@@ -28,6 +28,18 @@ fn free(m: &mut DeviceMirror, pool: EventPool, addr: u64, size: u64) -> Applied 
     .unwrap()
 }
 
+/// Applies one plain event, which must fit.
+fn step(m: &mut DeviceMirror, action: EventAction, pool: EventPool, addr: u64, size: u64) {
+    m.apply(&ev(action, pool, addr, size)).unwrap();
+}
+
+/// A mirror holding one segment of `size` bytes at [`SEG`] in `pool`.
+fn with_segment(max_split_size: Option<u64>, pool: EventPool, size: u64) -> DeviceMirror {
+    let mut m = DeviceMirror::new(0, max_split_size);
+    step(&mut m, EventAction::SegmentAlloc, pool, SEG, size);
+    m
+}
+
 fn snapshot_of(m: &DeviceMirror) -> Snapshot {
     Snapshot {
         segments: m.segments(),
@@ -47,14 +59,7 @@ fn cur(a: &allocview_alloc::caching::stats::StatArray, t: StatType) -> i64 {
 
 #[test]
 fn splitting_an_unsplit_block_counts_one_inactive_split_with_the_remainder() {
-    let mut m = DeviceMirror::new(0, None);
-    m.apply(&ev(
-        EventAction::SegmentAlloc,
-        EventPool::Large,
-        SEG,
-        20 * MIB,
-    ))
-    .unwrap();
+    let mut m = with_segment(None, EventPool::Large, 20 * MIB);
     m.apply(&alloc(EventPool::Large, SEG, 4 * MIB, 4 * MIB - 100))
         .unwrap();
     let s = m.stats();
@@ -88,14 +93,7 @@ fn splitting_an_unsplit_block_counts_one_inactive_split_with_the_remainder() {
 
 #[test]
 fn freeing_merges_with_free_neighbours_and_adjusts_by_the_net_change() {
-    let mut m = DeviceMirror::new(0, None);
-    m.apply(&ev(
-        EventAction::SegmentAlloc,
-        EventPool::Small,
-        SEG,
-        2 * MIB,
-    ))
-    .unwrap();
+    let mut m = with_segment(None, EventPool::Small, 2 * MIB);
     for i in 0..4 {
         m.apply(&alloc(EventPool::Small, SEG + i * 512, 512, 100))
             .unwrap();
@@ -121,13 +119,13 @@ fn freeing_merges_with_free_neighbours_and_adjusts_by_the_net_change() {
     assert_eq!(s.allocation.get(StatType::All).allocated, 4);
     assert_eq!(s.allocation.get(StatType::All).freed, 4);
     assert_consistent(&m);
-    m.apply(&ev(
+    step(
+        &mut m,
         EventAction::SegmentFree,
         EventPool::Small,
         SEG,
         2 * MIB,
-    ))
-    .unwrap();
+    );
     let s = m.stats();
     assert_eq!(cur(&s.reserved_bytes, StatType::All), 0);
     assert_eq!(
@@ -140,23 +138,16 @@ fn freeing_merges_with_free_neighbours_and_adjusts_by_the_net_change() {
 
 #[test]
 fn allocated_drops_at_the_free_request_and_active_at_completion() {
-    let mut m = DeviceMirror::new(0, None);
-    m.apply(&ev(
-        EventAction::SegmentAlloc,
-        EventPool::Large,
-        SEG,
-        20 * MIB,
-    ))
-    .unwrap();
+    let mut m = with_segment(None, EventPool::Large, 20 * MIB);
     m.apply(&alloc(EventPool::Large, SEG, 20 * MIB, 19 * MIB))
         .unwrap();
-    m.apply(&ev(
+    step(
+        &mut m,
         EventAction::FreeRequested,
         EventPool::Large,
         SEG,
         20 * MIB,
-    ))
-    .unwrap();
+    );
     let s = m.stats();
     assert_eq!(cur(&s.allocated_bytes, StatType::All), 0);
     assert_eq!(cur(&s.active_bytes, StatType::All), 20 * MIB as i64);
@@ -166,13 +157,13 @@ fn allocated_drops_at_the_free_request_and_active_at_completion() {
         BlockState::ActivePendingFree
     );
     assert_consistent(&m);
-    m.apply(&ev(
+    step(
+        &mut m,
         EventAction::FreeCompleted,
         EventPool::Large,
         SEG,
         20 * MIB,
-    ))
-    .unwrap();
+    );
     assert_eq!(cur(&m.stats().active_bytes, StatType::All), 0);
     assert_consistent(&m);
 }
@@ -194,13 +185,13 @@ fn oversize_blocks_and_segments_count_from_the_flag() {
     assert_eq!(m.stats().oversize_segments.current, 1);
     free(&mut m, EventPool::Large, SEG, 40 * MIB);
     assert_eq!(m.stats().oversize_allocations.current, 0);
-    m.apply(&ev(
+    step(
+        &mut m,
         EventAction::SegmentFree,
         EventPool::Large,
         SEG,
         40 * MIB,
-    ))
-    .unwrap();
+    );
     assert_eq!(m.stats().oversize_segments.current, 0);
     assert_eq!(m.stats().oversize_segments.peak, 1);
 }
@@ -263,14 +254,7 @@ fn expandable_segments_grow_shrink_and_split_on_map_and_unmap() {
 
 #[test]
 fn an_event_that_does_not_fit_is_refused_and_changes_nothing() {
-    let mut m = DeviceMirror::new(0, None);
-    m.apply(&ev(
-        EventAction::SegmentAlloc,
-        EventPool::Large,
-        SEG,
-        20 * MIB,
-    ))
-    .unwrap();
+    let mut m = with_segment(None, EventPool::Large, 20 * MIB);
     m.apply(&alloc(EventPool::Large, SEG, 4 * MIB, 4 * MIB))
         .unwrap();
     let before = m.stats().clone();
@@ -302,21 +286,14 @@ fn an_event_that_does_not_fit_is_refused_and_changes_nothing() {
 
 #[test]
 fn counters_and_resets_follow_their_events() {
-    let mut m = DeviceMirror::new(0, Some(20 * MIB));
-    m.apply(&ev(
-        EventAction::SegmentAlloc,
-        EventPool::Large,
-        SEG,
-        20 * MIB,
-    ))
-    .unwrap();
+    let mut m = with_segment(Some(20 * MIB), EventPool::Large, 20 * MIB);
     assert_eq!(m.stats().oversize_segments.current, 1);
     for a in [
         EventAction::Oom,
         EventAction::AllocRetry,
         EventAction::SyncAllStreams,
     ] {
-        m.apply(&ev(a, EventPool::Large, 0, 0)).unwrap();
+        step(&mut m, a, EventPool::Large, 0, 0);
     }
     let s = m.stats();
     assert_eq!(
@@ -327,12 +304,16 @@ fn counters_and_resets_follow_their_events() {
     m.apply(&alloc(EventPool::Large, SEG, 20 * MIB, 20 * MIB))
         .unwrap();
     free(&mut m, EventPool::Large, SEG, 20 * MIB);
-    m.apply(&ev(EventAction::ResetPeaks, EventPool::Large, 0, 0))
-        .unwrap();
+    step(&mut m, EventAction::ResetPeaks, EventPool::Large, 0, 0);
     assert_eq!(m.stats().allocated_bytes.get(StatType::All).peak, 0);
     assert_eq!(m.streams()[0].peak_allocated, 0);
-    m.apply(&ev(EventAction::ResetAccumulated, EventPool::Large, 0, 0))
-        .unwrap();
+    step(
+        &mut m,
+        EventAction::ResetAccumulated,
+        EventPool::Large,
+        0,
+        0,
+    );
     let s = m.stats();
     assert_eq!(s.allocation.get(StatType::All).allocated, 0);
     assert_eq!((s.num_ooms, s.num_device_alloc), (0, 0));
@@ -340,15 +321,7 @@ fn counters_and_resets_follow_their_events() {
 
 #[test]
 fn resync_takes_the_allocators_segments_and_stats() {
-    let mut truth = DeviceMirror::new(0, None);
-    truth
-        .apply(&ev(
-            EventAction::SegmentAlloc,
-            EventPool::Large,
-            SEG,
-            20 * MIB,
-        ))
-        .unwrap();
+    let mut truth = with_segment(None, EventPool::Large, 20 * MIB);
     truth
         .apply(&Event {
             stream: 3,

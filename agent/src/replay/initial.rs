@@ -82,6 +82,19 @@ struct LiveBlock {
     exact: bool,
 }
 
+impl LiveBlock {
+    /// A block the trace frees without allocating it, so live at the start: its size is the
+    /// request as `round` rounds it.
+    fn freed_unallocated(e: &TraceEntry, round: &dyn Fn(u64) -> u64) -> LiveBlock {
+        LiveBlock {
+            size: round(e.size),
+            requested: e.size,
+            stream: e.stream,
+            exact: false,
+        }
+    }
+}
+
 /// PyTorch's default rounding: up to a multiple of [`MIN_BLOCK_SIZE`], at least one block.
 pub fn round_to_min_block(size: u64) -> u64 {
     size.max(1)
@@ -130,34 +143,16 @@ impl InitialState {
                     allocated.insert(e.addr);
                 }
                 TraceAction::FreeRequested => {
-                    if allocated.remove(&e.addr) {
-                        pending.insert(e.addr);
-                    } else {
-                        pending.insert(e.addr);
-                        start_blocks.push((
-                            e.addr,
-                            LiveBlock {
-                                size: round(e.size),
-                                requested: e.size,
-                                stream: e.stream,
-                                exact: false,
-                            },
-                        ));
+                    pending.insert(e.addr);
+                    if !allocated.remove(&e.addr) {
+                        start_blocks.push((e.addr, LiveBlock::freed_unallocated(e, round)));
                     }
                 }
                 TraceAction::FreeCompleted
                     if !pending.remove(&e.addr) && !allocated.contains(&e.addr) =>
                 {
                     // Freed before the trace began, completed inside it.
-                    start_blocks.push((
-                        e.addr,
-                        LiveBlock {
-                            size: round(e.size),
-                            requested: e.size,
-                            stream: e.stream,
-                            exact: false,
-                        },
-                    ));
+                    start_blocks.push((e.addr, LiveBlock::freed_unallocated(e, round)));
                 }
                 _ => {}
             }
@@ -342,16 +337,7 @@ mod tests {
     const MIB: u64 = 1 << 20;
 
     fn entry(action: TraceAction, addr: u64, size: u64) -> TraceEntry {
-        TraceEntry {
-            action,
-            addr,
-            size,
-            stream: 0,
-            time_us: None,
-            frames: no_frames(),
-            compile_context: None,
-            user_metadata: None,
-        }
+        TraceEntry::new(action, addr, size, 0)
     }
 
     fn segment(address: u64, blocks: &[(u64, BlockState)]) -> SegmentInfo {

@@ -96,19 +96,9 @@ fn is_release(a: TraceAction) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use allocview_alloc::snapshot::no_frames;
 
     fn e(action: TraceAction, addr: u64, stream: u64) -> TraceEntry {
-        TraceEntry {
-            action,
-            addr,
-            size: 512,
-            stream,
-            time_us: None,
-            frames: no_frames(),
-            compile_context: None,
-            user_metadata: None,
-        }
+        TraceEntry::new(action, addr, 512, stream)
     }
 
     #[test]

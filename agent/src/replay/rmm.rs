@@ -10,7 +10,7 @@
 //! `allocate failure` an `oom` whose size is the request. The log has no segments: the result is
 //! a [`Snapshot`] with one trace and no segments, which replay treats as a run that began empty.
 
-use allocview_alloc::snapshot::{Snapshot, TraceAction, TraceEntry, no_frames};
+use allocview_alloc::snapshot::{Snapshot, TraceAction, TraceEntry};
 
 /// The header RMM writes (first line of every log).
 pub const RMM_HEADER: &str = "Thread,Time,Action,Pointer,Size,Stream";
@@ -82,14 +82,8 @@ pub fn parse_rmm_log(text: &str) -> Result<Snapshot, RmmError> {
         let stream =
             parse_int(fields[5]).ok_or_else(|| row(format!("bad stream `{}`", fields[5])))?;
         let make = |action| TraceEntry {
-            action,
-            addr,
-            size,
-            stream,
             time_us: Some(time_us),
-            frames: no_frames(),
-            compile_context: None,
-            user_metadata: None,
+            ..TraceEntry::new(action, addr, size, stream)
         };
         match fields[2] {
             "allocate" => trace.push(make(TraceAction::Alloc)),

@@ -72,14 +72,11 @@ pub fn rich_snapshot() -> Snapshot {
     expandable.total_size = 32 << 20;
     expandable.segment_type = SegmentType::Small;
     let entry = |action, addr, size| TraceEntry {
-        action,
-        addr,
-        size,
-        stream: 0,
         time_us: Some(1_700_000_000_000_000),
         frames: shared.clone(),
         compile_context: Some("N/A".into()),
         user_metadata: Some("step 3".into()),
+        ..TraceEntry::new(action, addr, size, 0)
     };
     Snapshot {
         segments: vec![
@@ -98,13 +95,7 @@ pub fn rich_snapshot() -> Snapshot {
         device_traces: vec![
             vec![
                 entry(TraceAction::Alloc, 1 << 30, 1000),
-                TraceEntry {
-                    time_us: None,
-                    compile_context: None,
-                    user_metadata: None,
-                    frames: no_frames(),
-                    ..entry(TraceAction::FreeRequested, 1 << 30, 1000)
-                },
+                TraceEntry::new(TraceAction::FreeRequested, 1 << 30, 1000, 0),
             ],
             vec![entry(TraceAction::Oom, 12345, 1 << 33)],
         ],

@@ -2,14 +2,14 @@
 
 #![allow(dead_code)]
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The folder of real PyTorch snapshots (outside the project, never copied in).
-pub const FIXTURE_DIR: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../shared/fixtures/pytorch-snapshots"
-);
+/// Where the real PyTorch snapshots are and the skip line when they are not, shared with the
+/// other crates' tests (this package cannot depend on `allocview-tests`, so the file is
+/// included).
+#[path = "../../../tests/src/fixtures.rs"]
+mod shared;
+pub use shared::fixture;
 
 /// Every fixture file, by name.
 pub const FIXTURES: [&str; 5] = [
@@ -22,18 +22,6 @@ pub const FIXTURES: [&str; 5] = [
 
 /// The small fixtures (cheap enough for exhaustive tests).
 pub const SMALL_FIXTURES: [&str; 2] = ["tiny-3-segments.pickle", "small-97-events.pickle"];
-
-/// The path of a fixture, or `None` (after printing a visible skip line) when the folder is
-/// absent.
-pub fn fixture(name: &str) -> Option<PathBuf> {
-    let p = Path::new(FIXTURE_DIR).join(name);
-    if p.exists() {
-        Some(p)
-    } else {
-        println!("skipped: fixtures not found ({})", p.display());
-        None
-    }
-}
 
 /// The bytes of a fixture, or `None` with a skip line.
 pub fn fixture_bytes(name: &str) -> Option<Vec<u8>> {

@@ -216,14 +216,8 @@ impl DeviceCachingAllocator {
             call_start_ns: 0,
             empty_frames: empty_frames.clone(),
             scratch_entry: TraceEntry {
-                action: TraceAction::Alloc,
-                addr: 0,
-                size: 0,
-                stream: 0,
-                time_us: None,
                 frames: empty_frames,
-                compile_context: None,
-                user_metadata: None,
+                ..TraceEntry::new(TraceAction::Alloc, 0, 0, 0)
             },
         }
     }
@@ -392,14 +386,9 @@ impl DeviceCachingAllocator {
     pub(crate) fn record_annotation(&mut self, frames: Frames, stream: StreamId) {
         if self.record_history || !self.trackers.is_empty() {
             let te = TraceEntry {
-                action: TraceAction::UserDefined,
-                addr: 0,
-                size: 0,
-                stream: stream.0,
                 time_us: Some((self.call_start_ns / 1000) as i64),
                 frames,
-                compile_context: None,
-                user_metadata: None,
+                ..TraceEntry::new(TraceAction::UserDefined, 0, 0, stream.0)
             };
             for t in &self.trackers {
                 t(&te);

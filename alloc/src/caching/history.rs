@@ -134,19 +134,10 @@ impl TraceRing {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::{TraceAction, no_frames};
+    use crate::snapshot::TraceAction;
 
     fn e(addr: u64) -> TraceEntry {
-        TraceEntry {
-            action: TraceAction::Alloc,
-            addr,
-            size: 0,
-            stream: 0,
-            time_us: None,
-            frames: no_frames(),
-            compile_context: None,
-            user_metadata: None,
-        }
+        TraceEntry::new(TraceAction::Alloc, addr, 0, 0)
     }
 
     #[test]

@@ -74,9 +74,15 @@ pub(crate) struct StateLock<T> {
     data: UnsafeCell<T>,
 }
 
-// SAFETY: the lock hands out `&mut T` to one thread at a time (the word's compare-exchange
-// from UNLOCKED to LOCKED succeeds for one thread until the guard's release store), so sharing
-// the lock between threads is as safe as sending `T` between them.
+// SAFETY: the lock hands out `&mut T` to one thread at a time, so sharing the lock between
+// threads is as safe as sending `T` between them. Two doors admit a thread: the word's
+// compare-exchange from UNLOCKED to LOCKED, which succeeds for one thread until the guard's
+// release store; and the bias, which admits only the owner, and only while no thread has
+// passed the word since the bias was taken (the first that does revokes the bias and waits,
+// with the membarrier pairing of the module docs, until the owner is out; the owner re-checks
+// the bias after marking itself inside, so it never enters after a revocation it missed).
+// The word and the bias together admit one thread: the owner never holds the word while
+// inside through the bias, and a word holder that finds the bias live revokes it first.
 unsafe impl<T: Send> Sync for StateLock<T> {}
 
 /// Exclusive access to the locked value; unlocks when dropped.

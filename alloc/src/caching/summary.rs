@@ -15,11 +15,15 @@ use crate::caching::stats::{DeviceStats, Stat, StatArray, StatType};
 
 /// Width of the table between its `|` borders.
 pub const SUMMARY_WIDTH: usize = 75;
+/// One size unit is this many of the one below (B, KiB, MiB, ...).
+const SIZE_BASE: i64 = 1024;
 /// A size steps up to the next unit once the reference figure reaches this many of it
 /// (768 KiB shows as KiB, 767 KiB as B).
-const SIZE_STEP: i64 = 768 * 1024;
+const SIZE_STEP: i64 = 768 * SIZE_BASE;
+/// One count unit is this many of the one below (none, K, M).
+const COUNT_BASE: i64 = 1000;
 /// A count steps up to K (then M) once the reference figure reaches this.
-const COUNT_STEP: i64 = 750 * 1000;
+const COUNT_STEP: i64 = 750 * COUNT_BASE;
 const SIZE_UNITS: [&str; 6] = ["B  ", "KiB", "MiB", "GiB", "TiB", "PiB"];
 const COUNT_UNITS: [&str; 3] = [" ", "K", "M"];
 
@@ -29,33 +33,38 @@ enum Kind {
     Count,
 }
 
-/// PyTorch's `_format_size(sz, pref_sz)`: the unit is chosen from `pref` (the "all" row).
-fn format_size(mut sz: i64, pref: i64) -> String {
+/// The loop `_format_size` and `_format_count` share: while the reference figure `pref`
+/// (in the current unit) reaches `step`, move to the next of `units`, dividing `v` (flooring)
+/// and `pref` by `base`.
+fn scale(
+    mut v: i64,
+    pref: i64,
+    units: &[&'static str],
+    step: i64,
+    base: i64,
+) -> (i64, &'static str) {
     let mut pref = pref as f64;
-    let mut unit = SIZE_UNITS[0];
-    for next in &SIZE_UNITS[1..] {
-        if pref < SIZE_STEP as f64 {
+    let mut unit = units[0];
+    for next in &units[1..] {
+        if pref < step as f64 {
             break;
         }
         unit = next;
-        sz = sz.div_euclid(1024);
-        pref /= 1024.0;
+        v = v.div_euclid(base);
+        pref /= base as f64;
     }
+    (v, unit)
+}
+
+/// PyTorch's `_format_size(sz, pref_sz)`: the unit is chosen from `pref` (the "all" row).
+fn format_size(sz: i64, pref: i64) -> String {
+    let (sz, unit) = scale(sz, pref, &SIZE_UNITS, SIZE_STEP, SIZE_BASE);
     format!("{sz:6} {unit}")
 }
 
 /// PyTorch's `_format_count(cnt, pref_cnt)`.
-fn format_count(mut cnt: i64, pref: i64) -> String {
-    let mut pref = pref as f64;
-    let mut unit = COUNT_UNITS[0];
-    for next in &COUNT_UNITS[1..] {
-        if pref < COUNT_STEP as f64 {
-            break;
-        }
-        unit = next;
-        cnt = cnt.div_euclid(1000);
-        pref /= 1000.0;
-    }
+fn format_count(cnt: i64, pref: i64) -> String {
+    let (cnt, unit) = scale(cnt, pref, &COUNT_UNITS, COUNT_STEP, COUNT_BASE);
     format!("{cnt:7} {unit} ")
 }
 

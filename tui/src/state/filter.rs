@@ -117,35 +117,22 @@ impl TraceFilter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use allocview_alloc::snapshot::no_frames;
-
-    fn entry(action: TraceAction, addr: u64, size: u64, stream: u64) -> TraceEntry {
-        TraceEntry {
-            action,
-            addr,
-            size,
-            stream,
-            time_us: None,
-            frames: no_frames(),
-            compile_context: None,
-            user_metadata: None,
-        }
-    }
 
     #[test]
     fn terms_combine_with_and() {
         let f = TraceFilter::parse("alloc s1 >1MiB").unwrap();
-        assert!(f.matches(&entry(TraceAction::Alloc, 0, 2 << 20, 1)));
-        assert!(!f.matches(&entry(TraceAction::Alloc, 0, 2 << 20, 0)));
-        assert!(!f.matches(&entry(TraceAction::Alloc, 0, 1 << 19, 1)));
-        assert!(!f.matches(&entry(TraceAction::FreeRequested, 0, 2 << 20, 1)));
+        assert!(f.matches(&TraceEntry::new(TraceAction::Alloc, 0, 2 << 20, 1)));
+        assert!(!f.matches(&TraceEntry::new(TraceAction::Alloc, 0, 2 << 20, 0)));
+        assert!(!f.matches(&TraceEntry::new(TraceAction::Alloc, 0, 1 << 19, 1)));
+        assert!(!f.matches(&TraceEntry::new(TraceAction::FreeRequested, 0, 2 << 20, 1)));
         let f = TraceFilter::parse("free 0x10 512..1KiB").unwrap();
-        assert!(f.matches(&entry(TraceAction::FreeCompleted, 0x10, 600, 0)));
-        assert!(
-            TraceFilter::parse("")
-                .unwrap()
-                .matches(&entry(TraceAction::Oom, 0, 0, 0))
-        );
+        assert!(f.matches(&TraceEntry::new(TraceAction::FreeCompleted, 0x10, 600, 0)));
+        assert!(TraceFilter::parse("").unwrap().matches(&TraceEntry::new(
+            TraceAction::Oom,
+            0,
+            0,
+            0
+        )));
     }
 
     #[test]

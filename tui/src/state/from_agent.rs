@@ -94,14 +94,8 @@ pub fn trace_entry(e: &RecentEvent) -> Option<TraceEntry> {
         _ => e.size,
     };
     Some(TraceEntry {
-        action,
-        addr: e.addr,
-        size,
-        stream: e.stream,
         time_us: Some((e.time_ns / NS_PER_US) as i64),
-        frames: no_frames(),
-        compile_context: None,
-        user_metadata: None,
+        ..TraceEntry::new(action, e.addr, size, e.stream)
     })
 }
 

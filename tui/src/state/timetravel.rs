@@ -628,16 +628,7 @@ mod tests {
     use super::*;
 
     fn entry(action: TraceAction, addr: u64, size: u64) -> TraceEntry {
-        TraceEntry {
-            action,
-            addr,
-            size,
-            stream: 0,
-            time_us: None,
-            frames: no_frames(),
-            compile_context: None,
-            user_metadata: None,
-        }
+        TraceEntry::new(action, addr, size, 0)
     }
 
     #[test]

@@ -142,14 +142,9 @@ pub fn trace() -> Vec<TraceEntry> {
     ];
     for (i, &(action, addr, size)) in actions.iter().enumerate() {
         out.push(TraceEntry {
-            action,
-            addr,
-            size,
-            stream: (i % 3 == 2) as u64,
             time_us: Some(t0 + i as i64 * 12_345),
             frames: frames(&format!("step {} forward", 40 + i / 4)),
-            compile_context: None,
-            user_metadata: None,
+            ..TraceEntry::new(action, addr, size, (i % 3 == 2) as u64)
         });
     }
     out
@@ -334,14 +329,9 @@ pub fn many_segments(n: usize) -> State {
 
 fn entry(action: TraceAction, addr: u64, size: u64, stream: u64, t: i64) -> TraceEntry {
     TraceEntry {
-        action,
-        addr,
-        size,
-        stream,
         time_us: Some(1_700_000_000_000_000 + t * 1000),
         frames: frames(&format!("step {} forward", t / 20)),
-        compile_context: None,
-        user_metadata: None,
+        ..TraceEntry::new(action, addr, size, stream)
     }
 }
 
