@@ -228,6 +228,8 @@ fn histograms_per_pool_and_per_stream_list_percentiles_beside_each_group() {
         };
         let all = text(screen(&state, &ui, 120, 40).backend().buffer());
         assert!(all.contains(by.label()), "{all}");
+        // The footer says what p and s do here (not pause and save).
+        assert!(all.contains("p per pool  s per stream"), "{all}");
         assert!(!all.contains(absent), "{by:?} shows {absent}:\n{all}");
         for g in groups {
             // The group's rows carry its own p50 / p90 / p99 / max for each metric.

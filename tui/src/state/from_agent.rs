@@ -510,18 +510,13 @@ mod tests {
             .collect::<Vec<_>>(),
         );
         let tagged = |action, time_us, tag: &str| TraceEntry {
-            action,
-            addr: 0x1000,
-            size: 512,
-            stream: 0,
             time_us: Some(time_us),
             frames: Arc::from(vec![Frame {
                 name: tag.into(),
                 filename: "??".into(),
                 line: 0,
             }]),
-            compile_context: None,
-            user_metadata: None,
+            ..TraceEntry::new(action, 0x1000, 512, 0)
         };
         let snap = Snapshot {
             device_traces: vec![vec![

@@ -381,14 +381,8 @@ mod tests {
     #[test]
     fn file_histograms_come_per_pool_and_per_stream() {
         let entry = |action, addr, size, stream, t| TraceEntry {
-            action,
-            addr,
-            size,
-            stream,
             time_us: Some(t),
-            frames: allocview_alloc::snapshot::no_frames(),
-            compile_context: None,
-            user_metadata: None,
+            ..TraceEntry::new(action, addr, size, stream)
         };
         let trace = [
             entry(TraceAction::Alloc, 0x10, 512, 0, 0),
