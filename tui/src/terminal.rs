@@ -6,6 +6,8 @@
 //!
 //! Restoring happens once: leaving the alternate screen a second time would move the cursor
 //! back to where the dashboard started, and the shell would then write over the panic message.
+//! Only a panic on the thread that drives the dashboard restores: a background thread's panic
+//! (the demo's workload) is reported by the dashboard itself, which keeps the screen.
 
 use std::io::{self, Stdout};
 use std::sync::Once;
@@ -24,6 +26,11 @@ use ratatui::crossterm::terminal::{
 static HELD: AtomicBool = AtomicBool::new(false);
 /// The panic hook is installed once per process.
 static HOOK: Once = Once::new();
+
+thread_local! {
+    /// Whether this thread entered the terminal (its panics restore it).
+    static DRIVES_DASHBOARD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
 
 /// The terminal while the dashboard owns it; restores it when dropped.
 pub struct TerminalGuard {
@@ -52,7 +59,9 @@ pub fn install_panic_hook() {
     HOOK.call_once(|| {
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
-            restore();
+            if DRIVES_DASHBOARD.with(std::cell::Cell::get) {
+                restore();
+            }
             previous(info);
         }));
     });
@@ -67,6 +76,7 @@ impl TerminalGuard {
         install_panic_hook();
         enable_raw_mode()?;
         HELD.store(true, Ordering::SeqCst);
+        DRIVES_DASHBOARD.with(|d| d.set(true));
         let entered = execute!(io::stdout(), EnterAlternateScreen, EnableMouseCapture)
             .and_then(|()| Terminal::new(CrosstermBackend::new(io::stdout())));
         match entered {
@@ -82,5 +92,35 @@ impl TerminalGuard {
 impl Drop for TerminalGuard {
     fn drop(&mut self) {
         restore();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_panic_on_the_dashboards_thread_gives_the_terminal_back() {
+        install_panic_hook();
+        // Pretend the dashboard holds the terminal (no real terminal in a test).
+        HELD.store(true, Ordering::SeqCst);
+        let background = std::thread::spawn(|| panic!("a background thread panics"));
+        assert!(background.join().is_err());
+        assert!(
+            HELD.load(Ordering::SeqCst),
+            "a background panic kept the screen"
+        );
+        let dashboard = std::thread::spawn(|| {
+            DRIVES_DASHBOARD.with(|d| d.set(true));
+            panic!("the dashboard's thread panics");
+        });
+        assert!(dashboard.join().is_err());
+        assert!(
+            !HELD.load(Ordering::SeqCst),
+            "the dashboard's panic restored"
+        );
+        // A second restore (the guard's drop) does nothing more.
+        restore();
+        assert!(!HELD.load(Ordering::SeqCst));
     }
 }
