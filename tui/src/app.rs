@@ -138,7 +138,9 @@ impl App {
             Action::Left => match self.ui.view {
                 View::Segments => self.ui.block = self.ui.block.saturating_sub(1),
                 View::Histograms => {
-                    let n = view::histograms::groups(&self.state).len().max(1);
+                    let n = view::histograms::groups(&self.state, self.ui.histogram_by)
+                        .len()
+                        .max(1);
                     self.ui.histogram_group = (self.ui.histogram_group + n - 1) % n;
                 }
                 _ => {}
@@ -149,7 +151,9 @@ impl App {
                     self.ui.block = (self.ui.block + 1).min(n.saturating_sub(1));
                 }
                 View::Histograms => {
-                    let n = view::histograms::groups(&self.state).len().max(1);
+                    let n = view::histograms::groups(&self.state, self.ui.histogram_by)
+                        .len()
+                        .max(1);
                     self.ui.histogram_group = (self.ui.histogram_group + 1) % n;
                 }
                 _ => {}
@@ -164,6 +168,8 @@ impl App {
                     self.ui.filter_input = None;
                 } else if self.ui.help {
                     self.ui.help = false;
+                } else if self.ui.zoom && self.ui.view == View::Segments {
+                    self.ui.zoom = false;
                 } else if self.ui.detail {
                     self.ui.detail = false;
                 } else if !self.ui.trace_filter.is_empty() && self.ui.view == View::Trace {
@@ -202,6 +208,11 @@ impl App {
                 self.ui.segment_filter = self.ui.segment_filter.next();
                 self.ui.segment_row = 0;
                 self.ui.block = 0;
+            }
+            Action::ToggleZoom => self.ui.zoom = !self.ui.zoom,
+            Action::HistogramsBy(g) => {
+                self.ui.histogram_by = self.ui.histogram_by.toggle(g);
+                self.ui.histogram_group = 0;
             }
             Action::TogglePause => {
                 let paused = !self.ui.paused;
@@ -283,6 +294,10 @@ impl App {
             return;
         }
         let body = view::regions(self.area).body;
+        if self.ui.view == View::Segments && self.ui.zoom {
+            self.click_zoomed(body, x, y);
+            return;
+        }
         // Lists start below the border (segments) or the border and a heading (the others).
         let first_row = match self.ui.view {
             View::Segments => body.y + 1,
@@ -299,6 +314,27 @@ impl App {
             _ => view::segments::scroll_offset(self.current_row(), visible),
         };
         self.set_row(offset + (y - first_row) as usize);
+    }
+
+    /// A click on a zoomed segment selects the block drawn under it.
+    fn click_zoomed(&mut self, body: Rect, x: u16, y: u16) {
+        let inner = view::segments::list_inner(body, &self.ui);
+        if !inner.contains(ratatui::layout::Position { x, y }) {
+            return;
+        }
+        let order = self.state.segment_order(self.ui.segment_filter);
+        let Some(&i) = order.get(self.ui.segment_row.min(order.len().saturating_sub(1))) else {
+            return;
+        };
+        if let Some(b) = view::segments::zoom_block_at(
+            &self.state.segments[i],
+            inner.width as usize,
+            inner.height as usize,
+            (x - inner.x) as usize,
+            (y - inner.y) as usize,
+        ) {
+            self.ui.block = b;
+        }
     }
 
     /// Draws into a terminal when dirty.
@@ -319,6 +355,10 @@ impl App {
     }
 }
 
+/// Environment variable that makes the dashboard panic on purpose right after drawing its
+/// first frame: how the tests prove that a panic gives the terminal back. Never set for users.
+pub const PANIC_AFTER_FIRST_FRAME_ENV: &str = "ALLOCVIEW_TEST_PANIC_AFTER_FIRST_FRAME";
+
 /// Runs the loop until the user quits: draw when dirty; wait for input until the next tick;
 /// apply input; on each tick poll the source.
 ///
@@ -333,8 +373,12 @@ where
     B::Error: Send + Sync + 'static,
 {
     let mut last_tick = Instant::now();
+    let panic_on_purpose = std::env::var_os(PANIC_AFTER_FIRST_FRAME_ENV).is_some();
     loop {
         app.draw(terminal)?;
+        if panic_on_purpose {
+            panic!("{PANIC_AFTER_FIRST_FRAME_ENV} is set: panicking after the first frame");
+        }
         let timeout = tick.saturating_sub(last_tick.elapsed());
         if event::poll(timeout)? {
             let e = event::read()?;

@@ -5,6 +5,7 @@ use ratatui::crossterm::event::{
     Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers, MouseButton, MouseEvent, MouseEventKind,
 };
 
+use crate::state::ui::HistogramGrouping;
 use crate::state::{UiState, View};
 
 /// Events stepped by `[` and `]`.
@@ -66,6 +67,10 @@ pub enum Action {
     FilterApply,
     /// Cycle the segment list's pool filter.
     CycleSegmentFilter,
+    /// Zoom into the selected segment, or back out (`z`, segments).
+    ToggleZoom,
+    /// Histograms per pool / per stream, or back to every group (`p` / `s`, histograms).
+    HistogramsBy(HistogramGrouping),
     /// Pause or resume updates.
     TogglePause,
     /// Reset peak statistics.
@@ -144,6 +149,15 @@ pub fn key(k: KeyEvent, ui: &UiState, file_mode: bool) -> Option<Action> {
         KeyCode::Esc => Action::Back,
         KeyCode::Char('/') => Action::StartFilter,
         KeyCode::Char('f') => Action::CycleSegmentFilter,
+        KeyCode::Char('z') if ui.view == View::Segments => Action::ToggleZoom,
+        // TUI.md: in the histogram view `p` / `s` switch the grouping (pause and save are on
+        // every other view).
+        KeyCode::Char('p') if ui.view == View::Histograms => {
+            Action::HistogramsBy(HistogramGrouping::Pool)
+        }
+        KeyCode::Char('s') if ui.view == View::Histograms => {
+            Action::HistogramsBy(HistogramGrouping::Stream)
+        }
         KeyCode::Char('p') => Action::TogglePause,
         KeyCode::Char('r') => Action::ResetPeaks,
         KeyCode::Char('s') => Action::Save,
@@ -221,6 +235,27 @@ mod tests {
             ..UiState::default()
         };
         assert_eq!(key(press(KeyCode::Right), &seg, true), Some(Action::Right));
+        assert_eq!(
+            key(press(KeyCode::Char('z')), &seg, false),
+            Some(Action::ToggleZoom)
+        );
+        assert_eq!(key(press(KeyCode::Char('z')), &ui, false), None);
+        let hist = UiState {
+            view: View::Histograms,
+            ..UiState::default()
+        };
+        assert_eq!(
+            key(press(KeyCode::Char('p')), &hist, false),
+            Some(Action::HistogramsBy(HistogramGrouping::Pool))
+        );
+        assert_eq!(
+            key(press(KeyCode::Char('s')), &hist, true),
+            Some(Action::HistogramsBy(HistogramGrouping::Stream))
+        );
+        assert_eq!(
+            key(press(KeyCode::Char('p')), &ui, false),
+            Some(Action::TogglePause)
+        );
         assert_eq!(key(press(KeyCode::End), &ui, false), Some(Action::Bottom));
     }
 

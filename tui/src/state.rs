@@ -11,6 +11,7 @@
 //! Derived tables (pools, streams) are computed from the segment list here, so the views stay
 //! pure render functions and the numbers are tested without a terminal.
 
+pub mod context;
 pub mod filter;
 pub mod from_agent;
 pub mod from_snapshot;

@@ -190,3 +190,72 @@ fn a_saved_json_snapshot_reopens_with_the_same_segments() {
     assert_eq!(event(&reopened), 9);
     assert_eq!(reopened.state.segments, before);
 }
+
+#[test]
+fn z_zooms_into_the_selected_segment_arrows_still_pick_blocks_and_esc_goes_back() {
+    let (mut app, _d) = app(2);
+    // Event 5: a 20 MiB segment with blocks, and a small one.
+    app.apply(Action::Seek(Seek::To(5))).unwrap();
+    app.apply(Action::ShowView(View::Segments)).unwrap();
+    app.apply(Action::ToggleZoom).unwrap();
+    assert!(app.ui.zoom);
+    let order = app.state.segment_order(app.ui.segment_filter);
+    let blocks = app.state.segments[order[app.ui.segment_row]].blocks.len();
+    assert!(blocks >= 2, "{blocks} blocks");
+    app.apply(Action::Right).unwrap();
+    assert_eq!(app.ui.block, 1);
+    app.apply(Action::Left).unwrap();
+    assert_eq!(app.ui.block, 0);
+    // A click on the picture selects the block drawn there. At 120x36 the list's inside
+    // starts at (1, 3) and its bars after a 30-cell label: (31, 3) is the first slice's
+    // first cell, where the first block starts.
+    app.area = ratatui::layout::Rect::new(0, 0, 120, 36);
+    app.ui.block = blocks - 1;
+    app.apply(Action::Click { x: 5, y: 3 }).unwrap();
+    assert_eq!(
+        app.ui.block,
+        blocks - 1,
+        "a click on the label selects nothing"
+    );
+    app.apply(Action::Click { x: 31, y: 3 }).unwrap();
+    assert_eq!(app.ui.block, 0);
+    assert!(app.ui.zoom, "a click keeps the zoom");
+    // Esc leaves the zoom first, then the detail pane as before.
+    app.ui.detail = true;
+    app.apply(Action::Back).unwrap();
+    assert!(!app.ui.zoom);
+    assert!(app.ui.detail);
+    app.apply(Action::ToggleZoom).unwrap();
+    app.apply(Action::ToggleZoom).unwrap();
+    assert!(!app.ui.zoom, "z toggles back");
+}
+
+#[test]
+fn p_and_s_switch_the_histograms_between_pools_and_streams() {
+    use allocview::state::ui::HistogramGrouping;
+    use allocview::view::histograms::groups;
+    let (mut app, _d) = app(3);
+    app.apply(Action::ShowView(View::Histograms)).unwrap();
+    app.apply(Action::HistogramsBy(HistogramGrouping::Pool))
+        .unwrap();
+    assert_eq!(app.ui.histogram_by, HistogramGrouping::Pool);
+    assert_eq!(
+        groups(&app.state, app.ui.histogram_by),
+        ["small pool", "large pool"]
+    );
+    // ◀ ▶ move among the pools only, wrapping.
+    app.apply(Action::Right).unwrap();
+    assert_eq!(app.ui.histogram_group, 1);
+    app.apply(Action::Right).unwrap();
+    assert_eq!(app.ui.histogram_group, 0);
+    // A file's trace gives a group per stream too.
+    app.apply(Action::HistogramsBy(HistogramGrouping::Stream))
+        .unwrap();
+    let streams = groups(&app.state, app.ui.histogram_by);
+    assert!(!streams.is_empty() && streams.iter().all(|g| g.starts_with("stream ")));
+    // The same key again goes back to every group.
+    app.apply(Action::HistogramsBy(HistogramGrouping::Stream))
+        .unwrap();
+    assert_eq!(app.ui.histogram_by, HistogramGrouping::Every);
+    assert!(groups(&app.state, app.ui.histogram_by).len() > streams.len() + 2);
+}

@@ -149,3 +149,48 @@ fn time_travel_ends_on_the_allocators_own_segments_under_every_setting() {
         assert_eq!(t0.reserved, 0);
     }
 }
+
+#[test]
+fn the_live_trace_carries_the_workloads_context_tags() {
+    use allocview::source::Source;
+    use allocview::source::embedded::EmbeddedSource;
+    use allocview::state::State;
+    use allocview::state::context::summary;
+    use allocview_alloc::snapshot::TraceAction;
+    let dir = tempfile::tempdir().unwrap();
+    let demo = run(Scenario::Train, 3, dir.path());
+    // The agent folds events on its own tick: wait (bounded) until its tail holds allocations.
+    let mut src = EmbeddedSource::new(demo);
+    let mut state = State::default();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        src.poll(&mut state).unwrap();
+        if state.trace.iter().any(|e| e.action == TraceAction::Alloc) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no allocation reached the trace"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let allocs: Vec<_> = state
+        .trace
+        .iter()
+        .filter(|e| e.action == TraceAction::Alloc)
+        .collect();
+    // Each names its phase (`model init`, `step 2 forward`) and the layer's source line.
+    let contexts: Vec<String> = allocs
+        .iter()
+        .map(|e| summary(&e.frames, e.user_metadata.as_deref()))
+        .collect();
+    let bare: Vec<&String> = contexts
+        .iter()
+        .filter(|c| !(c.starts_with("model init") || c.starts_with("step ")))
+        .collect();
+    assert!(bare.is_empty(), "untagged: {bare:?}");
+    assert!(
+        contexts.iter().any(|c| c.starts_with("step ")),
+        "{contexts:?}"
+    );
+}

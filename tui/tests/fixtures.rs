@@ -125,3 +125,37 @@ fn every_fixture_opens_with_its_segments_and_time_travel_ends_on_the_file() {
         );
     }
 }
+
+#[test]
+fn the_trace_context_column_shows_the_users_frame_not_the_allocators() {
+    let Some(files) = fixtures() else { return };
+    let mut checked = 0;
+    for path in files {
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if !["small-97-events.pickle", "cs336-newest-format.pickle"].contains(&name.as_str()) {
+            continue;
+        }
+        let snap = snapshot_file::load(&path).unwrap();
+        let src = FileSource::new(&path.display().to_string(), &snap);
+        let state = src.post_mortem().state_at(3);
+        let ui = UiState {
+            view: View::Trace,
+            trace_row: Some(0),
+            ..UiState::default()
+        };
+        let mut buf = Buffer::empty(Rect::new(0, 0, 200, 20));
+        view::render(buf.area, &mut buf, &state, &ui);
+        let text: String = (0..20)
+            .map(|y| (0..200).map(|x| buf[(x, y)].symbol()).collect::<String>() + "\n")
+            .collect();
+        // Every alloc row names a Python file of the user's (`.py:`), never the unwinder.
+        let alloc_rows: Vec<&str> = text.lines().filter(|l| l.contains(" alloc ")).collect();
+        assert!(!alloc_rows.is_empty(), "{name}:\n{text}");
+        for row in alloc_rows {
+            assert!(row.contains(".py:"), "{name}: no user frame in {row:?}");
+            assert!(!row.contains("unwind"), "{name}: {row:?}");
+        }
+        checked += 1;
+    }
+    assert_eq!(checked, 2, "both traced fixtures were checked");
+}

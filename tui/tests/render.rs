@@ -44,6 +44,8 @@ fn every_panel_renders_at_every_size_without_panicking() {
                         oom: 7,
                         trace_row: Some(12_345),
                         histogram_group: 17,
+                        zoom: view == View::Segments,
+                        histogram_by: allocview::state::ui::HistogramGrouping::Pool,
                         ..UiState::default()
                     };
                     render_every_way(&state, &ui, w, h);
@@ -132,6 +134,129 @@ fn segment_filter_and_selection_show_in_the_list() {
 }
 
 #[test]
+fn a_zoomed_segment_fills_the_list_with_its_selected_block_highlighted() {
+    let state = support::live_state();
+    let ui = UiState {
+        view: View::Segments,
+        zoom: true,
+        block: 2,
+        ..UiState::default()
+    };
+    let t = screen(&state, &ui, 120, 36);
+    let buf = t.backend().buffer();
+    let all = text(buf);
+    // The 200 MiB segment alone, one row per slice, with the zoom's own hints.
+    assert!(
+        all.contains("Segment 0x7f3a2c000000 200 MiB L s0 · zoom"),
+        "{all}"
+    );
+    assert!(all.contains("z/Esc back"), "{all}");
+    assert!(
+        !all.contains("0x7f3a18000000"),
+        "other segments are hidden:\n{all}"
+    );
+    assert!(all.contains("0x7f3a2c000000 +     0 B"), "{all}");
+    // The detail pane shows the selected block (the 80 MiB one at +80 MiB).
+    assert!(all.contains("Block 0x7f3a31000000"), "{all}");
+    assert!(all.contains("size       80.0 MiB"), "{all}");
+    // Its cells, and only its, are reversed, in the allocated colour; a pending free shows.
+    let reversed: Vec<(u16, u16)> = (0..36)
+        .flat_map(|y| (31..82).map(move |x| (x, y)))
+        .filter(|&(x, y)| {
+            buf[(x, y)]
+                .modifier
+                .contains(ratatui::style::Modifier::REVERSED)
+        })
+        .collect();
+    assert!(!reversed.is_empty());
+    for &(x, y) in &reversed {
+        assert_eq!(buf[(x, y)].fg, view::theme::ALLOCATED, "cell {x},{y}");
+    }
+    assert!(all.contains(view::theme::PENDING_GLYPH));
+    // Every row's label starts with an address: the slices cover the segment in order.
+    let rows = all
+        .lines()
+        .filter(|l| l.contains("0x7f3a") && l.contains(" +"))
+        .count();
+    assert!(rows >= 20, "{rows} slice rows:\n{all}");
+}
+
+#[test]
+fn segments_zoomed_screen() {
+    let ui = UiState {
+        view: View::Segments,
+        zoom: true,
+        block: 1,
+        ..UiState::default()
+    };
+    let t = screen(&support::live_state(), &ui, 120, 36);
+    insta::assert_snapshot!(t.backend());
+}
+
+#[test]
+fn histograms_per_pool_and_per_stream_list_percentiles_beside_each_group() {
+    use allocview::state::HistogramUnit;
+    use allocview::state::ui::HistogramGrouping;
+    use allocview::units;
+    let mut state = support::live_state();
+    let streams: Vec<_> = state
+        .histograms
+        .iter()
+        .filter(|h| h.group == "large pool")
+        .map(|h| allocview::state::HistogramSummary {
+            group: "stream 7".into(),
+            ..h.clone()
+        })
+        .collect();
+    state.histograms.extend(streams);
+    let value = |unit, v| match unit {
+        HistogramUnit::Bytes => units::bytes(v),
+        HistogramUnit::Nanos => units::nanos(v),
+    };
+    for (by, groups, absent) in [
+        (
+            HistogramGrouping::Pool,
+            vec!["small pool", "large pool"],
+            "stream 7",
+        ),
+        (HistogramGrouping::Stream, vec!["stream 7"], "small pool"),
+    ] {
+        let ui = UiState {
+            view: View::Histograms,
+            histogram_by: by,
+            ..UiState::default()
+        };
+        let all = text(screen(&state, &ui, 120, 40).backend().buffer());
+        assert!(all.contains(by.label()), "{all}");
+        // The footer says what p and s do here (not pause and save).
+        assert!(all.contains("p per pool  s per stream"), "{all}");
+        assert!(!all.contains(absent), "{by:?} shows {absent}:\n{all}");
+        for g in groups {
+            // The group's rows carry its own p50 / p90 / p99 / max for each metric.
+            for h in state.histograms.iter().filter(|h| h.group == g) {
+                let row = [h.p50, h.p90, h.p99, h.max]
+                    .iter()
+                    .map(|&v| view::right(&value(h.unit, v), 10))
+                    .collect::<String>();
+                assert!(all.contains(&row), "{g} {} lacks {row:?}:\n{all}", h.metric);
+            }
+        }
+    }
+    // The pools of a source without streams: a clear line, no panic.
+    let ui = UiState {
+        view: View::Histograms,
+        histogram_by: HistogramGrouping::Stream,
+        ..UiState::default()
+    };
+    let all = text(
+        screen(&support::live_state(), &ui, 80, 24)
+            .backend()
+            .buffer(),
+    );
+    assert!(all.contains("no groups of this kind"), "{all}");
+}
+
+#[test]
 fn the_help_overlay_lists_every_key() {
     let state = support::live_state();
     let ui = UiState {
@@ -139,8 +264,9 @@ fn the_help_overlay_lists_every_key() {
         ..UiState::default()
     };
     let all = text(screen(&state, &ui, 100, 30).backend().buffer());
-    for (k, _) in view::help::KEYS {
+    for (k, what) in view::help::KEYS {
         assert!(all.contains(k), "help lacks {k}");
+        assert!(all.contains(what), "help cuts {what:?}:\n{all}");
     }
 }
 
@@ -181,6 +307,18 @@ snapshot_view!(oom_screen, View::Oom);
 fn help_screen() {
     let ui = UiState {
         help: true,
+        ..UiState::default()
+    };
+    let t = screen(&support::live_state(), &ui, 120, 36);
+    insta::assert_snapshot!(t.backend());
+}
+
+#[test]
+fn histograms_per_pool_screen() {
+    let ui = UiState {
+        view: View::Histograms,
+        histogram_by: allocview::state::ui::HistogramGrouping::Pool,
+        histogram_group: 1,
         ..UiState::default()
     };
     let t = screen(&support::live_state(), &ui, 120, 36);

@@ -13,8 +13,9 @@ use ratatui::layout::Rect;
 use crate::cli::{Scenario, ScreenshotArgs};
 use crate::demo::{Demo, DemoConfig};
 use crate::screenshot::{png, svg};
-use crate::state::from_agent::{AgentAdapter, LiveInfo, attach_frames};
+use crate::state::from_agent::{AgentAdapter, LiveInfo, TraceContexts, attach_frames};
 use crate::state::from_snapshot::{PostMortem, what_if_lines};
+use crate::state::ui::{HistogramGrouping, SegmentFilter};
 use crate::state::{State, UiState, View};
 use crate::units::GIB;
 use crate::view;
@@ -95,6 +96,7 @@ pub fn pictured_run() -> anyhow::Result<(State, PostMortem)> {
     };
     let mut state = AgentAdapter::new().state(&demo.agent.state(), 0, &info);
     attach_frames(&mut state.segments, &snapshot);
+    TraceContexts::new(&snapshot).fill(&mut state.trace);
     // What-if replays of each OOM's dump, before the dumps are removed.
     for o in &mut state.ooms {
         if let (Some(p), Some(total)) = (&o.dump_path, o.device_total)
@@ -153,6 +155,29 @@ pub fn run(args: &ScreenshotArgs) -> anyhow::Result<()> {
     };
     let buf = screen(&at_oom, &ui, args.width, args.height);
     written.extend(write(&args.out, "9-open-oom-what-if", &buf)?);
+    // The segment with the most blocks zoomed (`z`), its second block selected.
+    let order = state.segment_order(SegmentFilter::All);
+    let busiest = (0..order.len())
+        .max_by_key(|&r| (state.segments[order[r]].blocks.len(), std::cmp::Reverse(r)))
+        .unwrap_or(0);
+    let ui = UiState {
+        view: View::Segments,
+        zoom: true,
+        segment_row: busiest,
+        block: 1,
+        ..UiState::default()
+    };
+    let buf = screen(&state, &ui, args.width, args.height);
+    written.extend(write(&args.out, "10-segments-zoom", &buf)?);
+    // The histograms per pool (`p`): percentiles side by side, the large pool's bars.
+    let ui = UiState {
+        view: View::Histograms,
+        histogram_by: HistogramGrouping::Pool,
+        histogram_group: 1,
+        ..UiState::default()
+    };
+    let buf = screen(&state, &ui, args.width, args.height);
+    written.extend(write(&args.out, "11-histograms-per-pool", &buf)?);
     for p in written {
         println!("{}", p.display());
     }

@@ -11,7 +11,7 @@ use allocview_alloc::snapshot::Snapshot;
 
 use super::what_if::WhatIfJobs;
 use super::{Source, fresh_path};
-use crate::state::from_agent::{AgentAdapter, LiveInfo, attach_frames};
+use crate::state::from_agent::{AgentAdapter, LiveInfo, TraceContexts, attach_frames};
 use crate::state::{Mode, State};
 
 /// Wait between reconnect attempts.
@@ -31,7 +31,7 @@ pub struct AttachSource {
     adapter: AgentAdapter,
     attempts: u32,
     next_retry: Instant,
-    frames: Option<Snapshot>,
+    frames: Option<(Snapshot, TraceContexts)>,
     next_frames: Instant,
     rate_hz: Option<f64>,
     last_update: Option<Instant>,
@@ -79,8 +79,9 @@ impl AttachSource {
         };
         let status = state.status.take();
         *state = self.adapter.state(c.state(), 0, &info);
-        if let Some(s) = &self.frames {
+        if let Some((s, contexts)) = &self.frames {
             attach_frames(&mut state.segments, s);
+            contexts.fill(&mut state.trace);
         }
         // The dump is readable when the agent runs on this machine.
         self.what_if.fill(&mut state.ooms);
@@ -136,7 +137,8 @@ impl Source for AttachSource {
                     changed = true;
                 }
                 Ok(ClientUpdate::Snapshot(s)) => {
-                    self.frames = Some(*s);
+                    let contexts = TraceContexts::new(&s);
+                    self.frames = Some((*s, contexts));
                     changed = true;
                 }
                 Ok(ClientUpdate::Ack(_)) => {}
@@ -210,7 +212,8 @@ impl Source for AttachSource {
                     FileFormat::Pickle.extension(),
                 );
                 snapshot_file::save(&path, &s, FileFormat::Pickle)?;
-                self.frames = Some(*s);
+                let contexts = TraceContexts::new(&s);
+                self.frames = Some((*s, contexts));
                 return Ok(path);
             }
         }

@@ -1,5 +1,5 @@
-//! The demo's embedded agent as a source: the agent's state each tick, with the block frames
-//! (context tags) joined from the allocator's own snapshot.
+//! The demo's embedded agent as a source: the agent's state each tick, with the frames
+//! (context tags) of blocks and trace entries joined from the allocator's own snapshot.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -12,7 +12,7 @@ use super::what_if::WhatIfJobs;
 use super::{Source, fresh_path};
 use crate::demo::{AGENT_TICK, Demo};
 use crate::state::State;
-use crate::state::from_agent::{AgentAdapter, LiveInfo, attach_frames};
+use crate::state::from_agent::{AgentAdapter, LiveInfo, TraceContexts, attach_frames};
 
 /// How often the allocator's snapshot (for block frames) is refreshed: it copies the trace
 /// ring, and frames change far slower than figures.
@@ -24,7 +24,7 @@ pub struct EmbeddedSource {
     adapter: AgentAdapter,
     last_time_ns: u64,
     saved: u32,
-    frames: Option<(Instant, Snapshot)>,
+    frames: Option<(Instant, Snapshot, TraceContexts)>,
     what_if: WhatIfJobs,
 }
 
@@ -73,12 +73,15 @@ impl Source for EmbeddedSource {
         if self
             .frames
             .as_ref()
-            .is_none_or(|(t, _)| t.elapsed() >= FRAMES_EVERY)
+            .is_none_or(|(t, _, _)| t.elapsed() >= FRAMES_EVERY)
         {
-            self.frames = Some((Instant::now(), self.demo.alloc.snapshot()));
+            let snap = self.demo.alloc.snapshot();
+            let contexts = TraceContexts::new(&snap);
+            self.frames = Some((Instant::now(), snap, contexts));
         }
-        if let Some((_, snap)) = &self.frames {
+        if let Some((_, snap, contexts)) = &self.frames {
             attach_frames(&mut state.segments, snap);
+            contexts.fill(&mut state.trace);
         }
         self.what_if.fill(&mut state.ooms);
         if state.status.is_none() {

@@ -169,6 +169,68 @@ pub fn attach_frames(segments: &mut [SegmentInfo], snapshot: &Snapshot) {
     }
 }
 
+/// The frames of the allocator's own trace entries (a snapshot's `device_traces`), indexed
+/// for filling live trace entries: the agent's compact events carry no frames, but each event
+/// and the trace entry the allocator recorded for it share the action, the address and the
+/// call's clock reading, so they are matched on those three. Built once per snapshot.
+#[derive(Debug, Clone, Default)]
+pub struct TraceContexts {
+    by_key: HashMap<(TraceAction, u64, i64), (Frames, Option<String>)>,
+}
+
+impl TraceContexts {
+    /// Indexes the entries of `snapshot` that carry frames or user metadata.
+    pub fn new(snapshot: &Snapshot) -> TraceContexts {
+        let mut by_key = HashMap::new();
+        for e in snapshot.device_traces.iter().flatten() {
+            if let Some(t) = e.time_us
+                && (!e.frames.is_empty() || e.user_metadata.is_some())
+            {
+                by_key.insert(
+                    (e.action, e.addr, t),
+                    (Arc::clone(&e.frames), e.user_metadata.clone()),
+                );
+            }
+        }
+        TraceContexts { by_key }
+    }
+
+    /// Entries indexed.
+    pub fn len(&self) -> usize {
+        self.by_key.len()
+    }
+
+    /// Whether nothing is indexed.
+    pub fn is_empty(&self) -> bool {
+        self.by_key.is_empty()
+    }
+
+    /// Fills the frames (and user metadata) of the entries of `trace` that have none. Entries
+    /// the snapshot's trace ring does not hold (newer than it, or fallen out) stay as they are.
+    pub fn fill(&self, trace: &mut Arc<[TraceEntry]>) {
+        if self.by_key.is_empty() {
+            return;
+        }
+        let key = |e: &TraceEntry| e.time_us.map(|t| (e.action, e.addr, t));
+        let missing = |e: &TraceEntry| {
+            e.frames.is_empty() && key(e).is_some_and(|k| self.by_key.contains_key(&k))
+        };
+        if !trace.iter().any(missing) {
+            return;
+        }
+        let mut out = trace.to_vec();
+        for e in out.iter_mut().filter(|e| missing(e)) {
+            if let Some((frames, meta)) = key(e).and_then(|k| self.by_key.get(&k)) {
+                e.frames = Arc::clone(frames);
+                if e.user_metadata.is_none() {
+                    e.user_metadata = meta.clone();
+                }
+            }
+        }
+        *trace = Arc::from(out);
+    }
+}
+
 impl AgentAdapter {
     /// A fresh adapter.
     pub fn new() -> AgentAdapter {
@@ -419,5 +481,56 @@ mod tests {
                 bytes: 4196
             }
         );
+    }
+
+    #[test]
+    fn live_trace_entries_take_the_frames_of_the_allocators_matching_entries() {
+        use allocview_alloc::snapshot::Frame;
+        let event = |action: &str, addr: u64, time_ns: u64| RecentEvent {
+            seq: 1,
+            time_ns,
+            action: action.into(),
+            addr,
+            size: 512,
+            requested: 500,
+            stream: 0,
+            pool: PoolKey::Small,
+            flags: 0,
+            latency_ns: 0,
+            context: 0,
+        };
+        let mut trace: Arc<[TraceEntry]> = Arc::from(
+            [
+                event("alloc", 0x1000, 5_000),
+                event("alloc", 0x1000, 9_000),
+                event("free_requested", 0x1000, 9_000),
+            ]
+            .iter()
+            .filter_map(trace_entry)
+            .collect::<Vec<_>>(),
+        );
+        let tagged = |action, time_us, tag: &str| TraceEntry {
+            time_us: Some(time_us),
+            frames: Arc::from(vec![Frame {
+                name: tag.into(),
+                filename: "??".into(),
+                line: 0,
+            }]),
+            ..TraceEntry::new(action, 0x1000, 512, 0)
+        };
+        let snap = Snapshot {
+            device_traces: vec![vec![
+                tagged(TraceAction::Alloc, 5, "step 1 forward"),
+                tagged(TraceAction::Alloc, 9, "step 2 forward"),
+            ]],
+            ..Snapshot::default()
+        };
+        let contexts = TraceContexts::new(&snap);
+        assert_eq!(contexts.len(), 2);
+        contexts.fill(&mut trace);
+        assert_eq!(trace[0].frames[0].name, "step 1 forward");
+        assert_eq!(trace[1].frames[0].name, "step 2 forward");
+        // Same address and time, another action: no match.
+        assert!(trace[2].frames.is_empty());
     }
 }

@@ -312,35 +312,64 @@ fn patch_counters(stats: &mut DeviceStats, t: &Totals) {
 }
 
 /// Size and lifetime histograms of a trace, for all requests and per pool.
+/// Size and lifetime histograms of a trace: for every allocation, per pool (small / large by
+/// size, as the allocator splits them) and per stream.
 fn histograms(trace: &[TraceEntry]) -> Vec<HistogramSummary> {
-    let groups = ["all", "small pool", "large pool"];
-    let mut sizes: Vec<Log2Histogram> = groups.iter().map(|_| Log2Histogram::new()).collect();
-    let mut lifetimes: Vec<Log2Histogram> = groups.iter().map(|_| Log2Histogram::new()).collect();
-    let mut born: HashMap<u64, (i64, usize)> = HashMap::new();
+    /// One group's two histograms.
+    struct Pair {
+        size: Log2Histogram,
+        lifetime: Log2Histogram,
+    }
+    let pair = || Pair {
+        size: Log2Histogram::new(),
+        lifetime: Log2Histogram::new(),
+    };
+    let (mut all, mut small, mut large) = (pair(), pair(), pair());
+    let mut streams: std::collections::BTreeMap<u64, Pair> = std::collections::BTreeMap::new();
+    // Address -> (time allocated, small pool?, stream).
+    let mut born: HashMap<u64, (i64, bool, u64)> = HashMap::new();
     for e in trace {
-        let pool = if e.size <= SMALL_SIZE { 1 } else { 2 };
         match e.action {
             TraceAction::Alloc => {
-                sizes[0].record(e.size);
-                sizes[pool].record(e.size);
+                let is_small = e.size <= SMALL_SIZE;
+                for p in [
+                    &mut all,
+                    if is_small { &mut small } else { &mut large },
+                    streams.entry(e.stream).or_insert_with(pair),
+                ] {
+                    p.size.record(e.size);
+                }
                 if let Some(t) = e.time_us {
-                    born.insert(e.addr, (t, pool));
+                    born.insert(e.addr, (t, is_small, e.stream));
                 }
             }
             TraceAction::FreeCompleted => {
-                if let (Some(t), Some((t0, pool))) = (e.time_us, born.remove(&e.addr)) {
+                if let (Some(t), Some((t0, is_small, stream))) = (e.time_us, born.remove(&e.addr)) {
                     let ns = (t - t0).max(0) as u64 * NS_PER_US;
-                    lifetimes[0].record(ns);
-                    lifetimes[pool].record(ns);
+                    all.lifetime.record(ns);
+                    if is_small { &mut small } else { &mut large }
+                        .lifetime
+                        .record(ns);
+                    streams
+                        .entry(stream)
+                        .or_insert_with(pair)
+                        .lifetime
+                        .record(ns);
                 }
             }
             _ => {}
         }
     }
+    let mut groups = vec![
+        ("all".to_string(), all),
+        ("small pool".to_string(), small),
+        ("large pool".to_string(), large),
+    ];
+    groups.extend(streams.into_iter().map(|(s, p)| (format!("stream {s}"), p)));
     let mut out = Vec::new();
-    for (i, (s, l)) in sizes.into_iter().zip(lifetimes).enumerate() {
-        out.push(s.summary("size", groups[i], HistogramUnit::Bytes));
-        out.push(l.summary("lifetime", groups[i], HistogramUnit::Nanos));
+    for (name, p) in groups {
+        out.push(p.size.summary("size", &name, HistogramUnit::Bytes));
+        out.push(p.lifetime.summary("lifetime", &name, HistogramUnit::Nanos));
     }
     out
 }
@@ -348,6 +377,34 @@ fn histograms(trace: &[TraceEntry]) -> Vec<HistogramSummary> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn file_histograms_come_per_pool_and_per_stream() {
+        let entry = |action, addr, size, stream, t| TraceEntry {
+            time_us: Some(t),
+            ..TraceEntry::new(action, addr, size, stream)
+        };
+        let trace = [
+            entry(TraceAction::Alloc, 0x10, 512, 0, 0),
+            entry(TraceAction::Alloc, 0x20, 4 * MIB, 7, 1),
+            entry(TraceAction::Alloc, 0x30, 8 * MIB, 7, 2),
+            entry(TraceAction::FreeCompleted, 0x20, 4 * MIB, 7, 10),
+        ];
+        let h = histograms(&trace);
+        let find = |metric: &str, group: &str| {
+            h.iter()
+                .find(|s| s.metric == metric && s.group == group)
+                .unwrap_or_else(|| panic!("no {metric} / {group}"))
+        };
+        assert_eq!(find("size", "all").count, 3);
+        assert_eq!(find("size", "small pool").count, 1);
+        assert_eq!(find("size", "large pool").max, 8 * MIB);
+        assert_eq!(find("size", "stream 0").count, 1);
+        assert_eq!(find("size", "stream 7").p50, 4 * MIB);
+        assert_eq!(find("lifetime", "stream 7").max, 9 * NS_PER_US);
+        assert_eq!(find("lifetime", "large pool").count, 1);
+        assert_eq!(find("lifetime", "stream 0").count, 0);
+    }
 
     #[test]
     fn segment_sizes_follow_pytorch() {

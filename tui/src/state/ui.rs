@@ -101,6 +101,49 @@ impl SegmentFilter {
     }
 }
 
+/// Which histogram groups the histogram view offers (`p`, `s`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HistogramGrouping {
+    /// Every group (all, the pools, the streams), one at a time.
+    #[default]
+    Every,
+    /// The pools (`small pool`, `large pool`, `private pool N`), side by side in a table.
+    Pool,
+    /// The streams (`stream N`), side by side in a table.
+    Stream,
+}
+
+impl HistogramGrouping {
+    /// Whether a group named as the sources name them (`all`, `small pool`,
+    /// `private pool 3`, `stream 7`) belongs here.
+    pub fn includes(self, group: &str) -> bool {
+        match self {
+            HistogramGrouping::Every => true,
+            HistogramGrouping::Pool => group.contains("pool"),
+            HistogramGrouping::Stream => group.starts_with("stream "),
+        }
+    }
+
+    /// `p` (pools) or `s` (streams) pressed: that grouping, or back to every group when it is
+    /// already shown.
+    pub fn toggle(self, to: HistogramGrouping) -> HistogramGrouping {
+        if self == to {
+            HistogramGrouping::Every
+        } else {
+            to
+        }
+    }
+
+    /// `every group`, `per pool`, `per stream`.
+    pub fn label(self) -> &'static str {
+        match self {
+            HistogramGrouping::Every => "every group",
+            HistogramGrouping::Pool => "per pool",
+            HistogramGrouping::Stream => "per stream",
+        }
+    }
+}
+
 /// The user's side of the dashboard.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct UiState {
@@ -116,10 +159,14 @@ pub struct UiState {
     pub block: usize,
     /// Which segments are listed.
     pub segment_filter: SegmentFilter,
+    /// The selected segment is zoomed to fill the list (`z`).
+    pub zoom: bool,
     /// Selected stream row.
     pub stream_row: usize,
-    /// Which histogram group is shown (index into the distinct groups).
+    /// Which histogram group is shown (index into the distinct groups of the grouping).
     pub histogram_group: usize,
+    /// Which groups the histogram view offers.
+    pub histogram_by: HistogramGrouping,
     /// Selected trace row (index into the filtered trace); `None` follows the newest entry.
     pub trace_row: Option<usize>,
     /// The trace filter in force.

@@ -15,6 +15,9 @@ use crate::units;
 pub const SLIDER_KEYS: &str = "◀ ▶ step  [ ] ±100  n next OOM  g segment event  Home End";
 /// Keys shown when nothing else is.
 pub const LIVE_KEYS: &str = "q quit  ? help  Tab/1-7 views  p pause  r reset peaks  s save";
+/// Keys shown on the histogram view, where `p` / `s` switch the grouping.
+pub const HISTOGRAM_KEYS: &str =
+    "q quit  ? help  Tab/1-7 views  p per pool  s per stream  ◀ ▶ group  r reset peaks";
 
 /// Draws the footer.
 pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
@@ -75,7 +78,17 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
             buf,
             area,
             0,
-            &Line::styled(format!(" {LIVE_KEYS}"), theme::dim()),
+            &Line::styled(
+                format!(
+                    " {}",
+                    if ui.view == crate::state::View::Histograms {
+                        HISTOGRAM_KEYS
+                    } else {
+                        LIVE_KEYS
+                    }
+                ),
+                theme::dim(),
+            ),
         );
     }
 }

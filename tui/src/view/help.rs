@@ -9,7 +9,7 @@ use super::{left, put, theme};
 use crate::state::{Mode, State};
 
 /// Every key and what it does; the time-travel keys only apply to files.
-pub const KEYS: [(&str, &str); 17] = [
+pub const KEYS: [(&str, &str); 18] = [
     ("q  Ctrl-C", "quit"),
     ("?", "this help (Esc closes)"),
     ("Tab  Shift-Tab  1-7", "switch view"),
@@ -22,18 +22,21 @@ pub const KEYS: [(&str, &str); 17] = [
     ("Esc", "back"),
     ("/", "filter the trace: alloc s1 >1MiB 0x7f..."),
     ("f", "segments: all / large / small"),
-    ("p", "pause updates"),
+    ("z", "segments: zoom the selected segment (Esc back)"),
+    ("p", "pause updates; histograms: per pool / all"),
     ("r", "reset peak statistics"),
-    ("s", "save a snapshot file"),
+    ("s", "save a snapshot; histograms: per stream / all"),
     ("mouse", "wheel scrolls, click selects"),
-    ("◀ ▶  , .", "file: previous / next event"),
+    ("◀ ▶  , .  < >", "file: previous / next event"),
     ("[ ]", "file: 100 events back / forward"),
     ("n  g", "file: next OOM / next segment event"),
-    ("Home End", "file: first / last event"),
+    ("Home End", "first / last row; file: first / last event"),
 ];
 
 /// Width of the key column.
 const KEY_COLUMN: usize = 22;
+/// Width of the description column (the longest description fits).
+const WHAT_COLUMN: u16 = 56;
 
 /// Draws the overlay over `area`.
 pub fn render(area: Rect, buf: &mut Buffer, state: &State) {
@@ -53,7 +56,7 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State) {
             ])
         })
         .collect();
-    let w = (KEY_COLUMN as u16 + 52).min(area.width);
+    let w = (KEY_COLUMN as u16 + WHAT_COLUMN).min(area.width);
     let h = (lines.len() as u16 + 2).min(area.height);
     let rect = Rect::new(
         area.x + (area.width - w) / 2,

@@ -1,5 +1,9 @@
 //! View 5, Histograms: allocation size, lifetime and allocator latency for one group (all,
 //! per pool, per stream; ◀ ▶ switch), as log2 bucket bars with p50 / p90 / p99 / max.
+//!
+//! `p` / `s` show the pools / the streams only (again: every group): a table then lists each
+//! pool's or stream's count, p50, p90, p99 and max per metric, side by side, above the
+//! selected one's bars.
 
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -8,6 +12,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Widget};
 
 use super::{put, right, theme};
+use crate::state::ui::HistogramGrouping;
 use crate::state::{Bucket, HistogramSummary, HistogramUnit, State, UiState};
 use crate::units;
 
@@ -16,11 +21,18 @@ const MIN_WIDTH_SIDE_BY_SIDE: u16 = 120;
 /// Width of a bucket label.
 const BUCKET_LABEL: usize = 9;
 
-/// The distinct groups, in first-seen order.
-pub fn groups(state: &State) -> Vec<String> {
+/// Width of the group column of the comparison table.
+const GROUP_COLUMN: usize = 16;
+/// Width of the metric column of the comparison table.
+const METRIC_COLUMN: usize = 9;
+/// Width of a count or value column of the comparison table.
+const VALUE_COLUMN: usize = 10;
+
+/// The distinct groups of a grouping, in first-seen order.
+pub fn groups(state: &State, by: HistogramGrouping) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for h in &state.histograms {
-        if !out.contains(&h.group) {
+        if by.includes(&h.group) && !out.contains(&h.group) {
             out.push(h.group.clone());
         }
     }
@@ -112,24 +124,78 @@ fn render_one(area: Rect, buf: &mut Buffer, h: &HistogramSummary) {
     }
 }
 
+/// One table row: `group  metric  n  p50  p90  p99  max`.
+fn table_row(cells: [&str; 7], style: Style) -> Line<'static> {
+    let [g, m, rest @ ..] = cells;
+    let mut text = format!(
+        " {}{}",
+        super::left(g, GROUP_COLUMN),
+        super::left(m, METRIC_COLUMN)
+    );
+    for c in rest {
+        text.push_str(&right(c, VALUE_COLUMN));
+    }
+    Line::styled(text, style)
+}
+
+/// The comparison table of every group in `groups`: one row per group and metric.
+fn table_lines(state: &State, groups: &[String], selected: &str) -> Vec<Line<'static>> {
+    let mut lines = vec![table_row(
+        ["group", "metric", "n", "p50", "p90", "p99", "max"],
+        theme::title(),
+    )];
+    for g in groups {
+        for (i, h) in state
+            .histograms
+            .iter()
+            .filter(|h| &h.group == g)
+            .enumerate()
+        {
+            let style = if g == selected {
+                theme::selected()
+            } else {
+                Style::new()
+            };
+            let v = |x: u64| value(h.unit, x);
+            lines.push(table_row(
+                [
+                    if i == 0 { g.as_str() } else { "" },
+                    h.metric.as_str(),
+                    &units::count(h.count),
+                    &v(h.p50),
+                    &v(h.p90),
+                    &v(h.p99),
+                    &v(h.max),
+                ],
+                style,
+            ));
+        }
+    }
+    lines
+}
+
 /// Draws the histograms of the selected group.
 pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
-    let groups = groups(state);
+    let groups = groups(state, ui.histogram_by);
+    let [tabs, body] = Layout::vertical([Constraint::Length(1), Constraint::Min(0)]).areas(area);
+    let mut spans = vec![Span::styled(
+        format!(" {}  p pool  s stream  ◀ ▶ ", ui.histogram_by.label()),
+        theme::dim(),
+    )];
     if groups.is_empty() {
         let block = Block::bordered().title(Span::styled(" Histograms ", theme::title()));
-        let inner = block.inner(area);
-        block.render(area, buf);
-        put(
-            buf,
-            inner,
-            0,
-            &Line::styled(" no histograms from this source", theme::dim()),
-        );
+        let (msg, target) = if state.histograms.is_empty() {
+            (" no histograms from this source", area)
+        } else {
+            put(buf, tabs, 0, &Line::from(spans));
+            (" no groups of this kind (p / s: back to every group)", body)
+        };
+        let inner = block.inner(target);
+        block.render(target, buf);
+        put(buf, inner, 0, &Line::styled(msg, theme::dim()));
         return;
     }
     let group = &groups[ui.histogram_group % groups.len()];
-    let [tabs, body] = Layout::vertical([Constraint::Length(1), Constraint::Min(0)]).areas(area);
-    let mut spans = vec![Span::styled(" group ◀ ▶ ", theme::dim())];
     for g in &groups {
         let style = if g == group {
             theme::selected()
@@ -140,6 +206,28 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
         spans.push(Span::raw(" "));
     }
     put(buf, tabs, 0, &Line::from(spans));
+    let body = if ui.histogram_by == HistogramGrouping::Every {
+        body
+    } else {
+        // The table, as tall as it needs up to half the body; the bars below.
+        let lines = table_lines(state, &groups, group);
+        let want = lines.len() as u16 + 2;
+        let [table, rest] = Layout::vertical([
+            Constraint::Length(want.min(body.height / 2)),
+            Constraint::Min(0),
+        ])
+        .areas(body);
+        let block = Block::bordered().title(Span::styled(
+            format!(" {} ", ui.histogram_by.label()),
+            theme::title(),
+        ));
+        let inner = block.inner(table);
+        block.render(table, buf);
+        for (i, l) in lines.iter().enumerate() {
+            put(buf, inner, i as u16, l);
+        }
+        rest
+    };
     let shown: Vec<&HistogramSummary> = state
         .histograms
         .iter()

@@ -2,6 +2,12 @@
 //! row and coloured by state (allocated `█`, rounding waste `▓`, pending free `▒`, free `░`);
 //! the selected block's facts and frames in a side pane (PyTorch memory_viz's segment picture,
 //! in a terminal).
+//!
+//! `z` zooms into the selected segment: it fills the list area, one row per equal slice of its
+//! address range (the label gives each slice's address and offset), so blocks that are a
+//! fraction of a cell in a 2 GiB segment's single row get cells of their own. Where a block
+//! directly follows another block of the same look, its first cell is the boundary glyph `▐`
+//! in that colour; the selected block is highlighted; past the segment's end is blank.
 
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -23,7 +29,11 @@ pub const MIN_WIDTH_WITH_DETAIL: u16 = 100;
 /// Width of a row's label (`0x7f3a2c000000  200 MiB L s0 `).
 const LABEL_WIDTH: usize = 30;
 /// Key hints at the bottom of the list.
-const HINTS: &str = "▲▼ select  ◀▶ block  Enter detail  f filter";
+pub const HINTS: &str = "▲▼ select  ◀▶ block  Enter detail  f filter  z zoom";
+/// Key hints at the bottom of a zoomed segment.
+pub const ZOOM_HINTS: &str = "▲▼ segment  ◀▶ block  Enter detail  z/Esc back";
+/// Fewest bytes a zoomed row covers (the allocator's block granularity).
+pub const ZOOM_MIN_ROW: u64 = 512;
 
 /// What one cell of a segment row shows, in increasing priority (a cell shared by blocks
 /// shows the most important one, so a small allocation is never hidden by free space).
@@ -51,7 +61,7 @@ impl CellKind {
     }
 }
 
-/// The cells `[c0, c1)` a byte range `[off, end)` of a `total`-byte segment covers in `width`
+/// The cells `[c0, c1)` a byte range `[off, end)` of a `total`-byte span covers in `width`
 /// cells: at least one cell, however small the range.
 fn cells(off: u64, end: u64, total: u64, width: usize) -> (usize, usize) {
     let scale = |b: u64| (b as u128 * width as u128 / total.max(1) as u128) as usize;
@@ -61,22 +71,63 @@ fn cells(off: u64, end: u64, total: u64, width: usize) -> (usize, usize) {
     (c0, c1.min(width))
 }
 
-/// Paints a segment into `width` cells; returns each cell's kind and the cell range of each
-/// block.
-pub fn paint(seg: &SegmentInfo, width: usize) -> (Vec<CellKind>, Vec<(usize, usize)>) {
-    let mut out = vec![CellKind::Free; width];
-    let mut ranges = Vec::with_capacity(seg.blocks.len());
-    if width == 0 {
-        return (out, vec![(0, 0); seg.blocks.len()]);
+/// A slice of a segment painted into cells.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Painted {
+    /// Each cell's kind; `None` past the segment's end.
+    pub kinds: Vec<Option<CellKind>>,
+    /// Per block, the cells `[c0, c1)` it covers in this slice (`None`: not in the slice).
+    pub ranges: Vec<Option<(usize, usize)>>,
+    /// Cells where a block starts right after another block of the same look.
+    pub boundaries: Vec<usize>,
+}
+
+/// Paints the bytes `[from, from + span)` of `seg` (offsets from its start) into `width` cells.
+pub fn paint_slice(seg: &SegmentInfo, from: u64, span: u64, width: usize) -> Painted {
+    let mut kinds: Vec<Option<CellKind>> = vec![None; width];
+    let mut ranges = vec![None; seg.blocks.len()];
+    let mut boundaries = Vec::new();
+    let span = span.max(1);
+    let to = from.saturating_add(span);
+    let inside = seg.total_size.min(to).saturating_sub(from);
+    if width == 0 || inside == 0 {
+        return Painted {
+            kinds,
+            ranges,
+            boundaries,
+        };
     }
-    let total = seg.total_size;
-    for b in &seg.blocks {
-        let off = b.address.saturating_sub(seg.address);
-        let end = off + b.size;
-        let (c0, c1) = cells(off, end, total, width);
-        ranges.push((c0, c1));
-        let mut mark = |from: usize, to: usize, k: CellKind| {
-            for c in &mut out[from.min(width)..to.min(width)] {
+    let (_, seg_end) = cells(0, inside, span, width);
+    for k in &mut kinds[..seg_end] {
+        *k = Some(CellKind::Free);
+    }
+    let mut prev_end_kind: Option<(u64, CellKind)> = None;
+    let mut prev_c1: Option<usize> = None;
+    for (i, b) in seg.blocks.iter().enumerate() {
+        let b_off = b.address.saturating_sub(seg.address);
+        let b_end = b_off + b.size;
+        let (first, last) = match b.state {
+            BlockState::Inactive => (CellKind::Free, CellKind::Free),
+            BlockState::ActivePendingFree => (CellKind::Pending, CellKind::Pending),
+            BlockState::ActiveAllocated if b.requested_size >= b.size => {
+                (CellKind::Allocated, CellKind::Allocated)
+            }
+            BlockState::ActiveAllocated => (CellKind::Allocated, CellKind::Waste),
+        };
+        let follows_same = prev_end_kind == Some((b_off, first));
+        prev_end_kind = Some((b_end, last));
+        if b_end <= from || b_off >= to {
+            continue;
+        }
+        let off = b_off.max(from) - from;
+        let end = b_end.min(to) - from;
+        let (c0, c1) = cells(off, end, span, width);
+        ranges[i] = Some((c0, c1));
+        // A boundary only where this block has its first cell to itself.
+        let own_first = prev_c1.is_none_or(|p| p <= c0);
+        prev_c1 = Some(c1);
+        let mut mark = |a: usize, z: usize, k: CellKind| {
+            for c in kinds[a.min(width)..z.min(width)].iter_mut().flatten() {
                 *c = (*c).max(k);
             }
         };
@@ -84,15 +135,122 @@ pub fn paint(seg: &SegmentInfo, width: usize) -> (Vec<CellKind>, Vec<(usize, usi
             BlockState::Inactive => mark(c0, c1, CellKind::Free),
             BlockState::ActivePendingFree => mark(c0, c1, CellKind::Pending),
             BlockState::ActiveAllocated => {
-                let used = b.requested_size.min(b.size);
-                let (_, cu) = cells(off, off + used.max(1), total, width);
-                let cu = cu.clamp(c0 + 1, c1);
-                mark(c0, cu, CellKind::Allocated);
-                mark(cu, c1, CellKind::Waste);
+                // The used part `[b_off, b_off + requested)`, at least one byte.
+                let used_end = b_off + b.requested_size.min(b.size).max(1);
+                if used_end <= from {
+                    mark(c0, c1, CellKind::Waste);
+                } else {
+                    let (_, cu) = cells(off, used_end.min(to) - from, span, width);
+                    let cu = cu.clamp(c0 + 1, c1);
+                    mark(c0, cu, CellKind::Allocated);
+                    mark(cu, c1, CellKind::Waste);
+                }
             }
         }
+        if follows_same && own_first && b_off >= from && c1 > c0 + 1 {
+            boundaries.push(c0);
+        }
     }
-    (out, ranges)
+    Painted {
+        kinds,
+        ranges,
+        boundaries,
+    }
+}
+
+/// Paints a segment into `width` cells; returns each cell's kind and the cell range of each
+/// block.
+pub fn paint(seg: &SegmentInfo, width: usize) -> (Vec<CellKind>, Vec<(usize, usize)>) {
+    let p = paint_slice(seg, 0, seg.total_size, width);
+    (
+        p.kinds
+            .into_iter()
+            .map(|k| k.unwrap_or(CellKind::Free))
+            .collect(),
+        p.ranges.into_iter().map(|r| r.unwrap_or((0, 0))).collect(),
+    )
+}
+
+/// How a zoomed segment is laid out in the list's inner area.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ZoomLayout {
+    /// Rows used for slices (the last row of the area holds the key hints).
+    pub rows: usize,
+    /// Bytes each row covers.
+    pub row_bytes: u64,
+    /// Width of a row's label.
+    pub label_width: usize,
+    /// Width of a row's bar.
+    pub bar_width: usize,
+}
+
+/// The smallest round row size of at least `need` bytes: a power of two or one and a half
+/// times one (4, 6, 8, 12, 16 MiB ...), so rows start at round addresses and a segment uses at
+/// least two thirds of the rows it is given.
+pub fn round_row_bytes(need: u64) -> u64 {
+    let need = need.max(ZOOM_MIN_ROW);
+    let pow = need.next_power_of_two();
+    let three_halves = pow / 4 * 3;
+    if three_halves >= need {
+        three_halves
+    } else {
+        pow
+    }
+}
+
+/// The zoom layout of `seg` in an inner area of `width` x `height` cells.
+pub fn zoom_layout(seg: &SegmentInfo, width: usize, height: usize) -> ZoomLayout {
+    let slots = height.saturating_sub(1).max(1) as u64;
+    let row_bytes = round_row_bytes(seg.total_size.div_ceil(slots));
+    let label_width = LABEL_WIDTH.min(width);
+    ZoomLayout {
+        rows: seg.total_size.div_ceil(row_bytes).max(1) as usize,
+        row_bytes,
+        label_width,
+        bar_width: width.saturating_sub(label_width),
+    }
+}
+
+/// The block of a zoomed `seg` drawn at cell (`col`, `row`) of the list's inner area of
+/// `width` x `height` cells (`None` off the bars or past the segment's end).
+pub fn zoom_block_at(
+    seg: &SegmentInfo,
+    width: usize,
+    height: usize,
+    col: usize,
+    row: usize,
+) -> Option<usize> {
+    let z = zoom_layout(seg, width, height);
+    if row >= z.rows.min(height.saturating_sub(1)) || col < z.label_width || z.bar_width == 0 {
+        return None;
+    }
+    let cell = (col - z.label_width) as u64;
+    let off = row as u64 * z.row_bytes
+        + (cell as u128 * z.row_bytes as u128 / z.bar_width as u128) as u64;
+    let addr = seg.address + off;
+    // A tiny block drawn over a whole cell wins the cell, as in the picture.
+    let p = paint_slice(seg, row as u64 * z.row_bytes, z.row_bytes, z.bar_width);
+    let c = cell as usize;
+    let hit = |i: usize| p.ranges[i].is_some_and(|(c0, c1)| c >= c0 && c < c1);
+    let drawn = p.kinds.get(c).copied().flatten()?;
+    seg.blocks
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| hit(i))
+        .find(|(_, b)| {
+            let looks = match b.state {
+                BlockState::Inactive => CellKind::Free,
+                BlockState::ActivePendingFree => CellKind::Pending,
+                BlockState::ActiveAllocated => CellKind::Allocated,
+            };
+            looks == drawn || (drawn == CellKind::Waste && looks == CellKind::Allocated)
+        })
+        .map(|(i, _)| i)
+        .or_else(|| {
+            seg.blocks
+                .iter()
+                .position(|b| addr >= b.address && addr < b.address + b.size)
+        })
 }
 
 fn pool_letter(seg: &SegmentInfo) -> &'static str {
@@ -228,18 +386,147 @@ fn detail_lines(seg: &SegmentInfo, block: usize) -> Vec<Line<'static>> {
     lines
 }
 
-/// Draws the segment view.
-pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
-    let order = state.segment_order(ui.segment_filter);
+/// One row of a zoomed segment: its slice's address and offset, then the slice's cells.
+fn zoom_row_line(seg: &SegmentInfo, z: &ZoomLayout, row: usize, block: usize) -> Line<'static> {
+    let from = row as u64 * z.row_bytes;
+    let p = paint_slice(seg, from, z.row_bytes, z.bar_width);
+    let selected = p.ranges.get(block).copied().flatten();
+    // The label is highlighted on the row where the selected block starts.
+    let starts_here = seg.blocks.get(block).is_some_and(|b| {
+        let off = b.address.saturating_sub(seg.address);
+        off >= from && off < from + z.row_bytes
+    });
+    let label = format!(
+        "{} +{} ",
+        right(&units::address(seg.address + from), 14),
+        right(&units::bytes(from), 8)
+    );
+    let mut spans = vec![Span::styled(
+        super::left(&label, z.label_width),
+        if starts_here {
+            theme::selected()
+        } else {
+            theme::dim()
+        },
+    )];
+    let mut run = String::new();
+    let mut run_style = Style::new();
+    for (i, k) in p.kinds.iter().enumerate() {
+        let (glyph, mut style) = match k {
+            Some(k) => {
+                let (glyph, color) = k.look();
+                let glyph = if p.boundaries.contains(&i) {
+                    theme::BOUNDARY_GLYPH
+                } else {
+                    glyph
+                };
+                (glyph, Style::new().fg(color))
+            }
+            None => (theme::UNMAPPED_GLYPH, Style::new()),
+        };
+        if let Some((c0, c1)) = selected
+            && i >= c0
+            && i < c1
+        {
+            style = style.add_modifier(Modifier::REVERSED);
+        }
+        if style != run_style && !run.is_empty() {
+            spans.push(Span::styled(std::mem::take(&mut run), run_style));
+        }
+        run_style = style;
+        run.push_str(glyph);
+    }
+    if !run.is_empty() {
+        spans.push(Span::styled(run, run_style));
+    }
+    Line::from(spans)
+}
+
+/// Draws the selected segment zoomed into `list`.
+fn render_zoom(list: Rect, buf: &mut Buffer, seg: &SegmentInfo, block: usize) {
+    let inner_w = list.width.saturating_sub(2) as usize;
+    let inner_h = list.height.saturating_sub(2) as usize;
+    let z = zoom_layout(seg, inner_w, inner_h);
+    let frame = Block::bordered()
+        .title(Span::styled(
+            format!(
+                " Segment {} {} {} s{} · zoom {}/row ",
+                units::address(seg.address),
+                units::bytes(seg.total_size),
+                pool_letter(seg),
+                seg.stream,
+                units::bytes(z.row_bytes)
+            ),
+            theme::title(),
+        ))
+        .title(
+            Line::styled(
+                format!(" {} blocks ", units::count(seg.blocks.len() as u64)),
+                theme::dim(),
+            )
+            .right_aligned(),
+        );
+    let inner = frame.inner(list);
+    frame.render(list, buf);
+    if inner.height == 0 {
+        return;
+    }
+    for row in 0..z.rows.min(inner.height.saturating_sub(1) as usize) {
+        put(buf, inner, row as u16, &zoom_row_line(seg, &z, row, block));
+    }
+    put(
+        buf,
+        inner,
+        inner.height - 1,
+        &Line::styled(format!(" {ZOOM_HINTS}"), theme::dim()),
+    );
+}
+
+/// The view's list (left) and detail pane (right; zero-wide when hidden).
+fn split(area: Rect, ui: &UiState) -> [Rect; 2] {
     let show_detail = area.width >= MIN_WIDTH_WITH_DETAIL || ui.detail;
     let detail_width = if show_detail {
         DETAIL_WIDTH.min(area.width / 2)
     } else {
         0
     };
-    let [list, detail] =
-        Layout::horizontal([Constraint::Min(0), Constraint::Length(detail_width)]).areas(area);
+    Layout::horizontal([Constraint::Min(0), Constraint::Length(detail_width)]).areas(area)
+}
 
+/// The list part of the segment view, inside its border (the detail pane takes the rest).
+pub fn list_inner(area: Rect, ui: &UiState) -> Rect {
+    let [list, _] = split(area, ui);
+    Block::bordered().inner(list)
+}
+
+/// Draws the segment view.
+pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
+    let order = state.segment_order(ui.segment_filter);
+    let [list, detail] = split(area, ui);
+    let selected = ui.segment_row.min(order.len().saturating_sub(1));
+    let zoomed = order.get(selected).filter(|_| ui.zoom);
+    if let Some(&i) = zoomed {
+        let seg = &state.segments[i];
+        render_zoom(
+            list,
+            buf,
+            seg,
+            ui.block.min(seg.blocks.len().saturating_sub(1)),
+        );
+    } else {
+        render_list(list, buf, state, ui, &order, selected);
+    }
+    render_detail(detail, buf, state, ui, &order, selected);
+}
+
+fn render_list(
+    list: Rect,
+    buf: &mut Buffer,
+    state: &State,
+    ui: &UiState,
+    order: &[usize],
+    selected: usize,
+) {
     let mut filters = vec![Span::raw(" ")];
     for f in [
         SegmentFilter::Large,
@@ -266,7 +553,6 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
         return;
     }
     let visible = inner.height.saturating_sub(1) as usize;
-    let selected = ui.segment_row.min(order.len().saturating_sub(1));
     let offset = scroll_offset(selected, visible);
     if order.is_empty() {
         put(buf, inner, 0, &Line::styled(" no segments", theme::dim()));
@@ -287,8 +573,17 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
         inner.height - 1,
         &Line::styled(format!(" {HINTS}"), theme::dim()),
     );
+}
 
-    if detail_width > 0 {
+fn render_detail(
+    detail: Rect,
+    buf: &mut Buffer,
+    state: &State,
+    ui: &UiState,
+    order: &[usize],
+    selected: usize,
+) {
+    if detail.width > 0 {
         let seg = order.get(selected).map(|&i| &state.segments[i]);
         let title =
             match seg.and_then(|s| s.blocks.get(ui.block.min(s.blocks.len().saturating_sub(1)))) {
@@ -348,5 +643,89 @@ mod tests {
         );
         let (kinds, _) = paint(&seg, 0);
         assert!(kinds.is_empty());
+    }
+
+    #[test]
+    fn a_zoomed_two_gib_segment_gives_small_blocks_cells_and_boundaries() {
+        use crate::units::GIB;
+        // 2 GiB: two adjacent 1 MiB allocations, a free gap, a 512 B block, the rest free.
+        let base = 0x7f00_0000_0000;
+        let seg = segment(
+            base,
+            0,
+            SegmentType::Large,
+            vec![
+                block(base, MIB, MIB, BlockState::ActiveAllocated),
+                block(base + MIB, MIB, MIB, BlockState::ActiveAllocated),
+                block(base + 2 * MIB, 62 * MIB, 0, BlockState::Inactive),
+                block(base + 64 * MIB, 512, 512, BlockState::ActivePendingFree),
+                block(
+                    base + 64 * MIB + 512,
+                    2 * GIB - 64 * MIB - 512,
+                    0,
+                    BlockState::Inactive,
+                ),
+            ],
+        );
+        // Unzoomed, 90 cells: the first three blocks share one cell.
+        let (_, ranges) = paint(&seg, 90);
+        assert_eq!((ranges[0], ranges[1]), ((0, 1), (0, 1)));
+        // Zoomed into 32 rows of 90 cells: 64 MiB a row, so the first row alone holds the
+        // two allocations (side by side, a boundary between them), the gap and nothing else.
+        let z = zoom_layout(&seg, 120, 33);
+        assert_eq!(round_row_bytes(2 * GIB / 32), 64 * MIB);
+        assert_eq!((z.rows, z.row_bytes, z.bar_width), (32, 64 * MIB, 90));
+        let row0 = paint_slice(&seg, 0, z.row_bytes, z.bar_width);
+        assert_eq!(row0.ranges[0], Some((0, 2)));
+        assert_eq!(row0.ranges[1], Some((1, 3)));
+        assert_eq!(row0.boundaries, Vec::<usize>::new(), "cell 1 is shared");
+        let row0 = paint_slice(&seg, 0, z.row_bytes, 64 * 4);
+        assert_eq!(row0.ranges[1], Some((4, 8)));
+        assert_eq!(row0.boundaries, vec![4]);
+        assert_eq!(row0.kinds[4], Some(CellKind::Allocated));
+        // The 512 B pending free starts row 1 and gets its own cell.
+        let row1 = paint_slice(&seg, z.row_bytes, z.row_bytes, z.bar_width);
+        assert_eq!(row1.ranges[3], Some((0, 1)));
+        assert_eq!(row1.kinds[0], Some(CellKind::Pending));
+        assert_eq!(row1.ranges[0], None);
+        // A slice running past the end is blank there.
+        let tail = paint_slice(&seg, 2 * GIB - MIB, 2 * MIB, 10);
+        assert_eq!(tail.kinds[4], Some(CellKind::Free));
+        assert_eq!(tail.kinds[5], None);
+    }
+
+    #[test]
+    fn zoomed_rows_cover_round_sizes() {
+        assert_eq!(round_row_bytes(0), ZOOM_MIN_ROW);
+        assert_eq!(round_row_bytes(7 * MIB), 8 * MIB);
+        assert_eq!(round_row_bytes(6 * MIB), 6 * MIB);
+        assert_eq!(round_row_bytes(5 * MIB), 6 * MIB);
+        assert_eq!(round_row_bytes(4 * MIB), 4 * MIB);
+        assert_eq!(round_row_bytes(4 * MIB + 1), 6 * MIB);
+    }
+
+    #[test]
+    fn a_click_on_a_zoomed_cell_finds_the_block_drawn_there() {
+        let seg = segment(
+            0,
+            0,
+            SegmentType::Large,
+            vec![
+                block(0, 10 * MIB, 10 * MIB, BlockState::ActiveAllocated),
+                block(10 * MIB, 512, 512, BlockState::ActiveAllocated),
+                block(10 * MIB + 512, 10 * MIB - 512, 0, BlockState::Inactive),
+            ],
+        );
+        // 40 wide (label 30, bar 10), 7 high: 6 slots, 5 rows of 4 MiB, 0.4 MiB a cell.
+        let z = zoom_layout(&seg, 40, 7);
+        assert_eq!((z.row_bytes, z.rows), (4 * MIB, 5));
+        assert_eq!(zoom_block_at(&seg, 40, 7, 30, 0), Some(0));
+        // Row 2 starts at 8 MiB: cell 5 (10 MiB) is the 512 B block, drawn over the free one.
+        assert_eq!(zoom_block_at(&seg, 40, 7, 34, 2), Some(0));
+        assert_eq!(zoom_block_at(&seg, 40, 7, 35, 2), Some(1));
+        assert_eq!(zoom_block_at(&seg, 40, 7, 36, 2), Some(2));
+        assert_eq!(zoom_block_at(&seg, 40, 7, 29, 2), None, "the label");
+        assert_eq!(zoom_block_at(&seg, 40, 7, 30, 5), None, "past the segment");
+        assert_eq!(zoom_block_at(&seg, 40, 7, 30, 6), None, "the hints row");
     }
 }

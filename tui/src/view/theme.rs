@@ -14,6 +14,9 @@ pub const PENDING_GLYPH: &str = "▒";
 pub const WASTE_GLYPH: &str = "▓";
 /// Glyph of free cached memory.
 pub const FREE_GLYPH: &str = "░";
+/// First cell of a block that directly follows a block of the same look (zoomed segments):
+/// a half-cell gap in the block's own colour.
+pub const BOUNDARY_GLYPH: &str = "▐";
 /// Glyph of unmapped address space.
 pub const UNMAPPED_GLYPH: &str = " ";
 

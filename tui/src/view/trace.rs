@@ -31,15 +31,10 @@ fn action_style(a: TraceAction) -> Style {
     }
 }
 
+/// The context column: the entry's tags, user frame and metadata
+/// ([`context::summary`](crate::state::context::summary)).
 fn context(e: &TraceEntry) -> String {
-    if let Some(f) = e.frames.first() {
-        if f.filename == "??" || f.filename.is_empty() {
-            return f.name.clone();
-        }
-        let file = f.filename.rsplit('/').next().unwrap_or(&f.filename);
-        return format!("{} {file}:{}", f.name, f.line);
-    }
-    e.user_metadata.clone().unwrap_or_default()
+    crate::state::context::summary(&e.frames, e.user_metadata.as_deref())
 }
 
 /// Draws the trace table.
