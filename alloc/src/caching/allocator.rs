@@ -228,9 +228,19 @@ impl<B: DeviceBackend> CachingAllocator<B> {
         let context = self.gather(ContextLevel::All);
         let mut st = self.lock();
         st.begin_call();
-        let r = st.free(&self.backend, ptr, context);
-        st.end_call();
-        r
+        // The success path builds its own `Ok` rather than moving the call's result past
+        // `end_call`: a stack copy of the whole `Result` (sized for `AllocError`) right after
+        // the narrow store that wrote it stalls on store forwarding.
+        match st.free(&self.backend, ptr, context) {
+            Ok(()) => {
+                st.end_call();
+                Ok(())
+            }
+            Err(e) => {
+                st.end_call();
+                Err(e)
+            }
+        }
     }
 
     /// Notes that `stream` uses the block at `ptr`: its free will wait for the stream's work.

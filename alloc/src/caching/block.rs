@@ -29,6 +29,9 @@ pub(crate) struct Block {
     pub sidx: u16,
     /// Index of its `BlockPool`.
     pub pool: u32,
+    /// Whether `pool` is a small pool (kept here so that a free reaches its stats without
+    /// a second lookup).
+    pub small: bool,
     /// Neighbour below in the same segment, or `NIL`.
     pub prev: BlockId,
     /// Neighbour above in the same segment, or `NIL`.
@@ -55,7 +58,14 @@ pub(crate) struct Block {
 
 impl Block {
     /// A live, free, mapped block.
-    pub(crate) fn new(addr: u64, size: u64, stream: StreamId, sidx: u16, pool: u32) -> Block {
+    pub(crate) fn new(
+        addr: u64,
+        size: u64,
+        stream: StreamId,
+        sidx: u16,
+        pool: u32,
+        small: bool,
+    ) -> Block {
         Block {
             addr,
             size,
@@ -63,6 +73,7 @@ impl Block {
             stream,
             sidx,
             pool,
+            small,
             prev: NIL,
             next: NIL,
             allocated: false,
@@ -200,9 +211,10 @@ impl BlockArena {
         stream: StreamId,
         sidx: u16,
         pool: u32,
+        small: bool,
     ) -> BlockId {
         let Some(id) = self.free.pop() else {
-            return self.insert(Block::new(addr, size, stream, sidx, pool));
+            return self.insert(Block::new(addr, size, stream, sidx, pool, small));
         };
         let b = &mut self.blocks[id as usize];
         debug_assert!(!b.live && b.context.is_none() && b.segment_context.is_none());
@@ -213,6 +225,7 @@ impl BlockArena {
         b.stream = stream;
         b.sidx = sidx;
         b.pool = pool;
+        b.small = small;
         b.allocated = false;
         b.mapped = true;
         b.live = true;
@@ -228,8 +241,9 @@ impl BlockArena {
     #[inline]
     pub(crate) fn split_front(&mut self, rem: BlockId, size: u64, stream: StreamId) -> BlockId {
         let r = &self.blocks[rem as usize];
-        let (addr, prev, sidx, pool, es) = (r.addr, r.prev, r.sidx, r.pool, r.expandable);
-        let front = self.insert_new(addr, size, stream, sidx, pool);
+        let (addr, prev, sidx, pool, small, es) =
+            (r.addr, r.prev, r.sidx, r.pool, r.small, r.expandable);
+        let front = self.insert_new(addr, size, stream, sidx, pool, small);
         let blocks = &mut self.blocks[..];
         let f = &mut blocks[front as usize];
         f.expandable = es;

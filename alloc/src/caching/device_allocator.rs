@@ -844,7 +844,8 @@ impl DeviceCachingAllocator {
             pp.segment_count += 1;
         }
         self.total_allocated_memory += size;
-        let mut b = Block::new(ptr, size, p.stream, p.sidx, p.pool);
+        let small = self.is_small(p.pool);
+        let mut b = Block::new(ptr, size, p.stream, p.sidx, p.pool, small);
         b.segment_context = context.cloned();
         let id = self.arena.insert(b);
         let small = self.is_small(p.pool);
@@ -1054,11 +1055,10 @@ impl DeviceCachingAllocator {
     ) -> BlockId {
         let size = p.size;
         let mut id = p.block;
-        let (pool, already_split, expandable, bsize_before) = {
+        let (pool, small, already_split, expandable, bsize_before) = {
             let b = &self.arena[id];
-            (b.pool, b.is_split(), b.is_expandable(), b.size)
+            (b.pool, b.small, b.is_split(), b.is_expandable(), b.size)
         };
-        let small = self.is_small(pool);
         if split {
             // As in PyTorch, the front piece is a new block and the remainder keeps the old
             // one's fields (its stale `requested` size, and the segment's allocation context,
@@ -1153,12 +1153,12 @@ impl DeviceCachingAllocator {
             .allocated
             .remove(ptr)
             .ok_or(AllocError::InvalidPointer(ptr))?;
-        let (size, pool) = {
+        let (size, small) = {
             let b = &mut self.arena[id];
             b.allocated = false;
-            (b.size, b.pool)
+            (b.size, b.small)
         };
-        let small = self.is_small(pool);
+        debug_assert_eq!(small, self.is_small(self.arena[id].pool));
         dec(&mut self.stats.allocation, small, 1);
         dec(&mut self.stats.allocated_bytes, small, size);
         if self.observing {
@@ -1187,9 +1187,9 @@ impl DeviceCachingAllocator {
     /// PyTorch's `free_block`: back to the free set, merged with free neighbours.
     #[inline(always)]
     fn free_block(&mut self, id: BlockId, context: Option<&Frames>) {
-        let (size, requested, pool, expandable) = {
+        let (size, requested, pool, small, expandable) = {
             let b = &self.arena[id];
-            (b.size, b.requested, b.pool, b.is_expandable())
+            (b.size, b.requested, b.pool, b.small, b.is_expandable())
         };
         if self.observing {
             self.observe_free(
@@ -1218,7 +1218,6 @@ impl DeviceCachingAllocator {
             net_blocks += 1;
             net_size += (size + m.bytes) as i64;
         }
-        let small = self.is_small(pool);
         let s = &mut self.stats;
         if !expandable {
             update(&mut s.inactive_split, small, net_blocks);

@@ -103,7 +103,7 @@ impl DeviceCachingAllocator {
         if let Some(pp) = self.private_pool_of(pool) {
             pp.segment_count += 1;
         }
-        let mut b = Block::new(va, full, stream, sidx, pool);
+        let mut b = Block::new(va, full, stream, sidx, pool, self.is_small(pool));
         b.mapped = false;
         b.expandable = slot as u32;
         let id = self.arena.insert(b);
@@ -143,7 +143,14 @@ impl DeviceCachingAllocator {
         self.pools[pool as usize].unmapped.remove(&(stream.0, addr));
         self.arena[to_map].mapped = true;
         if msize < bsize {
-            let mut rest = Block::new(addr + msize, bsize - msize, stream, sidx, pool);
+            let mut rest = Block::new(
+                addr + msize,
+                bsize - msize,
+                stream,
+                sidx,
+                pool,
+                self.is_small(pool),
+            );
             rest.mapped = false;
             rest.expandable = es;
             rest.prev = to_map;
@@ -255,7 +262,7 @@ impl DeviceCachingAllocator {
             let b = &self.arena[id];
             (b.stream, b.sidx, b.pool, b.expandable)
         };
-        let mut piece = Block::new(addr, size, stream, sidx, pool);
+        let mut piece = Block::new(addr, size, stream, sidx, pool, self.is_small(pool));
         piece.expandable = es;
         let (prev, next) = match side {
             Side::Before => (self.arena[id].prev, id),
