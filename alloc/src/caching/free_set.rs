@@ -6,23 +6,35 @@
 //! the vector once it shrinks below [`DEMOTE_AT`] (the gap stops a set near the boundary from
 //! switching back and forth). Search is `O(log n)` either way, and an insert or removal moves at
 //! most [`SMALL_MAX`] entries. The vector keeps its capacity, so a warm set allocates nothing.
+//!
+//! A removal from the vector leaves a *hole*: the entry keeps its key (so the order holds) but
+//! no block. The next insertion whose key sorts there fills it, so a block handed out whole and
+//! given back whole (a training loop reusing a tensor's exact block) moves no entries at all;
+//! any other change first closes the hole (the shift the removal saved). There is at most one
+//! hole, and every query skips it.
 
 use std::collections::BTreeMap;
 use std::collections::btree_map;
 
-use crate::caching::block::BlockId;
+use crate::caching::block::{BlockId, NIL};
 use crate::caching::pool::SizeKey;
 
 /// Largest set kept as a sorted vector.
 pub(crate) const SMALL_MAX: usize = 64;
 /// A B-tree set this small goes back to the vector.
 pub(crate) const DEMOTE_AT: usize = 16;
+/// The block of a hole (an entry whose block was removed).
+const VACANT: BlockId = NIL;
+/// `FreeSet::hole` when there is none.
+const NO_HOLE: usize = usize::MAX;
 
 /// An ordered map from free-set keys to block ids.
 #[derive(Debug, Default)]
 pub(crate) struct FreeSet {
     small: Vec<(SizeKey, BlockId)>,
     large: Option<BTreeMap<SizeKey, BlockId>>,
+    /// Index of the hole in `small` (see the module docs), or `NO_HOLE`.
+    hole: usize,
 }
 
 /// Entries in key order from a starting key.
@@ -37,7 +49,7 @@ impl Iterator for FreeIter<'_> {
     #[inline]
     fn next(&mut self) -> Option<(SizeKey, BlockId)> {
         match self {
-            FreeIter::Small(it) => it.next().copied(),
+            FreeIter::Small(it) => it.find(|e| e.1 != VACANT).copied(),
             FreeIter::Large(it) => it.next().map(|(&k, &v)| (k, v)),
         }
     }
@@ -48,7 +60,31 @@ impl FreeSet {
         FreeSet {
             small: Vec::with_capacity(SMALL_MAX),
             large: None,
+            hole: NO_HOLE,
         }
+    }
+
+    /// Closes the hole, if any (the shift its removal saved).
+    #[inline]
+    fn close_hole(&mut self) {
+        if self.hole != NO_HOLE {
+            self.small.remove(self.hole);
+            self.hole = NO_HOLE;
+        }
+    }
+
+    /// Makes the vector entry at `pos` the hole (closing an older one first), returning its
+    /// block.
+    #[inline]
+    fn vacate(&mut self, mut pos: usize) -> BlockId {
+        if self.hole != NO_HOLE {
+            if self.hole < pos {
+                pos -= 1;
+            }
+            self.close_hole();
+        }
+        self.hole = pos;
+        std::mem::replace(&mut self.small[pos].1, VACANT)
     }
 
     /// Number of entries.
@@ -56,13 +92,22 @@ impl FreeSet {
     pub(crate) fn len(&self) -> usize {
         match &self.large {
             Some(m) => m.len(),
-            None => self.small.len(),
+            None => self.small.len() - usize::from(self.hole != NO_HOLE),
         }
     }
 
     /// Adds an entry (keys are unique: they hold the block's address).
     #[inline]
     pub(crate) fn insert(&mut self, key: SizeKey, id: BlockId) {
+        if self.hole != NO_HOLE {
+            let (h, v) = (self.hole, &mut self.small);
+            if (h == 0 || v[h - 1].0 < key) && v.get(h + 1).is_none_or(|e| key < e.0) {
+                v[h] = (key, id);
+                self.hole = NO_HOLE;
+                return;
+            }
+            self.close_hole();
+        }
         match &mut self.large {
             Some(m) => {
                 m.insert(key, id);
@@ -83,8 +128,13 @@ impl FreeSet {
     /// index works: a wrong one only costs the search it would have saved).
     #[inline]
     pub(crate) fn remove_at_hint(&mut self, key: SizeKey, hint: usize) -> Option<BlockId> {
-        if self.large.is_none() && self.small.get(hint).is_some_and(|e| e.0 == key) {
-            return Some(self.small.remove(hint).1);
+        if self.large.is_none()
+            && self
+                .small
+                .get(hint)
+                .is_some_and(|e| e.0 == key && e.1 != VACANT)
+        {
+            return Some(self.vacate(hint));
         }
         self.remove(&key)
     }
@@ -104,7 +154,7 @@ impl FreeSet {
             None => {
                 let pos = self.small.partition_point(|e| e.0 < *key);
                 match self.small.get(pos) {
-                    Some(e) if e.0 == *key => Some(self.small.remove(pos).1),
+                    Some(e) if e.0 == *key && e.1 != VACANT => Some(self.vacate(pos)),
                     _ => None,
                 }
             }
@@ -133,7 +183,7 @@ impl FreeSet {
             v.partition_point(|e| e.0 < old)
         };
         debug_assert!(
-            v.get(i).is_some_and(|e| e.0 == old),
+            v.get(i).is_some_and(|e| e.0 == old && e.1 != VACANT),
             "replaced a key that is not in the set"
         );
         // Most often the new key still sorts between the old one's neighbours: write in place.
@@ -143,6 +193,16 @@ impl FreeSet {
             v[i] = (new, id);
             return;
         }
+        // The entries shift: close the hole first (a hole's key orders like any other, so
+        // the in-place case above could keep it).
+        let i = if self.hole == NO_HOLE {
+            i
+        } else {
+            let i = if self.hole < i { i - 1 } else { i };
+            self.close_hole();
+            i
+        };
+        let v = &mut self.small;
         // With `old` still in place: `new` belongs before index `j`.
         let j = v.partition_point(|e| e.0 < new);
         if j <= i {
@@ -150,7 +210,7 @@ impl FreeSet {
             v.copy_within(j..i, j + 1);
             v[j] = (new, id);
         } else {
-            // Moves up: the entries in (i, j) move down one into the hole.
+            // Moves up: the entries in (i, j) move down one into the gap.
             v.copy_within(i + 1..j, i);
             v[j - 1] = (new, id);
         }
@@ -164,8 +224,15 @@ impl FreeSet {
         match &self.large {
             Some(m) => (usize::MAX, FreeIter::Large(m.range(from..))),
             None => {
-                let pos = self.small.partition_point(|e| e.0 < from);
-                (pos, FreeIter::Small(self.small[pos..].iter()))
+                let mut pos = self.small.partition_point(|e| e.0 < from);
+                if pos == self.hole {
+                    // The hint names the first entry the iterator yields.
+                    pos += 1;
+                }
+                (
+                    pos,
+                    FreeIter::Small(self.small[pos.min(self.small.len())..].iter()),
+                )
             }
         }
     }
@@ -205,6 +272,7 @@ impl FreeSet {
 
     /// Removes every entry, returning them.
     pub(crate) fn take_all(&mut self) -> Vec<(SizeKey, BlockId)> {
+        self.close_hole();
         match self.large.take() {
             Some(m) => m.into_iter().collect(),
             None => std::mem::replace(&mut self.small, Vec::with_capacity(SMALL_MAX)),
@@ -266,6 +334,69 @@ mod tests {
                 let want: Vec<(u128, u32)> = b.iter().map(|(&k, &v)| (k, v)).collect();
                 assert_eq!(got, want, "n {n} step {step}: {old} -> {new}");
             }
+        }
+    }
+
+    #[test]
+    fn every_operation_agrees_with_an_ordered_map_holes_and_all() {
+        // Sizes around the vector/B-tree boundary, so both forms and both moves between them
+        // are exercised, with holes left by removals and filled or closed by what follows.
+        for max_keys in [6u128, 40, 160] {
+            let mut set = FreeSet::new();
+            let mut model: BTreeMap<SizeKey, BlockId> = BTreeMap::new();
+            let mut x = 0x2545_F491_4F6C_DD1Du64 ^ max_keys as u64;
+            let (mut saw_vector, mut saw_tree, mut saw_hole) = (false, false, false);
+            for step in 0..20_000u32 {
+                saw_vector |= set.large.is_none();
+                saw_tree |= set.large.is_some();
+                saw_hole |= set.hole != NO_HOLE;
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let key = u128::from(x % max_keys as u64) * 16;
+                let present: Vec<SizeKey> = model.keys().copied().collect();
+                match x % 7 {
+                    0 | 1 if !model.contains_key(&key) => {
+                        set.insert(key, step);
+                        model.insert(key, step);
+                    }
+                    2 => assert_eq!(set.remove(&key), model.remove(&key), "step {step}"),
+                    3 if !present.is_empty() => {
+                        // A removal at the index a search gave, as malloc does.
+                        let k = present[(x >> 20) as usize % present.len()];
+                        let (hint, mut it) = set.search(k);
+                        assert_eq!(it.next().map(|e| e.0), Some(k), "step {step}");
+                        assert_eq!(set.remove_at_hint(k, hint), model.remove(&k));
+                    }
+                    4 if !present.is_empty() && !model.contains_key(&key) => {
+                        let k = present[(x >> 20) as usize % present.len()];
+                        let hint = (x >> 40) as usize % 70;
+                        set.replace(k, key, step, hint);
+                        model.remove(&k);
+                        model.insert(key, step);
+                    }
+                    _ => {
+                        let from = u128::from((x >> 8) % max_keys as u64) * 16 + 1;
+                        let got: Vec<_> = set.iter_from(from).collect();
+                        let want: Vec<_> = model.range(from..).map(|(&k, &v)| (k, v)).collect();
+                        assert_eq!(got, want, "step {step}: from {from}");
+                    }
+                }
+                assert_eq!(set.len(), model.len(), "step {step}");
+            }
+            assert!(
+                saw_vector && saw_hole,
+                "{max_keys} keys: vector and hole exercised"
+            );
+            assert_eq!(
+                saw_tree,
+                max_keys > SMALL_MAX as u128,
+                "{max_keys} keys: B-tree"
+            );
+            let all: Vec<_> = set.iter().collect();
+            let want: Vec<_> = model.iter().map(|(&k, &v)| (k, v)).collect();
+            assert_eq!(all, want);
+            assert_eq!(set.take_all(), want);
         }
     }
 }
