@@ -290,12 +290,24 @@ fn row_line(
     )];
     let (kinds, ranges) = paint(seg, bar_width);
     let highlight = block.and_then(|b| ranges.get(b)).copied();
-    // One span per run of same-looking cells.
+    let cells = kinds.iter().map(|k| {
+        let (glyph, color) = k.look();
+        (glyph, Style::new().fg(color))
+    });
+    push_cell_runs(&mut spans, cells, highlight);
+    Line::from(spans)
+}
+
+/// Appends cells as one span per run of same-looking cells, the cells in `highlight` (a
+/// `[first, end)` range of cell indices) reversed.
+fn push_cell_runs<'g>(
+    spans: &mut Vec<Span<'static>>,
+    cells: impl Iterator<Item = (&'g str, Style)>,
+    highlight: Option<(usize, usize)>,
+) {
     let mut run = String::new();
     let mut run_style = Style::new();
-    for (i, k) in kinds.iter().enumerate() {
-        let (glyph, color) = k.look();
-        let mut style = Style::new().fg(color);
+    for (i, (glyph, mut style)) in cells.enumerate() {
         if let Some((c0, c1)) = highlight
             && i >= c0
             && i < c1
@@ -311,7 +323,6 @@ fn row_line(
     if !run.is_empty() {
         spans.push(Span::styled(run, run_style));
     }
-    Line::from(spans)
 }
 
 /// First row shown so that `selected` is visible in `visible` rows.
@@ -409,36 +420,19 @@ fn zoom_row_line(seg: &SegmentInfo, z: &ZoomLayout, row: usize, block: usize) ->
             theme::dim()
         },
     )];
-    let mut run = String::new();
-    let mut run_style = Style::new();
-    for (i, k) in p.kinds.iter().enumerate() {
-        let (glyph, mut style) = match k {
-            Some(k) => {
-                let (glyph, color) = k.look();
-                let glyph = if p.boundaries.contains(&i) {
-                    theme::BOUNDARY_GLYPH
-                } else {
-                    glyph
-                };
-                (glyph, Style::new().fg(color))
-            }
-            None => (theme::UNMAPPED_GLYPH, Style::new()),
-        };
-        if let Some((c0, c1)) = selected
-            && i >= c0
-            && i < c1
-        {
-            style = style.add_modifier(Modifier::REVERSED);
+    let cells = p.kinds.iter().enumerate().map(|(i, k)| match k {
+        Some(k) => {
+            let (glyph, color) = k.look();
+            let glyph = if p.boundaries.contains(&i) {
+                theme::BOUNDARY_GLYPH
+            } else {
+                glyph
+            };
+            (glyph, Style::new().fg(color))
         }
-        if style != run_style && !run.is_empty() {
-            spans.push(Span::styled(std::mem::take(&mut run), run_style));
-        }
-        run_style = style;
-        run.push_str(glyph);
-    }
-    if !run.is_empty() {
-        spans.push(Span::styled(run, run_style));
-    }
+        None => (theme::UNMAPPED_GLYPH, Style::new()),
+    });
+    push_cell_runs(&mut spans, cells, selected);
     Line::from(spans)
 }
 
