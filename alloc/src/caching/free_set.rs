@@ -112,7 +112,7 @@ impl FreeSet {
     }
 
     /// Adds an entry (keys are unique: they hold the block's address).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn insert(&mut self, key: SizeKey, id: BlockId) {
         if self.hole != NO_HOLE {
             let (h, v) = (self.hole, &mut self.small);
@@ -121,8 +121,15 @@ impl FreeSet {
                 self.hole = NO_HOLE;
                 return;
             }
-            self.close_hole();
         }
+        self.insert_shifting(key, id);
+    }
+
+    /// `insert` past the hole's place: closes the hole, then shifts entries (or grows into,
+    /// or inserts in, the B-tree).
+    #[inline(never)]
+    fn insert_shifting(&mut self, key: SizeKey, id: BlockId) {
+        self.close_hole();
         match &mut self.large {
             Some(m) => {
                 m.insert(key, id);
