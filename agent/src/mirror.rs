@@ -1146,21 +1146,7 @@ impl DeviceMirror {
             let split = !seg.expandable && seg.blocks > 1;
             for i in self.chain(si) {
                 let b = &self.blocks[i];
-                match b.state {
-                    BlockState::ActiveAllocated => {
-                        u.allocated += b.size;
-                        u.active += b.size;
-                        u.oversize_allocations += u64::from(b.oversize);
-                    }
-                    BlockState::ActivePendingFree => u.active += b.size,
-                    BlockState::Inactive => {
-                        u.largest_free = u.largest_free.max(b.size);
-                        if split {
-                            u.inactive_split += 1;
-                            u.inactive_split_bytes += b.size;
-                        }
-                    }
-                }
+                u.count_block(b.state, b.size, split, b.oversize);
             }
         }
         pools.into_values().collect()
@@ -1168,6 +1154,28 @@ impl DeviceMirror {
 }
 
 impl PoolUsage {
+    /// Counts one block of a pool's segment by PyTorch's rules: an allocated block is allocated
+    /// and active (and may be oversize), a pending free is active, a free block competes for the
+    /// largest free block and, in a segment split into several blocks (`split`), is an inactive
+    /// split block. The dashboard's pool table over snapshot files counts with it too.
+    pub fn count_block(&mut self, state: BlockState, size: u64, split: bool, oversize: bool) {
+        match state {
+            BlockState::ActiveAllocated => {
+                self.allocated += size;
+                self.active += size;
+                self.oversize_allocations += u64::from(oversize);
+            }
+            BlockState::ActivePendingFree => self.active += size,
+            BlockState::Inactive => {
+                self.largest_free = self.largest_free.max(size);
+                if split {
+                    self.inactive_split += 1;
+                    self.inactive_split_bytes += size;
+                }
+            }
+        }
+    }
+
     /// A pool with nothing in it.
     pub fn empty(pool: PoolKey) -> PoolUsage {
         PoolUsage {

@@ -2,7 +2,8 @@
 //! reserved, allocated, active, inactive split blocks, largest free block, oversize blocks),
 //! derived from the segment list.
 
-use allocview_alloc::snapshot::{BlockState, SegmentInfo, SegmentType};
+use allocview_agent::state::{PoolKey, PoolUsage};
+use allocview_alloc::snapshot::{SegmentInfo, SegmentType};
 
 /// Which pool a row describes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -61,17 +62,18 @@ pub struct PoolRow {
 }
 
 impl PoolRow {
-    fn new(kind: PoolKind, unlimited: bool) -> PoolRow {
+    /// The row of `kind` from its figures, counted as the agent counts its live pools.
+    fn new(kind: PoolKind, u: &PoolUsage, unlimited: bool) -> PoolRow {
         PoolRow {
             kind,
-            segments: 0,
-            reserved: 0,
-            allocated: 0,
-            active: 0,
-            inactive_split: 0,
-            inactive_split_bytes: 0,
-            largest_free: 0,
-            oversize: (!unlimited).then_some(0),
+            segments: u.segments,
+            reserved: u.reserved,
+            allocated: u.allocated,
+            active: u.active,
+            inactive_split: u.inactive_split,
+            inactive_split_bytes: u.inactive_split_bytes,
+            largest_free: u.largest_free,
+            oversize: (!unlimited).then_some(u.oversize_allocations),
         }
     }
 }
@@ -79,48 +81,35 @@ impl PoolRow {
 /// The table: small and large always (even when empty), then private pools in id order.
 /// `max_split_size` decides which blocks count as oversize (`None` = unlimited).
 pub fn from_segments(segments: &[SegmentInfo], max_split_size: Option<u64>) -> Vec<PoolRow> {
-    let unlimited = max_split_size.is_none();
-    let mut rows = vec![
-        PoolRow::new(PoolKind::Small, unlimited),
-        PoolRow::new(PoolKind::Large, unlimited),
-    ];
+    // The figures live in the agent's `PoolUsage` (its pool key is not shown: rows name their
+    // pool by `PoolKind`, which keeps PyTorch's private pool pair).
+    let empty = || PoolUsage::empty(PoolKey::Small);
+    let mut pools: Vec<(PoolKind, PoolUsage)> =
+        vec![(PoolKind::Small, empty()), (PoolKind::Large, empty())];
     for seg in segments {
         let kind = PoolKind::of(seg);
-        let idx = match rows.iter().position(|r| r.kind == kind) {
+        let idx = match pools.iter().position(|(k, _)| *k == kind) {
             Some(i) => i,
             None => {
-                rows.push(PoolRow::new(kind, unlimited));
-                rows.len() - 1
+                pools.push((kind, empty()));
+                pools.len() - 1
             }
         };
-        let row = &mut rows[idx];
-        row.segments += 1;
-        row.reserved += seg.total_size;
+        let u = &mut pools[idx].1;
+        u.segments += 1;
+        u.reserved += seg.total_size;
         let split = seg.blocks.len() > 1 && !seg.is_expandable;
         for b in &seg.blocks {
-            match b.state {
-                BlockState::ActiveAllocated => {
-                    row.allocated += b.size;
-                    row.active += b.size;
-                    if let (Some(n), Some(m)) = (row.oversize.as_mut(), max_split_size)
-                        && b.size >= m
-                    {
-                        *n += 1;
-                    }
-                }
-                BlockState::ActivePendingFree => row.active += b.size,
-                BlockState::Inactive => {
-                    row.largest_free = row.largest_free.max(b.size);
-                    if split {
-                        row.inactive_split += 1;
-                        row.inactive_split_bytes += b.size;
-                    }
-                }
-            }
+            let oversize = max_split_size.is_some_and(|m| b.size >= m);
+            u.count_block(b.state, b.size, split, oversize);
         }
     }
-    rows[2..].sort_by_key(|r| r.kind);
-    rows
+    pools[2..].sort_by_key(|(k, _)| *k);
+    let unlimited = max_split_size.is_none();
+    pools
+        .iter()
+        .map(|(kind, u)| PoolRow::new(*kind, u, unlimited))
+        .collect()
 }
 
 #[cfg(test)]
@@ -128,6 +117,7 @@ mod tests {
     use super::*;
     use crate::state::fixtures::{block, segment};
     use crate::units::MIB;
+    use allocview_alloc::snapshot::BlockState;
 
     #[test]
     fn pools_count_segments_bytes_and_split_blocks() {
