@@ -185,11 +185,24 @@ pub trait EventSink: Send + Sync {
     /// Publishes one event.
     fn publish(&self, event: &Event);
 
+    /// Publishes a batch of one producer's events, in order: at most [`MAX_BATCH`] events that
+    /// an allocator gathered under its own lock (the caching allocator publishes this way, so a
+    /// channel operation is paid per batch rather than per event). The same rules as
+    /// [`publish`](Self::publish) apply; the default publishes the events one by one.
+    fn publish_batch(&self, events: &[Event]) {
+        for e in events {
+            self.publish(e);
+        }
+    }
+
     /// Whether anyone listens; allocators may skip building events when this is false.
     fn enabled(&self) -> bool {
         true
     }
 }
+
+/// Most events an allocator passes to one [`EventSink::publish_batch`] call (32 events, 2 KiB).
+pub const MAX_BATCH: usize = 32;
 
 /// Nanoseconds since the Unix epoch from a monotonic clock anchored once per process: cheap
 /// (one time-stamp counter read where the CPU's counter is invariant, else the vDSO monotonic
