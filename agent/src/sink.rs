@@ -1,16 +1,35 @@
-//! The event sink allocators publish into: a bounded lock-free channel, `try_send` only.
+//! The event sink allocators publish into: two bounded lock-free channels, `try_send` only.
 //!
 //! The pattern is tokio-console's (console-subscriber): the producer never waits. A full
 //! channel drops the event and counts the drop per action (relaxed atomics on cache lines of
 //! their own, see below for how producers share them); the count travels with every
 //! figure the agent shows, and the aggregator resynchronises from the allocator when it sees it
-//! grow. The consumer is woken early, without a lock, when the channel reaches half capacity (or
+//! grow. The consumer is woken early, without a lock, when a channel reaches half capacity (or
 //! at once for an OOM): an `AtomicBool` says a wake-up is pending, so only the first producer past
 //! the mark pays for `Thread::unpark`.
 //!
-//! The channel is crossbeam's array flavour (a fixed ring of slots allocated once): `try_send`
-//! reserves a slot with one compare-and-swap and writes the 64-byte [`Event`] into it, so
+//! Both channels are crossbeam's array flavour (a fixed ring of slots allocated once):
+//! `try_send` reserves a slot with one compare-and-swap and writes the message into it, so
 //! publishing allocates nothing.
+//!
+//! - The event channel carries one 64-byte [`Event`] per message: [`EventSink::publish`] (the
+//!   tracking allocator and the instrumented global allocator publish single events). Its
+//!   capacity is the configured one, in events.
+//! - The batch channel carries one [`EventBatch`] per message, up to [`MAX_BATCH`] events of one
+//!   producer in order (2056 bytes: the events inline and their count):
+//!   [`EventSink::publish_batch`] (the caching allocator gathers its events under its own lock
+//!   and publishes them this way). A channel operation costs about the same whatever the
+//!   message's size, and while the aggregator drains, most of it is the slot's and the ring
+//!   indexes' cache lines moving between cores (~24 ns per event with single events): a full
+//!   batch pays that once for 32 events. Its capacity is [`batch_capacity_for`] the configured
+//!   capacity, `capacity / MAX_BATCH` batches (at least [`MIN_CHANNEL_CAPACITY`]), so full
+//!   batches hold as many events as the event channel, in about as much memory.
+//!
+//! Events are ordered within a channel only: a producer must publish all of its events through
+//! one of the two (the aggregator relies on one producer's order, for example an `alloc` before
+//! the `free_requested` of the same block, or the snapshot marker a resync's fence waits for).
+//! Every rule below holds for both channels, each with its own latch; a dropped batch counts
+//! every one of its events, per action, in the same counters.
 //!
 //! A full channel is latched: finding out that the ring is full means reading the consumer's
 //! head index and the slot it is about to take, cache lines the draining aggregator writes on
@@ -22,7 +41,9 @@
 //! and again after every [`resume_interval`](SinkShared::resume_interval) events it takes
 //! (1/64th of the capacity), so at most that many free slots go unused while the latch holds:
 //! a hysteresis of 1.6% of the ring in exchange for not fighting the consumer over its lines.
-//! An OOM event always probes the ring (it is rare and wakes the aggregator at once).
+//! An OOM event always probes the ring (it is rare and wakes the aggregator at once), and so
+//! does a batch holding one. The batch channel has a latch of its own, lifted with the event
+//! channel's, and after every `batch_capacity / RESUME_DIVISOR` batches taken.
 //!
 //! Drop counts are exact without a locked read-modify-write per drop: a flood drops most of
 //! its events, and a locked increment of a shared counter cost ~10 ns of the ~14 ns a publish
@@ -41,7 +62,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::Thread;
 
-use allocview_alloc::event::{Event, EventAction, EventSink};
+use allocview_alloc::event::{Event, EventAction, EventPool, EventSink, MAX_BATCH};
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 use crossbeam_utils::CachePadded;
 
@@ -67,10 +88,16 @@ pub const DEFAULT_CHANNEL_CAPACITY: usize = 1 << 16;
 /// consumer is writing, which would otherwise cost more than the send itself.
 pub const WAKE_CHECK_INTERVAL: u32 = 16;
 
+/// A producer looks at the batch channel's fill level once per this many of its own batch
+/// publishes (counted per thread, as [`WAKE_CHECK_INTERVAL`]).
+pub const BATCH_WAKE_CHECK_INTERVAL: u32 = 4;
+
 thread_local! {
     /// Publishes of this thread, for [`WAKE_CHECK_INTERVAL`]. A const-initialised `Cell` needs
     /// no destructor and no allocation, so this is safe inside a global allocator.
     static PUBLISHED: Cell<u32> = const { Cell::new(0) };
+    /// Batch publishes of this thread, for [`BATCH_WAKE_CHECK_INTERVAL`] (as [`PUBLISHED`]).
+    static BATCHES_PUBLISHED: Cell<u32> = const { Cell::new(0) };
 }
 
 /// Producer threads that count their drops in a row of counters of their own (see the module
@@ -123,45 +150,70 @@ pub struct SinkShared {
     /// Rows `0..OWNED_DROP_SLOTS` are written by their thread only; the last row is shared.
     dropped: Box<[DropRow; OWNED_DROP_SLOTS + 1]>,
     wake_pending: CachePadded<AtomicBool>,
-    /// Set by a publish that found the channel full; lifted by the consumer.
+    /// Set by a publish that found the event channel full; lifted by the consumer.
     full: CachePadded<AtomicBool>,
+    /// Set by a batch publish that found the batch channel full; lifted by the consumer.
+    batch_full: CachePadded<AtomicBool>,
     consumer: OnceLock<Thread>,
     capacity: usize,
     half: usize,
     resume_interval: usize,
+    batch_capacity: usize,
+    batch_half: usize,
+    batch_resume_interval: usize,
 }
 
 impl SinkShared {
-    fn new(capacity: usize) -> SinkShared {
+    fn new(capacity: usize, batch_capacity: usize) -> SinkShared {
         SinkShared {
             dropped: Box::new(std::array::from_fn(|_| drop_row())),
             wake_pending: CachePadded::new(AtomicBool::new(false)),
             full: CachePadded::new(AtomicBool::new(false)),
+            batch_full: CachePadded::new(AtomicBool::new(false)),
             consumer: OnceLock::new(),
             capacity,
             half: (capacity / 2).max(1),
             resume_interval: (capacity / RESUME_DIVISOR).max(1),
+            batch_capacity,
+            batch_half: (batch_capacity / 2).max(1),
+            batch_resume_interval: (batch_capacity / RESUME_DIVISOR).max(1),
         }
     }
 
-    /// Events the consumer takes between two lifts of the full-channel latch.
+    /// Events the consumer takes from the event channel between two lifts of the full-channel
+    /// latches.
     pub fn resume_interval(&self) -> usize {
         self.resume_interval
     }
 
-    /// Whether publishes are dropping without probing the channel (it was found full and the
-    /// consumer has not lifted the latch yet).
+    /// Batches the consumer takes from the batch channel between two lifts of the full-channel
+    /// latches (`batch_capacity / RESUME_DIVISOR`, at least one).
+    pub fn batch_resume_interval(&self) -> usize {
+        self.batch_resume_interval
+    }
+
+    /// Whether publishes are dropping without probing the event channel (it was found full and
+    /// the consumer has not lifted the latch yet).
     pub fn is_latched_full(&self) -> bool {
         self.full.load(Ordering::Relaxed)
     }
 
-    /// Lifts the full-channel latch (called by the consumer once it made room): the next
-    /// publish probes the channel again. Writes the flag only when it is set, so a consumer
-    /// calling this often does not take the line from the producers.
+    /// Whether batch publishes are dropping without probing the batch channel (it was found
+    /// full and the consumer has not lifted the latch yet).
+    pub fn is_batch_latched_full(&self) -> bool {
+        self.batch_full.load(Ordering::Relaxed)
+    }
+
+    /// Lifts both full-channel latches (called by the consumer once it made room): the next
+    /// publish or batch publish probes its channel again. Writes a flag only when it is set,
+    /// so a consumer calling this often does not take the lines from the producers.
     #[inline]
     pub fn resume(&self) {
         if self.full.load(Ordering::Relaxed) {
             self.full.store(false, Ordering::Relaxed);
+        }
+        if self.batch_full.load(Ordering::Relaxed) {
+            self.batch_full.store(false, Ordering::Relaxed);
         }
     }
 
@@ -175,6 +227,30 @@ impl SinkShared {
             counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         } else {
             counter.fetch_add(1, Ordering::Relaxed);
+        }
+        self.wake();
+    }
+
+    /// Counts every event of a dropped batch, per action, and makes sure the consumer is
+    /// coming. Counts are gathered per action on the stack first, so a batch costs at most one
+    /// update per action present (not one per event).
+    fn drop_events(&self, events: &[Event]) {
+        let mut counts = [0u64; EventAction::COUNT];
+        for e in events {
+            counts[e.action as usize] += 1;
+        }
+        let slot = drop_slot();
+        let row = &self.dropped[slot];
+        for (counter, &n) in row.iter().zip(&counts) {
+            if n == 0 {
+                continue;
+            }
+            if slot < OWNED_DROP_SLOTS {
+                // This thread is the row's only writer: no increment can be lost.
+                counter.store(counter.load(Ordering::Relaxed) + n, Ordering::Relaxed);
+            } else {
+                counter.fetch_add(n, Ordering::Relaxed);
+            }
         }
         self.wake();
     }
@@ -203,9 +279,14 @@ impl SinkShared {
             .sum()
     }
 
-    /// The channel's capacity.
+    /// The event channel's capacity, in events (the configured capacity).
     pub fn capacity(&self) -> usize {
         self.capacity
+    }
+
+    /// The batch channel's capacity, in batches (see [`batch_capacity_for`]).
+    pub fn batch_capacity(&self) -> usize {
+        self.batch_capacity
     }
 
     /// Registers the thread that [`wake`](Self::wake) unparks (the aggregator). Only the first
@@ -231,31 +312,116 @@ impl SinkShared {
     }
 }
 
+/// A batch of at most [`MAX_BATCH`] events of one producer, in order: the batch channel's
+/// message.
+///
+/// Layout: the events inline (`[Event; MAX_BATCH]`, 2048 bytes) and the count of those in use
+/// (a `u32`, padded to 8 bytes): 2056 bytes, `Copy`, built on the stack without allocating.
+/// Slots past `len` hold zeroed events and are never read as events.
+#[derive(Clone, Copy)]
+pub struct EventBatch {
+    events: [Event; MAX_BATCH],
+    len: u32,
+}
+
+/// The filler of a batch's unused slots.
+const EMPTY_EVENT: Event = Event {
+    time_ns: 0,
+    addr: 0,
+    size: 0,
+    requested: 0,
+    stream: 0,
+    pool_id: 0,
+    latency_ns: 0,
+    context: 0,
+    device: 0,
+    action: EventAction::Alloc,
+    pool: EventPool::Small,
+    flags: 0,
+    _reserved: [0; 3],
+};
+
+impl EventBatch {
+    /// A batch of `events` (at most [`MAX_BATCH`]; callers split longer slices).
+    #[inline]
+    fn new(events: &[Event]) -> EventBatch {
+        debug_assert!(events.len() <= MAX_BATCH);
+        let len = events.len().min(MAX_BATCH);
+        let mut batch = EventBatch {
+            events: [EMPTY_EVENT; MAX_BATCH],
+            len: len as u32,
+        };
+        batch.events[..len].copy_from_slice(&events[..len]);
+        batch
+    }
+
+    /// The batch's events, in the order they were published.
+    #[inline]
+    pub fn events(&self) -> &[Event] {
+        &self.events[..self.len as usize]
+    }
+
+    /// Number of events in the batch.
+    pub fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    /// Whether the batch holds no event (a sink never sends one).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl std::fmt::Debug for EventBatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.events()).finish()
+    }
+}
+
+/// The batch channel's capacity for a configured capacity of `capacity` events:
+/// `capacity / MAX_BATCH` batches, at least [`MIN_CHANNEL_CAPACITY`]. Full batches then hold
+/// as many events as the event channel, in about as much memory (2056 bytes a batch against 64
+/// a single event, plus crossbeam's 8-byte stamp per slot): the default 64 Ki events give the
+/// event channel 4.5 MiB of slots and the batch channel 2048 batches, 4 MiB.
+pub fn batch_capacity_for(capacity: usize) -> usize {
+    (capacity / MAX_BATCH).max(MIN_CHANNEL_CAPACITY)
+}
+
 /// The [`EventSink`] the agent hands to allocators.
 #[derive(Debug, Clone)]
 pub struct ChannelSink {
     tx: Sender<Event>,
+    batch_tx: Sender<EventBatch>,
     shared: Arc<SinkShared>,
 }
 
-/// The consuming end of the channel (held by the aggregator).
+/// The consuming ends of the two channels (held by the aggregator).
 #[derive(Debug)]
 pub struct EventReceiver {
     rx: Receiver<Event>,
+    batch_rx: Receiver<EventBatch>,
     shared: Arc<SinkShared>,
 }
 
-/// A bounded event channel of `capacity` events (at least [`MIN_CHANNEL_CAPACITY`]).
+/// A bounded event channel of `capacity` events (at least [`MIN_CHANNEL_CAPACITY`]) and, beside
+/// it, a batch channel of [`batch_capacity_for`]`(capacity)` batches.
 pub fn channel(capacity: usize) -> (ChannelSink, EventReceiver) {
     let capacity = capacity.max(MIN_CHANNEL_CAPACITY);
+    let batch_capacity = batch_capacity_for(capacity);
     let (tx, rx) = crossbeam_channel::bounded(capacity);
-    let shared = Arc::new(SinkShared::new(capacity));
+    let (batch_tx, batch_rx) = crossbeam_channel::bounded(batch_capacity);
+    let shared = Arc::new(SinkShared::new(capacity, batch_capacity));
     (
         ChannelSink {
             tx,
+            batch_tx,
             shared: shared.clone(),
         },
-        EventReceiver { rx, shared },
+        EventReceiver {
+            rx,
+            batch_rx,
+            shared,
+        },
     )
 }
 
@@ -263,6 +429,37 @@ impl ChannelSink {
     /// The counters this sink shares with its receiver.
     pub fn shared(&self) -> &Arc<SinkShared> {
         &self.shared
+    }
+
+    /// Publishes one batch of at most [`MAX_BATCH`] events: one `try_send` of an
+    /// [`EventBatch`], or, latched or full, every event counted as dropped.
+    #[inline]
+    fn publish_chunk(&self, events: &[Event]) {
+        let has_oom = || events.iter().any(|e| e.action == EventAction::Oom);
+        if self.shared.batch_full.load(Ordering::Relaxed) && !has_oom() {
+            self.shared.drop_events(events);
+            return;
+        }
+        match self.batch_tx.try_send(EventBatch::new(events)) {
+            Ok(()) => {
+                let n = BATCHES_PUBLISHED.with(|c| {
+                    let n = c.get().wrapping_add(1);
+                    c.set(n);
+                    n
+                });
+                if has_oom()
+                    || (n.is_multiple_of(BATCH_WAKE_CHECK_INTERVAL)
+                        && self.batch_tx.len() >= self.shared.batch_half)
+                {
+                    self.shared.wake();
+                }
+            }
+            Err(TrySendError::Full(_)) => {
+                self.shared.batch_full.store(true, Ordering::Relaxed);
+                self.shared.drop_events(events);
+            }
+            Err(TrySendError::Disconnected(_)) => self.shared.drop_events(events),
+        }
     }
 }
 
@@ -293,6 +490,18 @@ impl EventSink for ChannelSink {
             Err(TrySendError::Disconnected(e)) => self.shared.drop_event(e.action),
         }
     }
+
+    /// One `try_send` into the batch channel per [`MAX_BATCH`] events (a longer slice is split,
+    /// in order; an empty one sends nothing). The rules of [`publish`](Self::publish) hold per
+    /// batch: a latched or full batch channel drops the whole batch and counts every event per
+    /// action; a batch holding an OOM probes the channel whatever the latch and wakes the
+    /// aggregator at once.
+    #[inline]
+    fn publish_batch(&self, events: &[Event]) {
+        for chunk in events.chunks(MAX_BATCH) {
+            self.publish_chunk(chunk);
+        }
+    }
 }
 
 impl EventReceiver {
@@ -301,7 +510,7 @@ impl EventReceiver {
         &self.shared
     }
 
-    /// Takes one event if there is one; never blocks.
+    /// Takes one event from the event channel if there is one; never blocks.
     #[inline]
     pub fn try_recv(&self) -> Option<Event> {
         self.rx.try_recv().ok()
@@ -315,14 +524,40 @@ impl EventReceiver {
         self.rx.try_recv()
     }
 
-    /// Events waiting in the channel now.
+    /// Takes one batch from the batch channel if there is one; never blocks.
+    #[inline]
+    pub fn try_recv_batch(&self) -> Option<EventBatch> {
+        self.batch_rx.try_recv().ok()
+    }
+
+    /// [`try_recv_batch`](Self::try_recv_batch) without the conversion to `Option` (as
+    /// [`try_recv_in_place`](Self::try_recv_in_place)).
+    #[inline]
+    pub(crate) fn try_recv_batch_in_place(
+        &self,
+    ) -> Result<EventBatch, crossbeam_channel::TryRecvError> {
+        self.batch_rx.try_recv()
+    }
+
+    /// Single events waiting in the event channel now.
     pub fn len(&self) -> usize {
         self.rx.len()
     }
 
-    /// Whether no event is waiting.
+    /// Batches waiting in the batch channel now.
+    pub fn batch_len(&self) -> usize {
+        self.batch_rx.len()
+    }
+
+    /// At least as many events as wait in both channels now: the single events, and
+    /// [`MAX_BATCH`] per waiting batch (a batch's length is only known once it is taken).
+    pub fn pending_events_bound(&self) -> usize {
+        self.len() + self.batch_len() * MAX_BATCH
+    }
+
+    /// Whether neither channel holds anything.
     pub fn is_empty(&self) -> bool {
-        self.rx.is_empty()
+        self.rx.is_empty() && self.batch_rx.is_empty()
     }
 }
 
@@ -455,5 +690,190 @@ mod tests {
         let (sink, rx) = channel(1024);
         sink.publish(&ev(EventAction::Oom));
         assert!(rx.shared().wake_pending.load(Ordering::Relaxed));
+    }
+
+    fn numbered(action: EventAction, i: u64) -> Event {
+        Event {
+            time_ns: i,
+            ..Event::new(action, 0, EventPool::Large, 0x1000 + i, 512)
+        }
+    }
+
+    fn received_batches(rx: &EventReceiver) -> Vec<Vec<Event>> {
+        std::iter::from_fn(|| rx.try_recv_batch())
+            .map(|b| b.events().to_vec())
+            .collect()
+    }
+
+    #[test]
+    fn a_batch_publish_delivers_all_events_in_order_as_one_message() {
+        let (sink, rx) = channel(1024);
+        let events: Vec<Event> = (0..20).map(|i| numbered(EventAction::Alloc, i)).collect();
+        sink.publish_batch(&events);
+        sink.publish_batch(&events[..3]);
+        assert_eq!(rx.batch_len(), 2);
+        assert_eq!(rx.len(), 0, "batches do not go through the event channel");
+        assert_eq!(rx.pending_events_bound(), 2 * MAX_BATCH);
+        let got = received_batches(&rx);
+        assert_eq!(got, vec![events.clone(), events[..3].to_vec()]);
+        assert!(rx.is_empty());
+        assert_eq!(rx.shared().dropped_total(), 0);
+    }
+
+    #[test]
+    fn an_empty_batch_publishes_nothing() {
+        let (sink, rx) = channel(1024);
+        sink.publish_batch(&[]);
+        assert!(rx.is_empty());
+        assert_eq!(rx.shared().dropped_total(), 0);
+    }
+
+    #[test]
+    fn an_oversized_slice_is_split_into_batches_of_at_most_max_batch_in_order() {
+        let (sink, rx) = channel(1024);
+        let n = 2 * MAX_BATCH as u64 + 5;
+        let events: Vec<Event> = (0..n).map(|i| numbered(EventAction::Alloc, i)).collect();
+        sink.publish_batch(&events);
+        let got = received_batches(&rx);
+        let sizes: Vec<usize> = got.iter().map(Vec::len).collect();
+        assert_eq!(sizes, vec![MAX_BATCH, MAX_BATCH, 5]);
+        assert_eq!(got.concat(), events);
+    }
+
+    #[test]
+    fn a_full_batch_channel_drops_whole_batches_and_counts_every_event_per_action() {
+        let (sink, rx) = channel(4 * MAX_BATCH);
+        assert_eq!(rx.shared().batch_capacity(), 4);
+        let one = [numbered(EventAction::Alloc, 0)];
+        for _ in 0..4 {
+            sink.publish_batch(&one);
+        }
+        assert!(!rx.shared().is_batch_latched_full());
+        // Several actions in one dropped batch: 3 alloc, 2 free_requested, 1 segment_alloc.
+        let mixed = [
+            numbered(EventAction::SegmentAlloc, 1),
+            numbered(EventAction::Alloc, 2),
+            numbered(EventAction::FreeRequested, 3),
+            numbered(EventAction::Alloc, 4),
+            numbered(EventAction::FreeRequested, 5),
+            numbered(EventAction::Alloc, 6),
+        ];
+        sink.publish_batch(&mixed);
+        assert!(rx.shared().is_batch_latched_full());
+        // Latched: dropped without probing, counted the same way; an oversized slice too.
+        let long: Vec<Event> = (0..MAX_BATCH as u64 + 3)
+            .map(|i| numbered(EventAction::FreeCompleted, i))
+            .collect();
+        sink.publish_batch(&long);
+        let d = rx.shared().dropped_by_action();
+        assert_eq!(d[EventAction::Alloc as usize], 3);
+        assert_eq!(d[EventAction::FreeRequested as usize], 2);
+        assert_eq!(d[EventAction::SegmentAlloc as usize], 1);
+        assert_eq!(d[EventAction::FreeCompleted as usize], MAX_BATCH as u64 + 3);
+        assert_eq!(rx.shared().dropped_total(), 6 + MAX_BATCH as u64 + 3);
+        assert_eq!(rx.batch_len(), 4, "the batches that fitted are intact");
+        // The event channel has its own latch: single events still go through.
+        assert!(!rx.shared().is_latched_full());
+        sink.publish(&numbered(EventAction::Alloc, 9));
+        assert_eq!(rx.len(), 1);
+        // Room made and the latch lifted: the next batch goes through.
+        assert_eq!(rx.try_recv_batch().map(|b| b.len()), Some(1));
+        rx.shared().resume();
+        assert!(!rx.shared().is_batch_latched_full());
+        sink.publish_batch(&mixed);
+        assert_eq!(rx.batch_len(), 4);
+        assert_eq!(rx.shared().dropped_total(), 6 + MAX_BATCH as u64 + 3);
+    }
+
+    #[test]
+    fn an_oom_inside_a_batch_probes_past_the_latch_and_wakes_the_consumer() {
+        let (sink, rx) = channel(2 * MAX_BATCH);
+        rx.shared().set_consumer(std::thread::current());
+        let plain = [numbered(EventAction::Alloc, 0)];
+        for _ in 0..3 {
+            sink.publish_batch(&plain);
+        }
+        assert!(rx.shared().is_batch_latched_full());
+        assert_eq!(rx.shared().dropped_total(), 1);
+        assert!(rx.try_recv_batch().is_some());
+        rx.shared().clear_wake();
+        // Latched, with room: a batch without an OOM still drops.
+        sink.publish_batch(&plain);
+        assert_eq!(rx.batch_len(), 1);
+        assert_eq!(rx.shared().dropped_total(), 2);
+        rx.shared().clear_wake();
+        let with_oom = [
+            numbered(EventAction::AllocRetry, 1),
+            numbered(EventAction::Oom, 2),
+        ];
+        sink.publish_batch(&with_oom);
+        assert_eq!(rx.batch_len(), 2, "the OOM's batch took the free slot");
+        assert!(rx.shared().wake_pending.load(Ordering::Relaxed));
+        assert_eq!(
+            rx.shared().dropped_by_action()[EventAction::Oom as usize],
+            0
+        );
+        assert_eq!(received_batches(&rx)[1], with_oom.to_vec());
+    }
+
+    #[test]
+    fn an_oom_batch_wakes_the_consumer_at_once() {
+        let (sink, rx) = channel(1024);
+        rx.shared().set_consumer(std::thread::current());
+        sink.publish_batch(&[numbered(EventAction::Alloc, 0)]);
+        assert!(!rx.shared().wake_pending.load(Ordering::Relaxed));
+        sink.publish_batch(&[numbered(EventAction::Oom, 1)]);
+        assert!(rx.shared().wake_pending.load(Ordering::Relaxed));
+    }
+
+    #[test]
+    fn reaching_half_of_the_batch_channel_sets_the_wake_flag() {
+        let batch_cap = 8 * BATCH_WAKE_CHECK_INTERVAL as usize;
+        let (sink, rx) = channel(batch_cap * MAX_BATCH);
+        assert_eq!(rx.shared().batch_capacity(), batch_cap);
+        rx.shared().set_consumer(std::thread::current());
+        let one = [numbered(EventAction::Alloc, 0)];
+        for _ in 0..BATCH_WAKE_CHECK_INTERVAL {
+            sink.publish_batch(&one);
+        }
+        assert!(
+            !rx.shared().wake_pending.load(Ordering::Relaxed),
+            "below half"
+        );
+        for _ in 0..batch_cap / 2 {
+            sink.publish_batch(&one);
+        }
+        assert!(rx.shared().wake_pending.load(Ordering::Relaxed));
+        assert_eq!(rx.shared().dropped_total(), 0);
+    }
+
+    #[test]
+    fn a_disconnected_batch_channel_counts_every_event_as_dropped() {
+        let (sink, rx) = channel(1024);
+        drop(rx);
+        sink.publish_batch(&[
+            numbered(EventAction::Alloc, 0),
+            numbered(EventAction::FreeRequested, 1),
+            numbered(EventAction::Alloc, 2),
+        ]);
+        sink.publish(&numbered(EventAction::SegmentFree, 3));
+        let d = sink.shared().dropped_by_action();
+        assert_eq!(d[EventAction::Alloc as usize], 2);
+        assert_eq!(d[EventAction::FreeRequested as usize], 1);
+        assert_eq!(d[EventAction::SegmentFree as usize], 1);
+        assert_eq!(sink.shared().dropped_total(), 4);
+    }
+
+    #[test]
+    fn the_batch_channel_holds_as_many_events_as_the_event_channel() {
+        assert_eq!(
+            batch_capacity_for(DEFAULT_CHANNEL_CAPACITY) * MAX_BATCH,
+            DEFAULT_CHANNEL_CAPACITY
+        );
+        assert_eq!(batch_capacity_for(1), MIN_CHANNEL_CAPACITY);
+        let (_, rx) = channel(0);
+        assert_eq!(rx.shared().capacity(), MIN_CHANNEL_CAPACITY);
+        assert_eq!(rx.shared().batch_capacity(), MIN_CHANNEL_CAPACITY);
+        assert_eq!(rx.shared().batch_resume_interval(), 1);
     }
 }
