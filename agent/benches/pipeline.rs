@@ -2,10 +2,14 @@
 //!
 //! - `publish`: one event into the agent's sink (a live aggregator draining it) vs building the
 //!   event with no sink (what instrumentation off leaves), and the drop path (a full channel).
+//! - `publish_32`: 32 events into the agent's sink, one `publish` each vs one `publish_batch`
+//!   of 32 (and batches of 4), with the aggregator parked (nothing drains while the clock
+//!   runs; the channels are emptied between timed chunks) and live (draining on the other
+//!   core). Throughput is in events, so criterion's figures are per event.
 //! - `cached_pair`: a cached `malloc` + `free` of the caching allocator on the simulated device,
 //!   with and without the agent's sink.
 //! - `ingest`: the aggregator folding a recorded caching-allocator event stream (events/s),
-//!   and the segment mirror alone.
+//!   published as single events vs as batches of 32, and the segment mirror alone.
 //! - A one-off burst report (printed): events dropped by a 1 M-event burst at several channel
 //!   capacities, which chose `DEFAULT_CHANNEL_CAPACITY`.
 //!
@@ -23,7 +27,7 @@ use allocview_agent::sink;
 use allocview_alloc::caching::backend::StreamId;
 use allocview_alloc::caching::sim::SimBackend;
 use allocview_alloc::caching::{AllocatorConfig, CachingAllocator};
-use allocview_alloc::event::{Event, EventAction, EventPool, EventSink, now_ns};
+use allocview_alloc::event::{Event, EventAction, EventPool, EventSink, MAX_BATCH, now_ns};
 use cpu_time::{ProcessTime, ThreadTime};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
@@ -113,6 +117,178 @@ fn publish(c: &mut Criterion) {
     });
     g.finish();
     drop(agent);
+}
+
+/// Batches of 4 events: what a producer that publishes each call's events at its end sends.
+const SMALL_BATCH: usize = 4;
+
+/// Calls `send(sink, events)` `iters` times into channels nobody drains while the clock runs:
+/// timed in chunks of `per_chunk` calls (chosen to fill at most half a channel: no wake-up,
+/// no drop), the channels emptied between chunks, off the clock. CPU time of this thread.
+fn parked(
+    iters: u64,
+    per_chunk: u64,
+    events: &[Event],
+    sink: &sink::ChannelSink,
+    rx: &sink::EventReceiver,
+    send: impl Fn(&sink::ChannelSink, &[Event]),
+) -> Duration {
+    let mut total = Duration::ZERO;
+    let mut done = 0;
+    while done < iters {
+        let n = per_chunk.min(iters - done);
+        let t = ThreadTime::now();
+        for _ in 0..n {
+            send(sink, black_box(events));
+        }
+        total += t.elapsed();
+        while rx.try_recv().is_some() {}
+        while rx.try_recv_batch().is_some() {}
+        done += n;
+    }
+    total
+}
+
+fn publish_32(c: &mut Criterion) {
+    let mut g = c.benchmark_group("publish_32");
+    g.throughput(Throughput::Elements(MAX_BATCH as u64));
+    let events: Vec<Event> = (0..MAX_BATCH as u64).map(event).collect();
+    let one_by_one = |s: &sink::ChannelSink, ev: &[Event]| {
+        for e in ev {
+            s.publish(e);
+        }
+    };
+    let batch = |s: &sink::ChannelSink, ev: &[Event]| s.publish_batch(ev);
+    let small_batches = |s: &sink::ChannelSink, ev: &[Event]| {
+        for chunk in ev.chunks(SMALL_BATCH) {
+            s.publish_batch(chunk);
+        }
+    };
+    let (bare, rx) = sink::channel(sink::DEFAULT_CHANNEL_CAPACITY);
+    // Calls that fill half a channel: 32 single events, 1 batch or 8 batches each.
+    let half_events = (rx.shared().capacity() / 2 / MAX_BATCH) as u64;
+    let half_batches = (rx.shared().batch_capacity() / 2) as u64;
+    let small_per_call = (MAX_BATCH / SMALL_BATCH) as u64;
+    g.bench_function("one_by_one_parked", |b| {
+        b.iter_custom(|iters| parked(iters, half_events, &events, &bare, &rx, one_by_one))
+    });
+    g.bench_function("batch_of_32_parked", |b| {
+        b.iter_custom(|iters| parked(iters, half_batches, &events, &bare, &rx, batch))
+    });
+    g.bench_function("batches_of_4_parked", |b| {
+        b.iter_custom(|iters| {
+            let per_chunk = half_batches / small_per_call;
+            parked(iters, per_chunk, &events, &bare, &rx, small_batches)
+        })
+    });
+    assert_eq!(rx.shared().dropped_total(), 0, "parked runs must not drop");
+    g.finish();
+
+    // What one `publish_batch` costs by batch size, parked: the message is 2 KiB whatever the
+    // batch holds, so small batches pay for it (`single` is one `publish`, for comparison).
+    let mut g = c.benchmark_group("publish_batch_size_parked");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("single", |b| {
+        b.iter_custom(|iters| {
+            let one = |s: &sink::ChannelSink, ev: &[Event]| s.publish(&ev[0]);
+            parked(
+                iters,
+                half_events * MAX_BATCH as u64,
+                &events,
+                &bare,
+                &rx,
+                one,
+            )
+        })
+    });
+    for n in [1, 4, 8, 16, MAX_BATCH] {
+        g.throughput(Throughput::Elements(n as u64));
+        g.bench_function(format!("batch_of_{n}"), |b| {
+            b.iter_custom(|iters| parked(iters, half_batches, &events[..n], &bare, &rx, batch))
+        });
+    }
+    assert_eq!(rx.shared().dropped_total(), 0, "parked runs must not drop");
+    g.finish();
+    let mut g = c.benchmark_group("publish_32");
+    g.throughput(Throughput::Elements(MAX_BATCH as u64));
+    drop((bare, rx));
+    let agent = quiet_agent(sink::DEFAULT_CHANNEL_CAPACITY, Duration::from_millis(100));
+    let s = agent.channel_sink().clone();
+    g.bench_function("one_by_one_live", |b| {
+        b.iter_custom(|iters| cpu_time(iters, || one_by_one(&s, black_box(&events))))
+    });
+    g.bench_function("batch_of_32_live", |b| {
+        b.iter_custom(|iters| cpu_time(iters, || batch(&s, black_box(&events))))
+    });
+    g.bench_function("one_by_one_live_wall", |b| {
+        b.iter(|| one_by_one(&s, black_box(&events)))
+    });
+    g.bench_function("batch_of_32_live_wall", |b| {
+        b.iter(|| batch(&s, black_box(&events)))
+    });
+    g.finish();
+    let p = agent.state().pipeline;
+    eprintln!(
+        "publish_32 live (flooding): {} ingested, {} dropped",
+        p.events_ingested, p.dropped_total
+    );
+    drop(agent);
+
+    // Live without flooding: between two rounds of 32 events the publisher does PACE_STEPS of
+    // dependent arithmetic (~3 us), slower than the aggregator folds 32 events, so (nearly)
+    // every event takes a slot while the aggregator drains on the other core. The publish cost
+    // per event is (round - pace_only) / 32. The pace starts with a full fence, so the
+    // publish's stores (their cache misses) are paid before it rather than hidden under it.
+    let mut g = c.benchmark_group("publish_32_paced");
+    g.throughput(Throughput::Elements(MAX_BATCH as u64));
+    let agent = quiet_agent(sink::DEFAULT_CHANNEL_CAPACITY, Duration::from_millis(100));
+    let s = agent.channel_sink().clone();
+    g.bench_function("pace_only", |b| {
+        b.iter_custom(|iters| cpu_time(iters, pace))
+    });
+    g.bench_function("one_by_one_live", |b| {
+        b.iter_custom(|iters| {
+            cpu_time(iters, || {
+                pace();
+                one_by_one(&s, black_box(&events))
+            })
+        })
+    });
+    g.bench_function("batch_of_32_live", |b| {
+        b.iter_custom(|iters| {
+            cpu_time(iters, || {
+                pace();
+                batch(&s, black_box(&events))
+            })
+        })
+    });
+    g.bench_function("batches_of_4_live", |b| {
+        b.iter_custom(|iters| {
+            cpu_time(iters, || {
+                pace();
+                small_batches(&s, black_box(&events))
+            })
+        })
+    });
+    g.finish();
+    let p = agent.state().pipeline;
+    eprintln!(
+        "publish_32_paced: {} ingested, {} dropped",
+        p.events_ingested, p.dropped_total
+    );
+}
+
+/// Steps of [`pace`]'s dependent arithmetic (a multiply and an add each).
+const PACE_STEPS: u64 = 4000;
+
+/// Work that stands for the program between two rounds of events (~3 us).
+fn pace() {
+    std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+    let mut x = 0u64;
+    for i in 0..PACE_STEPS {
+        x = black_box(x.wrapping_mul(31).wrapping_add(i));
+    }
+    black_box(x);
 }
 
 fn cached_pair(c: &mut Criterion) {
@@ -207,11 +383,12 @@ fn ingest(c: &mut Criterion) {
         })
     });
     // The whole aggregator: the stream sits in the channel (no wake-up: half capacity is
-    // never reached), then one flush folds it in: mirror, stats, histograms, recent events.
+    // never reached, in events or in batches of 32), then one flush folds it in: mirror,
+    // stats, histograms, recent events.
     let agent = Agent::builder()
         .no_listen()
         .dump_dir(std::env::temp_dir().join("allocview-bench-dumps"))
-        .channel_capacity(2 * n + 2)
+        .channel_capacity(2 * n + 4 * MAX_BATCH)
         .tick(Duration::from_secs(3600))
         .spawn()
         .unwrap();
@@ -238,6 +415,35 @@ fn ingest(c: &mut Criterion) {
             for _ in 0..iters {
                 for e in &events {
                     s.publish(e);
+                }
+                let t = Instant::now();
+                agent.flush();
+                total += t.elapsed();
+            }
+            total
+        })
+    });
+    // The same stream published in batches of MAX_BATCH events: one message per 32 events.
+    g.bench_function("aggregator_flush_batches", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                for chunk in events.chunks(MAX_BATCH) {
+                    s.publish_batch(chunk);
+                }
+                let t = ProcessTime::now();
+                agent.flush();
+                total += t.elapsed();
+            }
+            total
+        })
+    });
+    g.bench_function("aggregator_flush_batches_wall", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                for chunk in events.chunks(MAX_BATCH) {
+                    s.publish_batch(chunk);
                 }
                 let t = Instant::now();
                 agent.flush();
@@ -277,5 +483,12 @@ fn burst_report(_c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, publish, cached_pair, ingest, burst_report);
+criterion_group!(
+    benches,
+    publish,
+    publish_32,
+    cached_pair,
+    ingest,
+    burst_report
+);
 criterion_main!(benches);

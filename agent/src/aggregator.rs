@@ -645,19 +645,12 @@ impl Aggregator {
     /// Folds in at most `bound` batches of the batch channel.
     fn drain_batches(&mut self, bound: usize) {
         let every = self.rx.shared().batch_resume_interval();
-        let mut taken = 0;
-        let mut receive = |rx: &EventReceiver| {
-            if taken == bound {
-                return Err(TryRecvError::Empty);
-            }
-            let b = rx.try_recv_batch_in_place();
-            taken += usize::from(b.is_ok());
-            b
-        };
-        let mut next = receive(&self.rx);
         let mut since_resume = 0;
-        while let Ok(batch) = next {
-            next = receive(&self.rx);
+        for _ in 0..bound {
+            let received = self.rx.try_recv_batch_in_place();
+            let Ok(batch) = &received else {
+                break;
+            };
             for e in batch.events() {
                 self.ingest(e);
             }

@@ -18,12 +18,18 @@
 //! - The batch channel carries one [`EventBatch`] per message, up to [`MAX_BATCH`] events of one
 //!   producer in order (2056 bytes: the events inline and their count):
 //!   [`EventSink::publish_batch`] (the caching allocator gathers its events under its own lock
-//!   and publishes them this way). A channel operation costs about the same whatever the
-//!   message's size, and while the aggregator drains, most of it is the slot's and the ring
-//!   indexes' cache lines moving between cores (~24 ns per event with single events): a full
-//!   batch pays that once for 32 events. Its capacity is [`batch_capacity_for`] the configured
-//!   capacity, `capacity / MAX_BATCH` batches (at least [`MIN_CHANNEL_CAPACITY`]), so full
-//!   batches hold as many events as the event channel, in about as much memory.
+//!   and publishes them this way). A batch is one reservation (one compare-and-swap on the
+//!   ring's tail, one stamp) instead of one per event; the message is always the full 2 KiB
+//!   (zero-filled past the batch's events: safe Rust moves the whole value). Measured with
+//!   `benches/pipeline.rs` (CPU time, 2-core machine): with nothing draining, a `publish` costs
+//!   ~10 ns and a `publish_batch` 35-41 ns for 1 event, 35-44 for 4, 37-47 for 8, 44-49 for 16
+//!   and 53-58 for 32 (1.7 ns an event); with the aggregator draining on the other core, 32
+//!   events cost ~9 ns each one by one, ~3 ns in one batch and ~12 ns in batches of 4. So a
+//!   batch pays off from about 4 events, and full batches are 3-6 times cheaper per event.
+//!   Its capacity is [`batch_capacity_for`] the configured capacity: `capacity / MAX_BATCH`
+//!   batches (at least [`MIN_CHANNEL_CAPACITY`]), so full batches hold as many events as the
+//!   event channel, in about as much memory (2048 batches, 4 MiB, by default; the ring's size
+//!   did not change the cost of a batch in the measurements).
 //!
 //! Events are ordered within a channel only: a producer must publish all of its events through
 //! one of the two (the aggregator relies on one producer's order, for example an `alloc` before
@@ -88,16 +94,10 @@ pub const DEFAULT_CHANNEL_CAPACITY: usize = 1 << 16;
 /// consumer is writing, which would otherwise cost more than the send itself.
 pub const WAKE_CHECK_INTERVAL: u32 = 16;
 
-/// A producer looks at the batch channel's fill level once per this many of its own batch
-/// publishes (counted per thread, as [`WAKE_CHECK_INTERVAL`]).
-pub const BATCH_WAKE_CHECK_INTERVAL: u32 = 4;
-
 thread_local! {
     /// Publishes of this thread, for [`WAKE_CHECK_INTERVAL`]. A const-initialised `Cell` needs
     /// no destructor and no allocation, so this is safe inside a global allocator.
     static PUBLISHED: Cell<u32> = const { Cell::new(0) };
-    /// Batch publishes of this thread, for [`BATCH_WAKE_CHECK_INTERVAL`] (as [`PUBLISHED`]).
-    static BATCHES_PUBLISHED: Cell<u32> = const { Cell::new(0) };
 }
 
 /// Producer threads that count their drops in a row of counters of their own (see the module
@@ -232,24 +232,26 @@ impl SinkShared {
     }
 
     /// Counts every event of a dropped batch, per action, and makes sure the consumer is
-    /// coming. Counts are gathered per action on the stack first, so a batch costs at most one
-    /// update per action present (not one per event).
+    /// coming (once for the batch).
     fn drop_events(&self, events: &[Event]) {
-        let mut counts = [0u64; EventAction::COUNT];
-        for e in events {
-            counts[e.action as usize] += 1;
-        }
         let slot = drop_slot();
         let row = &self.dropped[slot];
-        for (counter, &n) in row.iter().zip(&counts) {
-            if n == 0 {
-                continue;
+        if slot < OWNED_DROP_SLOTS {
+            // This thread is the row's only writer: no increment can be lost.
+            for e in events {
+                let counter = &row[e.action as usize];
+                counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
             }
-            if slot < OWNED_DROP_SLOTS {
-                // This thread is the row's only writer: no increment can be lost.
-                counter.store(counter.load(Ordering::Relaxed) + n, Ordering::Relaxed);
-            } else {
-                counter.fetch_add(n, Ordering::Relaxed);
+        } else {
+            // A shared row: one atomic add per action present, not one per event.
+            let mut counts = [0u64; EventAction::COUNT];
+            for e in events {
+                counts[e.action as usize] += 1;
+            }
+            for (counter, &n) in row.iter().zip(&counts) {
+                if n > 0 {
+                    counter.fetch_add(n, Ordering::Relaxed);
+                }
             }
         }
         self.wake();
@@ -347,6 +349,8 @@ impl EventBatch {
     fn new(events: &[Event]) -> EventBatch {
         debug_assert!(events.len() <= MAX_BATCH);
         let len = events.len().min(MAX_BATCH);
+        // A zero fill and one copy over it: building the array element by element
+        // (`array::from_fn`) measured twice as slow.
         let mut batch = EventBatch {
             events: [EMPTY_EVENT; MAX_BATCH],
             len: len as u32,
@@ -442,15 +446,10 @@ impl ChannelSink {
         }
         match self.batch_tx.try_send(EventBatch::new(events)) {
             Ok(()) => {
-                let n = BATCHES_PUBLISHED.with(|c| {
-                    let n = c.get().wrapping_add(1);
-                    c.set(n);
-                    n
-                });
-                if has_oom()
-                    || (n.is_multiple_of(BATCH_WAKE_CHECK_INTERVAL)
-                        && self.batch_tx.len() >= self.shared.batch_half)
-                {
+                // The fill level is read on every batch: checking every 4th batch instead (as
+                // `publish` does every WAKE_CHECK_INTERVAL events) measured no difference,
+                // the read being paid once per up to MAX_BATCH events.
+                if has_oom() || self.batch_tx.len() >= self.shared.batch_half {
                     self.shared.wake();
                 }
             }
@@ -828,21 +827,19 @@ mod tests {
 
     #[test]
     fn reaching_half_of_the_batch_channel_sets_the_wake_flag() {
-        let batch_cap = 8 * BATCH_WAKE_CHECK_INTERVAL as usize;
+        let batch_cap = 32;
         let (sink, rx) = channel(batch_cap * MAX_BATCH);
         assert_eq!(rx.shared().batch_capacity(), batch_cap);
         rx.shared().set_consumer(std::thread::current());
         let one = [numbered(EventAction::Alloc, 0)];
-        for _ in 0..BATCH_WAKE_CHECK_INTERVAL {
+        for _ in 0..batch_cap / 2 - 1 {
             sink.publish_batch(&one);
         }
         assert!(
             !rx.shared().wake_pending.load(Ordering::Relaxed),
             "below half"
         );
-        for _ in 0..batch_cap / 2 {
-            sink.publish_batch(&one);
-        }
+        sink.publish_batch(&one);
         assert!(rx.shared().wake_pending.load(Ordering::Relaxed));
         assert_eq!(rx.shared().dropped_total(), 0);
     }
