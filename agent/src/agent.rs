@@ -153,7 +153,9 @@ impl AgentBuilder {
         self
     }
 
-    /// Capacity of the event channel, in events.
+    /// Capacity of the event channel, in events; the batch channel beside it gets
+    /// [`batch_capacity_for`](crate::sink::batch_capacity_for) this many (`n / MAX_BATCH`
+    /// batches), so it holds as many events in full batches.
     pub fn channel_capacity(mut self, n: usize) -> Self {
         self.channel_capacity = n;
         self

@@ -1,9 +1,10 @@
 //! The aggregator thread: folds events into per-device state and feeds clients.
 //!
 //! tokio-console's aggregator pattern: the thread sleeps until the tick (100 ms by default), a
-//! wake-up from the sink (channel half full, an OOM) or a command; then it drains what the
-//! channel holds without blocking, in one batch, and on each tick checks for drops, samples the
-//! timeline and sends every attached client only what changed since the previous tick. It never
+//! wake-up from the sink (a channel half full, an OOM) or a command; then it drains what the
+//! sink's two channels (single events, batches) hold without blocking, in one pass, and on each
+//! tick checks for drops, samples the timeline and sends every attached client only what
+//! changed since the previous tick. It never
 //! waits on a client: each has a bounded queue that the aggregator only `try_send`s to, and a
 //! client whose queue is full is disconnected.
 //!

@@ -72,7 +72,8 @@ use allocview_alloc::event::{Event, EventAction, EventPool, EventSink, MAX_BATCH
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 use crossbeam_utils::CachePadded;
 
-/// Default channel capacity, in events (64 bytes each, so 4 MiB of slots).
+/// Default channel capacity, in events (64 bytes each, so 4 MiB of slots; the batch channel
+/// gets 2048 batches of up to 32 events, another 4 MiB, see [`batch_capacity_for`]).
 ///
 /// Measured with `benches/pipeline.rs` on the shared 2-core development machine (CPU time):
 /// a publish that takes a slot costs ~10 ns, a dropped one 2.4 ns (a flood into a live agent
