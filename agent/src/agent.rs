@@ -370,9 +370,15 @@ impl Agent {
         reset_peaks(&self.providers, &self.handle);
     }
 
-    /// Waits until every event published before this call is folded in (and a resync done
-    /// if events were dropped).
+    /// Has every registered provider publish the events it gathered
+    /// ([`SnapshotProvider::flush_events`]), then waits until every event published before
+    /// this call is folded in (and a resync done if events were dropped). An allocator attached
+    /// to the sink but not registered as a provider publishes its gathered events with its own
+    /// `flush_events` (or when dropped).
     pub fn flush(&self) {
+        for p in &self.providers {
+            p.flush_events();
+        }
         self.handle.flush();
     }
 

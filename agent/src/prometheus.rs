@@ -235,7 +235,7 @@ pub fn render(state: &AgentState) -> String {
             );
             b.summary(
                 "allocview_allocator_latency_nanoseconds",
-                "Time the allocator call took",
+                "Time the allocator call took, on the calls that measured it (a random sample)",
                 &base,
                 &ph.set.latency,
             );

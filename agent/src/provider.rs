@@ -41,6 +41,11 @@ pub trait SnapshotProvider: Send + Sync {
     fn memory_info(&self) -> Option<(u64, Option<u64>)> {
         None
     }
+
+    /// Publishes the events the allocator gathered and has not sent yet (the caching allocator
+    /// sends its block events in batches). [`Agent::flush`](crate::agent::Agent::flush) calls
+    /// it, on the caller's thread, before it waits for the aggregator. Default: nothing.
+    fn flush_events(&self) {}
 }
 
 impl<B: DeviceBackend> SnapshotProvider for CachingAllocator<B> {
@@ -63,5 +68,9 @@ impl<B: DeviceBackend> SnapshotProvider for CachingAllocator<B> {
     fn memory_info(&self) -> Option<(u64, Option<u64>)> {
         let (_, total) = self.backend().mem_get_info().ok()?;
         Some((total, None))
+    }
+
+    fn flush_events(&self) {
+        CachingAllocator::flush_events(self)
     }
 }

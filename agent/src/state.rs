@@ -177,7 +177,8 @@ pub struct HistogramSet {
     pub size: HistogramSummary,
     /// Time from allocation to free completion, in nanoseconds.
     pub lifetime: HistogramSummary,
-    /// Time the allocator call took (`latency_ns` of `alloc` events), in nanoseconds.
+    /// Time the allocator call took (`latency_ns` of `alloc` events that measured it: the caching
+    /// allocator measures a random sample of calls), in nanoseconds.
     pub latency: HistogramSummary,
 }
 

@@ -54,6 +54,7 @@ fn recorded() -> (Vec<Event>, Vec<Event>) {
     for p in held {
         alloc.free(p).unwrap();
     }
+    alloc.flush_events();
     let warm_up = std::mem::take(&mut *rec.0.lock().unwrap());
     for _ in 0..100 {
         for &s in &SIZES {

@@ -10,7 +10,7 @@
 //! counters that have no trace entry, so a consumer that mirrors segments and blocks from the
 //! events can recompute every `DeviceStats` figure the allocator keeps.
 
-mod clock;
+pub(crate) mod clock;
 
 /// What an event reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -211,4 +211,13 @@ pub const MAX_BATCH: usize = 32;
 #[inline]
 pub fn now_ns() -> u64 {
     clock::now_ns()
+}
+
+/// Whether [`now_ns`] reads the CPU's time-stamp counter (one `rdtsc`, scaled) rather than the
+/// vDSO's `CLOCK_MONOTONIC`. The counter takes over about 50 ms after the first read where the
+/// CPU's counter is invariant and the kernel uses it as its clocksource; until then, and
+/// elsewhere, the answer is false (and the caching allocator publishes its events at the end of
+/// every call instead of batching them by age).
+pub fn clock_uses_counter() -> bool {
+    clock::uses_counter()
 }

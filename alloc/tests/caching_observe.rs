@@ -346,3 +346,173 @@ fn a_disabled_sink_gets_no_events() {
     a.free(p).unwrap();
     assert_eq!(*sink.0.lock().unwrap(), 0);
 }
+
+/// A sink that keeps each batch as it came.
+#[derive(Default)]
+struct Batches(Mutex<Vec<Vec<Event>>>);
+
+impl EventSink for Batches {
+    fn publish(&self, e: &Event) {
+        self.0.lock().unwrap().push(vec![*e]);
+    }
+    fn publish_batch(&self, events: &[Event]) {
+        self.0.lock().unwrap().push(events.to_vec());
+    }
+}
+
+impl Batches {
+    fn events(&self) -> Vec<Event> {
+        self.0.lock().unwrap().concat()
+    }
+}
+
+/// Reads the clock past its switch to the time-stamp counter where it makes one.
+fn clock_settled() -> bool {
+    let until = std::time::Instant::now() + std::time::Duration::from_millis(120);
+    while std::time::Instant::now() < until {
+        allocview_alloc::event::now_ns();
+        if allocview_alloc::event::clock_uses_counter() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    false
+}
+
+#[test]
+fn block_events_come_in_order_in_batches_of_at_most_32_and_all_arrive_by_flush_events() {
+    let counter = clock_settled();
+    let (a, _) = allocator();
+    let sink = Arc::new(Batches::default());
+    a.set_event_sink(Some(sink.clone()));
+    let warm = a.malloc(MIB, S0).unwrap();
+    a.free(warm).unwrap();
+    a.flush_events();
+    sink.0.lock().unwrap().clear();
+    const PAIRS: usize = 1_000;
+    let mut ptrs = Vec::new();
+    for i in 0..PAIRS {
+        let p = a.malloc(512 * (1 + i as u64 % 7), S0).unwrap();
+        a.free(p).unwrap();
+        ptrs.push(p);
+    }
+    a.flush_events();
+    let batches = sink.0.lock().unwrap().clone();
+    assert!(batches.iter().all(|b| !b.is_empty() && b.len() <= 32));
+    let ev: Vec<Event> = batches.concat();
+    assert_eq!(ev.len(), 3 * PAIRS, "every event exactly once");
+    for (i, pair) in ev.chunks(3).enumerate() {
+        let got: Vec<(EventAction, u64)> = pair.iter().map(|e| (e.action, e.addr)).collect();
+        assert_eq!(
+            got,
+            vec![
+                (EventAction::Alloc, ptrs[i]),
+                (EventAction::FreeRequested, ptrs[i]),
+                (EventAction::FreeCompleted, ptrs[i]),
+            ]
+        );
+    }
+    // Times are the calls' starts in nanoseconds: never going back.
+    assert!(ev.windows(2).all(|w| w[0].time_ns <= w[1].time_ns));
+    assert!(ev[0].time_ns > 1_600_000_000_000_000_000);
+    if counter {
+        // A tight loop fills batches: far fewer sink calls than events.
+        assert!(
+            batches.len() < ev.len() / 4,
+            "{} batches for {} events",
+            batches.len(),
+            ev.len()
+        );
+    } else {
+        println!("the clock does not use the time-stamp counter here: batching by age not checked");
+    }
+}
+
+#[test]
+fn segment_events_and_snapshots_go_out_at_the_end_of_their_call() {
+    let (a, _) = allocator();
+    let sink = Arc::new(Batches::default());
+    a.set_event_sink(Some(sink.clone()));
+    let p = a.malloc(30 * MIB, S0).unwrap(); // a new segment
+    let got: Vec<EventAction> = sink.events().iter().map(|e| e.action).collect();
+    assert_eq!(got, vec![EventAction::SegmentAlloc, EventAction::Alloc]);
+    a.free(p).unwrap();
+    a.snapshot();
+    let got: Vec<EventAction> = sink.events().iter().map(|e| e.action).collect();
+    assert_eq!(
+        got[2..],
+        [
+            EventAction::FreeRequested,
+            EventAction::FreeCompleted,
+            EventAction::Snapshot
+        ],
+        "the snapshot marker follows every earlier event"
+    );
+}
+
+#[test]
+fn gathered_events_reach_the_sink_on_flush_on_a_sink_change_and_on_drop() {
+    let (a, _) = allocator();
+    let first = Arc::new(Batches::default());
+    a.set_event_sink(Some(first.clone()));
+    let warm = a.malloc(MIB, S0).unwrap();
+    a.free(warm).unwrap();
+    a.flush_events();
+    let mut expected = first.events().len();
+    for _ in 0..5 {
+        let p = a.malloc(MIB, S0).unwrap();
+        a.free(p).unwrap();
+        expected += 3;
+        a.flush_events();
+        assert_eq!(first.events().len(), expected);
+    }
+    let p = a.malloc(MIB, S0).unwrap();
+    let second = Arc::new(Batches::default());
+    a.set_event_sink(Some(second.clone()));
+    assert_eq!(
+        first.events().len(),
+        expected + 1,
+        "the old sink got its alloc"
+    );
+    a.free(p).unwrap();
+    drop(a);
+    let got: Vec<(EventAction, u64)> = second.events().iter().map(|e| (e.action, e.addr)).collect();
+    assert_eq!(
+        got,
+        vec![
+            (EventAction::FreeRequested, p),
+            (EventAction::FreeCompleted, p)
+        ],
+        "dropping the allocator publishes what it gathered"
+    );
+}
+
+#[test]
+fn latency_is_measured_on_a_random_sample_of_calls_or_on_every_call_when_asked() {
+    let (a, _) = allocator();
+    let sink = Arc::new(Batches::default());
+    a.set_event_sink(Some(sink.clone()));
+    const PAIRS: usize = 1_600;
+    let run = || {
+        for _ in 0..PAIRS {
+            let p = a.malloc(4096, S0).unwrap();
+            a.free(p).unwrap();
+        }
+        a.flush_events();
+        let ev = std::mem::take(&mut *sink.0.lock().unwrap()).concat();
+        let allocs: Vec<Event> = ev
+            .into_iter()
+            .filter(|e| e.action == EventAction::Alloc)
+            .collect();
+        assert_eq!(allocs.len(), PAIRS);
+        allocs.iter().filter(|e| e.latency_ns > 0).count()
+    };
+    let sampled = run();
+    // One call in 16 on average: 100 of 1,600 expected.
+    assert!(
+        (PAIRS / 64..=PAIRS / 4).contains(&sampled),
+        "{sampled} of {PAIRS} calls measured"
+    );
+    a.set_event_latency_sampling(1);
+    assert_eq!(run(), PAIRS, "every call measured");
+}

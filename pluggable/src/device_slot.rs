@@ -31,6 +31,7 @@ pub(crate) trait DeviceHeap: Send + Sync {
     fn device_stats(&self) -> DeviceStats;
     fn reset_peak_stats(&self);
     fn total_memory(&self) -> Option<u64>;
+    fn flush_events(&self);
 }
 
 impl<B: DeviceBackend + Send + Sync> DeviceHeap for CachingAllocator<B> {
@@ -55,6 +56,10 @@ impl<B: DeviceBackend + Send + Sync> DeviceHeap for CachingAllocator<B> {
     fn reset_peak_stats(&self) {
         CachingAllocator::reset_peak_stats(self)
     }
+    fn flush_events(&self) {
+        CachingAllocator::flush_events(self)
+    }
+
     fn total_memory(&self) -> Option<u64> {
         self.backend().mem_get_info().ok().map(|(_, total)| total)
     }
@@ -167,5 +172,11 @@ impl SnapshotProvider for DeviceSlot {
             .and_then(|h| h.total_memory())
             .or(self.known_total)
             .map(|total| (total, None))
+    }
+
+    fn flush_events(&self) {
+        if let Some(h) = self.opened() {
+            h.flush_events();
+        }
     }
 }

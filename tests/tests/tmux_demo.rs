@@ -33,7 +33,7 @@ fn the_demo_shows_every_view_and_quits_cleanly() {
     s.send(&["4"]);
     s.wait_for(&["Streams (2)", " s0 "]);
     s.send(&["5"]);
-    s.wait_for(&["size — all", "p50", "latency — all"]);
+    s.wait_for(&["size — all", "p50", "latency (sampled) — all"]);
     s.send(&["6"]);
     s.wait_for(&["Trace (", "alloc"]);
     s.send(&["/"]);

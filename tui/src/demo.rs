@@ -110,6 +110,10 @@ impl SnapshotProvider for Provider {
         let (_, total) = self.0.backend().mem_get_info().ok()?;
         Some((total, None))
     }
+
+    fn flush_events(&self) {
+        self.0.flush_events();
+    }
 }
 
 /// The agent versus the allocator, as `--headless --json` prints it.

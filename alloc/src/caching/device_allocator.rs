@@ -19,7 +19,7 @@ use crate::caching::pool::{BlockPool, PoolId, PrivatePool, SizeKey, size_key, st
 use crate::caching::stats::{DeviceStats, StatArray, StatType};
 use crate::event::{
     Event, EventAction, EventPool, EventSink, FLAG_CACHED, FLAG_EXPANDABLE, FLAG_OVERSIZE,
-    FLAG_PRIVATE_POOL, now_ns,
+    FLAG_PRIVATE_POOL, MAX_BATCH, clock,
 };
 use crate::snapshot::{Frames, TraceAction, TraceEntry, no_frames};
 
@@ -42,8 +42,20 @@ const LARGE_POOL: u32 = 0;
 const SMALL_POOL: u32 = 1;
 /// Slab slots reserved up front, so early calls do not grow the slab.
 const INITIAL_BLOCKS: usize = 1024;
-/// Events of one call are buffered before publishing; this many fit before the buffer grows.
-const INITIAL_PENDING_EVENTS: usize = 64;
+/// A batch is published at the end of a call that leaves fewer free places than this (a cached
+/// call makes one or two events), so batches rarely split a call.
+const BATCH_HEADROOM: usize = 2;
+/// A batch is published at the end of the first call that starts this long after its first
+/// event (so a live view lags a busy allocator by about this much).
+pub(crate) const MAX_BATCH_AGE_NS: u64 = 1_000_000;
+/// By default one call in this many, drawn at random, measures its latency.
+pub(crate) const DEFAULT_LATENCY_SAMPLING: u32 = 16;
+
+/// [`FLAG_CACHED`] when an allocation was served from the cache.
+#[inline(always)]
+fn cached_flag(cached: bool) -> u8 {
+    if cached { FLAG_CACHED } else { 0 }
+}
 
 // The allocator's `StatArray`s keep only the pools' stats and the `all` peak up to date: every
 // update moves `all` and one pool by the same amount, so `all`'s current, allocated and freed
@@ -171,11 +183,26 @@ pub(crate) struct DeviceCachingAllocator {
     pub(crate) sink: Option<Arc<dyn EventSink>>,
     /// Whether the current call publishes events (a sink is set and enabled).
     publishing: bool,
+    /// The sink's answer to `enabled` when last asked: when the last batch was published, or
+    /// at the start of each call while it said no.
+    sink_enabled: bool,
     /// Whether the current call publishes or traces (the hot path's one check).
     observing: bool,
-    /// Events of the current call, published when it ends (with its latency).
-    pending: Vec<Event>,
-    call_start_ns: u64,
+    /// Events gathered for the sink, published in one batch (see `end_call`); `time_ns` holds
+    /// a raw clock stamp until the batch is published.
+    batch: Vec<Event>,
+    /// Index in `batch` of the current call's first event.
+    call_first: usize,
+    /// The current call's start (a raw `clock::stamp`).
+    call_start: u64,
+    /// Stamp after which the batch is published at the end of a call.
+    batch_deadline: u64,
+    /// The batch holds an event other than a block's alloc or free (published at the call's end).
+    batch_urgent: bool,
+    /// `one_in - 1` of the latency sampling (a power of two minus one).
+    latency_mask: u32,
+    /// Xorshift state drawing the calls that measure their latency (never 0).
+    latency_draw: u32,
     empty_frames: Frames,
     /// The trace entry `push_trace` fills (its frames are `empty_frames` between calls).
     scratch_entry: TraceEntry,
@@ -218,9 +245,15 @@ impl DeviceCachingAllocator {
             free_callbacks: Vec::new(),
             sink: None,
             publishing: false,
+            sink_enabled: false,
             observing: false,
-            pending: Vec::with_capacity(INITIAL_PENDING_EVENTS),
-            call_start_ns: 0,
+            batch: Vec::with_capacity(MAX_BATCH),
+            call_first: 0,
+            call_start: 0,
+            batch_deadline: 0,
+            batch_urgent: false,
+            latency_mask: DEFAULT_LATENCY_SAMPLING - 1,
+            latency_draw: 0x9E37_79B9,
             empty_frames: empty_frames.clone(),
             scratch_entry: TraceEntry {
                 frames: empty_frames,
@@ -231,32 +264,157 @@ impl DeviceCachingAllocator {
 
     // ---------------------------------------------------------------- calls, events, trace
 
-    /// Starts a public call: reads the clock once when anything will be timestamped (events,
+    /// Starts a public call: stamps the clock once when anything will be timestamped (events,
     /// trace entries); every event and entry of the call carries that time.
     #[inline]
     pub(crate) fn begin_call(&mut self) {
-        self.publishing = self.sink.as_ref().is_some_and(|s| s.enabled());
+        if !self.sink_enabled && self.sink.is_some() {
+            self.check_sink_enabled();
+        }
+        self.publishing = self.sink_enabled;
         self.observing = self.publishing || self.tracing();
         if self.observing {
-            self.call_start_ns = now_ns();
+            self.call_start = clock::stamp();
+            self.call_first = self.batch.len();
         }
     }
 
-    /// Ends a public call: publishes its events with the call's latency.
+    /// Ends a public call: a sampled call stamps its events with its latency; the batch is
+    /// published when it is nearly full, old, or holds anything but block allocs and frees.
     #[inline]
     pub(crate) fn end_call(&mut self) {
-        if self.pending.is_empty() {
-            return;
+        if self.batch.len() != self.call_first {
+            self.finish_call_events();
         }
-        let latency = now_ns().saturating_sub(self.call_start_ns);
-        let latency = u32::try_from(latency).unwrap_or(u32::MAX);
+    }
+
+    #[inline]
+    fn finish_call_events(&mut self) {
+        let mut x = self.latency_draw;
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        self.latency_draw = x;
+        if x & self.latency_mask == 0 {
+            self.stamp_latency();
+        }
+        if self.batch_urgent
+            || self.batch.len() > MAX_BATCH - BATCH_HEADROOM
+            || self.call_start >= self.batch_deadline
+        {
+            self.publish_batch();
+        }
+    }
+
+    /// Gives the current call's events the time the call took (at least 1 ns: 0 means "not
+    /// measured").
+    #[inline(never)]
+    fn stamp_latency(&mut self) {
+        let took = clock::StampConverter::new().elapsed_ns(self.call_start, clock::stamp());
+        let latency = u32::try_from(took).unwrap_or(u32::MAX).max(1);
+        for e in &mut self.batch[self.call_first..] {
+            e.latency_ns = latency;
+        }
+    }
+
+    /// Publishes the gathered events (their stamps turned into times) in one batch.
+    #[inline(never)]
+    pub(crate) fn publish_batch(&mut self) {
+        let conv = clock::StampConverter::new();
+        let (mut stamp, mut ns) = (u64::MAX, 0);
+        for e in &mut self.batch {
+            // A call's events share its stamp.
+            if e.time_ns != stamp {
+                stamp = e.time_ns;
+                ns = conv.ns(stamp);
+            }
+            e.time_ns = ns;
+        }
+        self.sink_enabled = false;
         if let Some(sink) = &self.sink {
-            for e in self.pending.iter_mut() {
-                e.latency_ns = latency;
-                sink.publish(e);
+            self.sink_enabled = sink.enabled();
+            if self.sink_enabled {
+                sink.publish_batch(&self.batch);
             }
         }
-        self.pending.clear();
+        self.batch.clear();
+        self.call_first = 0;
+        self.batch_urgent = false;
+    }
+
+    /// Asks a disabled (or new) sink whether it listens now.
+    #[cold]
+    #[inline(never)]
+    fn check_sink_enabled(&mut self) {
+        self.sink_enabled = self.sink.as_ref().is_some_and(|s| s.enabled());
+    }
+
+    /// Whether no event waits to be published.
+    pub(crate) fn batch_is_empty(&self) -> bool {
+        self.batch.is_empty()
+    }
+
+    /// Sets the sink, publishing what was gathered for the previous one first.
+    pub(crate) fn set_sink(&mut self, sink: Option<Arc<dyn EventSink>>) {
+        if !self.batch.is_empty() {
+            self.publish_batch();
+        }
+        self.sink = sink;
+        self.sink_enabled = false;
+    }
+
+    /// One call in `one_in` (rounded up to a power of two, at least 1) measures its latency.
+    pub(crate) fn set_latency_sampling(&mut self, one_in: u32) {
+        self.latency_mask = one_in.max(1).checked_next_power_of_two().unwrap_or(1 << 31) - 1;
+    }
+
+    /// Adds `e` (its `time_ns` set to the call's stamp) to the batch, publishing a full batch
+    /// first.
+    #[inline(always)]
+    fn push_event(&mut self, mut e: Event) {
+        if self.batch.len() >= MAX_BATCH {
+            self.publish_batch();
+        }
+        if self.batch.is_empty() {
+            self.batch_deadline = clock::stamp_after(self.call_start, MAX_BATCH_AGE_NS);
+        }
+        e.time_ns = self.call_start;
+        self.batch.push(e);
+    }
+
+    /// Queues the event of a block's alloc or free (the hot path's events): its address,
+    /// sizes, stream, pool and flags come from the block.
+    #[inline(always)]
+    fn publish_block(&mut self, action: EventAction, id: BlockId, extra_flags: u8) {
+        let b = &self.arena[id];
+        let mut flags = extra_flags;
+        if b.is_expandable() {
+            flags |= FLAG_EXPANDABLE;
+        }
+        if b.size >= self.max_split {
+            flags |= FLAG_OVERSIZE;
+        }
+        let mut e = Event::new(
+            action,
+            self.device as i16,
+            if b.small {
+                EventPool::Small
+            } else {
+                EventPool::Large
+            },
+            b.addr,
+            b.size,
+        );
+        e.requested = b.requested;
+        e.stream = b.stream.0;
+        if b.pool > SMALL_POOL
+            && let Some(owner) = self.pools[b.pool as usize].owner
+        {
+            flags |= FLAG_PRIVATE_POOL;
+            e.pool_id = owner.0;
+        }
+        e.flags = flags;
+        self.push_event(e);
     }
 
     /// Queues an event for a block or segment of `pool` (nothing when no sink is set or the
@@ -306,33 +464,21 @@ impl DeviceCachingAllocator {
             flags |= FLAG_PRIVATE_POOL;
             e.pool_id = owner.0;
         }
-        e.time_ns = self.call_start_ns;
         e.requested = requested;
         e.stream = stream.0;
         e.flags = flags;
-        self.pending.push(e);
+        self.push_event(e);
+        if !matches!(
+            action,
+            EventAction::Alloc | EventAction::FreeRequested | EventAction::FreeCompleted
+        ) {
+            self.batch_urgent = true;
+        }
     }
 
     /// Queues an event that concerns no block (retry, sync, snapshot, resets).
     pub(crate) fn emit_plain(&mut self, action: EventAction, stream: StreamId) {
         self.emit(action, LARGE_POOL, 0, 0, 0, stream, 0);
-    }
-
-    /// Event flags of a block (computed only when events are published).
-    #[inline]
-    fn block_flags(&self, id: BlockId) -> u8 {
-        if !self.publishing {
-            return 0;
-        }
-        let b = &self.arena[id];
-        let mut f = 0;
-        if b.is_expandable() {
-            f |= FLAG_EXPANDABLE;
-        }
-        if b.size >= self.max_split {
-            f |= FLAG_OVERSIZE;
-        }
-        f
     }
 
     /// Whether trace entries go anywhere (history on or a tracker attached).
@@ -373,7 +519,7 @@ impl DeviceCachingAllocator {
         te.addr = addr;
         te.size = size;
         te.stream = stream.0;
-        te.time_us = Some((self.call_start_ns / 1000) as i64);
+        te.time_us = Some((clock::stamp_ns(self.call_start) / 1000) as i64);
         let frames = context.filter(|_| self.context_level >= ContextLevel::Alloc);
         if let Some(f) = frames {
             te.frames = f.clone();
@@ -393,7 +539,7 @@ impl DeviceCachingAllocator {
     pub(crate) fn record_annotation(&mut self, frames: Frames, stream: StreamId) {
         if self.record_history || !self.trackers.is_empty() {
             let te = TraceEntry {
-                time_us: Some((self.call_start_ns / 1000) as i64),
+                time_us: Some((clock::stamp_ns(self.call_start) / 1000) as i64),
                 frames,
                 ..TraceEntry::new(TraceAction::UserDefined, 0, 0, stream.0)
             };
@@ -1109,7 +1255,11 @@ impl DeviceCachingAllocator {
             s.oversize_allocations.update(1);
         }
         if self.observing {
-            self.observe_alloc(id, cached);
+            if self.tracing() {
+                self.observe_alloc(id, cached);
+            } else {
+                self.publish_block(EventAction::Alloc, id, cached_flag(cached));
+            }
         }
         id
     }
@@ -1119,25 +1269,14 @@ impl DeviceCachingAllocator {
     #[inline(never)]
     fn observe_alloc(&mut self, id: BlockId, cached: bool) {
         let b = &self.arena[id];
-        let (addr, bsize, requested, stream, pool) =
-            (b.addr, b.size, b.requested, b.stream, b.pool);
+        let (addr, requested, stream) = (b.addr, b.requested, b.stream);
         if self.tracing() {
             let ctx = self.arena[id].context.clone();
             self.record_trace(TraceAction::Alloc, addr, requested, stream, ctx.as_ref());
         }
-        let mut flags = self.block_flags(id);
-        if cached {
-            flags |= FLAG_CACHED;
+        if self.publishing {
+            self.publish_block(EventAction::Alloc, id, cached_flag(cached));
         }
-        self.emit(
-            EventAction::Alloc,
-            pool,
-            addr,
-            bsize,
-            requested,
-            stream,
-            flags,
-        );
     }
 
     /// PyTorch's `free`: allocated drops now; the block is cached now or once other streams
@@ -1162,12 +1301,16 @@ impl DeviceCachingAllocator {
         dec(&mut self.stats.allocation, small, 1);
         dec(&mut self.stats.allocated_bytes, small, size);
         if self.observing {
-            self.observe_free(
-                TraceAction::FreeRequested,
-                EventAction::FreeRequested,
-                id,
-                context.as_ref(),
-            );
+            if self.tracing() {
+                self.observe_free(
+                    TraceAction::FreeRequested,
+                    EventAction::FreeRequested,
+                    id,
+                    context.as_ref(),
+                );
+            } else {
+                self.publish_block(EventAction::FreeRequested, id, 0);
+            }
         }
         if size >= self.max_split {
             self.stats.oversize_allocations.update(-1);
@@ -1192,12 +1335,16 @@ impl DeviceCachingAllocator {
             (b.size, b.requested, b.pool, b.small, b.is_expandable())
         };
         if self.observing {
-            self.observe_free(
-                TraceAction::FreeCompleted,
-                EventAction::FreeCompleted,
-                id,
-                context,
-            );
+            if self.tracing() {
+                self.observe_free(
+                    TraceAction::FreeCompleted,
+                    EventAction::FreeCompleted,
+                    id,
+                    context,
+                );
+            } else {
+                self.publish_block(EventAction::FreeCompleted, id, 0);
+            }
         }
         self.arena[id].context = None;
         let m = self.arena.merge_free_neighbours(id);
@@ -1240,13 +1387,14 @@ impl DeviceCachingAllocator {
         context: Option<&Frames>,
     ) {
         let b = &self.arena[id];
-        let (addr, size, requested, stream, pool) = (b.addr, b.size, b.requested, b.stream, b.pool);
+        let (addr, requested, stream) = (b.addr, b.requested, b.stream);
         if self.tracing() {
             let ctx = context.cloned().or_else(|| self.arena[id].context.clone());
             self.record_trace(trace, addr, requested, stream, ctx.as_ref());
         }
-        let flags = self.block_flags(id);
-        self.emit(event, pool, addr, size, requested, stream, flags);
+        if self.publishing {
+            self.publish_block(event, id, 0);
+        }
     }
 
     /// PyTorch's `try_merge_blocks`: `dst` absorbs `src` when `src` is free and in the same

@@ -229,6 +229,126 @@ pub(crate) fn now_ns() -> u64 {
     slow_now()
 }
 
+/// Bit set in a [`stamp`] that holds nanoseconds rather than counter ticks (epoch nanoseconds
+/// stay below 2^63 until the year 2262, and a counter below it for decades of uptime).
+const NS_STAMP: u64 = 1 << 63;
+
+/// A raw time stamp for [`stamp_ns`] to convert later: the bare time-stamp counter while the
+/// counter clock runs (one `rdtsc`, which out-of-order execution overlaps with the work around
+/// it, no scaling), else nanoseconds tagged with [`NS_STAMP`]. The caching allocator stamps
+/// each call this way and converts when it publishes a batch of events.
+#[inline(always)]
+pub(crate) fn stamp() -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    if !CURRENT.load(Ordering::Relaxed).is_null() {
+        return tsc();
+    }
+    now_ns() | NS_STAMP
+}
+
+/// Turns [`stamp`]s into nanoseconds since the Unix epoch: what [`now_ns`] returned when each
+/// was taken. Made once per batch of stamps, it looks the clock's scales up once. A counter
+/// stamp is scaled by the scale that was current when it was taken (the first one before the
+/// final measurement's base, the final one after it).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct StampConverter {
+    #[cfg(target_arch = "x86_64")]
+    first: Option<Scale>,
+    #[cfg(target_arch = "x86_64")]
+    last: Option<Scale>,
+}
+
+impl StampConverter {
+    /// A converter for stamps taken so far.
+    #[inline]
+    pub(crate) fn new() -> StampConverter {
+        StampConverter {
+            #[cfg(target_arch = "x86_64")]
+            first: SCALES[0].get().copied(),
+            #[cfg(target_arch = "x86_64")]
+            last: SCALES[1].get().copied(),
+        }
+    }
+
+    /// The time of `stamp`, in nanoseconds since the Unix epoch.
+    #[inline]
+    pub(crate) fn ns(&self, stamp: u64) -> u64 {
+        if stamp & NS_STAMP != 0 {
+            return stamp & !NS_STAMP;
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            let scale = match (self.first, self.last) {
+                (_, Some(last)) if stamp >= last.tsc_base => Some(last),
+                (first, _) => first,
+            };
+            if let Some(s) = scale {
+                let t = s.at(stamp);
+                if t >= s.remeasure_at {
+                    // Time for the final measurement, which `now_ns` would have started.
+                    slow_now();
+                }
+                return t;
+            }
+        }
+        // Not reached: a counter stamp is only taken once a scale is installed.
+        now_ns()
+    }
+
+    /// Nanoseconds between two stamps of one kind (`start` first), 0 if they are of two kinds.
+    #[inline]
+    pub(crate) fn elapsed_ns(&self, start: u64, end: u64) -> u64 {
+        if (start ^ end) & NS_STAMP != 0 {
+            return 0;
+        }
+        if start & NS_STAMP != 0 {
+            return end.saturating_sub(start);
+        }
+        #[cfg(target_arch = "x86_64")]
+        if let Some(s) = self.last.or(self.first) {
+            let ticks = end.saturating_sub(start);
+            return ((u128::from(ticks) * u128::from(s.rate)) >> RATE_SHIFT) as u64;
+        }
+        0
+    }
+}
+
+/// Nanoseconds since the Unix epoch of one [`stamp`] (see [`StampConverter`]).
+pub(crate) fn stamp_ns(stamp: u64) -> u64 {
+    StampConverter::new().ns(stamp)
+}
+
+/// The stamp `ns` nanoseconds after `stamp` (0 for a nanosecond stamp taken before the counter
+/// clock started: such a deadline has always passed, which keeps the two kinds apart).
+pub(crate) fn stamp_after(stamp: u64, ns: u64) -> u64 {
+    if stamp & NS_STAMP != 0 {
+        return 0;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        let p = CURRENT.load(Ordering::Acquire);
+        if !p.is_null() {
+            // SAFETY: as in `now_ns`.
+            let s = unsafe { &*p };
+            let ticks = (u128::from(ns) << RATE_SHIFT) / u128::from(s.rate.max(1));
+            return stamp.saturating_add(u64::try_from(ticks).unwrap_or(u64::MAX));
+        }
+    }
+    0
+}
+
+/// Whether time comes from the counter (a scale is installed).
+pub(crate) fn uses_counter() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        !CURRENT.load(Ordering::Acquire).is_null()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 /// A monotonic read, and the switches to the counter when their time has come.
 #[cold]
 #[inline(never)]
@@ -331,6 +451,43 @@ mod tests {
         assert_eq!(s.at(1000), 5_000);
         assert_eq!(s.at(1010), 5_020);
         assert_eq!(s.at(900), 5_000);
+    }
+
+    #[test]
+    fn stamps_convert_to_the_time_now_ns_gives_and_deadlines_lie_ahead() {
+        // Across the switch to the counter: stamps taken between two clock reads convert to a
+        // time between them, and never go back.
+        let until = mono_ns() + CALIBRATE_AFTER_NS + CALIBRATE_AFTER_NS / 2;
+        let mut last = 0;
+        let mut counter_stamps = 0;
+        while mono_ns() < until {
+            let before = now_ns();
+            let st = stamp();
+            let after = now_ns();
+            let t = stamp_ns(st);
+            assert!(
+                before <= t && t <= after,
+                "stamp {st:#x} read {t}, outside [{before}, {after}]"
+            );
+            assert!(t >= last, "stamps went back: {t} < {last}");
+            last = t;
+            if st & NS_STAMP == 0 {
+                counter_stamps += 1;
+                let d = stamp_after(st, 1_000_000);
+                let ahead = stamp_ns(d) - t;
+                assert!(
+                    (990_000..=1_010_000).contains(&ahead),
+                    "a 1 ms deadline lies {ahead} ns ahead"
+                );
+            } else {
+                assert_eq!(stamp_after(st, 1_000_000), 0);
+            }
+        }
+        #[cfg(target_arch = "x86_64")]
+        if anchor().first.is_some() {
+            assert!(counter_stamps > 0, "the counter clock never started");
+        }
+        let _ = counter_stamps;
     }
 
     #[test]

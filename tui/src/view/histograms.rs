@@ -62,8 +62,15 @@ fn fit(mut buckets: Vec<Bucket>, rows: usize) -> Vec<Bucket> {
 }
 
 fn render_one(area: Rect, buf: &mut Buffer, h: &HistogramSummary) {
+    // The caching allocator measures its latency on a random sample of calls (one in 16 by
+    // default), so that histogram counts calls measured, not calls made.
+    let label = if h.metric == "latency" {
+        "latency (sampled)"
+    } else {
+        h.metric.as_str()
+    };
     let block = Block::bordered().title(Span::styled(
-        format!(" {} — {} ", h.metric, h.group),
+        format!(" {label} — {} ", h.group),
         theme::title(),
     ));
     let inner = block.inner(area);
