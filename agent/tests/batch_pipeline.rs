@@ -202,10 +202,12 @@ fn the_aggregator_folds_a_mix_of_batches_and_single_events_into_the_same_stats_a
     assert_eq!(h.allocations.current, 2_000 - 2 * 666);
 }
 
-/// A sink in front of the agent's that gathers one producer's events and hands them on with
-/// `publish_batch`, as the caching allocator does under its own lock: a full batch goes at
-/// once, and the snapshot marker and an OOM go at once with whatever preceded them (a resync's
-/// fence waits for the marker).
+/// A sink in front of the agent's that regathers one producer's events (the caching allocator
+/// hands it its own batches, which the trait's default `publish_batch` passes on one event at a
+/// time) into full batches of `MAX_BATCH` before handing them on with `publish_batch`: a full
+/// batch goes at once, and the snapshot marker and an OOM go at once with whatever preceded
+/// them (a resync's fence waits for the marker). `tests/stress.rs` runs the allocator's own
+/// batching into the agent's sink.
 struct Batching {
     inner: Arc<dyn EventSink>,
     pending: Mutex<Vec<Event>>,
@@ -231,7 +233,7 @@ impl EventSink for Batching {
 }
 
 #[test]
-fn a_caching_allocator_publishing_in_batches_into_a_small_channel_drops_resyncs_and_ends_exact() {
+fn full_batches_from_a_caching_allocator_into_a_small_channel_drop_resync_and_end_exact() {
     const THREADS: u64 = 4;
     const OPS: usize = 20_000;
     /// Eight batches: four producers overrun it between ticks.
