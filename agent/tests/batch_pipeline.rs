@@ -255,6 +255,13 @@ fn full_batches_from_a_caching_allocator_into_a_small_channel_drop_resync_and_en
         pending: Mutex::new(Vec::with_capacity(MAX_BATCH)),
     });
     alloc.set_event_sink(Some(batching.clone()));
+    // Everything published so far, folded in: the allocator's gathered events into the
+    // regathering sink, its events into the agent, then the agent's drain.
+    let settle = || {
+        alloc.flush_events();
+        batching.flush();
+        agent.flush();
+    };
     let stop = AtomicBool::new(false);
     let leftovers: Vec<_> = thread::scope(|s| {
         // A reader asks for the state while the workload runs (each state drains).
@@ -291,8 +298,7 @@ fn full_batches_from_a_caching_allocator_into_a_small_channel_drop_resync_and_en
         stop.store(true, Ordering::Release);
         live
     });
-    batching.flush();
-    agent.flush();
+    settle();
     let state = agent.state();
     let p = &state.pipeline;
     assert!(
@@ -316,13 +322,11 @@ fn full_batches_from_a_caching_allocator_into_a_small_channel_drop_resync_and_en
     for (i, q) in leftovers.into_iter().enumerate() {
         alloc.free(q).unwrap();
         if i % 8 == 0 {
-            batching.flush();
-            agent.flush();
+            settle();
         }
     }
     alloc.empty_cache().unwrap();
-    batching.flush();
-    agent.flush();
+    settle();
     let state = agent.state();
     assert_eq!(state.pipeline.dropped_total, dropped);
     assert_eq!(state.devices[0].stats.memory_stats(), alloc.memory_stats());
