@@ -7,7 +7,8 @@
 //!   runs; the channels are emptied between timed chunks) and live (draining on the other
 //!   core). Throughput is in events, so criterion's figures are per event.
 //! - `cached_pair`: a cached `malloc` + `free` of the caching allocator on the simulated device,
-//!   with and without the agent's sink.
+//!   without a sink, with a sink that ignores the batches it is given (the allocator's own cost
+//!   of gathering events) and with the agent's sink.
 //! - `ingest`: the aggregator folding a recorded caching-allocator event stream (events/s),
 //!   published as single events vs as batches of 32, and the segment mirror alone.
 //! - A one-off burst report (printed): events dropped by a 1 M-event burst at several channel
@@ -307,6 +308,26 @@ fn cached_pair(c: &mut Criterion) {
             })
         })
     });
+    // A sink that takes each batch and does nothing with it: the allocator's own cost of
+    // gathering and publishing events, without the agent's channel.
+    struct NullSink;
+    impl EventSink for NullSink {
+        fn publish(&self, e: &Event) {
+            black_box(e);
+        }
+        fn publish_batch(&self, events: &[Event]) {
+            black_box(events);
+        }
+    }
+    alloc.set_event_sink(Some(Arc::new(NullSink)));
+    g.bench_function("instrumented_null_sink", |b| {
+        b.iter_custom(|iters| {
+            cpu_time(iters, || {
+                let p = alloc.malloc(black_box(4096), StreamId(0)).unwrap();
+                alloc.free(p).unwrap();
+            })
+        })
+    });
     let agent = quiet_agent(sink::DEFAULT_CHANNEL_CAPACITY, Duration::from_millis(100));
     alloc.set_event_sink(Some(agent.sink()));
     g.bench_function("instrumented_agent", |b| {
@@ -319,6 +340,11 @@ fn cached_pair(c: &mut Criterion) {
     });
     alloc.set_event_sink(None);
     g.finish();
+    let p = agent.state().pipeline;
+    eprintln!(
+        "cached_pair: {} ingested, {} dropped",
+        p.events_ingested, p.dropped_total
+    );
     drop(agent);
 }
 

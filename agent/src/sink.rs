@@ -21,11 +21,14 @@
 //!   and publishes them this way). A batch is one reservation (one compare-and-swap on the
 //!   ring's tail, one stamp) instead of one per event; the message is always the full 2 KiB
 //!   (zero-filled past the batch's events: safe Rust moves the whole value). Measured with
-//!   `benches/pipeline.rs` (CPU time, 2-core machine): with nothing draining, a `publish` costs
-//!   ~10 ns and a `publish_batch` 35-41 ns for 1 event, 35-44 for 4, 37-47 for 8, 44-49 for 16
-//!   and 53-58 for 32 (1.7 ns an event); with the aggregator draining on the other core, 32
-//!   events cost ~9 ns each one by one, ~3 ns in one batch and ~12 ns in batches of 4. So a
-//!   batch pays off from about 4 events, and full batches are 3-6 times cheaper per event.
+//!   `benches/pipeline.rs` (CPU time, shared 2-core machine, ranges over runs): with nothing
+//!   draining, a `publish` costs 9-10 ns and a `publish_batch` 35-51 ns for 1 event, 35-50 for
+//!   4, 37-52 for 8, 44-56 for 16 and 53-66 for 32 (1.7-2.1 ns an event); with the aggregator
+//!   draining on the other core, 32 events cost ~9 ns each one by one, ~3 ns in one batch and
+//!   ~12-15 ns in batches of 4. So a batch pays off from about 4 events, and full batches are
+//!   3-5 times cheaper per event. The caching allocator's cached `malloc` + `free` pair (3
+//!   events, in batches of up to 32) measured 34 ns without a sink, 53 ns with a sink that
+//!   ignores its batches and 60 ns with this one: ~2 ns an event for the channel.
 //!   Its capacity is [`batch_capacity_for`] the configured capacity: `capacity / MAX_BATCH`
 //!   batches (at least [`MIN_CHANNEL_CAPACITY`]), so full batches hold as many events as the
 //!   event channel, in about as much memory (2048 batches, 4 MiB, by default; the ring's size
