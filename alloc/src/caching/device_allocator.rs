@@ -310,7 +310,7 @@ impl DeviceCachingAllocator {
     /// measured").
     #[inline(never)]
     fn stamp_latency(&mut self) {
-        let took = clock::StampConverter::new().elapsed_ns(self.call_start, clock::stamp());
+        let took = clock::elapsed_ns(self.call_start, clock::stamp());
         let latency = u32::try_from(took).unwrap_or(u32::MAX).max(1);
         for e in &mut self.batch[self.call_first..] {
             e.latency_ns = latency;
