@@ -429,25 +429,37 @@ fn block_events_come_in_order_in_batches_of_at_most_32_and_all_arrive_by_flush_e
 }
 
 #[test]
-fn segment_events_and_snapshots_go_out_at_the_end_of_their_call() {
-    let (a, _) = allocator();
+fn ooms_snapshots_and_resets_go_out_at_the_end_of_their_call_with_everything_before_them() {
+    let (a, _) = allocator_with(40 * MIB, "");
     let sink = Arc::new(Batches::default());
     a.set_event_sink(Some(sink.clone()));
+    let actions = || -> Vec<EventAction> { sink.events().iter().map(|e| e.action).collect() };
     let p = a.malloc(30 * MIB, S0).unwrap(); // a new segment
-    let got: Vec<EventAction> = sink.events().iter().map(|e| e.action).collect();
-    assert_eq!(got, vec![EventAction::SegmentAlloc, EventAction::Alloc]);
     a.free(p).unwrap();
     a.snapshot();
-    let got: Vec<EventAction> = sink.events().iter().map(|e| e.action).collect();
     assert_eq!(
-        got[2..],
-        [
+        actions(),
+        vec![
+            EventAction::SegmentAlloc,
+            EventAction::Alloc,
             EventAction::FreeRequested,
             EventAction::FreeCompleted,
             EventAction::Snapshot
         ],
         "the snapshot marker follows every earlier event"
     );
+    let q = a.malloc(MIB, S0).unwrap();
+    a.reset_peak_stats();
+    let got = actions();
+    assert_eq!(got.last(), Some(&EventAction::ResetPeaks));
+    assert_eq!(got[got.len() - 2], EventAction::Alloc, "{got:?}");
+    a.reset_accumulated_stats();
+    assert_eq!(actions().last(), Some(&EventAction::ResetAccumulated));
+    a.free(q).unwrap();
+    assert!(a.malloc(60 * MIB, S0).is_err());
+    let got = actions();
+    assert_eq!(got.last(), Some(&EventAction::Oom), "{got:?}");
+    assert!(got.contains(&EventAction::FreeCompleted));
 }
 
 #[test]

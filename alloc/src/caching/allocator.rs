@@ -26,10 +26,10 @@
 //! the lock (so events of different threads never interleave out of order). A batch is
 //! published at the end of a call when it has fewer than two free places left (it holds
 //! [`MAX_BATCH`](crate::event::MAX_BATCH) = 32), when the call started 1 ms or more after the
-//! batch's first event, when it holds any event other than a block's `Alloc`,
-//! `FreeRequested` or `FreeCompleted` (segments, OOMs, snapshots, resets, retries, syncs,
-//! annotations go out at once), on [`CachingAllocator::flush_events`], when the sink is
-//! changed, and when the allocator is dropped. So a sink sees a busy allocator's events within
+//! batch's first event (or the clock switched to the time-stamp counter since), when it holds
+//! an `Oom`, `Snapshot`, `ResetPeaks` or `ResetAccumulated` event (which observers act on at
+//! once), on [`CachingAllocator::flush_events`], when the sink is changed, and when the
+//! allocator is dropped. So a sink sees a busy allocator's events within
 //! about a millisecond, one sink call per ~30 events, while an allocator that stops calling
 //! keeps its last few block events until one of those happens. The sink's
 //! [`enabled`](crate::event::EventSink::enabled) is asked when a batch is published (a batch

@@ -197,7 +197,8 @@ pub(crate) struct DeviceCachingAllocator {
     call_start: u64,
     /// Stamp after which the batch is published at the end of a call.
     batch_deadline: u64,
-    /// The batch holds an event other than a block's alloc or free (published at the call's end).
+    /// The batch holds an OOM, a snapshot marker or a reset (published at the call's end: an
+    /// observer acts on those at once).
     batch_urgent: bool,
     /// `one_in - 1` of the latency sampling (a power of two minus one).
     latency_mask: u32,
@@ -280,7 +281,7 @@ impl DeviceCachingAllocator {
     }
 
     /// Ends a public call: a sampled call stamps its events with its latency; the batch is
-    /// published when it is nearly full, old, or holds anything but block allocs and frees.
+    /// published when it is nearly full, old, or holds an OOM, snapshot marker or reset.
     #[inline]
     pub(crate) fn end_call(&mut self) {
         if self.batch.len() != self.call_first {
@@ -300,7 +301,7 @@ impl DeviceCachingAllocator {
         }
         if self.batch_urgent
             || self.batch.len() > MAX_BATCH - BATCH_HEADROOM
-            || self.call_start >= self.batch_deadline
+            || clock::reached(self.call_start, self.batch_deadline)
         {
             self.publish_batch();
         }
@@ -468,9 +469,12 @@ impl DeviceCachingAllocator {
         e.stream = stream.0;
         e.flags = flags;
         self.push_event(e);
-        if !matches!(
+        if matches!(
             action,
-            EventAction::Alloc | EventAction::FreeRequested | EventAction::FreeCompleted
+            EventAction::Oom
+                | EventAction::Snapshot
+                | EventAction::ResetPeaks
+                | EventAction::ResetAccumulated
         ) {
             self.batch_urgent = true;
         }

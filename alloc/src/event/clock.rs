@@ -331,11 +331,10 @@ pub(crate) fn stamp_ns(stamp: u64) -> u64 {
     StampConverter::new().ns(stamp)
 }
 
-/// The stamp `ns` nanoseconds after `stamp` (0 for a nanosecond stamp taken before the counter
-/// clock started: such a deadline has always passed, which keeps the two kinds apart).
+/// The stamp `ns` nanoseconds after `stamp`, of the same kind (see [`reached`]).
 pub(crate) fn stamp_after(stamp: u64, ns: u64) -> u64 {
     if stamp & NS_STAMP != 0 {
-        return 0;
+        return (stamp & !NS_STAMP).saturating_add(ns).min(!NS_STAMP) | NS_STAMP;
     }
     #[cfg(target_arch = "x86_64")]
     {
@@ -344,10 +343,19 @@ pub(crate) fn stamp_after(stamp: u64, ns: u64) -> u64 {
             // SAFETY: as in `now_ns`.
             let s = unsafe { &*p };
             let ticks = (u128::from(ns) * u128::from(s.ticks_per_ns)) >> RATE_SHIFT;
-            return stamp.saturating_add(u64::try_from(ticks).unwrap_or(u64::MAX));
+            return stamp
+                .saturating_add(u64::try_from(ticks).unwrap_or(u64::MAX))
+                .min(!NS_STAMP);
         }
     }
-    0
+    stamp
+}
+
+/// Whether the stamp `now` is at or past the deadline `at` (from [`stamp_after`]). Stamps of
+/// two kinds (the clock switched to the counter in between) count as past.
+#[inline(always)]
+pub(crate) fn reached(now: u64, at: u64) -> bool {
+    now >= at || (now ^ at) & NS_STAMP != 0
 }
 
 /// Whether time comes from the counter (a scale is installed).
@@ -490,14 +498,17 @@ mod tests {
             last = t;
             if st & NS_STAMP == 0 {
                 counter_stamps += 1;
-                let d = stamp_after(st, 1_000_000);
-                let ahead = stamp_ns(d) - t;
-                assert!(
-                    (990_000..=1_010_000).contains(&ahead),
-                    "a 1 ms deadline lies {ahead} ns ahead"
-                );
-            } else {
-                assert_eq!(stamp_after(st, 1_000_000), 0);
+            }
+            let d = stamp_after(st, 1_000_000);
+            let ahead = stamp_ns(d) - t;
+            assert!(
+                (990_000..=1_010_000).contains(&ahead),
+                "a 1 ms deadline lies {ahead} ns ahead"
+            );
+            assert!(reached(d, d) && !reached(st, d));
+            if st & NS_STAMP != 0 {
+                // The clock may switch to the counter before the deadline: then it has passed.
+                assert!(reached(1, d));
             }
         }
         #[cfg(target_arch = "x86_64")]
