@@ -1,6 +1,7 @@
-//! The aggregator folds a warm stream of `alloc` / `free` events in without allocating: the
-//! mirror's maps keep their capacity, the histograms have grown to the values' range, the
-//! recent-events ring is full, so an event costs no heap traffic however many arrive.
+//! The aggregator folds a warm stream of `alloc` / `free` events in without allocating, whether
+//! they come one by one or in batches: the mirror's maps keep their capacity, the histograms
+//! have grown to the values' range, the recent-events ring is full, so an event costs no heap
+//! traffic however many arrive.
 //!
 //! The process's allocations are counted by the alloc crate's `Instrumented` heap (this test
 //! binary's `#[global_allocator]`) around many passes over the stream and one flush, which
@@ -74,6 +75,63 @@ fn recorded() -> (Vec<Event>, Vec<Event>) {
     (fix(warm_up), fix(cycle))
 }
 
+/// How the stream reaches the sink.
+#[derive(Debug, Clone, Copy)]
+enum Publish {
+    /// `publish`, one event at a time (the tracking and heap allocators).
+    OneByOne,
+    /// `publish_batch` of the whole cycle (split into batches of `MAX_BATCH`), as the caching
+    /// allocator publishes.
+    Batches,
+}
+
+impl Publish {
+    fn send(self, sink: &dyn EventSink, events: &[Event]) {
+        match self {
+            Publish::OneByOne => events.iter().for_each(|e| sink.publish(e)),
+            Publish::Batches => sink.publish_batch(events),
+        }
+    }
+}
+
+/// Folds the warm-up and two cycles, then counts the allocations of `PASSES` more cycles and
+/// one flush.
+fn fold_warm_stream(warm_up: &[Event], cycle: &[Event], publish: Publish) {
+    let agent = Agent::builder()
+        .no_listen()
+        .dump_dir(std::env::temp_dir().join("allocview-ingest-alloc-test"))
+        .channel_capacity((PASSES + 2) * (cycle.len() + warm_up.len()))
+        .tick(Duration::from_secs(3600))
+        .spawn()
+        .unwrap();
+    let sink = agent.sink();
+    publish.send(&*sink, warm_up);
+    publish.send(&*sink, cycle);
+    publish.send(&*sink, cycle);
+    agent.flush();
+
+    let before = HEAP.stats().count;
+    for _ in 0..PASSES {
+        publish.send(&*sink, cycle);
+    }
+    agent.flush();
+    let allocs = HEAP.stats().count - before;
+    assert!(
+        allocs <= FLUSH_ALLOCS_MAX,
+        "{} events published {publish:?} and one flush allocated {allocs} times",
+        PASSES * cycle.len()
+    );
+
+    let p = agent.state().pipeline;
+    assert_eq!(p.inconsistencies, 0);
+    assert_eq!(p.dropped_total, 0);
+    assert_eq!(
+        p.events_ingested,
+        (warm_up.len() + (2 + PASSES) * cycle.len()) as u64
+    );
+}
+
+// One test, so that nothing else allocates in this binary while it counts.
 #[test]
 fn ingesting_a_warm_alloc_free_stream_allocates_nothing() {
     let (warm_up, cycle) = recorded();
@@ -85,38 +143,6 @@ fn ingesting_a_warm_alloc_free_stream_allocates_nothing() {
         "the warm cycle is served from the cache"
     );
     assert!(cycle.len() >= 2 * allocview_agent::aggregator::DEFAULT_RECENT_EVENTS);
-    let agent = Agent::builder()
-        .no_listen()
-        .dump_dir(std::env::temp_dir().join("allocview-ingest-alloc-test"))
-        .channel_capacity((PASSES + 2) * cycle.len() + warm_up.len())
-        .tick(Duration::from_secs(3600))
-        .spawn()
-        .unwrap();
-    let sink = agent.sink();
-    for e in warm_up.iter().chain(&cycle).chain(&cycle) {
-        sink.publish(e);
-    }
-    agent.flush();
-
-    let before = HEAP.stats().count;
-    for _ in 0..PASSES {
-        for e in &cycle {
-            sink.publish(e);
-        }
-    }
-    agent.flush();
-    let allocs = HEAP.stats().count - before;
-    assert!(
-        allocs <= FLUSH_ALLOCS_MAX,
-        "{} events and one flush allocated {allocs} times",
-        PASSES * cycle.len()
-    );
-
-    let p = agent.state().pipeline;
-    assert_eq!(p.inconsistencies, 0);
-    assert_eq!(p.dropped_total, 0);
-    assert_eq!(
-        p.events_ingested,
-        (warm_up.len() + (2 + PASSES) * cycle.len()) as u64
-    );
+    fold_warm_stream(&warm_up, &cycle, Publish::OneByOne);
+    fold_warm_stream(&warm_up, &cycle, Publish::Batches);
 }

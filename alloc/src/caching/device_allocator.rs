@@ -395,27 +395,56 @@ impl DeviceCachingAllocator {
         if b.size >= self.max_split {
             flags |= FLAG_OVERSIZE;
         }
+        let e = self.new_event(
+            action,
+            b.pool,
+            b.small,
+            b.addr,
+            b.size,
+            b.requested,
+            b.stream,
+            flags,
+        );
+        self.push_event(e);
+    }
+
+    /// An event of this device for a block or segment of pool `pool` (`small`: the pool's
+    /// smallness), with the private pool's id and flag when the pool is one.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn new_event(
+        &self,
+        action: EventAction,
+        pool: u32,
+        small: bool,
+        addr: u64,
+        size: u64,
+        requested: u64,
+        stream: StreamId,
+        mut flags: u8,
+    ) -> Event {
         let mut e = Event::new(
             action,
             self.device as i16,
-            if b.small {
+            if small {
                 EventPool::Small
             } else {
                 EventPool::Large
             },
-            b.addr,
-            b.size,
+            addr,
+            size,
         );
-        e.requested = b.requested;
-        e.stream = b.stream.0;
-        if b.pool > SMALL_POOL
-            && let Some(owner) = self.pools[b.pool as usize].owner
+        // The default pools (large, small) have no owner.
+        if pool > SMALL_POOL
+            && let Some(owner) = self.pools[pool as usize].owner
         {
             flags |= FLAG_PRIVATE_POOL;
             e.pool_id = owner.0;
         }
+        e.requested = requested;
+        e.stream = stream.0;
         e.flags = flags;
-        self.push_event(e);
+        e
     }
 
     /// Queues an event for a block or segment of `pool` (nothing when no sink is set or the
@@ -447,27 +476,10 @@ impl DeviceCachingAllocator {
         size: u64,
         requested: u64,
         stream: StreamId,
-        mut flags: u8,
+        flags: u8,
     ) {
-        let p = &self.pools[pool as usize];
-        let mut e = Event::new(
-            action,
-            self.device as i16,
-            if p.is_small {
-                EventPool::Small
-            } else {
-                EventPool::Large
-            },
-            addr,
-            size,
-        );
-        if let Some(owner) = p.owner {
-            flags |= FLAG_PRIVATE_POOL;
-            e.pool_id = owner.0;
-        }
-        e.requested = requested;
-        e.stream = stream.0;
-        e.flags = flags;
+        let small = self.pools[pool as usize].is_small;
+        let e = self.new_event(action, pool, small, addr, size, requested, stream, flags);
         self.push_event(e);
         if matches!(
             action,
