@@ -305,6 +305,10 @@ struct DeviceAgg {
     allowed: Option<u64>,
     provider: Option<Arc<dyn SnapshotProvider>>,
     sent: Sent,
+    /// The aggregator's sequence number of this device's last event.
+    last_seq: u64,
+    /// `last_seq` at the previous tick: equal means the device went quiet.
+    last_seq_at_tick: u64,
 }
 
 impl DeviceAgg {
@@ -320,6 +324,8 @@ impl DeviceAgg {
             allowed: None,
             provider: None,
             sent: Sent::default(),
+            last_seq: 0,
+            last_seq_at_tick: 0,
         }
     }
 
@@ -676,6 +682,7 @@ impl Aggregator {
         let interval = self.cfg.sample_interval;
         // One lookup per event: the mirror, histograms and recent events all hang off it.
         let d = self.devices.entry(device, interval, recent_cap);
+        d.last_seq = seq;
         if recent_cap > 0 {
             d.recent.push(seq, e);
         }
@@ -835,6 +842,21 @@ impl Aggregator {
     }
 
     fn tick(&mut self) {
+        // A device quiet since the last tick may still hold the last events its allocator
+        // gathered: ask for them (without waiting), and fold what comes before sampling.
+        let mut asked = false;
+        for d in self.devices.values_mut() {
+            if d.last_seq == d.last_seq_at_tick
+                && let Some(p) = &d.provider
+            {
+                p.flush_idle_events();
+                asked = true;
+            }
+            d.last_seq_at_tick = d.last_seq;
+        }
+        if asked {
+            self.drain();
+        }
         self.check_resync();
         let now = now_ns();
         for d in self.devices.values_mut() {

@@ -46,6 +46,12 @@ pub trait SnapshotProvider: Send + Sync {
     /// sends its block events in batches). [`Agent::flush`](crate::agent::Agent::flush) calls
     /// it, on the caller's thread, before it waits for the aggregator. Default: nothing.
     fn flush_events(&self) {}
+
+    /// Publishes the gathered events of an allocator that went quiet, if that needs no
+    /// waiting. The aggregator calls it on its own thread, once a tick, for a device that sent
+    /// no event since the previous tick, so a live view does not miss the last calls of an
+    /// allocator that stopped calling. It must never block. Default: nothing.
+    fn flush_idle_events(&self) {}
 }
 
 impl<B: DeviceBackend> SnapshotProvider for CachingAllocator<B> {
@@ -72,5 +78,11 @@ impl<B: DeviceBackend> SnapshotProvider for CachingAllocator<B> {
 
     fn flush_events(&self) {
         CachingAllocator::flush_events(self)
+    }
+
+    fn flush_idle_events(&self) {
+        if self.holds_events() {
+            self.try_flush_events();
+        }
     }
 }

@@ -332,3 +332,48 @@ fn full_batches_from_a_caching_allocator_into_a_small_channel_drop_resync_and_en
     assert_eq!(state.devices[0].stats.memory_stats(), alloc.memory_stats());
     assert_eq!(state.devices[0].stats.reserved_bytes.0[0].current, 0);
 }
+
+#[test]
+fn the_last_events_of_an_allocator_that_went_quiet_reach_the_agent_without_a_flush() {
+    let alloc = Arc::new(CachingAllocator::new(
+        Arc::new(SimBackend::new(8 << 30)),
+        AllocatorConfig::default(),
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::builder()
+        .no_listen()
+        .dump_dir(dir.path())
+        .tick(Duration::from_millis(10))
+        .provider(alloc.clone())
+        .spawn()
+        .unwrap();
+    alloc.set_event_sink(Some(agent.sink()));
+    let warm = alloc.malloc(MIB, StreamId(0)).unwrap();
+    alloc.free(warm).unwrap();
+    agent.flush();
+    // A few cached pairs and one block left allocated: far fewer events than a batch holds,
+    // made well within the batch's age, so the allocator keeps them when it stops calling.
+    for _ in 0..3 {
+        let p = alloc.malloc(4096, StreamId(0)).unwrap();
+        alloc.free(p).unwrap();
+    }
+    let kept = alloc.malloc(2 * MIB, StreamId(0)).unwrap();
+    let expected = alloc.memory_stats();
+    let agrees = || {
+        agent
+            .state()
+            .device(0)
+            .is_some_and(|d| d.stats.memory_stats() == expected)
+    };
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while !agrees() && std::time::Instant::now() < until {
+        thread::sleep(Duration::from_millis(5));
+    }
+    assert!(
+        agrees(),
+        "the agent never saw the quiet allocator's last calls (holds events: {})",
+        alloc.holds_events()
+    );
+    assert!(!alloc.holds_events());
+    alloc.free(kept).unwrap();
+}

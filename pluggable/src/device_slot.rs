@@ -32,6 +32,7 @@ pub(crate) trait DeviceHeap: Send + Sync {
     fn reset_peak_stats(&self);
     fn total_memory(&self) -> Option<u64>;
     fn flush_events(&self);
+    fn flush_idle_events(&self);
 }
 
 impl<B: DeviceBackend + Send + Sync> DeviceHeap for CachingAllocator<B> {
@@ -58,6 +59,12 @@ impl<B: DeviceBackend + Send + Sync> DeviceHeap for CachingAllocator<B> {
     }
     fn flush_events(&self) {
         CachingAllocator::flush_events(self)
+    }
+
+    fn flush_idle_events(&self) {
+        if self.holds_events() {
+            self.try_flush_events();
+        }
     }
 
     fn total_memory(&self) -> Option<u64> {
@@ -177,6 +184,12 @@ impl SnapshotProvider for DeviceSlot {
     fn flush_events(&self) {
         if let Some(h) = self.opened() {
             h.flush_events();
+        }
+    }
+
+    fn flush_idle_events(&self) {
+        if let Some(h) = self.opened() {
+            h.flush_idle_events();
         }
     }
 }

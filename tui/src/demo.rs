@@ -114,6 +114,10 @@ impl SnapshotProvider for Provider {
     fn flush_events(&self) {
         self.0.flush_events();
     }
+
+    fn flush_idle_events(&self) {
+        SnapshotProvider::flush_idle_events(&*self.0);
+    }
 }
 
 /// The agent versus the allocator, as `--headless --json` prints it.

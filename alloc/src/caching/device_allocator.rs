@@ -7,6 +7,7 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::caching::addr_table::AddrTable;
 use crate::caching::backend::{DeviceBackend, DeviceError, DevicePtr, EventId, StreamId};
@@ -200,6 +201,9 @@ pub(crate) struct DeviceCachingAllocator {
     /// The batch holds an OOM, a snapshot marker or a reset (published at the call's end: an
     /// observer acts on those at once).
     batch_urgent: bool,
+    /// Set while `batch` holds events, for readers without the lock
+    /// ([`CachingAllocator::holds_events`](crate::caching::CachingAllocator::holds_events)).
+    pub(crate) holding: Arc<AtomicBool>,
     /// `one_in - 1` of the latency sampling (a power of two minus one).
     latency_mask: u32,
     /// Xorshift state drawing the calls that measure their latency (never 0).
@@ -253,6 +257,7 @@ impl DeviceCachingAllocator {
             call_start: 0,
             batch_deadline: 0,
             batch_urgent: false,
+            holding: Arc::new(AtomicBool::new(false)),
             latency_mask: DEFAULT_LATENCY_SAMPLING - 1,
             latency_draw: 0x9E37_79B9,
             empty_frames: empty_frames.clone(),
@@ -341,6 +346,7 @@ impl DeviceCachingAllocator {
         self.batch.clear();
         self.call_first = 0;
         self.batch_urgent = false;
+        self.holding.store(false, Ordering::Relaxed);
     }
 
     /// Asks a disabled (or new) sink whether it listens now.
@@ -378,6 +384,7 @@ impl DeviceCachingAllocator {
         }
         if self.batch.is_empty() {
             self.batch_deadline = clock::stamp_after(self.call_start, MAX_BATCH_AGE_NS);
+            self.holding.store(true, Ordering::Relaxed);
         }
         e.time_ns = self.call_start;
         self.batch.push(e);

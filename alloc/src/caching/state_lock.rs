@@ -136,6 +136,38 @@ impl<T> StateLock<T> {
         }
     }
 
+    /// Takes the lock if that needs no waiting: `None` when another thread holds it, or is
+    /// inside through the bias (which this revokes for good, as [`lock`](Self::lock) would).
+    /// Never takes the bias itself, so an occasional caller (the agent's aggregator) leaves it
+    /// to the thread that allocates.
+    pub(crate) fn try_lock(&self) -> Option<StateGuard<'_, T>> {
+        let me = thread_key();
+        if self.owner.load(Ordering::Relaxed) == me {
+            return Some(self.lock());
+        }
+        self.word
+            .compare_exchange(UNLOCKED, LOCKED, Ordering::Acquire, Ordering::Relaxed)
+            .ok()?;
+        let guard = StateGuard {
+            lock: self,
+            biased: false,
+        };
+        let owner = self.owner.load(Ordering::Relaxed);
+        if owner == NO_OWNER || owner == REVOKED {
+            return Some(guard);
+        }
+        self.owner.store(REVOKED, Ordering::Relaxed);
+        if !membarrier::private_expedited() {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        if self.owner_inside.load(Ordering::Acquire) != 0 {
+            // The owner is inside: it finishes its call under the bias, and its next call
+            // takes the word (dropping the guard releases it).
+            return None;
+        }
+        Some(guard)
+    }
+
     /// With the lock word held: takes the bias when nobody has it (and the barrier works),
     /// or revokes another thread's bias and waits until that thread is out.
     #[cold]
@@ -438,6 +470,34 @@ mod tests {
         assert_eq!(*lock.lock(), (2 * ROUNDS, 2 * ROUNDS));
         assert_eq!(lock.owner.load(Ordering::Relaxed), REVOKED);
         assert_eq!(lock.owner_inside.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn try_lock_fails_while_held_and_leaves_the_bias_to_the_allocating_thread() {
+        let lock = Arc::new(StateLock::new(0u64));
+        // Taken by a thread that is not the first: no bias for it.
+        let l2 = lock.clone();
+        std::thread::spawn(move || *l2.try_lock().unwrap() += 1)
+            .join()
+            .unwrap();
+        assert_eq!(lock.owner.load(Ordering::Relaxed), NO_OWNER);
+        {
+            let _held = lock.lock();
+            let l2 = lock.clone();
+            let got = std::thread::spawn(move || l2.try_lock().is_some())
+                .join()
+                .unwrap();
+            assert!(!got, "the lock is held");
+        }
+        // Free (and biased to this thread, or revoked where membarrier is missing): another
+        // thread gets it without waiting, and this thread's next lock still works.
+        let l2 = lock.clone();
+        std::thread::spawn(move || *l2.try_lock().unwrap() += 1)
+            .join()
+            .unwrap();
+        *lock.lock() += 1;
+        assert_eq!(*lock.lock(), 3);
+        assert_eq!(lock.owner.load(Ordering::Relaxed), REVOKED);
     }
 
     #[test]
