@@ -75,7 +75,12 @@ fn agent_benchmarks_measure_both_sides() {
     let names: Vec<&str> = rows.iter().map(|r| r["name"].as_str().unwrap()).collect();
     assert_eq!(
         names,
-        ["agent.publish", "agent.publish_live", "agent.ingest"]
+        [
+            "agent.publish",
+            "agent.publish_batch",
+            "agent.publish_live",
+            "agent.ingest"
+        ]
     );
     for r in &rows {
         assert!(positive(&r["allocview_ns"]), "{r}");

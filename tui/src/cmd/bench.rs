@@ -50,7 +50,7 @@ const HEAP_INSTRUMENTED_UNAVAILABLE: &str = "not measured by this command: calli
     instrumented_heap` for Instrumented<System> vs System";
 
 /// Every benchmark, in the order they run and print.
-const ENTRIES: [Entry; 10] = [
+const ENTRIES: [Entry; 11] = [
     Entry {
         name: "caching.alloc_free_pair",
         baseline: "glibc malloc + free of the same sizes (512 B .. 24 MiB)",
@@ -78,6 +78,13 @@ const ENTRIES: [Entry; 10] = [
         goal: Goal::NanosAtMost(15.0),
         unit: Unit::Time,
         run: Ok(agent::publish),
+    },
+    Entry {
+        name: "agent.publish_batch",
+        baseline: "the same events published one by one into the same sink",
+        goal: Goal::NanosAtMost(15.0),
+        unit: Unit::Time,
+        run: Ok(agent::publish_batch),
     },
     Entry {
         name: "agent.publish_live",

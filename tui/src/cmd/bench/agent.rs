@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use allocview_agent::agent::Agent;
 use allocview_agent::sink;
-use allocview_alloc::event::{Event, EventSink};
+use allocview_alloc::event::{Event, EventSink, MAX_BATCH};
 use anyhow::{Context, bail};
 
 use super::harness::{compare, each, median};
@@ -68,6 +68,26 @@ fn publish_side<'a>(sink: &'a dyn EventSink, events: &'a [Event]) -> impl FnMut(
     })
 }
 
+/// Publishes `n` events of the cycle per run in batches of [`MAX_BATCH`] (as the caching
+/// allocator publishes), the batches cut from the cycle in order.
+fn publish_batch_side<'a>(
+    sink: &'a dyn EventSink,
+    events: &'a [Event],
+) -> impl FnMut(u64) -> Duration + 'a {
+    let mut next = 0;
+    move |n| {
+        let start = Instant::now();
+        let mut left = n as usize;
+        while left > 0 {
+            let k = left.min(MAX_BATCH).min(events.len() - next);
+            sink.publish_batch(black_box(&events[next..next + k]));
+            left -= k;
+            next = (next + k) % events.len();
+        }
+        start.elapsed()
+    }
+}
+
 /// Publishes the next `n` events of the cycle into `sink`, from `cursor` on.
 fn fill(sink: &dyn EventSink, events: &[Event], cursor: &mut usize, n: usize) {
     for _ in 0..n {
@@ -113,6 +133,36 @@ pub fn publish(seconds: f64, mut out: Outcome) -> anyhow::Result<Outcome> {
     out = out.note(format!(
         "aggregator parked while timing ({} events published, none dropped); \
          agent.publish_live measures it draining at the same time",
+        pipeline.events_ingested
+    ));
+    agent.shutdown();
+    Ok(out)
+}
+
+/// `agent.publish_batch`: an event published as part of a batch of [`MAX_BATCH`] (the caching
+/// allocator's path) into the agent's sink, the aggregator parked as in `agent.publish`, vs
+/// the same events published one by one into the same sink.
+pub fn publish_batch(seconds: f64, mut out: Outcome) -> anyhow::Result<Outcome> {
+    let events = workload::event_cycle()?;
+    let agent = quiet_agent()?;
+    let sink = agent.sink();
+    let (a, b) = {
+        let mut batched = chunked(&agent, publish_batch_side(sink.as_ref(), &events));
+        let mut one_by_one = chunked(&agent, publish_side(sink.as_ref(), &events));
+        compare(seconds, &mut batched, &mut one_by_one)
+    };
+    let pipeline = agent.state().pipeline;
+    if pipeline.events_ingested == 0 {
+        bail!("the agent ingested none of the published events");
+    }
+    if pipeline.dropped_total > 0 {
+        bail!("events were dropped although the channels had room (the figure would be wrong)");
+    }
+    out.allocview_ns = Some(a.median_ns);
+    out.baseline_ns = Some(b.median_ns);
+    out = out.note(format!(
+        "per event, in batches of {MAX_BATCH}; aggregator parked while timing ({} events \
+         published, none dropped)",
         pipeline.events_ingested
     ));
     agent.shutdown();
