@@ -602,11 +602,12 @@ impl Aggregator {
     /// order. Order between the two channels does not matter: a producer publishes through one
     /// of them (see the sink's module documentation).
     ///
-    /// Software-pipelined by one message: the next event (or batch) is received before the
-    /// current one is folded. A message comes from a slot the publishing core wrote, so reading
+    /// Single events are software-pipelined by one: the next event is received before the
+    /// current one is folded. An event comes from a slot the publishing core wrote, so reading
     /// it misses the cache; received ahead, that miss overlaps the folding of the previous one
     /// instead of stalling the fold that needs it (perf: ~12% of the aggregator's time waited
-    /// there with single events).
+    /// there). A batch is received whole (one copy of up to 32 events, whose misses overlap
+    /// one another) and then folded.
     ///
     /// Lifts the sink's full-channel latches before and after, and after every
     /// `resume_interval` events taken from the event channel or `batch_resume_interval` batches
