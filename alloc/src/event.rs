@@ -2,10 +2,12 @@
 //! into.
 //!
 //! An [`Event`] is a 64-byte `Copy` value: building one never allocates, and publishing it is one
-//! call to [`EventSink::publish`], which must never block, lock, or allocate (the agent's sink is
-//! a bounded channel with `try_send`; a full channel drops the event and counts it).
+//! call to [`EventSink::publish`], or one [`EventSink::publish_batch`] for up to [`MAX_BATCH`]
+//! events, which must never block, lock, or allocate (the agent's sink is a pair of bounded
+//! channels with `try_send`; a full channel drops the events and counts them).
 //!
-//! The caching allocator publishes one event per trace entry it makes (same points, same
+//! The caching allocator gathers its events under its lock and publishes them in batches (see
+//! `caching/allocator.rs` for when), one event per trace entry it makes (same points, same
 //! addresses), plus [`EventAction::AllocRetry`] and [`EventAction::SyncAllStreams`] for the
 //! counters that have no trace entry, so a consumer that mirrors segments and blocks from the
 //! events can recompute every `DeviceStats` figure the allocator keeps.
