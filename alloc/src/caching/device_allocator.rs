@@ -326,13 +326,12 @@ impl DeviceCachingAllocator {
     /// Publishes the gathered events (their stamps turned into times) in one batch.
     #[inline(never)]
     pub(crate) fn publish_batch(&mut self) {
-        let conv = clock::StampConverter::new();
         let (mut stamp, mut ns) = (u64::MAX, 0);
         for e in &mut self.batch {
             // A call's events share its stamp.
             if e.time_ns != stamp {
                 stamp = e.time_ns;
-                ns = conv.ns(stamp);
+                ns = clock::stamp_ns(stamp);
             }
             e.time_ns = ns;
         }

@@ -193,6 +193,17 @@ impl Scale {
         let ticks = tsc.saturating_sub(self.tsc_base);
         self.ns_base + ((u128::from(ticks) * u128::from(self.rate)) >> RATE_SHIFT) as u64
     }
+
+    /// [`at`](Self::at) for a counter read taken under this scale, starting the final
+    /// measurement when its time has come (as [`now_ns`] would have).
+    #[inline]
+    fn time(&self, tsc: u64) -> u64 {
+        let t = self.at(tsc);
+        if t >= self.remeasure_at {
+            slow_now();
+        }
+        t
+    }
 }
 
 /// The reciprocal of a plausible `rate` (both fixed point with [`RATE_SHIFT`] fraction bits).
@@ -217,16 +228,21 @@ static SCALES: [OnceLock<Scale>; 2] = [OnceLock::new(), OnceLock::new()];
 #[cfg(target_arch = "x86_64")]
 static CURRENT: AtomicPtr<Scale> = AtomicPtr::new(std::ptr::null_mut());
 
+/// The scale in use, once the counter clock runs.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn current() -> Option<&'static Scale> {
+    // SAFETY: CURRENT only ever holds null or a pointer to an initialized `OnceLock` value in
+    // the static SCALES, which lives and never changes for the whole program.
+    unsafe { CURRENT.load(Ordering::Acquire).as_ref() }
+}
+
 /// Nanoseconds since the Unix epoch (see the module docs).
 #[inline]
 pub(crate) fn now_ns() -> u64 {
     #[cfg(target_arch = "x86_64")]
     {
-        let p = CURRENT.load(Ordering::Acquire);
-        if !p.is_null() {
-            // SAFETY: CURRENT only ever holds null or a pointer to an initialized `OnceLock`
-            // value in the static SCALES, which lives and never changes for the whole program.
-            let s = unsafe { &*p };
+        if let Some(s) = current() {
             let t = s.at(tsc());
             if t < s.remeasure_at {
                 return t;
@@ -253,56 +269,6 @@ pub(crate) fn stamp() -> u64 {
     now_ns() | NS_STAMP
 }
 
-/// Turns [`stamp`]s into nanoseconds since the Unix epoch: what [`now_ns`] returned when each
-/// was taken. Made once per batch of stamps, it looks the clock's scales up once. A counter
-/// stamp is scaled by the scale that was current when it was taken (the first one before the
-/// final measurement's base, the final one after it).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct StampConverter {
-    #[cfg(target_arch = "x86_64")]
-    first: Option<Scale>,
-    #[cfg(target_arch = "x86_64")]
-    last: Option<Scale>,
-}
-
-impl StampConverter {
-    /// A converter for stamps taken so far.
-    #[inline]
-    pub(crate) fn new() -> StampConverter {
-        StampConverter {
-            #[cfg(target_arch = "x86_64")]
-            first: SCALES[0].get().copied(),
-            #[cfg(target_arch = "x86_64")]
-            last: SCALES[1].get().copied(),
-        }
-    }
-
-    /// The time of `stamp`, in nanoseconds since the Unix epoch.
-    #[inline]
-    pub(crate) fn ns(&self, stamp: u64) -> u64 {
-        if stamp & NS_STAMP != 0 {
-            return stamp & !NS_STAMP;
-        }
-        #[cfg(target_arch = "x86_64")]
-        {
-            let scale = match (self.first, self.last) {
-                (_, Some(last)) if stamp >= last.tsc_base => Some(last),
-                (first, _) => first,
-            };
-            if let Some(s) = scale {
-                let t = s.at(stamp);
-                if t >= s.remeasure_at {
-                    // Time for the final measurement, which `now_ns` would have started.
-                    slow_now();
-                }
-                return t;
-            }
-        }
-        // Not reached: a counter stamp is only taken once a scale is installed.
-        now_ns()
-    }
-}
-
 /// Nanoseconds between two [`stamp`]s of one kind (`start` first; 0 if they are of two kinds),
 /// at the current scale's rate: one multiplication, no lookup of the scales.
 #[inline]
@@ -314,38 +280,32 @@ pub(crate) fn elapsed_ns(start: u64, end: u64) -> u64 {
         return end.saturating_sub(start);
     }
     #[cfg(target_arch = "x86_64")]
-    {
-        let p = CURRENT.load(Ordering::Acquire);
-        if !p.is_null() {
-            // SAFETY: as in `now_ns`.
-            let s = unsafe { &*p };
-            let ticks = end.saturating_sub(start);
-            return ((u128::from(ticks) * u128::from(s.rate)) >> RATE_SHIFT) as u64;
-        }
+    if let Some(s) = current() {
+        let ticks = end.saturating_sub(start);
+        return ((u128::from(ticks) * u128::from(s.rate)) >> RATE_SHIFT) as u64;
     }
     0
 }
 
-/// Nanoseconds since the Unix epoch of one [`stamp`] (see [`StampConverter`]): a stamp taken
-/// under the current scale, as nearly all are, is scaled without looking the others up.
+/// Nanoseconds since the Unix epoch of a [`stamp`]: what [`now_ns`] returned when it was
+/// taken. A counter stamp is scaled by the scale that was current then: the current one, or the
+/// first one for a stamp from before the final measurement's base.
 #[inline]
 pub(crate) fn stamp_ns(stamp: u64) -> u64 {
-    #[cfg(target_arch = "x86_64")]
-    if stamp & NS_STAMP == 0 {
-        let p = CURRENT.load(Ordering::Acquire);
-        if !p.is_null() {
-            // SAFETY: as in `now_ns`.
-            let s = unsafe { &*p };
-            if stamp >= s.tsc_base {
-                let t = s.at(stamp);
-                if t >= s.remeasure_at {
-                    slow_now();
-                }
-                return t;
-            }
-        }
+    if stamp & NS_STAMP != 0 {
+        return stamp & !NS_STAMP;
     }
-    StampConverter::new().ns(stamp)
+    #[cfg(target_arch = "x86_64")]
+    if let Some(cur) = current() {
+        let s = if stamp >= cur.tsc_base {
+            cur
+        } else {
+            SCALES[0].get().unwrap_or(cur)
+        };
+        return s.time(stamp);
+    }
+    // Not reached: a counter stamp is only taken once a scale is installed.
+    now_ns()
 }
 
 /// The stamp `ns` nanoseconds after `stamp`, of the same kind (see [`reached`]).
@@ -354,16 +314,11 @@ pub(crate) fn stamp_after(stamp: u64, ns: u64) -> u64 {
         return (stamp & !NS_STAMP).saturating_add(ns).min(!NS_STAMP) | NS_STAMP;
     }
     #[cfg(target_arch = "x86_64")]
-    {
-        let p = CURRENT.load(Ordering::Acquire);
-        if !p.is_null() {
-            // SAFETY: as in `now_ns`.
-            let s = unsafe { &*p };
-            let ticks = (u128::from(ns) * u128::from(s.ticks_per_ns)) >> RATE_SHIFT;
-            return stamp
-                .saturating_add(u64::try_from(ticks).unwrap_or(u64::MAX))
-                .min(!NS_STAMP);
-        }
+    if let Some(s) = current() {
+        let ticks = (u128::from(ns) * u128::from(s.ticks_per_ns)) >> RATE_SHIFT;
+        return stamp
+            .saturating_add(u64::try_from(ticks).unwrap_or(u64::MAX))
+            .min(!NS_STAMP);
     }
     stamp
 }
@@ -379,7 +334,7 @@ pub(crate) fn reached(now: u64, at: u64) -> bool {
 pub(crate) fn uses_counter() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        !CURRENT.load(Ordering::Acquire).is_null()
+        current().is_some()
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -394,15 +349,13 @@ fn slow_now() -> u64 {
     let a = anchor();
     #[cfg(target_arch = "x86_64")]
     if let Some(first) = a.first {
-        let p = CURRENT.load(Ordering::Acquire);
-        if p.is_null() {
-            if let Some(t) = switch(a, first, None) {
-                return t;
+        match current() {
+            None => {
+                if let Some(t) = switch(a, first, None) {
+                    return t;
+                }
             }
-        } else {
-            // SAFETY: as in `now_ns`.
-            let s = unsafe { &*p };
-            return switch(a, first, Some(s)).unwrap_or_else(|| s.at(tsc()));
+            Some(s) => return switch(a, first, Some(s)).unwrap_or_else(|| s.at(tsc())),
         }
     }
     mono_ns().wrapping_add(a.offset)
@@ -446,9 +399,7 @@ fn switch(a: &Anchor, first: Sample, prev: Option<&Scale>) -> Option<u64> {
         Ordering::AcqRel,
         Ordering::Acquire,
     );
-    // SAFETY: as in `now_ns` (the loaded pointer is null or points into SCALES).
-    let cur = unsafe { CURRENT.load(Ordering::Acquire).as_ref() };
-    cur.map(|s| s.at(tsc()))
+    current().map(|s| s.at(tsc()))
 }
 
 #[cfg(test)]
