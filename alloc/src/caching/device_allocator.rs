@@ -1277,28 +1277,44 @@ impl DeviceCachingAllocator {
             s.oversize_allocations.update(1);
         }
         if self.observing {
-            if self.tracing() {
-                self.observe_alloc(id, cached);
-            } else {
-                self.publish_block(EventAction::Alloc, id, cached_flag(cached));
-            }
+            self.observe_block(
+                TraceAction::Alloc,
+                EventAction::Alloc,
+                id,
+                cached_flag(cached),
+                None,
+            );
         }
         id
     }
 
-    /// The `alloc` trace entry and `Alloc` event of a block just handed out.
-    #[cold]
-    #[inline(never)]
-    fn observe_alloc(&mut self, id: BlockId, cached: bool) {
-        let b = &self.arena[id];
-        let (addr, requested, stream) = (b.addr, b.requested, b.stream);
+    /// The trace entry and event of a block's alloc, free request or free completion: the
+    /// trace entry out of line (cold), the event inline.
+    #[inline(always)]
+    fn observe_block(
+        &mut self,
+        trace: TraceAction,
+        event: EventAction,
+        id: BlockId,
+        extra_flags: u8,
+        context: Option<&Frames>,
+    ) {
         if self.tracing() {
-            let ctx = self.arena[id].context.clone();
-            self.record_trace(TraceAction::Alloc, addr, requested, stream, ctx.as_ref());
+            self.trace_block(trace, id, context);
         }
         if self.publishing {
-            self.publish_block(EventAction::Alloc, id, cached_flag(cached));
+            self.publish_block(event, id, extra_flags);
         }
+    }
+
+    /// A block's trace entry, with the call's context, else the block's allocation context.
+    #[cold]
+    #[inline(never)]
+    fn trace_block(&mut self, trace: TraceAction, id: BlockId, context: Option<&Frames>) {
+        let b = &self.arena[id];
+        let (addr, requested, stream) = (b.addr, b.requested, b.stream);
+        let ctx = context.cloned().or_else(|| b.context.clone());
+        self.record_trace(trace, addr, requested, stream, ctx.as_ref());
     }
 
     /// PyTorch's `free`: allocated drops now; the block is cached now or once other streams
@@ -1323,16 +1339,13 @@ impl DeviceCachingAllocator {
         dec(&mut self.stats.allocation, small, 1);
         dec(&mut self.stats.allocated_bytes, small, size);
         if self.observing {
-            if self.tracing() {
-                self.observe_free(
-                    TraceAction::FreeRequested,
-                    EventAction::FreeRequested,
-                    id,
-                    context.as_ref(),
-                );
-            } else {
-                self.publish_block(EventAction::FreeRequested, id, 0);
-            }
+            self.observe_block(
+                TraceAction::FreeRequested,
+                EventAction::FreeRequested,
+                id,
+                0,
+                context.as_ref(),
+            );
         }
         if size >= self.max_split {
             self.stats.oversize_allocations.update(-1);
@@ -1357,16 +1370,13 @@ impl DeviceCachingAllocator {
             (b.size, b.requested, b.pool, b.small, b.is_expandable())
         };
         if self.observing {
-            if self.tracing() {
-                self.observe_free(
-                    TraceAction::FreeCompleted,
-                    EventAction::FreeCompleted,
-                    id,
-                    context,
-                );
-            } else {
-                self.publish_block(EventAction::FreeCompleted, id, 0);
-            }
+            self.observe_block(
+                TraceAction::FreeCompleted,
+                EventAction::FreeCompleted,
+                id,
+                0,
+                context,
+            );
         }
         self.arena[id].context = None;
         let m = self.arena.merge_free_neighbours(id);
@@ -1395,28 +1405,6 @@ impl DeviceCachingAllocator {
         dec(&mut s.active, small, 1);
         dec(&mut s.active_bytes, small, size);
         dec(&mut s.requested_bytes, small, requested);
-    }
-
-    /// The trace entry and event of a free request or completion (the call's context, else
-    /// the block's allocation context).
-    #[cold]
-    #[inline(never)]
-    fn observe_free(
-        &mut self,
-        trace: TraceAction,
-        event: EventAction,
-        id: BlockId,
-        context: Option<&Frames>,
-    ) {
-        let b = &self.arena[id];
-        let (addr, requested, stream) = (b.addr, b.requested, b.stream);
-        if self.tracing() {
-            let ctx = context.cloned().or_else(|| self.arena[id].context.clone());
-            self.record_trace(trace, addr, requested, stream, ctx.as_ref());
-        }
-        if self.publishing {
-            self.publish_block(event, id, 0);
-        }
     }
 
     /// PyTorch's `try_merge_blocks`: `dst` absorbs `src` when `src` is free and in the same
