@@ -443,8 +443,8 @@ impl ChannelSink {
     /// [`EventBatch`], or, latched or full, every event counted as dropped.
     #[inline]
     fn publish_chunk(&self, events: &[Event]) {
-        let has_oom = || events.iter().any(|e| e.action == EventAction::Oom);
-        if self.shared.batch_full.load(Ordering::Relaxed) && !has_oom() {
+        let has_oom = events.iter().any(|e| e.action == EventAction::Oom);
+        if self.shared.batch_full.load(Ordering::Relaxed) && !has_oom {
             self.shared.drop_events(events);
             return;
         }
@@ -453,7 +453,7 @@ impl ChannelSink {
                 // The fill level is read on every batch: checking every 4th batch instead (as
                 // `publish` does every WAKE_CHECK_INTERVAL events) measured no difference,
                 // the read being paid once per up to MAX_BATCH events.
-                if has_oom() || self.batch_tx.len() >= self.shared.batch_half {
+                if has_oom || self.batch_tx.len() >= self.shared.batch_half {
                     self.shared.wake();
                 }
             }
