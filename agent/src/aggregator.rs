@@ -702,7 +702,7 @@ impl Aggregator {
                         d.hist
                             .record_alloc(pool, e.stream, e.requested, e.latency_ns)
                     }
-                    EventAction::FreeCompleted => {
+                    EventAction::FreeCompleted | EventAction::Free => {
                         if let Some(l) = applied.lifetime_ns {
                             d.hist.record_lifetime(pool, e.stream, l);
                         }
@@ -727,7 +727,7 @@ impl Aggregator {
                 h.allocations.update(1);
                 h.bytes.update(e.size as i64);
             }
-            EventAction::FreeRequested | EventAction::FreeCompleted => {
+            EventAction::FreeRequested | EventAction::FreeCompleted | EventAction::Free => {
                 h.allocations.update(-1);
                 h.bytes.update(-(e.size as i64));
             }

@@ -11,7 +11,8 @@
 //!   `active_bytes`, `requested_bytes` and, when flagged oversize, `oversize_allocations`.
 //! - `free_requested` marks the block pending (`allocation`, `allocated_bytes`,
 //!   `oversize_allocations` down); `free_completed` marks it free, merges it with free neighbours
-//!   and drops `active`, `active_bytes` and `requested_bytes`.
+//!   and drops `active`, `active_bytes` and `requested_bytes`. `free` (both at once, the usual
+//!   free) applies the two in turn.
 //! - `inactive_split` / `inactive_split_bytes` change by the net change of free blocks inside
 //!   split segments, computed on the blocks an event touches. That reproduces PyTorch's three
 //!   split cases (splitting an unsplit block: +1 and the remainder; splitting a split block: minus
@@ -236,7 +237,7 @@ struct StreamAcc {
 /// What applying an event learned that the aggregator records elsewhere.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Applied {
-    /// For `free_completed`: how long the block lived (when its allocation time is known).
+    /// For `free_completed` and `free`: how long the block lived (when its allocation time is known).
     pub lifetime_ns: Option<u64>,
     /// The pool of the block or segment.
     pub pool: Option<PoolKey>,
@@ -396,6 +397,13 @@ impl DeviceMirror {
             EventAction::Alloc => self.alloc(e)?,
             EventAction::FreeRequested => self.free_requested(e)?,
             EventAction::FreeCompleted => self.free_completed(e)?,
+            // The request, then the completion; the completion cannot fail once the request
+            // applied (the block is then pending free at this address, with this size), so
+            // on error the mirror is still unchanged.
+            EventAction::Free => {
+                self.free_requested(e)?;
+                self.free_completed(e)?
+            }
             EventAction::SegmentAlloc if e.flags & FLAG_EXPANDABLE != 0 => self.map(e)?,
             EventAction::SegmentAlloc => self.segment_alloc(e)?,
             EventAction::SegmentFree if e.flags & FLAG_EXPANDABLE != 0 => self.unmap(e)?,

@@ -63,8 +63,8 @@
 //! sum the rows.
 //!
 //! Host (CPU) allocators publish into the same sink with `EventPool::Host`
-//! (`allocview_alloc::event::EventPool::Host`): an `alloc` adds, and a `free_requested` or a
-//! `free_completed` (a producer sends one of the two per free) subtracts.
+//! (`allocview_alloc::event::EventPool::Host`): an `alloc` adds, and a `free_requested`, a
+//! `free_completed` or a `free` (a producer sends one of the three per free) subtracts.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};

@@ -237,7 +237,7 @@ pub struct RecentEvent {
     pub addr: u64,
     /// Size in bytes.
     pub size: u64,
-    /// Requested size (alloc, free_requested, oom), else 0.
+    /// Requested size (alloc, free_requested, free, oom), else 0.
     pub requested: u64,
     /// Stream.
     pub stream: u64,

@@ -138,7 +138,10 @@ fn ingesting_a_warm_alloc_free_stream_allocates_nothing() {
     assert!(
         cycle.iter().all(|e| matches!(
             e.action,
-            EventAction::Alloc | EventAction::FreeRequested | EventAction::FreeCompleted
+            EventAction::Alloc
+                | EventAction::Free
+                | EventAction::FreeRequested
+                | EventAction::FreeCompleted
         )),
         "the warm cycle is served from the cache"
     );

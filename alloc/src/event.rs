@@ -8,8 +8,9 @@
 //!
 //! The caching allocator gathers its events under its lock and publishes them in batches (see
 //! `caching/allocator.rs` for when), one event per trace entry it makes (same points, same
-//! addresses), plus [`EventAction::AllocRetry`] and [`EventAction::SyncAllStreams`] for the
-//! counters that have no trace entry, so a consumer that mirrors segments and blocks from the
+//! addresses; a free that completes in the same call, whose trace has a `free_requested` and a
+//! `free_completed` entry, is one [`EventAction::Free`] event), plus [`EventAction::AllocRetry`]
+//! and [`EventAction::SyncAllStreams`] for the counters that have no trace entry, so a consumer that mirrors segments and blocks from the
 //! events can recompute every `DeviceStats` figure the allocator keeps.
 
 pub(crate) mod clock;
@@ -47,11 +48,16 @@ pub enum EventAction {
     ResetPeaks = 12,
     /// Accumulated statistics were reset by the program.
     ResetAccumulated = 13,
+    /// The program freed a block and it went back to the free set in the same call (no other
+    /// stream had used it): `addr`, `size` = block size, `requested` = request. It stands for a
+    /// `FreeRequested` and a `FreeCompleted` at one time, in one event instead of two (the
+    /// caching allocator's usual free).
+    Free = 14,
 }
 
 impl EventAction {
     /// Number of actions (for per-action counters).
-    pub const COUNT: usize = 14;
+    pub const COUNT: usize = 15;
 
     /// A stable short name.
     pub fn as_str(self) -> &'static str {
@@ -70,6 +76,7 @@ impl EventAction {
             EventAction::UserDefined => "user_defined",
             EventAction::ResetPeaks => "reset_peaks",
             EventAction::ResetAccumulated => "reset_accumulated",
+            EventAction::Free => "free",
         }
     }
 
@@ -91,6 +98,7 @@ impl EventAction {
             UserDefined,
             ResetPeaks,
             ResetAccumulated,
+            Free,
         ]
         .get(v as usize)
         .copied()
@@ -131,7 +139,7 @@ pub struct Event {
     pub addr: u64,
     /// Size in bytes (block or segment size; for `Oom`, the rounded request).
     pub size: u64,
-    /// Requested size (for `Alloc`, `FreeRequested`, `Oom`), else 0.
+    /// Requested size (for `Alloc`, `FreeRequested`, `Free`, `Oom`), else 0.
     pub requested: u64,
     /// Stream the operation ran on (0 is the default stream).
     pub stream: u64,

@@ -254,12 +254,12 @@ fn events_mirror_trace_entries_with_block_sizes_and_flags() {
             (EventAction::SegmentAlloc, seg, 20 * MIB, 0),
             (EventAction::Alloc, p, rounded, 5 * MIB + 100),
             (EventAction::Alloc, q, 5 * MIB, 5 * MIB),
-            (EventAction::FreeRequested, q, 5 * MIB, 5 * MIB),
-            (EventAction::FreeCompleted, q, 5 * MIB, 5 * MIB),
+            // Freed and back in the cache in one call: one event.
+            (EventAction::Free, q, 5 * MIB, 5 * MIB),
             (EventAction::SegmentAlloc, big, 30 * MIB, 0),
             (EventAction::Alloc, big, 30 * MIB, 30 * MIB),
-            (EventAction::FreeRequested, big, 30 * MIB, 30 * MIB),
-            (EventAction::FreeCompleted, big, 30 * MIB, 30 * MIB),
+            (EventAction::Free, big, 30 * MIB, 30 * MIB),
+            // Used by another stream: requested now, completed once that stream is done.
             (EventAction::FreeRequested, p, rounded, 5 * MIB + 100),
             (EventAction::SyncAllStreams, 0, 0, 0),
             (EventAction::FreeCompleted, p, rounded, 5 * MIB + 100),
@@ -272,7 +272,8 @@ fn events_mirror_trace_entries_with_block_sizes_and_flags() {
     assert_eq!(ev[1].stream, 1);
     assert_eq!(ev[1].flags & FLAG_CACHED, 0, "served by a new segment");
     assert_ne!(ev[2].flags & FLAG_CACHED, 0, "served from the cache");
-    assert_ne!(ev[6].flags & FLAG_OVERSIZE, 0);
+    assert_ne!(ev[5].flags & FLAG_OVERSIZE, 0);
+    assert_ne!(ev[6].flags & FLAG_OVERSIZE, 0, "a free carries its block's flags");
     assert!(ev.iter().all(|e| e.device == 0 && e.time_ns > 0));
     // Without a sink nothing is published.
     a.set_event_sink(None);
@@ -400,15 +401,14 @@ fn block_events_come_in_order_in_batches_of_at_most_32_and_all_arrive_by_flush_e
     let batches = sink.0.lock().unwrap().clone();
     assert!(batches.iter().all(|b| !b.is_empty() && b.len() <= 32));
     let ev: Vec<Event> = batches.concat();
-    assert_eq!(ev.len(), 3 * PAIRS, "every event exactly once");
-    for (i, pair) in ev.chunks(3).enumerate() {
+    assert_eq!(ev.len(), 2 * PAIRS, "every event exactly once");
+    for (i, pair) in ev.chunks(2).enumerate() {
         let got: Vec<(EventAction, u64)> = pair.iter().map(|e| (e.action, e.addr)).collect();
         assert_eq!(
             got,
             vec![
                 (EventAction::Alloc, ptrs[i]),
-                (EventAction::FreeRequested, ptrs[i]),
-                (EventAction::FreeCompleted, ptrs[i]),
+                (EventAction::Free, ptrs[i]),
             ]
         );
     }
@@ -442,8 +442,7 @@ fn ooms_snapshots_and_resets_go_out_at_the_end_of_their_call_with_everything_bef
         vec![
             EventAction::SegmentAlloc,
             EventAction::Alloc,
-            EventAction::FreeRequested,
-            EventAction::FreeCompleted,
+            EventAction::Free,
             EventAction::Snapshot
         ],
         "the snapshot marker follows every earlier event"
@@ -459,7 +458,7 @@ fn ooms_snapshots_and_resets_go_out_at_the_end_of_their_call_with_everything_bef
     assert!(a.malloc(60 * MIB, S0).is_err());
     let got = actions();
     assert_eq!(got.last(), Some(&EventAction::Oom), "{got:?}");
-    assert!(got.contains(&EventAction::FreeCompleted));
+    assert!(got.contains(&EventAction::Free));
 }
 
 #[test]
@@ -474,7 +473,7 @@ fn gathered_events_reach_the_sink_on_flush_on_a_sink_change_and_on_drop() {
     for _ in 0..5 {
         let p = a.malloc(MIB, S0).unwrap();
         a.free(p).unwrap();
-        expected += 3;
+        expected += 2;
         a.flush_events();
         assert_eq!(first.events().len(), expected);
     }
@@ -491,10 +490,7 @@ fn gathered_events_reach_the_sink_on_flush_on_a_sink_change_and_on_drop() {
     let got: Vec<(EventAction, u64)> = second.events().iter().map(|e| (e.action, e.addr)).collect();
     assert_eq!(
         got,
-        vec![
-            (EventAction::FreeRequested, p),
-            (EventAction::FreeCompleted, p)
-        ],
+        vec![(EventAction::Free, p)],
         "dropping the allocator publishes what it gathered"
     );
 }

@@ -253,6 +253,36 @@ fn expandable_segments_grow_shrink_and_split_on_map_and_unmap() {
 }
 
 #[test]
+fn a_free_event_is_a_request_and_a_completion_at_once() {
+    let mut two = with_segment(None, EventPool::Large, 20 * MIB);
+    let mut one = with_segment(None, EventPool::Large, 20 * MIB);
+    for m in [&mut two, &mut one] {
+        for i in 0..3 {
+            m.apply(&alloc(EventPool::Large, SEG + i * 4 * MIB, 4 * MIB, 3 * MIB))
+                .unwrap();
+        }
+    }
+    // The middle block, then the first (merging with it).
+    for addr in [SEG + 4 * MIB, SEG] {
+        let by_two = free(&mut two, EventPool::Large, addr, 4 * MIB);
+        let by_one = one
+            .apply(&Event {
+                time_ns: 110,
+                requested: 3 * MIB,
+                ..ev(EventAction::Free, EventPool::Large, addr, 4 * MIB)
+            })
+            .unwrap();
+        assert_eq!(by_one.lifetime_ns, Some(100));
+        assert_eq!(by_one.lifetime_ns, by_two.lifetime_ns);
+        assert_eq!(one.stats(), two.stats());
+        assert_eq!(one.segments(), two.segments());
+        assert_consistent(&one);
+    }
+    assert_eq!(cur(&one.stats().active_bytes, StatType::All), 4 * MIB as i64);
+    assert_eq!(cur(&one.stats().allocated_bytes, StatType::All), 4 * MIB as i64);
+}
+
+#[test]
 fn an_event_that_does_not_fit_is_refused_and_changes_nothing() {
     let mut m = with_segment(None, EventPool::Large, 20 * MIB);
     m.apply(&alloc(EventPool::Large, SEG, 4 * MIB, 4 * MIB))
@@ -263,6 +293,8 @@ fn an_event_that_does_not_fit_is_refused_and_changes_nothing() {
         alloc(EventPool::Large, SEG, 512, 512),
         alloc(EventPool::Large, SEG + 100 * MIB, 512, 512),
         ev(EventAction::FreeCompleted, EventPool::Large, SEG, 4 * MIB),
+        ev(EventAction::Free, EventPool::Large, SEG, 512),
+        ev(EventAction::Free, EventPool::Large, SEG + 4 * MIB, 512),
         ev(
             EventAction::FreeRequested,
             EventPool::Large,

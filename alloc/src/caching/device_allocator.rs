@@ -1338,45 +1338,45 @@ impl DeviceCachingAllocator {
         debug_assert_eq!(small, self.is_small(self.arena[id].pool));
         dec(&mut self.stats.allocation, small, 1);
         dec(&mut self.stats.allocated_bytes, small, size);
-        if self.observing {
-            self.observe_block(
-                TraceAction::FreeRequested,
-                EventAction::FreeRequested,
-                id,
-                0,
-                context.as_ref(),
-            );
-        }
         if size >= self.max_split {
             self.stats.oversize_allocations.update(-1);
         }
         if !self.arena[id].stream_uses.is_empty() {
+            if self.observing {
+                self.observe_block(
+                    TraceAction::FreeRequested,
+                    EventAction::FreeRequested,
+                    id,
+                    0,
+                    context.as_ref(),
+                );
+            }
             if !self.captures.is_empty() {
                 self.deferred_until_no_capture.push(id);
             } else {
                 self.insert_events(be, id)?;
             }
         } else {
-            self.free_block(id, context.as_ref());
+            // Requested and completed at once: two trace entries, one event.
+            if self.observing && self.tracing() {
+                self.trace_block(TraceAction::FreeRequested, id, context.as_ref());
+            }
+            self.free_block(id, EventAction::Free, context.as_ref());
         }
         Ok(())
     }
 
-    /// PyTorch's `free_block`: back to the free set, merged with free neighbours.
+    /// PyTorch's `free_block`: back to the free set, merged with free neighbours. `event` is
+    /// the block's event: [`EventAction::FreeCompleted`], or [`EventAction::Free`] when the
+    /// program's free completes in the same call.
     #[inline(always)]
-    fn free_block(&mut self, id: BlockId, context: Option<&Frames>) {
+    fn free_block(&mut self, id: BlockId, event: EventAction, context: Option<&Frames>) {
         let (size, requested, pool, small, expandable) = {
             let b = &self.arena[id];
             (b.size, b.requested, b.pool, b.small, b.is_expandable())
         };
         if self.observing {
-            self.observe_block(
-                TraceAction::FreeCompleted,
-                EventAction::FreeCompleted,
-                id,
-                0,
-                context,
-            );
+            self.observe_block(TraceAction::FreeCompleted, event, id, 0, context);
         }
         self.arena[id].context = None;
         let m = self.arena.merge_free_neighbours(id);
@@ -1489,7 +1489,7 @@ impl DeviceCachingAllocator {
             }
             self.insert_events(be, id)?;
             if self.arena[id].event_count == 0 {
-                self.free_block(id, context);
+                self.free_block(id, EventAction::FreeCompleted, context);
             }
         }
         Ok(())
@@ -1526,7 +1526,7 @@ impl DeviceCachingAllocator {
                 let b = &mut self.arena[id];
                 b.event_count -= 1;
                 if b.event_count == 0 {
-                    self.free_block(id, context);
+                    self.free_block(id, EventAction::FreeCompleted, context);
                 }
             }
         }
@@ -1553,7 +1553,7 @@ impl DeviceCachingAllocator {
                 let b = &mut self.arena[id];
                 b.event_count -= 1;
                 if b.event_count == 0 {
-                    self.free_block(id, context);
+                    self.free_block(id, EventAction::FreeCompleted, context);
                 }
             }
         }

@@ -86,16 +86,26 @@ fn summaries(set: &HistogramSet, group: &str, out: &mut Vec<HistogramSummary>) {
     }
 }
 
-/// The trace entry of a recent event (`None` for counter-only events such as retries).
-pub fn trace_entry(e: &RecentEvent) -> Option<TraceEntry> {
-    let action = TraceAction::parse(&e.action)?;
-    let size = match action {
-        TraceAction::Alloc | TraceAction::FreeRequested => e.requested,
-        _ => e.size,
+/// The trace entries of a recent event, as PyTorch records them: one for most events, two for
+/// a `free` (a `free_requested` and a `free_completed` at one time), none for counter-only
+/// events such as retries.
+pub fn trace_entries(e: &RecentEvent) -> impl Iterator<Item = TraceEntry> + '_ {
+    let actions = match e.action.as_str() {
+        "free" => [
+            Some(TraceAction::FreeRequested),
+            Some(TraceAction::FreeCompleted),
+        ],
+        name => [TraceAction::parse(name), None],
     };
-    Some(TraceEntry {
-        time_us: Some((e.time_ns / NS_PER_US) as i64),
-        ..TraceEntry::new(action, e.addr, size, e.stream)
+    actions.into_iter().flatten().map(|action| {
+        let size = match action {
+            TraceAction::Alloc | TraceAction::FreeRequested => e.requested,
+            _ => e.size,
+        };
+        TraceEntry {
+            time_us: Some((e.time_ns / NS_PER_US) as i64),
+            ..TraceEntry::new(action, e.addr, size, e.stream)
+        }
     })
 }
 
@@ -318,7 +328,7 @@ impl AgentAdapter {
         for s in &d.histograms.by_stream {
             summaries(&s.set, &format!("stream {}", s.stream), &mut histograms);
         }
-        let trace: Vec<TraceEntry> = d.recent.iter().filter_map(trace_entry).collect();
+        let trace: Vec<TraceEntry> = d.recent.iter().flat_map(trace_entries).collect();
         let total = (d.total_memory > 0).then_some(d.total_memory);
         let host = agent.host.as_ref().map(|h| {
             let heap = self.host.get_or_insert_with(HostHeap::default);
@@ -484,6 +494,40 @@ mod tests {
     }
 
     #[test]
+    fn a_free_event_is_a_free_requested_and_a_free_completed_entry_and_a_retry_none() {
+        let event = |action: &str| RecentEvent {
+            seq: 1,
+            time_ns: 7_000,
+            action: action.into(),
+            addr: 0x2000,
+            size: 1024,
+            requested: 1000,
+            stream: 3,
+            pool: PoolKey::Small,
+            flags: 0,
+            latency_ns: 0,
+            context: 0,
+        };
+        let got = |action: &str| -> Vec<(TraceAction, u64, u64, Option<i64>)> {
+            trace_entries(&event(action))
+                .map(|t| (t.action, t.addr, t.size, t.time_us))
+                .collect()
+        };
+        assert_eq!(
+            got("free"),
+            vec![
+                (TraceAction::FreeRequested, 0x2000, 1000, Some(7)),
+                (TraceAction::FreeCompleted, 0x2000, 1024, Some(7)),
+            ]
+        );
+        assert_eq!(
+            got("alloc"),
+            vec![(TraceAction::Alloc, 0x2000, 1000, Some(7))]
+        );
+        assert_eq!(got("alloc_retry"), vec![]);
+    }
+
+    #[test]
     fn live_trace_entries_take_the_frames_of_the_allocators_matching_entries() {
         use allocview_alloc::snapshot::Frame;
         let event = |action: &str, addr: u64, time_ns: u64| RecentEvent {
@@ -506,7 +550,7 @@ mod tests {
                 event("free_requested", 0x1000, 9_000),
             ]
             .iter()
-            .filter_map(trace_entry)
+            .flat_map(trace_entries)
             .collect::<Vec<_>>(),
         );
         let tagged = |action, time_us, tag: &str| TraceEntry {
