@@ -61,13 +61,15 @@
 //! | `Alloc` | a block was handed out | block | block size after any split (includes an unsplit remainder) | request |
 //! | `FreeRequested` | the program freed a block | block | block size | request |
 //! | `FreeCompleted` | the block went back to the free set | block, before merging | block size before merging | request |
+//! | `Free` | the program freed a block and it went back to the free set in the same call (no other stream used it): a `FreeRequested` and a `FreeCompleted` in one event | block, before merging | block size before merging | request |
 //! | `AllocRetry` | the cache was flushed and the device asked again (`num_alloc_retries`) | 0 | 0 | 0 |
 //! | `SyncAllStreams` | all outstanding events were waited for (`num_sync_all_streams`) | 0 | 0 | 0 |
 //! | `Oom` | an allocation failed (`num_ooms`) | device free bytes | rounded request | request |
 //! | `Snapshot`, `UserDefined`, `ResetPeaks`, `ResetAccumulated` | as named | 0 | 0 | 0 |
 //!
 //! A consumer mirrors segments and blocks from these: an `Alloc` inside a free block of the
-//! mirror takes its front `size` bytes (the rest stays free); `FreeCompleted` frees the block and
+//! mirror takes its front `size` bytes (the rest stays free); `FreeCompleted` (and `Free`, a
+//! request and its completion at once) frees the block and
 //! merges it with free, mapped-alike neighbours of the same segment (a block between
 //! `FreeRequested` and `FreeCompleted` is pending, not free); `SegmentMap` adds free pages that
 //! merge with a free neighbour. Stats then follow the spec: `allocated_*` drop at
@@ -483,8 +485,8 @@ impl<B: DeviceBackend> CachingAllocator<B> {
         true
     }
 
-    /// Makes one call in `one_in` (drawn at random, `one_in` rounded up to a power of two;
-    /// 1 = every call) measure its latency for the events it publishes (default: 1 in 16).
+    /// Makes one call in `one_in` on average (drawn at random; 1 = every call) measure its
+    /// latency for the events it publishes (default: 1 in 16).
     pub fn set_event_latency_sampling(&self, one_in: u32) {
         self.lock().set_latency_sampling(one_in);
     }

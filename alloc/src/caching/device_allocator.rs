@@ -189,9 +189,15 @@ pub(crate) struct DeviceCachingAllocator {
     sink_enabled: bool,
     /// Whether the current call publishes or traces (the hot path's one check).
     observing: bool,
-    /// Events gathered for the sink, published in one batch (see `end_call`); `time_ns` holds
-    /// a raw clock stamp until the batch is published.
-    batch: Vec<Event>,
+    /// Events gathered for the sink, published in one batch (see `end_call`): the first
+    /// `batch_len`; `time_ns` holds a raw clock stamp until the batch is published. A fixed
+    /// array written in place (a `Vec`'s push measured slower: a capacity check and a copy of
+    /// each event).
+    batch: Box<[Event; MAX_BATCH]>,
+    /// Events in `batch` (less than [`MAX_BATCH`] between calls).
+    batch_len: usize,
+    /// Whether the current call makes trace entries (`tracing` read once per call).
+    tracing_now: bool,
     /// Index in `batch` of the current call's first event.
     call_first: usize,
     /// The current call's start (a raw `clock::stamp`).
@@ -204,10 +210,13 @@ pub(crate) struct DeviceCachingAllocator {
     /// Set while `batch` holds events, for readers without the lock
     /// ([`CachingAllocator::holds_events`](crate::caching::CachingAllocator::holds_events)).
     pub(crate) holding: Arc<AtomicBool>,
-    /// `one_in - 1` of the latency sampling (a power of two minus one).
-    latency_mask: u32,
+    /// One call with events in this many (on average) measures its latency.
+    latency_one_in: u32,
     /// Xorshift state drawing the calls that measure their latency (never 0).
     latency_draw: u32,
+    /// Calls with events left until the next measured one (drawn at random, `one_in` on
+    /// average, by each measured call: one decrement per call in between).
+    latency_countdown: u32,
     empty_frames: Frames,
     /// The trace entry `push_trace` fills (its frames are `empty_frames` between calls).
     scratch_entry: TraceEntry,
@@ -252,14 +261,17 @@ impl DeviceCachingAllocator {
             publishing: false,
             sink_enabled: false,
             observing: false,
-            batch: Vec::with_capacity(MAX_BATCH),
+            batch: Box::new([Event::new(EventAction::Alloc, 0, EventPool::Small, 0, 0); MAX_BATCH]),
+            batch_len: 0,
+            tracing_now: false,
             call_first: 0,
             call_start: 0,
             batch_deadline: 0,
             batch_urgent: false,
             holding: Arc::new(AtomicBool::new(false)),
-            latency_mask: DEFAULT_LATENCY_SAMPLING - 1,
+            latency_one_in: DEFAULT_LATENCY_SAMPLING,
             latency_draw: 0x9E37_79B9,
+            latency_countdown: 1,
             empty_frames: empty_frames.clone(),
             scratch_entry: TraceEntry {
                 frames: empty_frames,
@@ -278,10 +290,11 @@ impl DeviceCachingAllocator {
             self.check_sink_enabled();
         }
         self.publishing = self.sink_enabled;
-        self.observing = self.publishing || self.tracing();
+        self.tracing_now = self.tracing();
+        self.observing = self.publishing || self.tracing_now;
         if self.observing {
             self.call_start = clock::stamp();
-            self.call_first = self.batch.len();
+            self.call_first = self.batch_len;
         }
     }
 
@@ -289,23 +302,23 @@ impl DeviceCachingAllocator {
     /// published when it is nearly full, old, or holds an OOM, snapshot marker or reset.
     #[inline]
     pub(crate) fn end_call(&mut self) {
-        if self.batch.len() != self.call_first {
+        if self.batch_len != self.call_first {
             self.finish_call_events();
         }
     }
 
     #[inline]
     fn finish_call_events(&mut self) {
-        let mut x = self.latency_draw;
-        x ^= x << 13;
-        x ^= x >> 17;
-        x ^= x << 5;
-        self.latency_draw = x;
-        if x & self.latency_mask == 0 {
+        if self.call_first == 0 {
+            self.batch_deadline = clock::stamp_after(self.call_start, MAX_BATCH_AGE_NS);
+            self.holding.store(true, Ordering::Relaxed);
+        }
+        self.latency_countdown -= 1;
+        if self.latency_countdown == 0 {
             self.stamp_latency();
         }
         if self.batch_urgent
-            || self.batch.len() > MAX_BATCH - BATCH_HEADROOM
+            || self.batch_len > MAX_BATCH - BATCH_HEADROOM
             || clock::reached(self.call_start, self.batch_deadline)
         {
             self.publish_batch();
@@ -313,12 +326,20 @@ impl DeviceCachingAllocator {
     }
 
     /// Gives the current call's events the time the call took (at least 1 ns: 0 means "not
-    /// measured").
+    /// measured"), and draws how many calls until the next measured one: uniform in
+    /// `1..=2 * one_in - 1`, so one call in `one_in` on average, at random.
     #[inline(never)]
     fn stamp_latency(&mut self) {
+        let mut x = self.latency_draw;
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        self.latency_draw = x;
+        let span = 2 * u64::from(self.latency_one_in) - 1;
+        self.latency_countdown = 1 + (u64::from(x) % span) as u32;
         let took = clock::elapsed_ns(self.call_start, clock::stamp());
         let latency = u32::try_from(took).unwrap_or(u32::MAX).max(1);
-        for e in &mut self.batch[self.call_first..] {
+        for e in &mut self.batch[self.call_first..self.batch_len] {
             e.latency_ns = latency;
         }
     }
@@ -327,7 +348,7 @@ impl DeviceCachingAllocator {
     #[inline(never)]
     pub(crate) fn publish_batch(&mut self) {
         let (mut stamp, mut ns) = (u64::MAX, 0);
-        for e in &mut self.batch {
+        for e in &mut self.batch[..self.batch_len] {
             // A call's events share its stamp.
             if e.time_ns != stamp {
                 stamp = e.time_ns;
@@ -339,10 +360,10 @@ impl DeviceCachingAllocator {
         if let Some(sink) = &self.sink {
             self.sink_enabled = sink.enabled();
             if self.sink_enabled {
-                sink.publish_batch(&self.batch);
+                sink.publish_batch(&self.batch[..self.batch_len]);
             }
         }
-        self.batch.clear();
+        self.batch_len = 0;
         self.call_first = 0;
         self.batch_urgent = false;
         self.holding.store(false, Ordering::Relaxed);
@@ -357,36 +378,34 @@ impl DeviceCachingAllocator {
 
     /// Whether no event waits to be published.
     pub(crate) fn batch_is_empty(&self) -> bool {
-        self.batch.is_empty()
+        self.batch_len == 0
     }
 
     /// Sets the sink, publishing what was gathered for the previous one first.
     pub(crate) fn set_sink(&mut self, sink: Option<Arc<dyn EventSink>>) {
-        if !self.batch.is_empty() {
+        if self.batch_len != 0 {
             self.publish_batch();
         }
         self.sink = sink;
         self.sink_enabled = false;
     }
 
-    /// One call in `one_in` (rounded up to a power of two, at least 1) measures its latency.
+    /// One call in `one_in` (at least 1) measures its latency, starting with the next call.
     pub(crate) fn set_latency_sampling(&mut self, one_in: u32) {
-        self.latency_mask = one_in.max(1).checked_next_power_of_two().unwrap_or(1 << 31) - 1;
+        self.latency_one_in = one_in.clamp(1, u32::MAX / 2);
+        self.latency_countdown = 1;
     }
 
     /// Adds `e` (its `time_ns` set to the call's stamp) to the batch, publishing a full batch
     /// first.
     #[inline(always)]
     fn push_event(&mut self, mut e: Event) {
-        if self.batch.len() >= MAX_BATCH {
+        if self.batch_len >= MAX_BATCH {
             self.publish_batch();
         }
-        if self.batch.is_empty() {
-            self.batch_deadline = clock::stamp_after(self.call_start, MAX_BATCH_AGE_NS);
-            self.holding.store(true, Ordering::Relaxed);
-        }
         e.time_ns = self.call_start;
-        self.batch.push(e);
+        self.batch[self.batch_len & (MAX_BATCH - 1)] = e;
+        self.batch_len += 1;
     }
 
     /// Queues the event of a block's alloc or free (the hot path's events): its address,
@@ -1299,7 +1318,7 @@ impl DeviceCachingAllocator {
         extra_flags: u8,
         context: Option<&Frames>,
     ) {
-        if self.tracing() {
+        if self.tracing_now {
             self.trace_block(trace, id, context);
         }
         if self.publishing {
@@ -1358,7 +1377,7 @@ impl DeviceCachingAllocator {
             }
         } else {
             // Requested and completed at once: two trace entries, one event.
-            if self.observing && self.tracing() {
+            if self.observing && self.tracing_now {
                 self.trace_block(TraceAction::FreeRequested, id, context.as_ref());
             }
             self.free_block(id, EventAction::Free, context.as_ref());
