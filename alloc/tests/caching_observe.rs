@@ -273,7 +273,11 @@ fn events_mirror_trace_entries_with_block_sizes_and_flags() {
     assert_eq!(ev[1].flags & FLAG_CACHED, 0, "served by a new segment");
     assert_ne!(ev[2].flags & FLAG_CACHED, 0, "served from the cache");
     assert_ne!(ev[5].flags & FLAG_OVERSIZE, 0);
-    assert_ne!(ev[6].flags & FLAG_OVERSIZE, 0, "a free carries its block's flags");
+    assert_ne!(
+        ev[6].flags & FLAG_OVERSIZE,
+        0,
+        "a free carries its block's flags"
+    );
     assert!(ev.iter().all(|e| e.device == 0 && e.time_ns > 0));
     // Without a sink nothing is published.
     a.set_event_sink(None);
@@ -406,10 +410,7 @@ fn block_events_come_in_order_in_batches_of_at_most_32_and_all_arrive_by_flush_e
         let got: Vec<(EventAction, u64)> = pair.iter().map(|e| (e.action, e.addr)).collect();
         assert_eq!(
             got,
-            vec![
-                (EventAction::Alloc, ptrs[i]),
-                (EventAction::Free, ptrs[i]),
-            ]
+            vec![(EventAction::Alloc, ptrs[i]), (EventAction::Free, ptrs[i]),]
         );
     }
     // Times are the calls' starts in nanoseconds: never going back.

@@ -258,8 +258,13 @@ fn a_free_event_is_a_request_and_a_completion_at_once() {
     let mut one = with_segment(None, EventPool::Large, 20 * MIB);
     for m in [&mut two, &mut one] {
         for i in 0..3 {
-            m.apply(&alloc(EventPool::Large, SEG + i * 4 * MIB, 4 * MIB, 3 * MIB))
-                .unwrap();
+            m.apply(&alloc(
+                EventPool::Large,
+                SEG + i * 4 * MIB,
+                4 * MIB,
+                3 * MIB,
+            ))
+            .unwrap();
         }
     }
     // The middle block, then the first (merging with it).
@@ -278,8 +283,14 @@ fn a_free_event_is_a_request_and_a_completion_at_once() {
         assert_eq!(one.segments(), two.segments());
         assert_consistent(&one);
     }
-    assert_eq!(cur(&one.stats().active_bytes, StatType::All), 4 * MIB as i64);
-    assert_eq!(cur(&one.stats().allocated_bytes, StatType::All), 4 * MIB as i64);
+    assert_eq!(
+        cur(&one.stats().active_bytes, StatType::All),
+        4 * MIB as i64
+    );
+    assert_eq!(
+        cur(&one.stats().allocated_bytes, StatType::All),
+        4 * MIB as i64
+    );
 }
 
 #[test]
