@@ -50,7 +50,7 @@ const HEAP_INSTRUMENTED_UNAVAILABLE: &str = "not measured by this command: calli
     instrumented_heap` for Instrumented<System> vs System";
 
 /// Every benchmark, in the order they run and print.
-const ENTRIES: [Entry; 11] = [
+const ENTRIES: [Entry; 12] = [
     Entry {
         name: "caching.alloc_free_pair",
         baseline: "glibc malloc + free of the same sizes (512 B .. 24 MiB)",
@@ -67,10 +67,17 @@ const ENTRIES: [Entry; 11] = [
     },
     Entry {
         name: "caching.with_event_sink",
-        baseline: "the same cached pair without an event sink",
+        baseline: "the same cached pair without an event sink, in chunks the agent drains between",
         goal: Goal::RatioAtMost(1.2),
         unit: Unit::Time,
         run: Ok(caching::with_event_sink),
+    },
+    Entry {
+        name: "caching.event_sink_overload",
+        baseline: "the same cached pair without an event sink, in a flood the agent cannot keep up with",
+        goal: Goal::Informational,
+        unit: Unit::Time,
+        run: Ok(caching::event_sink_overload),
     },
     Entry {
         name: "agent.publish",

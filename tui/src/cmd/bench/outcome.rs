@@ -14,6 +14,9 @@ pub enum Goal {
     EventsPerSecAtLeast(f64),
     /// allocview is faster than the baseline (ratio below 1).
     FasterThanBaseline,
+    /// No goal: the figures are shown for comparison with another row (the verdict is
+    /// `info`).
+    Informational,
 }
 
 impl Goal {
@@ -24,6 +27,7 @@ impl Goal {
             Goal::NanosAtMost(ns) => format!("<= {}", nanos(ns)),
             Goal::EventsPerSecAtLeast(rate) => format!(">= {}", rate_text(rate)),
             Goal::FasterThanBaseline => "faster than baseline".to_string(),
+            Goal::Informational => "none".to_string(),
         }
     }
 
@@ -34,6 +38,7 @@ impl Goal {
             Goal::NanosAtMost(ns) => allocview_ns.map(|x| x <= ns),
             Goal::EventsPerSecAtLeast(rate) => allocview_ns.map(|x| x > 0.0 && 1e9 / x >= rate),
             Goal::FasterThanBaseline => ratio.map(|x| x < 1.0),
+            Goal::Informational => None,
         }
     }
 }
@@ -103,6 +108,7 @@ impl Outcome {
     pub fn verdict(&self) -> &'static str {
         match (self.allocview_ns, self.met()) {
             (None, _) => "skipped",
+            (Some(_), _) if self.goal == Goal::Informational => "info",
             (Some(_), Some(true)) => "met",
             (Some(_), Some(false)) => "MISSED",
             (Some(_), None) => "no baseline",
@@ -289,6 +295,15 @@ mod tests {
         let o = measured(Goal::NanosAtMost(15.0), 9.0, Some(1.0));
         assert_eq!(o.met(), Some(true));
         assert_eq!(o.verdict(), "met");
+    }
+
+    #[test]
+    fn an_informational_row_shows_its_figures_and_no_verdict() {
+        let o = measured(Goal::Informational, 70.0, Some(35.0));
+        assert_eq!(o.met(), None);
+        assert_eq!(o.verdict(), "info");
+        let t = to_table(&[o]);
+        assert!(t.contains("2.00x") && t.contains("none"), "{t}");
     }
 
     #[test]
