@@ -85,7 +85,7 @@ use crossbeam_utils::CachePadded;
 /// event stream at about 20 M events/s, so a burst from a tight loop outruns it several times
 /// over and only the channel absorbs the difference. The half-full wake-up starts a drain at
 /// 32 Ki events; a PyTorch-like allocator (well under 1 M events/s, a cached malloc+free pair
-/// costing ~140 ns and making 3 events) never fills 64 Ki slots between drains. A 1 M-event
+/// costing ~140 ns and making 2 events) never fills 64 Ki slots between drains. A 1 M-event
 /// burst from a tight loop dropped 93% at 64 Ki, 47% at 256 Ki and 93-99% at 1-16 Ki (noisy:
 /// it depends on when the aggregator thread is scheduled); past 64 Ki the memory (16 MiB at
 /// 256 Ki) buys protection only against such synthetic floods, and drops are counted and
