@@ -335,8 +335,9 @@ impl DeviceCachingAllocator {
         x ^= x >> 17;
         x ^= x << 5;
         self.latency_draw = x;
+        // `x * span / 2^32` is uniform in `0..span` (a multiply and a shift, not a division).
         let span = 2 * u64::from(self.latency_one_in) - 1;
-        self.latency_countdown = 1 + (u64::from(x) % span) as u32;
+        self.latency_countdown = 1 + ((u64::from(x) * span) >> 32) as u32;
         let took = clock::elapsed_ns(self.call_start, clock::stamp());
         let latency = u32::try_from(took).unwrap_or(u32::MAX).max(1);
         for e in &mut self.batch[self.call_first..self.batch_len] {
