@@ -381,6 +381,23 @@ mod tests {
     use super::*;
     use allocview_agent::state::{StreamUsage, UsageSample};
 
+    /// A recent small-pool event on stream 3: a 1024-byte block for a 1000-byte request.
+    fn recent(action: &str, addr: u64, time_ns: u64) -> RecentEvent {
+        RecentEvent {
+            seq: 1,
+            time_ns,
+            action: action.into(),
+            addr,
+            size: 1024,
+            requested: 1000,
+            stream: 3,
+            pool: PoolKey::Small,
+            flags: 0,
+            latency_ns: 0,
+            context: 0,
+        }
+    }
+
     #[test]
     fn agent_figures_map_onto_the_dashboard() {
         let mut a = AgentState::default();
@@ -409,19 +426,7 @@ mod tests {
             allocs: 10,
             last_event_ns: 2_500_000_000,
         });
-        d.recent.push(RecentEvent {
-            seq: 1,
-            time_ns: 2_000_000_000,
-            action: "alloc".into(),
-            addr: 0x1000,
-            size: 1024,
-            requested: 1000,
-            stream: 3,
-            pool: PoolKey::Small,
-            flags: 0,
-            latency_ns: 0,
-            context: 0,
-        });
+        d.recent.push(recent("alloc", 0x1000, 2_000_000_000));
         d.recent.push(RecentEvent {
             action: "alloc_retry".into(),
             ..d.recent[0].clone()
@@ -495,21 +500,8 @@ mod tests {
 
     #[test]
     fn a_free_event_is_a_free_requested_and_a_free_completed_entry_and_a_retry_none() {
-        let event = |action: &str| RecentEvent {
-            seq: 1,
-            time_ns: 7_000,
-            action: action.into(),
-            addr: 0x2000,
-            size: 1024,
-            requested: 1000,
-            stream: 3,
-            pool: PoolKey::Small,
-            flags: 0,
-            latency_ns: 0,
-            context: 0,
-        };
         let got = |action: &str| -> Vec<(TraceAction, u64, u64, Option<i64>)> {
-            trace_entries(&event(action))
+            trace_entries(&recent(action, 0x2000, 7_000))
                 .map(|t| (t.action, t.addr, t.size, t.time_us))
                 .collect()
         };
@@ -531,17 +523,10 @@ mod tests {
     fn live_trace_entries_take_the_frames_of_the_allocators_matching_entries() {
         use allocview_alloc::snapshot::Frame;
         let event = |action: &str, addr: u64, time_ns: u64| RecentEvent {
-            seq: 1,
-            time_ns,
-            action: action.into(),
-            addr,
             size: 512,
             requested: 500,
             stream: 0,
-            pool: PoolKey::Small,
-            flags: 0,
-            latency_ns: 0,
-            context: 0,
+            ..recent(action, addr, time_ns)
         };
         let mut trace: Arc<[TraceEntry]> = Arc::from(
             [

@@ -185,36 +185,7 @@ fn pipeline_notes(agent: &Agent, mut out: Outcome) -> anyhow::Result<Outcome> {
 /// slots the aggregator last read, and nothing is dropped. The baseline runs the same chunks
 /// and pauses. [`event_sink_overload`] times the flood the agent cannot keep up with.
 pub fn with_event_sink(seconds: f64, out: Outcome) -> anyhow::Result<Outcome> {
-    let agent = bench_agent()?;
-    let plain = workload::allocator();
-    let observed = workload::allocator();
-    // The sink is set before the first allocation, so the agent's mirror sees every segment.
-    observed.set_event_sink(Some(agent.sink()));
-    workload::prewarm(&plain)?;
-    workload::prewarm(&observed)?;
-    let (plain_before, observed_before) = (
-        workload::device_allocs(&plain),
-        workload::device_allocs(&observed),
-    );
-    let (mut plain_failed, mut observed_failed) = (None, None);
-    let (a, b) = {
-        let mut with = drained_side(&observed, &agent, &mut observed_failed);
-        let mut without = drained_side(&plain, &agent, &mut plain_failed);
-        compare(seconds, &mut with, &mut without)
-    };
-    check(
-        "with event sink",
-        observed_failed,
-        &observed,
-        observed_before,
-    )?;
-    check("without event sink", plain_failed, &plain, plain_before)?;
-    observed.set_event_sink(None);
-    let mut out = pipeline_notes(&agent, out)?;
-    out.allocview_ns = Some(a.median_ns);
-    out.baseline_ns = Some(b.median_ns);
-    agent.shutdown();
-    Ok(out)
+    sink_comparison(seconds, out, Pace::Drained)
 }
 
 /// `caching.event_sink_overload`: the pair flooding a running agent vs no sink (no goal: it
@@ -227,9 +198,24 @@ pub fn with_event_sink(seconds: f64, out: Outcome) -> anyhow::Result<Outcome> {
 /// resynchronise from a snapshot taken under the allocator's lock (measured: 86 ns a pair
 /// instead of 65), which times recovery from overload rather than publishing.
 pub fn event_sink_overload(seconds: f64, out: Outcome) -> anyhow::Result<Outcome> {
+    sink_comparison(seconds, out, Pace::Flood)
+}
+
+/// How the sink benchmarks run their pairs.
+#[derive(Debug, Clone, Copy)]
+enum Pace {
+    /// In chunks the agent drains between, off the clock ([`with_event_sink`]).
+    Drained,
+    /// Back to back, faster than the agent folds ([`event_sink_overload`]).
+    Flood,
+}
+
+/// The cached pair publishing into a running agent vs the same pair without a sink.
+fn sink_comparison(seconds: f64, out: Outcome, pace: Pace) -> anyhow::Result<Outcome> {
     let agent = bench_agent()?;
     let plain = workload::allocator();
     let observed = workload::allocator();
+    // The sink is set before the first allocation, so the agent's mirror sees every segment.
     observed.set_event_sink(Some(agent.sink()));
     workload::prewarm(&plain)?;
     workload::prewarm(&observed)?;
@@ -238,10 +224,17 @@ pub fn event_sink_overload(seconds: f64, out: Outcome) -> anyhow::Result<Outcome
         workload::device_allocs(&observed),
     );
     let (mut plain_failed, mut observed_failed) = (None, None);
-    let (a, b) = {
-        let mut with = pair_side(&observed, &mut observed_failed);
-        let mut without = pair_side(&plain, &mut plain_failed);
-        compare(seconds, &mut with, &mut without)
+    let (a, b) = match pace {
+        Pace::Drained => {
+            let mut with = drained_side(&observed, &agent, &mut observed_failed);
+            let mut without = drained_side(&plain, &agent, &mut plain_failed);
+            compare(seconds, &mut with, &mut without)
+        }
+        Pace::Flood => {
+            let mut with = pair_side(&observed, &mut observed_failed);
+            let mut without = pair_side(&plain, &mut plain_failed);
+            compare(seconds, &mut with, &mut without)
+        }
     };
     check(
         "with event sink",
