@@ -307,6 +307,8 @@ impl DeviceCachingAllocator {
         }
     }
 
+    /// The end of a call that made events: when they are the batch's first, the batch's age
+    /// counts from this call's start (set once per call, not per event).
     #[inline]
     fn finish_call_events(&mut self) {
         if self.call_first == 0 {
