@@ -397,12 +397,14 @@ impl DeviceMirror {
             EventAction::Alloc => self.alloc(e)?,
             EventAction::FreeRequested => self.free_requested(e)?,
             EventAction::FreeCompleted => self.free_completed(e)?,
-            // The request, then the completion; the completion cannot fail once the request
-            // applied (the block is then pending free at this address, with this size), so
-            // on error the mirror is still unchanged.
+            // The request, then the completion, on the one block found allocated: once the
+            // request applied, the block is pending free at this address with this size, so
+            // the completion needs no second lookup and cannot fail; on error the mirror is
+            // unchanged.
             EventAction::Free => {
-                self.free_requested(e)?;
-                self.free_completed(e)?
+                let bi = self.block_in_state(e, BlockState::ActiveAllocated)?;
+                self.request_free(bi, e);
+                self.complete_free(bi, e)
             }
             EventAction::SegmentAlloc if e.flags & FLAG_EXPANDABLE != 0 => self.map(e)?,
             EventAction::SegmentAlloc => self.segment_alloc(e)?,
@@ -747,6 +749,12 @@ impl DeviceMirror {
 
     fn free_requested(&mut self, e: &Event) -> Result<Applied, MirrorError> {
         let bi = self.block_in_state(e, BlockState::ActiveAllocated)?;
+        Ok(applied(self.request_free(bi, e)))
+    }
+
+    /// Marks the allocated block `bi` pending free (`free_requested`); returns its pool.
+    #[inline]
+    fn request_free(&mut self, bi: u32, e: &Event) -> PoolKey {
         let b = &mut self.blocks[bi];
         b.state = BlockState::ActivePendingFree;
         let (size, oversize) = (b.size as i64, b.oversize);
@@ -758,11 +766,17 @@ impl DeviceMirror {
             self.stats.oversize_allocations.update(-1);
         }
         self.stream_at(stream, e.time_ns).allocated -= size;
-        Ok(applied(pool))
+        pool
     }
 
     fn free_completed(&mut self, e: &Event) -> Result<Applied, MirrorError> {
         let bi = self.block_in_state(e, BlockState::ActivePendingFree)?;
+        Ok(self.complete_free(bi, e))
+    }
+
+    /// Frees the pending block `bi` (`free_completed`): merges it with its free neighbours.
+    #[inline]
+    fn complete_free(&mut self, bi: u32, e: &Event) -> Applied {
         let b = self.blocks[bi];
         let free_at = |i: u32| {
             (i != NIL && self.blocks[i].state == BlockState::Inactive).then(|| self.blocks[i])
@@ -808,10 +822,10 @@ impl DeviceMirror {
         self.stream_at(stream, e.time_ns).active -= b.size as i64;
         let lifetime_ns =
             (b.alloc_ns != 0 && e.time_ns >= b.alloc_ns).then(|| e.time_ns - b.alloc_ns);
-        Ok(Applied {
+        Applied {
             lifetime_ns,
             ..applied(pool)
-        })
+        }
     }
 
     /// Merges the free block `bi` with free linked neighbours (expandable segments).
