@@ -546,6 +546,20 @@ impl DeviceMirror {
         self.blocks.release(i);
     }
 
+    /// A new segment, findable by its start address.
+    fn add_segment(&mut self, s: MSegment) -> u32 {
+        let addr = s.addr;
+        let i = self.segs.insert(s);
+        self.seg_at.insert(addr, i);
+        i
+    }
+
+    /// Forgets segment `i` (its start address and its slot).
+    fn remove_segment(&mut self, i: u32) {
+        self.seg_at.remove(&self.segs[i].addr);
+        self.segs.release(i);
+    }
+
     /// Free blocks of a split, non-expandable segment count as inactive split.
     #[inline]
     fn split_contribution(seg: &MSegment, free: &[Option<u64>]) -> (i64, i64) {
@@ -574,7 +588,7 @@ impl DeviceMirror {
         let oversize = self.oversize(e);
         let pool = pool_key(e);
         let stream_ix = self.stream_index(e.stream);
-        let si = self.segs.insert(MSegment {
+        let si = self.add_segment(MSegment {
             addr: e.addr,
             size: e.size,
             stream: e.stream,
@@ -586,7 +600,6 @@ impl DeviceMirror {
             blocks: 1,
         });
         self.add_block(MBlock::free(e.addr, si, e.size, NIL, NIL));
-        self.seg_at.insert(e.addr, si);
         self.stats.segment.update_pool(small, 1);
         self.stats.reserved_bytes.update_pool(small, e.size as i64);
         self.stats.num_device_alloc += 1;
@@ -618,8 +631,7 @@ impl DeviceMirror {
             });
         };
         let seg = self.segs[si];
-        self.seg_at.remove(&e.addr);
-        self.segs.release(si);
+        self.remove_segment(si);
         self.remove_block(bi);
         self.stats.segment.update_pool(seg.small, -1);
         self.stats
@@ -886,7 +898,7 @@ impl DeviceMirror {
         let stream_ix = self.stream_index(e.stream);
         let si = match prev_seg {
             Some(p) => p,
-            None => self.segs.insert(MSegment {
+            None => self.add_segment(MSegment {
                 addr: e.addr,
                 size: 0,
                 stream: e.stream,
@@ -911,16 +923,13 @@ impl DeviceMirror {
         self.segs[si].blocks += 1;
         if let Some(n) = next_seg {
             let ns = self.segs[n];
-            self.seg_at.remove(&ns.addr);
-            self.segs.release(n);
+            self.remove_segment(n);
             for a in self.chain_from(next_first) {
                 self.blocks[a].seg = si;
             }
             self.segs[si].size += ns.size;
             self.segs[si].blocks += ns.blocks;
         }
-        let seg_start = self.segs[si].addr;
-        self.seg_at.insert(seg_start, si);
         // A freshly mapped block merges with the free blocks beside it, as in PyTorch.
         self.merge_free_around(nb);
         self.stats.reserved_bytes.update_pool(small, e.size as i64);
@@ -971,20 +980,18 @@ impl DeviceMirror {
             self.set_prev(b.next, NIL);
             b.next
         };
-        self.seg_at.remove(&seg.addr);
         if head_last != NIL {
             let n = self.chain(b.seg).len() as u32;
             let hs = &mut self.segs[b.seg];
             hs.size = e.addr - seg.addr;
             hs.blocks = n;
-            self.seg_at.insert(seg.addr, b.seg);
         } else {
-            self.segs.release(b.seg);
+            self.remove_segment(b.seg);
         }
         if tail_first != NIL {
             let chain = self.chain_from(tail_first);
             let t = self.blocks[tail_first].addr;
-            let ti = self.segs.insert(MSegment {
+            let ti = self.add_segment(MSegment {
                 addr: t,
                 size: seg_end - t,
                 blocks: chain.len() as u32,
@@ -993,7 +1000,6 @@ impl DeviceMirror {
             for &a in &chain {
                 self.blocks[a].seg = ti;
             }
-            self.seg_at.insert(t, ti);
         }
         self.stats
             .reserved_bytes
@@ -1024,7 +1030,7 @@ impl DeviceMirror {
         for s in snapshot.segments.iter().filter(|s| s.device == device) {
             let n = s.blocks.len();
             let stream_ix = self.stream_index(s.stream);
-            let si = self.segs.insert(MSegment {
+            let si = self.add_segment(MSegment {
                 addr: s.address,
                 size: s.total_size,
                 stream: s.stream,
@@ -1035,7 +1041,6 @@ impl DeviceMirror {
                 oversize: !s.is_expandable && oversize(s.total_size),
                 blocks: n as u32,
             });
-            self.seg_at.insert(s.address, si);
             let (mut allocated, mut active) = (0i64, 0i64);
             let mut prev = NIL;
             for b in &s.blocks {
