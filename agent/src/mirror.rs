@@ -29,7 +29,6 @@
 //! memory) is refused with a [`MirrorError`] and leaves the mirror untouched: it means events
 //! were lost, and the aggregator resynchronises from the allocator's own snapshot
 //! ([`DeviceMirror::resync`]).
-
 //!
 //! Data structure: as in PyTorch's allocator, blocks are a doubly linked list per segment. Blocks
 //! and segments live in slabs (vectors whose freed slots are reused) and link to each other by
@@ -245,7 +244,6 @@ pub struct Applied {
     pub layout_changed: bool,
 }
 
-/// The mirror of one device: segments, blocks, stats and per-stream usage.
 /// The mirror of one device: segments, blocks, stats and per-stream usage.
 #[derive(Debug, Clone)]
 pub struct DeviceMirror {
