@@ -788,43 +788,15 @@ impl DeviceMirror {
     #[inline]
     fn complete_free(&mut self, bi: u32, e: &Event) -> Applied {
         let b = self.blocks[bi];
-        let free_at = |i: u32| {
-            (i != NIL && self.blocks[i].state == BlockState::Inactive).then(|| self.blocks[i])
-        };
-        let prev = free_at(b.prev);
-        let next = free_at(b.next);
+        let (prev, next) = self.free_neighbours(&b);
+        let (prev_size, next_size) = (prev.map(|p| p.size), next.map(|n| n.size));
         let sm = &mut self.segs[b.seg];
-        let before = Self::split_contribution(sm, &[prev.map(|p| p.size), next.map(|n| n.size)]);
+        let before = Self::split_contribution(sm, &[prev_size, next_size]);
         sm.blocks -= u32::from(prev.is_some()) + u32::from(next.is_some());
-        let mut merged = MBlock {
-            requested: b.requested,
-            ..MBlock::free(b.addr, b.seg, b.size, b.prev, b.next)
-        };
-        // The merged block keeps the first address and that block's slot: `merged.prev`
-        // already links to it, so only the block after it may need its link moved.
-        let mut keep = bi;
-        if let Some(p) = prev {
-            merged.addr = p.addr;
-            merged.size += p.size;
-            merged.prev = p.prev;
-            keep = b.prev;
-        }
-        if let Some(n) = next {
-            merged.size += n.size;
-            merged.next = n.next;
-        }
-        let after = Self::split_contribution(sm, &[Some(merged.size)]);
+        let merged_size = b.size + prev_size.unwrap_or(0) + next_size.unwrap_or(0);
+        let after = Self::split_contribution(sm, &[Some(merged_size)]);
         let (small, stream, pool) = (sm.small, sm.stream_ix, sm.pool);
-        if next.is_some() {
-            self.remove_block(b.next);
-        }
-        if keep != bi {
-            self.remove_block(bi);
-        }
-        self.blocks[keep] = merged;
-        if keep != bi || next.is_some() {
-            self.set_prev(merged.next, keep);
-        }
+        self.merge_free(bi, &b, b.requested, prev, next);
         self.apply_split_delta(small, before, after);
         shrink(&mut self.stats.active, small, 1);
         shrink(&mut self.stats.active_bytes, small, b.size as i64);
@@ -838,37 +810,67 @@ impl DeviceMirror {
         }
     }
 
+    /// The neighbours of block `b` that are free (`None` at a segment's end or beside a block
+    /// in use).
+    #[inline(always)]
+    fn free_neighbours(&self, b: &MBlock) -> (Option<MBlock>, Option<MBlock>) {
+        let free_at = |i: u32| {
+            (i != NIL && self.blocks[i].state == BlockState::Inactive).then(|| self.blocks[i])
+        };
+        (free_at(b.prev), free_at(b.next))
+    }
+
+    /// Makes block `bi` (`b`) one free block, carrying `requested`, with its free neighbours
+    /// `prev` and `next` (as [`free_neighbours`](Self::free_neighbours) found them); the
+    /// caller takes the merged neighbours off its segment's block count. The merged block keeps
+    /// the first address and that block's slot: `merged.prev` already links to it, so only the
+    /// block after it may need its link moved.
+    #[inline(always)]
+    fn merge_free(
+        &mut self,
+        bi: u32,
+        b: &MBlock,
+        requested: u64,
+        prev: Option<MBlock>,
+        next: Option<MBlock>,
+    ) {
+        let mut merged = MBlock {
+            requested,
+            ..MBlock::free(b.addr, b.seg, b.size, b.prev, b.next)
+        };
+        let mut keep = bi;
+        if let Some(p) = prev {
+            merged.addr = p.addr;
+            merged.size += p.size;
+            merged.prev = p.prev;
+            keep = b.prev;
+        }
+        if let Some(n) = next {
+            merged.size += n.size;
+            merged.next = n.next;
+        }
+        if next.is_some() {
+            self.remove_block(b.next);
+        }
+        if keep != bi {
+            self.remove_block(bi);
+        }
+        self.blocks[keep] = merged;
+        if keep != bi || next.is_some() {
+            self.set_prev(merged.next, keep);
+        }
+    }
+
     /// Merges the free block `bi` with free linked neighbours (expandable segments).
     fn merge_free_around(&mut self, bi: u32) {
         let b = self.blocks[bi];
         if b.state != BlockState::Inactive {
             return;
         }
-        let mut merged = MBlock::free(b.addr, b.seg, b.size, b.prev, b.next);
-        let mut keep = bi;
-        let mut count = 0;
-        if b.prev != NIL && self.blocks[b.prev].state == BlockState::Inactive {
-            let p = self.blocks[b.prev];
-            merged.addr = p.addr;
-            merged.size += p.size;
-            merged.prev = p.prev;
-            keep = b.prev;
-            count += 1;
-        }
-        if b.next != NIL && self.blocks[b.next].state == BlockState::Inactive {
-            let n = self.blocks[b.next];
-            merged.size += n.size;
-            merged.next = n.next;
-            self.remove_block(b.next);
-            count += 1;
-        }
-        if keep != bi {
-            self.remove_block(bi);
-        }
-        self.blocks[keep] = merged;
-        self.set_next(merged.prev, keep);
-        self.set_prev(merged.next, keep);
-        self.segs[b.seg].blocks -= count;
+        let (prev, next) = self.free_neighbours(&b);
+        self.segs[b.seg].blocks -= u32::from(prev.is_some()) + u32::from(next.is_some());
+        // `requested` stays the block's own size (as `MBlock::free` set it), not the merged size.
+        self.merge_free(bi, &b, b.size, prev, next);
     }
 
     fn map(&mut self, e: &Event) -> Result<Applied, MirrorError> {
