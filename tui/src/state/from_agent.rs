@@ -593,4 +593,74 @@ mod tests {
         // Same address and time, another action: no match.
         assert!(trace[2].frames.is_empty());
     }
+
+    #[test]
+    fn a_snapshots_frames_join_onto_blocks_and_entries_in_place_unless_the_trace_is_shared() {
+        use crate::state::fixtures::{block, segment};
+        use allocview_alloc::snapshot::{BlockInfo, SegmentType};
+        let snap = Snapshot {
+            segments: vec![segment(
+                0x1000,
+                0,
+                SegmentType::Small,
+                vec![
+                    block(0x1000, 512, 500, BlockState::ActiveAllocated),
+                    block(0x1200, 512, 500, BlockState::Inactive),
+                ],
+            )],
+            device_traces: vec![vec![TraceEntry {
+                time_us: Some(5),
+                user_metadata: Some("phase=eval".into()),
+                ..TraceEntry::new(TraceAction::Alloc, 0x1000, 500, 0)
+            }]],
+            ..Snapshot::default()
+        };
+        let frames = SnapshotFrames::new(&snap);
+        assert_eq!((frames.indexed_blocks(), frames.indexed_traces()), (1, 1));
+        let bare = |address, state| BlockInfo {
+            frames: no_frames(),
+            ..block(address, 512, 500, state)
+        };
+        let live = |trace: Arc<[TraceEntry]>| State {
+            segments: vec![segment(
+                0x1000,
+                0,
+                SegmentType::Small,
+                vec![
+                    bare(0x1000, BlockState::ActiveAllocated),
+                    bare(0x1200, BlockState::Inactive),
+                    bare(0x1400, BlockState::ActiveAllocated),
+                ],
+            )],
+            trace,
+            ..State::default()
+        };
+        let entries: Arc<[TraceEntry]> = Arc::from(
+            [
+                recent("alloc", 0x1400, 4_000),
+                recent("alloc", 0x1000, 5_000),
+            ]
+            .iter()
+            .flat_map(trace_entries)
+            .collect::<Vec<_>>(),
+        );
+
+        // Unique: the entries are filled where they lie.
+        let mut state = live(Arc::from(entries.to_vec()));
+        let before = Arc::as_ptr(&state.trace);
+        frames.apply(&mut state);
+        assert_eq!(Arc::as_ptr(&state.trace), before);
+        let b = &state.segments[0].blocks;
+        assert_eq!(b[0].frames[0].name, "step 41 forward");
+        // Inactive blocks and blocks the snapshot does not hold keep no frames.
+        assert!(b[1].frames.is_empty() && b[2].frames.is_empty());
+        assert_eq!(state.trace[0].user_metadata, None);
+        assert_eq!(state.trace[1].user_metadata.as_deref(), Some("phase=eval"));
+
+        // Shared: the state gets a filled copy, the other holder keeps its entries.
+        let mut state = live(Arc::clone(&entries));
+        frames.apply(&mut state);
+        assert_eq!(state.trace[1].user_metadata.as_deref(), Some("phase=eval"));
+        assert_eq!(entries[1].user_metadata, None);
+    }
 }
