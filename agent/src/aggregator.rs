@@ -160,8 +160,8 @@ struct Fence {
     /// The marker's `time_ns` (the call's start) lies in `[from_ns, to_ns]`.
     from_ns: u64,
     to_ns: u64,
-    /// Events in the channels when the snapshot returned (at most: a waiting batch counts as
-    /// `MAX_BATCH` events): the marker is among them unless it was dropped. A dropped marker
+    /// At least as many events as the channels held when the snapshot returned (a waiting
+    /// batch counts as `MAX_BATCH` events): the marker is among them unless it was dropped. A dropped marker
     /// also grew the drop count, so the next check resyncs again whatever this fence swallowed.
     remaining: usize,
 }
@@ -606,7 +606,7 @@ impl Aggregator {
     /// current one is folded. An event comes from a slot the publishing core wrote, so reading
     /// it misses the cache; received ahead, that miss overlaps the folding of the previous one
     /// instead of stalling the fold that needs it (perf: ~12% of the aggregator's time waited
-    /// there). A batch is received whole (one copy of up to 32 events, whose misses overlap
+    /// there). A batch is received whole (one copy of its 2 KiB message, whose misses overlap
     /// one another) and then folded.
     ///
     /// Lifts the sink's full-channel latches before and after, and after every

@@ -81,8 +81,6 @@ impl<B: DeviceBackend> SnapshotProvider for CachingAllocator<B> {
     }
 
     fn flush_idle_events(&self) {
-        if self.holds_events() {
-            self.try_flush_events();
-        }
+        self.try_flush_events();
     }
 }

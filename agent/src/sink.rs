@@ -76,8 +76,9 @@ use allocview_alloc::event::{Event, EventAction, EventPool, EventSink, MAX_BATCH
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 use crossbeam_utils::CachePadded;
 
-/// Default channel capacity, in events (64 bytes each, so 4 MiB of slots; the batch channel
-/// gets 2048 batches of up to 32 events, another 4 MiB, see [`batch_capacity_for`]).
+/// Default channel capacity, in events (64 bytes each, 4.5 MiB of slots with crossbeam's stamps;
+/// the batch channel gets 2048 batches of up to 32 events, another 4 MiB, see
+/// [`batch_capacity_for`]).
 ///
 /// Measured with `benches/pipeline.rs` on the shared 2-core development machine (CPU time):
 /// a publish that takes a slot costs ~10 ns, a dropped one 2.4 ns (a flood into a live agent
@@ -94,9 +95,10 @@ use crossbeam_utils::CachePadded;
 /// allocation storms.
 pub const DEFAULT_CHANNEL_CAPACITY: usize = 1 << 16;
 
-/// A producer looks at the channel's fill level once per this many of its own publishes
-/// (counted per thread, without atomics): `len()` reads both ends of the ring, cache lines the
-/// consumer is writing, which would otherwise cost more than the send itself.
+/// A producer looks at the event channel's fill level once per this many of its own single
+/// publishes (counted per thread, without atomics): `len()` reads both ends of the ring, cache
+/// lines the consumer is writing, which would otherwise cost more than the send itself. A batch
+/// publish looks every time (once per up to [`MAX_BATCH`] events).
 pub const WAKE_CHECK_INTERVAL: u32 = 16;
 
 thread_local! {
@@ -135,6 +137,17 @@ fn drop_slot() -> usize {
     })
 }
 
+/// Adds `n` to a drop counter of row `slot`: a plain load and store in a row the thread owns
+/// (its only writer: no increment can be lost), an atomic add in the shared row.
+#[inline]
+fn add_drops(counter: &AtomicU64, n: u64, slot: usize) {
+    if slot < OWNED_DROP_SLOTS {
+        counter.store(counter.load(Ordering::Relaxed) + n, Ordering::Relaxed);
+    } else {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
 /// One row of per-action drop counters, on cache lines of its own.
 type DropRow = CachePadded<[AtomicU64; EventAction::COUNT]>;
 
@@ -145,11 +158,13 @@ fn drop_row() -> DropRow {
 /// Smallest capacity accepted (a channel of one slot would wake the aggregator on every event).
 pub const MIN_CHANNEL_CAPACITY: usize = 2;
 
-/// The latch on a full channel is lifted after the consumer took this fraction of the capacity
-/// (`capacity / RESUME_DIVISOR` events, at least one).
+/// The latch on a full channel is lifted after the consumer took this fraction of its capacity
+/// (`capacity / RESUME_DIVISOR` events from the event channel, `batch_capacity /
+/// RESUME_DIVISOR` batches from the batch channel, at least one).
 pub const RESUME_DIVISOR: usize = 64;
 
-/// Counters and the wake-up flag shared by the sink and the aggregator.
+/// Drop counters, full-channel latches and the wake-up flag shared by the sink and the
+/// aggregator.
 #[derive(Debug)]
 pub struct SinkShared {
     /// Rows `0..OWNED_DROP_SLOTS` are written by their thread only; the last row is shared.
@@ -214,11 +229,10 @@ impl SinkShared {
     /// so a consumer calling this often does not take the lines from the producers.
     #[inline]
     pub fn resume(&self) {
-        if self.full.load(Ordering::Relaxed) {
-            self.full.store(false, Ordering::Relaxed);
-        }
-        if self.batch_full.load(Ordering::Relaxed) {
-            self.batch_full.store(false, Ordering::Relaxed);
+        for latch in [&self.full, &self.batch_full] {
+            if latch.load(Ordering::Relaxed) {
+                latch.store(false, Ordering::Relaxed);
+            }
         }
     }
 
@@ -226,37 +240,21 @@ impl SinkShared {
     #[inline]
     fn drop_event(&self, action: EventAction) {
         let slot = drop_slot();
-        let counter = &self.dropped[slot][action as usize];
-        if slot < OWNED_DROP_SLOTS {
-            // This thread is the row's only writer: no increment can be lost.
-            counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-        } else {
-            counter.fetch_add(1, Ordering::Relaxed);
-        }
+        add_drops(&self.dropped[slot][action as usize], 1, slot);
         self.wake();
     }
 
-    /// Counts every event of a dropped batch, per action, and makes sure the consumer is
-    /// coming (once for the batch).
+    /// Counts every event of a dropped batch, per action (one add per action present, not
+    /// one per event), and makes sure the consumer is coming (once for the batch).
     fn drop_events(&self, events: &[Event]) {
+        let mut counts = [0u64; EventAction::COUNT];
+        for e in events {
+            counts[e.action as usize] += 1;
+        }
         let slot = drop_slot();
-        let row = &self.dropped[slot];
-        if slot < OWNED_DROP_SLOTS {
-            // This thread is the row's only writer: no increment can be lost.
-            for e in events {
-                let counter = &row[e.action as usize];
-                counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-            }
-        } else {
-            // A shared row: one atomic add per action present, not one per event.
-            let mut counts = [0u64; EventAction::COUNT];
-            for e in events {
-                counts[e.action as usize] += 1;
-            }
-            for (counter, &n) in row.iter().zip(&counts) {
-                if n > 0 {
-                    counter.fetch_add(n, Ordering::Relaxed);
-                }
+        for (counter, &n) in self.dropped[slot].iter().zip(&counts) {
+            if n > 0 {
+                add_drops(counter, n, slot);
             }
         }
         self.wake();
@@ -534,8 +532,8 @@ impl EventReceiver {
         self.batch_rx.try_recv().ok()
     }
 
-    /// [`try_recv_batch`](Self::try_recv_batch) without the conversion to `Option` (as
-    /// [`try_recv_in_place`](Self::try_recv_in_place)).
+    /// [`try_recv_batch`](Self::try_recv_batch) without the conversion to `Option`, which
+    /// would copy the 2 KiB message once more.
     #[inline]
     pub(crate) fn try_recv_batch_in_place(
         &self,

@@ -226,8 +226,7 @@ pub fn now_ns() -> u64 {
 /// Whether [`now_ns`] reads the CPU's time-stamp counter (one `rdtsc`, scaled) rather than the
 /// vDSO's `CLOCK_MONOTONIC`. The counter takes over about 50 ms after the first read where the
 /// CPU's counter is invariant and the kernel uses it as its clocksource; until then, and
-/// elsewhere, the answer is false (and the caching allocator publishes its events at the end of
-/// every call instead of batching them by age).
+/// elsewhere, the answer is false.
 pub fn clock_uses_counter() -> bool {
     clock::uses_counter()
 }

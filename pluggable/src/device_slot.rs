@@ -62,9 +62,7 @@ impl<B: DeviceBackend + Send + Sync> DeviceHeap for CachingAllocator<B> {
     }
 
     fn flush_idle_events(&self) {
-        if self.holds_events() {
-            self.try_flush_events();
-        }
+        self.try_flush_events();
     }
 
     fn total_memory(&self) -> Option<u64> {

@@ -13,12 +13,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use allocview_agent::agent::Agent;
-use allocview_agent::provider::SnapshotProvider;
 use allocview_alloc::caching::backend::DeviceBackend;
 use allocview_alloc::caching::history::{ContextLevel, HistoryOptions};
-use allocview_alloc::caching::stats::DeviceStats;
 use allocview_alloc::caching::{AllocatorConfig, CachingAllocator};
-use allocview_alloc::snapshot::Snapshot;
 use anyhow::Context as _;
 use serde::Serialize;
 
@@ -83,40 +80,6 @@ impl DemoConfig {
             sample_interval: Duration::from_millis(250),
             max_steps: None,
         }
-    }
-}
-
-/// Lets the agent ask the allocator for snapshots, stats and peak resets.
-struct Provider(Arc<DemoAllocator>);
-
-impl SnapshotProvider for Provider {
-    fn device(&self) -> i32 {
-        self.0.device()
-    }
-
-    fn snapshot(&self) -> Snapshot {
-        self.0.snapshot()
-    }
-
-    fn device_stats(&self) -> DeviceStats {
-        self.0.device_stats()
-    }
-
-    fn reset_peak_stats(&self) {
-        self.0.reset_peak_stats();
-    }
-
-    fn memory_info(&self) -> Option<(u64, Option<u64>)> {
-        let (_, total) = self.0.backend().mem_get_info().ok()?;
-        Some((total, None))
-    }
-
-    fn flush_events(&self) {
-        self.0.flush_events();
-    }
-
-    fn flush_idle_events(&self) {
-        SnapshotProvider::flush_idle_events(&*self.0);
     }
 }
 
@@ -187,7 +150,7 @@ impl Demo {
         let ctx = context.clone();
         alloc.set_context_provider(Some(Arc::new(move || ctx.frames())));
         let mut builder = Agent::builder()
-            .provider(Arc::new(Provider(alloc.clone())))
+            .provider(alloc.clone())
             .process_name("allocview demo")
             .tick(AGENT_TICK)
             .sample_interval(cfg.sample_interval);

@@ -168,8 +168,6 @@ pub(crate) struct Merged {
     pub blocks: i64,
     /// Bytes absorbed.
     pub bytes: u64,
-    /// The grown block's free-set key.
-    pub key: SizeKey,
     /// Whether the grown block still shares its segment with other blocks.
     pub split: bool,
 }
@@ -288,7 +286,7 @@ impl BlockArena {
 
     /// PyTorch's merge step of `free_block`: the freed block `id` absorbs its free, mapped-alike
     /// neighbours (the one before, then the one after). The caller updates the free set from
-    /// the keys returned (the absorbed neighbours' entries go, the grown block's comes).
+    /// the keys returned (the absorbed neighbours' entries go) and the grown block.
     #[inline(always)]
     pub(crate) fn merge_free_neighbours(&mut self, id: BlockId) -> Merged {
         let BlockArena { blocks, free } = self;
@@ -298,7 +296,6 @@ impl BlockArena {
             absorbed: [None, None],
             blocks: 0,
             bytes: 0,
-            key: 0,
             split: false,
         };
         let (prev, next, mapped) = {
@@ -317,9 +314,7 @@ impl BlockArena {
             out.bytes += absorb_neighbour(blocks, free, id, src);
             out.blocks += 1;
         }
-        let b = &blocks[id as usize];
-        out.key = size_key(b.sidx, b.size, b.addr);
-        out.split = b.is_split();
+        out.split = blocks[id as usize].is_split();
         out
     }
 

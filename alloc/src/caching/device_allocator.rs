@@ -63,7 +63,8 @@ fn cached_flag(cached: bool) -> u8 {
 // are the pools' sums, filled in by `DeviceCachingAllocator::stats` when the stats are read.
 // That halves the counter writes of the hot path.
 
-/// `Stat::update` for an increase of one pool's stat (and the `all` peak), without branches.
+/// `Stat::update` for an increase of one pool's stat (and the `all` peak), without testing the
+/// sign.
 #[inline(always)]
 fn inc(a: &mut StatArray, small: bool, n: u64) {
     let n = n as i64;
@@ -347,24 +348,22 @@ impl DeviceCachingAllocator {
         }
     }
 
-    /// Publishes the gathered events (their stamps turned into times) in one batch.
+    /// Publishes the gathered events (their stamps turned into times) in one batch, or drops
+    /// them when the sink no longer listens.
     #[inline(never)]
-    pub(crate) fn publish_batch(&mut self) {
-        let (mut stamp, mut ns) = (u64::MAX, 0);
-        for e in &mut self.batch[..self.batch_len] {
-            // A call's events share its stamp.
-            if e.time_ns != stamp {
-                stamp = e.time_ns;
-                ns = clock::stamp_ns(stamp);
+    fn publish_batch(&mut self) {
+        self.check_sink_enabled();
+        if let Some(sink) = self.sink.as_ref().filter(|_| self.sink_enabled) {
+            let (mut stamp, mut ns) = (u64::MAX, 0);
+            for e in &mut self.batch[..self.batch_len] {
+                // A call's events share its stamp.
+                if e.time_ns != stamp {
+                    stamp = e.time_ns;
+                    ns = clock::stamp_ns(stamp);
+                }
+                e.time_ns = ns;
             }
-            e.time_ns = ns;
-        }
-        self.sink_enabled = false;
-        if let Some(sink) = &self.sink {
-            self.sink_enabled = sink.enabled();
-            if self.sink_enabled {
-                sink.publish_batch(&self.batch[..self.batch_len]);
-            }
+            sink.publish_batch(&self.batch[..self.batch_len]);
         }
         self.batch_len = 0;
         self.call_first = 0;
@@ -372,23 +371,23 @@ impl DeviceCachingAllocator {
         self.holding.store(false, Ordering::Relaxed);
     }
 
-    /// Asks a disabled (or new) sink whether it listens now.
-    #[cold]
+    /// Asks the sink whether it listens (now: a disabled or new sink at a call's start, every
+    /// sink when a batch is published).
     #[inline(never)]
     fn check_sink_enabled(&mut self) {
         self.sink_enabled = self.sink.as_ref().is_some_and(|s| s.enabled());
     }
 
-    /// Whether no event waits to be published.
-    pub(crate) fn batch_is_empty(&self) -> bool {
-        self.batch_len == 0
+    /// Publishes the gathered events, if any, now.
+    pub(crate) fn flush_batch(&mut self) {
+        if self.batch_len != 0 {
+            self.publish_batch();
+        }
     }
 
     /// Sets the sink, publishing what was gathered for the previous one first.
     pub(crate) fn set_sink(&mut self, sink: Option<Arc<dyn EventSink>>) {
-        if self.batch_len != 0 {
-            self.publish_batch();
-        }
+        self.flush_batch();
         self.sink = sink;
         self.sink_enabled = false;
     }
@@ -525,6 +524,11 @@ impl DeviceCachingAllocator {
         self.emit(action, LARGE_POOL, 0, 0, 0, stream, 0);
     }
 
+    /// The current call's start in microseconds since the Unix epoch (trace entries' time).
+    fn call_time_us(&self) -> i64 {
+        (clock::stamp_ns(self.call_start) / 1000) as i64
+    }
+
     /// Whether trace entries go anywhere (history on or a tracker attached).
     #[inline(always)]
     fn tracing(&self) -> bool {
@@ -558,12 +562,13 @@ impl DeviceCachingAllocator {
         stream: StreamId,
         context: Option<&Frames>,
     ) {
+        let time_us = self.call_time_us();
         let te = &mut self.scratch_entry;
         te.action = action;
         te.addr = addr;
         te.size = size;
         te.stream = stream.0;
-        te.time_us = Some((clock::stamp_ns(self.call_start) / 1000) as i64);
+        te.time_us = Some(time_us);
         let frames = context.filter(|_| self.context_level >= ContextLevel::Alloc);
         if let Some(f) = frames {
             te.frames = f.clone();
@@ -581,9 +586,9 @@ impl DeviceCachingAllocator {
 
     /// A user annotation: the name travels as a one-frame context.
     pub(crate) fn record_annotation(&mut self, frames: Frames, stream: StreamId) {
-        if self.record_history || !self.trackers.is_empty() {
+        if self.tracing() {
             let te = TraceEntry {
-                time_us: Some((clock::stamp_ns(self.call_start) / 1000) as i64),
+                time_us: Some(self.call_time_us()),
                 frames,
                 ..TraceEntry::new(TraceAction::UserDefined, 0, 0, stream.0)
             };
@@ -602,17 +607,7 @@ impl DeviceCachingAllocator {
     /// The statistics, with each array's `all` entry filled in from the pools (see `inc`).
     pub(crate) fn stats(&self) -> DeviceStats {
         let mut out = self.stats.clone();
-        for a in [
-            &mut out.allocation,
-            &mut out.segment,
-            &mut out.active,
-            &mut out.inactive_split,
-            &mut out.allocated_bytes,
-            &mut out.reserved_bytes,
-            &mut out.active_bytes,
-            &mut out.inactive_split_bytes,
-            &mut out.requested_bytes,
-        ] {
+        for a in out.arrays_mut() {
             let [all, s, l] = &mut a.0;
             all.current = s.current + l.current;
             all.allocated = s.allocated + l.allocated;
@@ -1038,7 +1033,6 @@ impl DeviceCachingAllocator {
         let mut b = Block::new(ptr, size, p.stream, p.sidx, p.pool, small);
         b.segment_context = context.cloned();
         let id = self.arena.insert(b);
-        let small = self.is_small(p.pool);
         inc(&mut self.stats.segment, small, 1);
         inc(&mut self.stats.reserved_bytes, small, size);
         if size >= self.max_split {
@@ -1336,7 +1330,7 @@ impl DeviceCachingAllocator {
         let b = &self.arena[id];
         let (addr, requested, stream) = (b.addr, b.requested, b.stream);
         let ctx = context.cloned().or_else(|| b.context.clone());
-        self.record_trace(trace, addr, requested, stream, ctx.as_ref());
+        self.push_trace(trace, addr, requested, stream, ctx.as_ref());
     }
 
     /// PyTorch's `free`: allocated drops now; the block is cached now or once other streams
@@ -1380,7 +1374,7 @@ impl DeviceCachingAllocator {
             }
         } else {
             // Requested and completed at once: two trace entries, one event.
-            if self.observing && self.tracing_now {
+            if self.tracing_now {
                 self.trace_block(TraceAction::FreeRequested, id, context.as_ref());
             }
             self.free_block(id, EventAction::Free, context.as_ref());
@@ -1402,15 +1396,14 @@ impl DeviceCachingAllocator {
         }
         self.arena[id].context = None;
         let m = self.arena.merge_free_neighbours(id);
-        let pool_ref = &mut self.pools[pool as usize];
-        self.arena[id].gc_count_base = pool_ref.get_free_blocks_call_count;
-        let set = &mut pool_ref.blocks;
         match m.absorbed {
-            [None, None] => set.insert(m.key, id),
-            [Some(old), None] | [None, Some(old)] => set.replace(old, m.key, id, usize::MAX),
+            [None, None] => self.insert_into_blocks(id),
+            [Some(old), None] | [None, Some(old)] => {
+                self.reinsert_into_blocks(id, old, usize::MAX);
+            }
             [Some(before), Some(after)] => {
-                set.remove(&before);
-                set.replace(after, m.key, id, usize::MAX);
+                self.pools[pool as usize].blocks.remove(&before);
+                self.reinsert_into_blocks(id, after, usize::MAX);
             }
         }
         let mut net_blocks = -m.blocks;

@@ -88,16 +88,19 @@ impl FreeSet {
         }
     }
 
+    /// Closes the hole, if any, and returns where the entry at index `i` is then.
+    #[inline]
+    fn close_hole_keeping(&mut self, i: usize) -> usize {
+        let moved = self.hole != NO_HOLE && self.hole < i;
+        self.close_hole();
+        i - usize::from(moved)
+    }
+
     /// Makes the vector entry at `pos` the hole (closing an older one first), returning its
     /// block.
     #[inline]
-    fn vacate(&mut self, mut pos: usize) -> BlockId {
-        if self.hole != NO_HOLE {
-            if self.hole < pos {
-                pos -= 1;
-            }
-            self.close_hole();
-        }
+    fn vacate(&mut self, pos: usize) -> BlockId {
+        let pos = self.close_hole_keeping(pos);
         self.hole = pos;
         std::mem::replace(&mut self.small[pos].1, VACANT)
     }
@@ -217,13 +220,7 @@ impl FreeSet {
         }
         // The entries shift: close the hole first (a hole's key orders like any other, so
         // the in-place case above could keep it).
-        let i = if self.hole == NO_HOLE {
-            i
-        } else {
-            let i = if self.hole < i { i - 1 } else { i };
-            self.close_hole();
-            i
-        };
+        let i = self.close_hole_keeping(i);
         let v = &mut self.small;
         // With `old` still in place: `new` belongs before index `j`.
         let j = lower_bound(v, new);
@@ -262,13 +259,7 @@ impl FreeSet {
     /// Entries with keys from `from` on, in order.
     #[inline]
     pub(crate) fn iter_from(&self, from: SizeKey) -> FreeIter<'_> {
-        match &self.large {
-            Some(m) => FreeIter::Large(m.range(from..)),
-            None => {
-                let pos = lower_bound(&self.small, from);
-                FreeIter::Small(self.small[pos..].iter())
-            }
-        }
+        self.search(from).1
     }
 
     /// Every entry, in order.

@@ -156,16 +156,24 @@ impl<T> StateLock<T> {
         if owner == NO_OWNER || owner == REVOKED {
             return Some(guard);
         }
-        self.owner.store(REVOKED, Ordering::Relaxed);
-        if !membarrier::private_expedited() {
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
+        self.revoke_bias();
         if self.owner_inside.load(Ordering::Acquire) != 0 {
             // The owner is inside: it finishes its call under the bias, and its next call
             // takes the word (dropping the guard releases it).
             return None;
         }
         Some(guard)
+    }
+
+    /// With the lock word held: ends the owner's bias and makes its `owner_inside` store
+    /// visible here (the barrier), so that `owner_inside` can be trusted afterwards.
+    fn revoke_bias(&self) {
+        self.owner.store(REVOKED, Ordering::Relaxed);
+        if !membarrier::private_expedited() {
+            // Cannot happen after a successful registration; should it, give the owner's
+            // store buffer far longer than it needs to drain before trusting `owner_inside`.
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
     }
 
     /// With the lock word held: takes the bias when nobody has it (and the barrier works),
@@ -181,12 +189,7 @@ impl<T> StateLock<T> {
         if owner == me || owner == REVOKED {
             return;
         }
-        self.owner.store(REVOKED, Ordering::Relaxed);
-        if !membarrier::private_expedited() {
-            // Cannot happen after a successful registration; should it, give the owner's
-            // store buffer far longer than it needs to drain before trusting `owner_inside`.
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
+        self.revoke_bias();
         let mut spins = 0u32;
         while self.owner_inside.load(Ordering::Acquire) != 0 {
             spins += 1;

@@ -188,7 +188,8 @@ impl DeviceStats {
         ]
     }
 
-    fn arrays_mut(&mut self) -> [&mut StatArray; 9] {
+    /// The nine stat arrays (every field but the single counters), to change alike.
+    pub(crate) fn arrays_mut(&mut self) -> [&mut StatArray; 9] {
         [
             &mut self.allocation,
             &mut self.segment,

@@ -13,7 +13,7 @@ use ratatui::layout::Rect;
 use crate::cli::{Scenario, ScreenshotArgs};
 use crate::demo::{Demo, DemoConfig};
 use crate::screenshot::{png, svg};
-use crate::state::from_agent::{AgentAdapter, LiveInfo, TraceContexts, attach_frames};
+use crate::state::from_agent::{AgentAdapter, LiveInfo, SnapshotFrames};
 use crate::state::from_snapshot::{PostMortem, what_if_lines};
 use crate::state::ui::{HistogramGrouping, SegmentFilter};
 use crate::state::{State, UiState, View};
@@ -95,8 +95,7 @@ pub fn pictured_run() -> anyhow::Result<(State, PostMortem)> {
         device_free: None,
     };
     let mut state = AgentAdapter::new().state(&demo.agent.state(), 0, &info);
-    attach_frames(&mut state.segments, &snapshot);
-    TraceContexts::new(&snapshot).fill(&mut state.trace);
+    SnapshotFrames::new(&snapshot).apply(&mut state);
     // What-if replays of each OOM's dump, before the dumps are removed.
     for o in &mut state.ooms {
         if let (Some(p), Some(total)) = (&o.dump_path, o.device_total)

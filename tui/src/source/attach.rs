@@ -7,16 +7,16 @@ use std::time::{Duration, Instant};
 
 use allocview_agent::client::{AttachClient, ClientError, ClientUpdate};
 use allocview_agent::snapshot_file::{self, FileFormat};
-use allocview_alloc::snapshot::Snapshot;
 
 use super::what_if::WhatIfJobs;
 use super::{Source, fresh_path};
-use crate::state::from_agent::{AgentAdapter, LiveInfo, TraceContexts, attach_frames};
+use crate::state::from_agent::{AgentAdapter, LiveInfo, SnapshotFrames};
 use crate::state::{Mode, State};
 
 /// Wait between reconnect attempts.
 pub const RECONNECT_EVERY: Duration = Duration::from_secs(1);
-/// How often the client asks for a full snapshot (for the block frames).
+/// How often the client asks for a full snapshot (for the frames of blocks and trace entries,
+/// indexed once per snapshot).
 pub const FRAMES_EVERY: Duration = Duration::from_secs(5);
 /// How long `s` waits for the agent's snapshot.
 pub const SAVE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -31,7 +31,8 @@ pub struct AttachSource {
     adapter: AgentAdapter,
     attempts: u32,
     next_retry: Instant,
-    frames: Option<(Snapshot, TraceContexts)>,
+    /// The frames of the last snapshot received.
+    frames: Option<SnapshotFrames>,
     next_frames: Instant,
     rate_hz: Option<f64>,
     last_update: Option<Instant>,
@@ -79,9 +80,8 @@ impl AttachSource {
         };
         let status = state.status.take();
         *state = self.adapter.state(c.state(), 0, &info);
-        if let Some((s, contexts)) = &self.frames {
-            attach_frames(&mut state.segments, s);
-            contexts.fill(&mut state.trace);
+        if let Some(frames) = &self.frames {
+            frames.apply(state);
         }
         // The dump is readable when the agent runs on this machine.
         self.what_if.fill(&mut state.ooms);
@@ -137,8 +137,7 @@ impl Source for AttachSource {
                     changed = true;
                 }
                 Ok(ClientUpdate::Snapshot(s)) => {
-                    let contexts = TraceContexts::new(&s);
-                    self.frames = Some((*s, contexts));
+                    self.frames = Some(SnapshotFrames::new(&s));
                     changed = true;
                 }
                 Ok(ClientUpdate::Ack(_)) => {}
@@ -212,8 +211,7 @@ impl Source for AttachSource {
                     FileFormat::Pickle.extension(),
                 );
                 snapshot_file::save(&path, &s, FileFormat::Pickle)?;
-                let contexts = TraceContexts::new(&s);
-                self.frames = Some((*s, contexts));
+                self.frames = Some(SnapshotFrames::new(&s));
                 return Ok(path);
             }
         }

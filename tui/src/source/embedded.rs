@@ -6,16 +6,16 @@ use std::time::{Duration, Instant};
 
 use allocview_agent::snapshot_file::{self, FileFormat};
 use allocview_alloc::caching::backend::DeviceBackend as _;
-use allocview_alloc::snapshot::Snapshot;
 
 use super::what_if::WhatIfJobs;
 use super::{Source, fresh_path};
 use crate::demo::{AGENT_TICK, Demo};
 use crate::state::State;
-use crate::state::from_agent::{AgentAdapter, LiveInfo, TraceContexts, attach_frames};
+use crate::state::from_agent::{AgentAdapter, LiveInfo, SnapshotFrames};
 
-/// How often the allocator's snapshot (for block frames) is refreshed: it copies the trace
-/// ring, and frames change far slower than figures.
+/// How often the allocator's snapshot is taken again for the frames of blocks and trace
+/// entries (indexed once per snapshot): taking it copies the trace ring, and frames change far
+/// slower than figures.
 pub const FRAMES_EVERY: Duration = Duration::from_secs(1);
 
 /// Live state from an embedded agent.
@@ -24,7 +24,8 @@ pub struct EmbeddedSource {
     adapter: AgentAdapter,
     last_time_ns: u64,
     saved: u32,
-    frames: Option<(Instant, Snapshot, TraceContexts)>,
+    /// When the allocator's snapshot was taken, and its frames.
+    frames: Option<(Instant, SnapshotFrames)>,
     what_if: WhatIfJobs,
 }
 
@@ -73,15 +74,13 @@ impl Source for EmbeddedSource {
         if self
             .frames
             .as_ref()
-            .is_none_or(|(t, _, _)| t.elapsed() >= FRAMES_EVERY)
+            .is_none_or(|(t, _)| t.elapsed() >= FRAMES_EVERY)
         {
-            let snap = self.demo.alloc.snapshot();
-            let contexts = TraceContexts::new(&snap);
-            self.frames = Some((Instant::now(), snap, contexts));
+            let frames = SnapshotFrames::new(&self.demo.alloc.snapshot());
+            self.frames = Some((Instant::now(), frames));
         }
-        if let Some((_, snap, contexts)) = &self.frames {
-            attach_frames(&mut state.segments, snap);
-            contexts.fill(&mut state.trace);
+        if let Some((_, frames)) = &self.frames {
+            frames.apply(state);
         }
         self.what_if.fill(&mut state.ooms);
         if state.status.is_none() {

@@ -152,92 +152,123 @@ pub fn oom_report(o: &OomRecord) -> OomReport {
     }
 }
 
-/// Fills the frames of active blocks in `segments` from a snapshot of the same allocator
-/// (the agent's mirror is built from compact events, which carry no frames; the allocator's
-/// own snapshot has them). Blocks are matched by address and size.
-pub fn attach_frames(segments: &mut [SegmentInfo], snapshot: &Snapshot) {
-    let mut by_addr: HashMap<(u64, u64), Frames> = HashMap::new();
-    for seg in &snapshot.segments {
-        for b in seg
-            .blocks
-            .iter()
-            .filter(|b| b.state.is_active() && !b.frames.is_empty())
-        {
-            by_addr.insert((b.address, b.size), b.frames.clone());
-        }
-    }
-    for seg in segments {
-        for b in seg
-            .blocks
-            .iter_mut()
-            .filter(|b| b.state != BlockState::Inactive)
-        {
-            if let Some(f) = by_addr.get(&(b.address, b.size)) {
-                b.frames = Arc::clone(f);
+/// The frames of an allocator's own snapshot, indexed once when the snapshot arrives, for
+/// joining onto every live state until the next one: the agent's mirror is built from compact
+/// events, which carry no frames, and the allocator's snapshot has them.
+///
+/// - **Blocks** are matched by address and size (active blocks only).
+/// - **Trace entries**: each event and the trace entry the allocator recorded for it (in the
+///   snapshot's `device_traces`) share the action, the address and the call's clock reading,
+///   so they are matched on those three; the entry's user metadata comes along.
+#[derive(Debug, Clone, Default)]
+pub struct SnapshotFrames {
+    /// Frames of the snapshot's active blocks, by (address, size).
+    blocks: HashMap<(u64, u64), Frames>,
+    /// Frames and user metadata of the snapshot's trace entries, by (action, address, time).
+    traces: HashMap<(TraceAction, u64, i64), (Frames, Option<String>)>,
+}
+
+impl SnapshotFrames {
+    /// Indexes the active blocks of `snapshot` that carry frames, and its trace entries that
+    /// carry frames or user metadata.
+    pub fn new(snapshot: &Snapshot) -> SnapshotFrames {
+        let mut blocks = HashMap::new();
+        for seg in &snapshot.segments {
+            for b in seg
+                .blocks
+                .iter()
+                .filter(|b| b.state.is_active() && !b.frames.is_empty())
+            {
+                blocks.insert((b.address, b.size), Arc::clone(&b.frames));
             }
         }
-    }
-}
-
-/// The frames of the allocator's own trace entries (a snapshot's `device_traces`), indexed
-/// for filling live trace entries: the agent's compact events carry no frames, but each event
-/// and the trace entry the allocator recorded for it share the action, the address and the
-/// call's clock reading, so they are matched on those three. Built once per snapshot.
-#[derive(Debug, Clone, Default)]
-pub struct TraceContexts {
-    by_key: HashMap<(TraceAction, u64, i64), (Frames, Option<String>)>,
-}
-
-impl TraceContexts {
-    /// Indexes the entries of `snapshot` that carry frames or user metadata.
-    pub fn new(snapshot: &Snapshot) -> TraceContexts {
-        let mut by_key = HashMap::new();
+        let mut traces = HashMap::new();
         for e in snapshot.device_traces.iter().flatten() {
             if let Some(t) = e.time_us
                 && (!e.frames.is_empty() || e.user_metadata.is_some())
             {
-                by_key.insert(
+                traces.insert(
                     (e.action, e.addr, t),
                     (Arc::clone(&e.frames), e.user_metadata.clone()),
                 );
             }
         }
-        TraceContexts { by_key }
+        SnapshotFrames { blocks, traces }
     }
 
-    /// Entries indexed.
-    pub fn len(&self) -> usize {
-        self.by_key.len()
+    /// Blocks indexed.
+    pub fn indexed_blocks(&self) -> usize {
+        self.blocks.len()
     }
 
-    /// Whether nothing is indexed.
-    pub fn is_empty(&self) -> bool {
-        self.by_key.is_empty()
+    /// Trace entries indexed.
+    pub fn indexed_traces(&self) -> usize {
+        self.traces.len()
+    }
+
+    /// Joins the frames onto a dashboard state: its segments' blocks and its trace entries.
+    pub fn apply(&self, state: &mut State) {
+        self.fill_blocks(&mut state.segments);
+        self.fill_trace(&mut state.trace);
+    }
+
+    /// Sets the frames of the blocks in `segments` that are not inactive and match an indexed
+    /// block by address and size.
+    pub fn fill_blocks(&self, segments: &mut [SegmentInfo]) {
+        if self.blocks.is_empty() {
+            return;
+        }
+        for seg in segments {
+            for b in seg
+                .blocks
+                .iter_mut()
+                .filter(|b| b.state != BlockState::Inactive)
+            {
+                if let Some(f) = self.blocks.get(&(b.address, b.size)) {
+                    b.frames = Arc::clone(f);
+                }
+            }
+        }
+    }
+
+    /// The indexed frames and user metadata for `e`, when it has no frames of its own.
+    fn trace_context(&self, e: &TraceEntry) -> Option<&(Frames, Option<String>)> {
+        if !e.frames.is_empty() {
+            return None;
+        }
+        e.time_us
+            .and_then(|t| self.traces.get(&(e.action, e.addr, t)))
     }
 
     /// Fills the frames (and user metadata) of the entries of `trace` that have none. Entries
     /// the snapshot's trace ring does not hold (newer than it, or fallen out) stay as they are.
-    pub fn fill(&self, trace: &mut Arc<[TraceEntry]>) {
-        if self.by_key.is_empty() {
+    /// Each entry is looked up once; the entries are updated in place, copied first only when
+    /// something matches and `trace` is shared.
+    pub fn fill_trace(&self, trace: &mut Arc<[TraceEntry]>) {
+        if self.traces.is_empty() {
             return;
         }
-        let key = |e: &TraceEntry| e.time_us.map(|t| (e.action, e.addr, t));
-        let missing = |e: &TraceEntry| {
-            e.frames.is_empty() && key(e).is_some_and(|k| self.by_key.contains_key(&k))
+        let Some((first, context)) = trace
+            .iter()
+            .enumerate()
+            .find_map(|(i, e)| self.trace_context(e).map(|c| (i, c)))
+        else {
+            return;
         };
-        if !trace.iter().any(missing) {
-            return;
-        }
-        let mut out = trace.to_vec();
-        for e in out.iter_mut().filter(|e| missing(e)) {
-            if let Some((frames, meta)) = key(e).and_then(|k| self.by_key.get(&k)) {
-                e.frames = Arc::clone(frames);
-                if e.user_metadata.is_none() {
-                    e.user_metadata = meta.clone();
-                }
+        let set = |e: &mut TraceEntry, (frames, meta): &(Frames, Option<String>)| {
+            e.frames = Arc::clone(frames);
+            if e.user_metadata.is_none() {
+                e.user_metadata = meta.clone();
+            }
+        };
+        // Unique (as the adapter makes it): in place; shared: copied once.
+        let entries = Arc::make_mut(trace);
+        set(&mut entries[first], context);
+        for e in &mut entries[first + 1..] {
+            if let Some(c) = self.trace_context(e) {
+                set(e, c);
             }
         }
-        *trace = Arc::from(out);
     }
 }
 
@@ -554,12 +585,82 @@ mod tests {
             ]],
             ..Snapshot::default()
         };
-        let contexts = TraceContexts::new(&snap);
-        assert_eq!(contexts.len(), 2);
-        contexts.fill(&mut trace);
+        let frames = SnapshotFrames::new(&snap);
+        assert_eq!(frames.indexed_traces(), 2);
+        frames.fill_trace(&mut trace);
         assert_eq!(trace[0].frames[0].name, "step 1 forward");
         assert_eq!(trace[1].frames[0].name, "step 2 forward");
         // Same address and time, another action: no match.
         assert!(trace[2].frames.is_empty());
+    }
+
+    #[test]
+    fn a_snapshots_frames_join_onto_blocks_and_entries_in_place_unless_the_trace_is_shared() {
+        use crate::state::fixtures::{block, segment};
+        use allocview_alloc::snapshot::{BlockInfo, SegmentType};
+        let snap = Snapshot {
+            segments: vec![segment(
+                0x1000,
+                0,
+                SegmentType::Small,
+                vec![
+                    block(0x1000, 512, 500, BlockState::ActiveAllocated),
+                    block(0x1200, 512, 500, BlockState::Inactive),
+                ],
+            )],
+            device_traces: vec![vec![TraceEntry {
+                time_us: Some(5),
+                user_metadata: Some("phase=eval".into()),
+                ..TraceEntry::new(TraceAction::Alloc, 0x1000, 500, 0)
+            }]],
+            ..Snapshot::default()
+        };
+        let frames = SnapshotFrames::new(&snap);
+        assert_eq!((frames.indexed_blocks(), frames.indexed_traces()), (1, 1));
+        let bare = |address, state| BlockInfo {
+            frames: no_frames(),
+            ..block(address, 512, 500, state)
+        };
+        let live = |trace: Arc<[TraceEntry]>| State {
+            segments: vec![segment(
+                0x1000,
+                0,
+                SegmentType::Small,
+                vec![
+                    bare(0x1000, BlockState::ActiveAllocated),
+                    bare(0x1200, BlockState::Inactive),
+                    bare(0x1400, BlockState::ActiveAllocated),
+                ],
+            )],
+            trace,
+            ..State::default()
+        };
+        let entries: Arc<[TraceEntry]> = Arc::from(
+            [
+                recent("alloc", 0x1400, 4_000),
+                recent("alloc", 0x1000, 5_000),
+            ]
+            .iter()
+            .flat_map(trace_entries)
+            .collect::<Vec<_>>(),
+        );
+
+        // Unique: the entries are filled where they lie.
+        let mut state = live(Arc::from(entries.to_vec()));
+        let before = Arc::as_ptr(&state.trace);
+        frames.apply(&mut state);
+        assert_eq!(Arc::as_ptr(&state.trace), before);
+        let b = &state.segments[0].blocks;
+        assert_eq!(b[0].frames[0].name, "step 41 forward");
+        // Inactive blocks and blocks the snapshot does not hold keep no frames.
+        assert!(b[1].frames.is_empty() && b[2].frames.is_empty());
+        assert_eq!(state.trace[0].user_metadata, None);
+        assert_eq!(state.trace[1].user_metadata.as_deref(), Some("phase=eval"));
+
+        // Shared: the state gets a filled copy, the other holder keeps its entries.
+        let mut state = live(Arc::clone(&entries));
+        frames.apply(&mut state);
+        assert_eq!(state.trace[1].user_metadata.as_deref(), Some("phase=eval"));
+        assert_eq!(entries[1].user_metadata, None);
     }
 }

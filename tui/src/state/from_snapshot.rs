@@ -311,7 +311,6 @@ fn patch_counters(stats: &mut DeviceStats, t: &Totals) {
     stats.num_ooms = t.ooms as i64;
 }
 
-/// Size and lifetime histograms of a trace, for all requests and per pool.
 /// Size and lifetime histograms of a trace: for every allocation, per pool (small / large by
 /// size, as the allocator splits them) and per stream.
 fn histograms(trace: &[TraceEntry]) -> Vec<HistogramSummary> {

@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 use allocview_agent::agent::Agent;
 use allocview_agent::sink;
 use allocview_alloc::event::{Event, EventSink, MAX_BATCH};
-use anyhow::{Context, bail};
+use anyhow::bail;
 
-use super::harness::{compare, each, median};
+use super::harness::{self, Timing, compare, each, median};
 use super::outcome::{self, Outcome};
 use super::workload;
 
@@ -99,58 +99,30 @@ fn fill(sink: &dyn EventSink, events: &[Event], cursor: &mut usize, n: usize) {
 /// An agent whose aggregator only drains when flushed: a long tick, and a channel that
 /// [`INGEST_CHUNK`] events never fill to half (the early wake-up mark).
 fn quiet_agent() -> anyhow::Result<Agent> {
-    Agent::builder()
-        .no_listen()
-        .process_name("allocview bench")
-        .channel_capacity(INGEST_CAPACITY)
-        .tick(INGEST_TICK)
-        .spawn()
-        .context("starting the agent")
+    workload::spawn_agent(
+        workload::agent_builder()
+            .channel_capacity(INGEST_CAPACITY)
+            .tick(INGEST_TICK),
+    )
 }
 
-/// `agent.publish`: one publish into the agent's sink while the channel has room and the
-/// aggregator is parked (flushed, untimed, between chunks of [`INGEST_CHUNK`] events) vs a
-/// publish that does nothing.
-pub fn publish(seconds: f64, mut out: Outcome) -> anyhow::Result<Outcome> {
-    let events = workload::event_cycle()?;
-    let agent = quiet_agent()?;
-    let sink = agent.sink();
-    let null = NullSink;
-    let (a, b) = {
-        let mut ours = chunked(&agent, publish_side(sink.as_ref(), &events));
-        let mut empty = publish_side(&null, &events);
-        compare(seconds, &mut ours, &mut empty)
-    };
-    let pipeline = agent.state().pipeline;
-    if pipeline.events_ingested == 0 {
-        bail!("the agent ingested none of the published events");
-    }
-    if pipeline.dropped_total > 0 {
-        bail!("events were dropped although the channel had room (the figure would be wrong)");
-    }
-    out.allocview_ns = Some(a.median_ns);
-    out.baseline_ns = Some(b.median_ns);
-    out = out.note(format!(
-        "aggregator parked while timing ({} events published, none dropped); \
-         agent.publish_live measures it draining at the same time",
-        pipeline.events_ingested
-    ));
-    agent.shutdown();
-    Ok(out)
+/// `side` in chunks of at most [`INGEST_CHUNK`] operations, `agent` flushed (untimed) after
+/// each, so the channel always has room.
+fn chunked<'a>(
+    agent: &'a Agent,
+    side: impl FnMut(u64) -> Duration + 'a,
+) -> impl FnMut(u64) -> Duration + 'a {
+    harness::chunked(INGEST_CHUNK as u64, side, || agent.flush())
 }
 
-/// `agent.publish_batch`: an event published as part of a batch of [`MAX_BATCH`] (the caching
-/// allocator's path) into the agent's sink, the aggregator parked as in `agent.publish`, vs
-/// the same events published one by one into the same sink.
-pub fn publish_batch(seconds: f64, mut out: Outcome) -> anyhow::Result<Outcome> {
-    let events = workload::event_cycle()?;
-    let agent = quiet_agent()?;
-    let sink = agent.sink();
-    let (a, b) = {
-        let mut batched = chunked(&agent, publish_batch_side(sink.as_ref(), &events));
-        let mut one_by_one = chunked(&agent, publish_side(sink.as_ref(), &events));
-        compare(seconds, &mut batched, &mut one_by_one)
-    };
+/// Fills in a parked benchmark's figures (`a` allocview's side, `b` the baseline) with the
+/// note `note(events published)`, once the agent shows it ingested events and dropped none.
+fn parked_outcome(
+    agent: Agent,
+    (a, b): (Timing, Timing),
+    mut out: Outcome,
+    note: impl FnOnce(u64) -> String,
+) -> anyhow::Result<Outcome> {
     let pipeline = agent.state().pipeline;
     if pipeline.events_ingested == 0 {
         bail!("the agent ingested none of the published events");
@@ -160,43 +132,57 @@ pub fn publish_batch(seconds: f64, mut out: Outcome) -> anyhow::Result<Outcome> 
     }
     out.allocview_ns = Some(a.median_ns);
     out.baseline_ns = Some(b.median_ns);
-    out = out.note(format!(
-        "per event, in batches of {MAX_BATCH}; aggregator parked while timing ({} events \
-         published, none dropped)",
-        pipeline.events_ingested
-    ));
+    out = out.note(note(pipeline.events_ingested));
     agent.shutdown();
     Ok(out)
 }
 
-/// Runs `side` in chunks of at most [`INGEST_CHUNK`] operations, flushing `agent` (untimed)
-/// after each, so the channel always has room.
-fn chunked<'a>(
-    agent: &'a Agent,
-    mut side: impl FnMut(u64) -> Duration + 'a,
-) -> impl FnMut(u64) -> Duration + 'a {
-    move |n| {
-        let mut left = n;
-        let mut took = Duration::ZERO;
-        while left > 0 {
-            let chunk = left.min(INGEST_CHUNK as u64);
-            took += side(chunk);
-            agent.flush();
-            left -= chunk;
-        }
-        took
-    }
+/// `agent.publish`: one publish into the agent's sink while the channel has room and the
+/// aggregator is parked (flushed, untimed, between chunks of [`INGEST_CHUNK`] events) vs a
+/// publish that does nothing.
+pub fn publish(seconds: f64, out: Outcome) -> anyhow::Result<Outcome> {
+    let events = workload::event_cycle()?;
+    let agent = quiet_agent()?;
+    let sink = agent.sink();
+    let null = NullSink;
+    let (a, b) = {
+        let mut ours = chunked(&agent, publish_side(sink.as_ref(), &events));
+        let mut empty = publish_side(&null, &events);
+        compare(seconds, &mut ours, &mut empty)
+    };
+    parked_outcome(agent, (a, b), out, |published| {
+        format!(
+            "aggregator parked while timing ({published} events published, none dropped); \
+             agent.publish_live measures it draining at the same time"
+        )
+    })
+}
+
+/// `agent.publish_batch`: an event published as part of a batch of [`MAX_BATCH`] (the caching
+/// allocator's path) into the agent's sink, the aggregator parked as in `agent.publish`, vs
+/// the same events published one by one into the same sink.
+pub fn publish_batch(seconds: f64, out: Outcome) -> anyhow::Result<Outcome> {
+    let events = workload::event_cycle()?;
+    let agent = quiet_agent()?;
+    let sink = agent.sink();
+    let (a, b) = {
+        let mut batched = chunked(&agent, publish_batch_side(sink.as_ref(), &events));
+        let mut one_by_one = chunked(&agent, publish_side(sink.as_ref(), &events));
+        compare(seconds, &mut batched, &mut one_by_one)
+    };
+    parked_outcome(agent, (a, b), out, |published| {
+        format!(
+            "per event, in batches of {MAX_BATCH}; aggregator parked while timing ({published} \
+             events published, none dropped)"
+        )
+    })
 }
 
 /// `agent.publish_live`: one publish into a running agent's sink whose aggregator drains
 /// concurrently on its default tick and wake-ups (drops counted) vs a publish that does nothing.
 pub fn publish_live(seconds: f64, mut out: Outcome) -> anyhow::Result<Outcome> {
     let events = workload::event_cycle()?;
-    let agent = Agent::builder()
-        .no_listen()
-        .process_name("allocview bench")
-        .spawn()
-        .context("starting the agent")?;
+    let agent = workload::spawn_agent(workload::agent_builder())?;
     let sink = agent.sink();
     let null = NullSink;
     let (a, b) = {
@@ -211,13 +197,8 @@ pub fn publish_live(seconds: f64, mut out: Outcome) -> anyhow::Result<Outcome> {
     }
     out.allocview_ns = Some(a.median_ns);
     out.baseline_ns = Some(b.median_ns);
-    if pipeline.dropped_total > 0 {
-        out = out.note(format!(
-            "{} of {} events dropped (channel full: the aggregator fell behind the publisher); \
-             a dropped publish costs a counter increment instead of a slot write",
-            pipeline.dropped_total,
-            pipeline.dropped_total + pipeline.events_ingested
-        ));
+    if let Some(note) = workload::dropped_note(&pipeline) {
+        out = out.note(note);
     }
     agent.shutdown();
     Ok(out)

@@ -9,14 +9,14 @@
 use std::hint::black_box;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use allocview_agent::agent::Agent;
 use allocview_alloc::caching::CachingAllocator;
 use allocview_alloc::caching::sim::SimBackend;
-use anyhow::{Context, bail};
+use anyhow::bail;
 
-use super::harness::{Side, compare, each};
+use super::harness::{Side, chunked, compare, each};
 use super::outcome::Outcome;
 use super::workload::{self, MIXED_SIZES};
 
@@ -118,44 +118,9 @@ pub fn with_trace_tracker(seconds: f64, mut out: Outcome) -> anyhow::Result<Outc
 /// of the default channel, so a chunk never reaches the sink's half-full wake-up or a drop.
 pub const SINK_CHUNK_PAIRS: u64 = 4096;
 
-/// Pairs on `alloc` timed in chunks of [`SINK_CHUNK_PAIRS`], with `agent` flushed (drained)
-/// between chunks, off the clock; both sides of `caching.with_event_sink` run this, so both
-/// pay the same pauses.
-fn drained_side<'a>(
-    alloc: &'a CachingAllocator<SimBackend>,
-    agent: &'a Agent,
-    failed: &'a mut Option<String>,
-) -> impl FnMut(u64) -> Duration + 'a {
-    let mut next = 0;
-    move |n| {
-        let mut timed = Duration::ZERO;
-        let mut done = 0;
-        while done < n {
-            let chunk = SINK_CHUNK_PAIRS.min(n - done);
-            let start = Instant::now();
-            for _ in 0..chunk {
-                workload::alloc_free_pair(alloc, &mut next, failed);
-            }
-            timed += start.elapsed();
-            agent.flush();
-            done += chunk;
-        }
-        timed
-    }
-}
-
-/// The agent both sink benchmarks publish into: no listener, and the observed allocator is
-/// not its provider (see [`event_sink_overload`]).
-fn bench_agent() -> anyhow::Result<Agent> {
-    Agent::builder()
-        .no_listen()
-        .process_name("allocview bench")
-        .spawn()
-        .context("starting the agent")
-}
-
-/// The agent's pipeline figures as notes, failing when it ingested nothing.
-fn pipeline_notes(agent: &Agent, mut out: Outcome) -> anyhow::Result<Outcome> {
+/// The agent's pipeline figures (events ingested, dropped) as notes, once it drained; fails
+/// when it ingested nothing.
+fn sink_notes(agent: &Agent, mut out: Outcome) -> anyhow::Result<Outcome> {
     agent.flush();
     let pipeline = agent.state().pipeline;
     if pipeline.events_ingested == 0 {
@@ -165,12 +130,8 @@ fn pipeline_notes(agent: &Agent, mut out: Outcome) -> anyhow::Result<Outcome> {
         "agent ingested {} events",
         pipeline.events_ingested
     ));
-    if pipeline.dropped_total > 0 {
-        out = out.note(format!(
-            "{} events dropped (channel full: the aggregator fell behind); a dropped publish \
-             costs a counter increment instead of a slot write",
-            pipeline.dropped_total
-        ));
+    if let Some(note) = workload::dropped_note(&pipeline) {
+        out = out.note(note);
     }
     Ok(out)
 }
@@ -212,7 +173,7 @@ enum Pace {
 
 /// The cached pair publishing into a running agent vs the same pair without a sink.
 fn sink_comparison(seconds: f64, out: Outcome, pace: Pace) -> anyhow::Result<Outcome> {
-    let agent = bench_agent()?;
+    let agent = workload::spawn_agent(workload::agent_builder())?;
     let plain = workload::allocator();
     let observed = workload::allocator();
     // The sink is set before the first allocation, so the agent's mirror sees every segment.
@@ -226,8 +187,9 @@ fn sink_comparison(seconds: f64, out: Outcome, pace: Pace) -> anyhow::Result<Out
     let (mut plain_failed, mut observed_failed) = (None, None);
     let (a, b) = match pace {
         Pace::Drained => {
-            let mut with = drained_side(&observed, &agent, &mut observed_failed);
-            let mut without = drained_side(&plain, &agent, &mut plain_failed);
+            let drained = |side| chunked(SINK_CHUNK_PAIRS, side, || agent.flush());
+            let mut with = drained(pair_side(&observed, &mut observed_failed));
+            let mut without = drained(pair_side(&plain, &mut plain_failed));
             compare(seconds, &mut with, &mut without)
         }
         Pace::Flood => {
@@ -244,7 +206,7 @@ fn sink_comparison(seconds: f64, out: Outcome, pace: Pace) -> anyhow::Result<Out
     )?;
     check("without event sink", plain_failed, &plain, plain_before)?;
     observed.set_event_sink(None);
-    let mut out = pipeline_notes(&agent, out)?;
+    let mut out = sink_notes(&agent, out)?;
     out.allocview_ns = Some(a.median_ns);
     out.baseline_ns = Some(b.median_ns);
     agent.shutdown();

@@ -64,6 +64,26 @@ pub fn each(mut op: impl FnMut()) -> impl FnMut(u64) -> Duration {
     }
 }
 
+/// `side` run in chunks of at most `chunk` operations, with `between` (untimed) after each:
+/// a side whose work must pause now and then, e.g. for an agent to drain its channel.
+pub fn chunked<'a>(
+    chunk: u64,
+    mut side: impl FnMut(u64) -> Duration + 'a,
+    mut between: impl FnMut() + 'a,
+) -> impl FnMut(u64) -> Duration + 'a {
+    move |n| {
+        let mut left = n;
+        let mut took = Duration::ZERO;
+        while left > 0 {
+            let part = left.min(chunk);
+            took += side(part);
+            between();
+            left -= part;
+        }
+        took
+    }
+}
+
 /// One side's calibration and samples.
 struct Run<'a> {
     side: &'a mut dyn Side,

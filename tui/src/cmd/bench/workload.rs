@@ -5,6 +5,8 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
+use allocview_agent::agent::{Agent, AgentBuilder};
+use allocview_agent::state::PipelineStats;
 use allocview_alloc::caching::backend::StreamId;
 use allocview_alloc::caching::sim::SimBackend;
 use allocview_alloc::caching::stats::StatType;
@@ -136,6 +138,29 @@ pub fn event_cycle() -> anyhow::Result<Vec<Event>> {
         bail!("the allocator published no events");
     }
     Ok(events)
+}
+
+/// The agent the benchmarks publish into, before its last settings: no listener, named
+/// `allocview bench`.
+pub fn agent_builder() -> AgentBuilder {
+    Agent::builder().no_listen().process_name("allocview bench")
+}
+
+/// Starts an agent from `builder`.
+pub fn spawn_agent(builder: AgentBuilder) -> anyhow::Result<Agent> {
+    builder.spawn().context("starting the agent")
+}
+
+/// The note on the events a benchmark's agent dropped (`None` when it dropped none).
+pub fn dropped_note(pipeline: &PipelineStats) -> Option<String> {
+    (pipeline.dropped_total > 0).then(|| {
+        format!(
+            "{} of {} events dropped (channel full: the aggregator fell behind the publisher); \
+             a dropped publish costs a counter increment instead of a slot write",
+            pipeline.dropped_total,
+            pipeline.dropped_total + pipeline.events_ingested
+        )
+    })
 }
 
 #[cfg(test)]
