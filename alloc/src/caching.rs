@@ -9,6 +9,7 @@ mod allocator;
 pub mod backend;
 mod block;
 pub mod config;
+mod context_table;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 mod device_allocator;
@@ -24,6 +25,7 @@ pub mod summary;
 
 pub use allocator::{CacheInfo, CachingAllocator, ContextProvider, MAX_REQUEST};
 pub use config::{AllocatorConfig, AllocatorConfigBuilder, ConfigError};
+pub use context_table::CONTEXT_TABLE_CAPACITY;
 pub use error::{AllocError, OomInfo, OutOfMemory};
 pub use history::{ContextLevel, HistoryOptions};
 pub use pool::PoolId;

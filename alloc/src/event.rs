@@ -147,7 +147,10 @@ pub struct Event {
     pub pool_id: u64,
     /// How long the allocator call took, in nanoseconds (0 when not measured).
     pub latency_ns: u32,
-    /// Context id from the user's context callback (0 = none).
+    /// Id of the stack frames (context) behind the event, 0 for none. The caching allocator
+    /// gives the frames its context provider returned for the call an id (see
+    /// [`CachingAllocator::context_frames`](crate::caching::CachingAllocator::context_frames));
+    /// a block's event of a call that gathered none carries the id of the block's allocation.
     pub context: u32,
     /// Device index, or [`CPU_DEVICE`].
     pub device: i16,

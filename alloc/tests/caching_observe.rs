@@ -286,6 +286,84 @@ fn events_mirror_trace_entries_with_block_sizes_and_flags() {
 }
 
 #[test]
+fn events_carry_context_ids_that_the_allocator_turns_back_into_the_frames_of_their_call() {
+    let (a, _) = allocator();
+    let sink = Arc::new(Keep::default());
+    a.set_event_sink(Some(sink.clone()));
+    // No frames gathered yet: no ids.
+    let p = a.malloc(512, S0).unwrap();
+    a.free(p).unwrap();
+    let site = Arc::new(Mutex::new(frames("forward")));
+    let s2 = site.clone();
+    a.set_context_provider(Some(Arc::new(move || s2.lock().unwrap().clone())));
+    a.record_history(HistoryOptions {
+        context: ContextLevel::Alloc,
+        ..HistoryOptions::default()
+    });
+    let p = a.malloc(512, S0).unwrap();
+    let q = a.malloc(4096, S0).unwrap();
+    *site.lock().unwrap() = frames("backward");
+    let r = a.malloc(1 << 20, S0).unwrap();
+    // At level Alloc, frees gather nothing: their events carry the allocation's id.
+    a.free(p).unwrap();
+    a.record_history(HistoryOptions {
+        context: ContextLevel::All,
+        ..HistoryOptions::default()
+    });
+    *site.lock().unwrap() = frames("optimizer");
+    // At level All, the free's own site.
+    a.free(q).unwrap();
+    a.flush_events();
+    let ev: Vec<(EventAction, u32)> = sink
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|e| matches!(e.action, EventAction::Alloc | EventAction::Free))
+        .map(|e| (e.action, e.context))
+        .collect();
+    let names = |id: u32| -> String {
+        let f = a.context_frames(&[id]);
+        assert_eq!(f.len(), 1, "id {id} resolves");
+        f[0].1[0].name.clone()
+    };
+    assert_eq!(ev.len(), 7);
+    assert_eq!(ev[0], (EventAction::Alloc, 0));
+    assert_eq!(ev[1], (EventAction::Free, 0));
+    let (forward, backward) = (ev[2].1, ev[4].1);
+    assert_ne!(forward, 0);
+    assert_eq!(ev[3].1, forward, "the same frames share one id");
+    assert_ne!(backward, forward);
+    assert_eq!(
+        ev[5],
+        (EventAction::Free, forward),
+        "the allocation's context"
+    );
+    assert_eq!(ev[6].0, EventAction::Free);
+    assert_eq!(names(forward), "forward");
+    assert_eq!(names(backward), "backward");
+    assert_eq!(names(ev[6].1), "optimizer");
+    // Unknown ids and 0 are not answered.
+    assert!(a.context_frames(&[0, 9999]).is_empty());
+    a.free(r).unwrap();
+}
+
+#[test]
+fn without_a_sink_no_context_ids_are_made() {
+    let (a, _) = allocator();
+    a.set_context_provider(Some(Arc::new(|| frames("forward"))));
+    a.record_history(HistoryOptions {
+        context: ContextLevel::All,
+        ..HistoryOptions::default()
+    });
+    let p = a.malloc(512, S0).unwrap();
+    a.free(p).unwrap();
+    assert!(a.context_frames(&[1]).is_empty());
+    // The snapshot still has the frames: ids are only for events.
+    assert_eq!(a.snapshot().device_traces[0][1].frames[0].name, "forward");
+}
+
+#[test]
 fn retries_and_ooms_are_published() {
     let (a, _) = allocator_with(40 * MIB, "");
     let sink = Arc::new(Keep::default());

@@ -51,6 +51,12 @@
 //! [`FLAG_PRIVATE_POOL`](crate::event::FLAG_PRIVATE_POOL) with `pool_id` = the private pool's
 //! first id, [`FLAG_OVERSIZE`](crate::event::FLAG_OVERSIZE) (size >= `max_split_size`) and
 //! [`FLAG_CACHED`](crate::event::FLAG_CACHED) (an `Alloc` served without a device call).
+//! `context` is the id of the frames the context provider gave the call (gathered as
+//! [`record_history`](CachingAllocator::record_history)'s context level says) or, for a block's
+//! event of a call that gathered none, of the block's allocation; 0 when there are none. Ids
+//! are made under the lock only while a sink listens, equal frames share one, and
+//! [`CachingAllocator::context_frames`] turns the last
+//! [`CONTEXT_TABLE_CAPACITY`](crate::caching::CONTEXT_TABLE_CAPACITY) back into frames.
 //!
 //! | action | when | `addr` | `size` | `requested` |
 //! |---|---|---|---|---|
@@ -232,6 +238,7 @@ impl<B: DeviceBackend> CachingAllocator<B> {
         let context = self.gather(ContextLevel::State);
         let mut st = self.lock();
         st.begin_call();
+        st.set_call_context(context.as_ref());
         let r = st.malloc(&self.backend, size, stream, context);
         st.end_call();
         match r {
@@ -257,6 +264,7 @@ impl<B: DeviceBackend> CachingAllocator<B> {
         let context = self.gather(ContextLevel::All);
         let mut st = self.lock();
         st.begin_call();
+        st.set_call_context(context.as_ref());
         // The success path builds its own `Ok` rather than moving the call's result past
         // `end_call`: a stack copy of the whole `Result` (sized for `AllocError`) right after
         // the narrow store that wrote it stalls on store forwarding.
@@ -295,6 +303,7 @@ impl<B: DeviceBackend> CachingAllocator<B> {
             ));
         }
         st.begin_call();
+        st.set_call_context(context.as_ref());
         let r = st.release_cached_blocks(&self.backend, context.as_ref());
         st.end_call();
         r
@@ -481,6 +490,15 @@ impl<B: DeviceBackend> CachingAllocator<B> {
         };
         st.flush_batch();
         true
+    }
+
+    /// The frames behind context ids of events (`Event::context`), for those of `ids` the
+    /// allocator still keeps (the last [`CONTEXT_TABLE_CAPACITY`] contexts it gave ids to), in
+    /// the order asked. Takes the lock: for observers, off the hot path.
+    ///
+    /// [`CONTEXT_TABLE_CAPACITY`]: crate::caching::CONTEXT_TABLE_CAPACITY
+    pub fn context_frames(&self, ids: &[u32]) -> Vec<(u32, Frames)> {
+        self.lock().context_frames(ids)
     }
 
     /// Makes one call in `one_in` on average (drawn at random; 1 = every call) measure its

@@ -44,6 +44,9 @@ pub(crate) struct Block {
     pub live: bool,
     /// Outstanding device events (frees waiting for other streams).
     pub event_count: u32,
+    /// Id of `context` in the allocator's context table, for events (0 when none was interned:
+    /// no sink listened, or no frames were gathered).
+    pub context_id: u32,
     /// Streams other than the allocation stream that used the block (`record_stream`).
     pub stream_uses: Vec<StreamId>,
     /// The pool's free-block search count when the block was cached (garbage collection age).
@@ -80,6 +83,7 @@ impl Block {
             mapped: true,
             live: true,
             event_count: 0,
+            context_id: 0,
             stream_uses: Vec::new(),
             gc_count_base: 0,
             expandable: NIL,

@@ -13,6 +13,7 @@ use crate::caching::addr_table::AddrTable;
 use crate::caching::backend::{DeviceBackend, DeviceError, DevicePtr, EventId, StreamId};
 use crate::caching::block::{Block, BlockArena, BlockId, NIL};
 use crate::caching::config::{AllocatorConfig, MIN_BLOCK_SIZE, SMALL_SIZE, segment_size};
+use crate::caching::context_table::ContextTable;
 use crate::caching::error::{AllocError, OomInfo, OutOfMemory};
 use crate::caching::expandable::ExpandableSegment;
 use crate::caching::history::{ContextLevel, TraceRing};
@@ -199,6 +200,10 @@ pub(crate) struct DeviceCachingAllocator {
     batch_len: usize,
     /// Whether the current call makes trace entries (`tracing` read once per call).
     tracing_now: bool,
+    /// Ids of the frames events refer to (interned only while a sink listens).
+    contexts: ContextTable,
+    /// The current call's context id in `contexts` (0: none gathered, or no sink listens).
+    call_context: u32,
     /// Index in `batch` of the current call's first event.
     call_first: usize,
     /// The current call's start (a raw `clock::stamp`).
@@ -265,6 +270,8 @@ impl DeviceCachingAllocator {
             batch: Box::new([Event::new(EventAction::Alloc, 0, EventPool::Small, 0, 0); MAX_BATCH]),
             batch_len: 0,
             tracing_now: false,
+            contexts: ContextTable::new(),
+            call_context: 0,
             call_first: 0,
             call_start: 0,
             batch_deadline: 0,
@@ -297,6 +304,25 @@ impl DeviceCachingAllocator {
             self.call_start = clock::stamp();
             self.call_first = self.batch_len;
         }
+        self.call_context = 0;
+    }
+
+    /// Gives the current call's events the id of the frames gathered for it (after
+    /// `begin_call`; nothing unless a sink listens).
+    #[inline]
+    pub(crate) fn set_call_context(&mut self, context: Option<&Frames>) {
+        if let Some(frames) = context
+            && self.publishing
+        {
+            self.call_context = self.contexts.intern(frames);
+        }
+    }
+
+    /// The frames of the context ids still kept (see [`ContextTable`]), in the order asked.
+    pub(crate) fn context_frames(&self, ids: &[u32]) -> Vec<(u32, Frames)> {
+        ids.iter()
+            .filter_map(|&id| self.contexts.get(id).map(|f| (id, Arc::clone(f))))
+            .collect()
     }
 
     /// Ends a public call: a sampled call stamps its events with its latency; the batch is
@@ -422,7 +448,12 @@ impl DeviceCachingAllocator {
         if b.size >= self.max_split {
             flags |= FLAG_OVERSIZE;
         }
-        let e = self.new_event(
+        let context = if self.call_context != 0 {
+            self.call_context
+        } else {
+            b.context_id
+        };
+        let mut e = self.new_event(
             action,
             b.pool,
             b.small,
@@ -432,6 +463,7 @@ impl DeviceCachingAllocator {
             b.stream,
             flags,
         );
+        e.context = context;
         self.push_event(e);
     }
 
@@ -506,7 +538,8 @@ impl DeviceCachingAllocator {
         flags: u8,
     ) {
         let small = self.pools[pool as usize].is_small;
-        let e = self.new_event(action, pool, small, addr, size, requested, stream, flags);
+        let mut e = self.new_event(action, pool, small, addr, size, requested, stream, flags);
+        e.context = self.call_context;
         self.push_event(e);
         if matches!(
             action,
@@ -1280,6 +1313,7 @@ impl DeviceCachingAllocator {
             b.allocated = true;
             b.requested = orig_size;
             b.context = context;
+            b.context_id = self.call_context;
             (b.addr, b.size)
         };
         self.allocated.insert(addr, id);
