@@ -25,6 +25,7 @@ use allocview_alloc::event::{CPU_DEVICE, Event, EventAction, EventPool, now_ns};
 use allocview_alloc::snapshot::Snapshot;
 use crossbeam_channel::{Receiver, Sender, TryRecvError, TrySendError};
 
+use crate::contexts::ContextCache;
 use crate::dump::OomDumper;
 use crate::histogram::DeviceHistograms;
 use crate::mirror::{DeviceMirror, pool_key};
@@ -32,8 +33,8 @@ use crate::protocol::{DeviceUpdate, ServerFrame, StateUpdate, encode_frame};
 use crate::provider::SnapshotProvider;
 use crate::sink::EventReceiver;
 use crate::state::{
-    AgentState, DeviceState, HostState, OomRecord, PipelineStats, ProcessInfo, RecentEvent,
-    UsageSample,
+    AgentState, ContextFrames, DeviceState, HostState, OomRecord, PipelineStats, ProcessInfo,
+    RecentEvent, UsageSample,
 };
 use crate::timeline::Timeline;
 
@@ -301,6 +302,7 @@ struct DeviceAgg {
     hist: DeviceHistograms,
     timeline: Timeline,
     recent: RecentRing,
+    contexts: ContextCache,
     total_memory: u64,
     allowed: Option<u64>,
     provider: Option<Arc<dyn SnapshotProvider>>,
@@ -320,6 +322,7 @@ impl DeviceAgg {
             hist: DeviceHistograms::default(),
             timeline: Timeline::new(sample_interval.as_nanos() as u64),
             recent: RecentRing::new(recent),
+            contexts: ContextCache::new(),
             total_memory: 0,
             allowed: None,
             provider: None,
@@ -402,8 +405,27 @@ impl DeviceAgg {
             .collect()
     }
 
+    /// Asks the provider for the frames of the context ids noted since the last time, and
+    /// drops resolved ids no recent event uses once there are many.
+    fn resolve_contexts(&mut self) {
+        if let Some(p) = &self.provider
+            && self.contexts.has_wanted()
+        {
+            self.contexts.resolve(p.as_ref());
+            self.contexts
+                .trim(self.recent.since(0).map(|(_, e)| e.context));
+        }
+    }
+
+    /// The frames of the context ids of `recent`.
+    fn contexts_of(&self, recent: &[RecentEvent]) -> Vec<ContextFrames> {
+        self.contexts.frames_of(recent.iter().map(|e| e.context))
+    }
+
     fn state(&self) -> DeviceState {
+        let recent = self.recent_since(0);
         DeviceState {
+            contexts: self.contexts_of(&recent),
             device: self.mirror.device(),
             total_memory: self.total_memory,
             allowed_memory: self.allowed,
@@ -413,7 +435,7 @@ impl DeviceAgg {
             pools: self.mirror.pools(),
             timeline: self.timeline.samples(),
             histograms: self.hist.summary(),
-            recent: self.recent_since(0),
+            recent,
         }
     }
 
@@ -450,6 +472,7 @@ impl DeviceAgg {
         u.timeline = self.timeline.since(self.sent.sample_time);
         self.sent.sample_time = self.timeline.last_time();
         u.recent = self.recent_since(self.sent.recent_seq);
+        u.contexts = self.contexts_of(&u.recent);
         if let Some(last) = u.recent.last() {
             self.sent.recent_seq = last.seq;
         }
@@ -567,6 +590,7 @@ impl Aggregator {
                     }
                     Command::State(reply) => {
                         self.drain();
+                        self.resolve_contexts();
                         let _ = reply.send(self.state());
                     }
                     Command::AddClient(slot) => self.add_client(slot),
@@ -686,6 +710,7 @@ impl Aggregator {
         d.last_seq = seq;
         if recent_cap > 0 {
             d.recent.push(seq, e);
+            d.contexts.note(e.context);
         }
         let mut lost_marker = false;
         if d.fenced(e, &mut lost_marker) {
@@ -842,6 +867,13 @@ impl Aggregator {
         }
     }
 
+    /// Resolves the context ids noted since the last time, on every device.
+    fn resolve_contexts(&mut self) {
+        for d in self.devices.values_mut() {
+            d.resolve_contexts();
+        }
+    }
+
     fn tick(&mut self) {
         // A device quiet since the last tick may still hold the last events its allocator
         // gathered: ask for them (without waiting), and fold what comes before sampling.
@@ -864,6 +896,8 @@ impl Aggregator {
             let s = d.sample(now);
             d.timeline.record(s);
         }
+        // Every tick, while the allocator still keeps the ids just seen.
+        self.resolve_contexts();
         if !self.clients.is_empty() {
             self.broadcast();
         }
@@ -925,6 +959,7 @@ impl Aggregator {
             }
             self.ooms_sent = self.ooms.len();
         }
+        self.resolve_contexts();
         let Some(full) = self.full_frame() else {
             slot.control
                 .kick("the agent could not encode its state".into());

@@ -6,6 +6,7 @@
 pub mod agent;
 pub mod aggregator;
 pub mod client;
+pub mod contexts;
 pub mod diagnosis;
 pub mod dump;
 pub mod histogram;

@@ -13,16 +13,18 @@
 //! 10 Hz, [`ServerFrame::Update`]s carrying only what changed; the client may send requests at
 //! any time.
 
+use std::collections::HashSet;
 use std::io::{self, Read, Write};
 
 use allocview_alloc::caching::stats::DeviceStats;
 use allocview_alloc::snapshot::{SegmentInfo, Snapshot};
+
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::state::{
-    AgentState, DeviceState, Histograms, HostState, OomRecord, PipelineStats, PoolUsage,
-    RecentEvent, StreamUsage, UsageSample,
+    AgentState, ContextFrames, DeviceState, Histograms, HostState, OomRecord, PipelineStats,
+    PoolUsage, RecentEvent, StreamUsage, UsageSample,
 };
 use crate::timeline;
 
@@ -155,6 +157,9 @@ pub struct DeviceUpdate {
     pub timeline: Vec<UsageSample>,
     /// Events not sent before, oldest first.
     pub recent: Vec<RecentEvent>,
+    /// The frames of the context ids `recent` uses, by id.
+    #[serde(default)]
+    pub contexts: Vec<ContextFrames>,
 }
 
 /// Applies an update to a client's copy of the state.
@@ -223,7 +228,25 @@ pub fn apply_update(state: &mut AgentState, update: &StateUpdate) {
             let excess = d.recent.len() - CLIENT_RECENT_EVENTS;
             d.recent.drain(..excess);
         }
+        merge_contexts(&mut d.contexts, &u.contexts, &d.recent);
     }
+}
+
+/// Adds `new` to a device's `contexts` (replacing equal ids) and keeps only the ids `recent`
+/// still uses, sorted by id.
+fn merge_contexts(
+    contexts: &mut Vec<ContextFrames>,
+    new: &[ContextFrames],
+    recent: &[RecentEvent],
+) {
+    if new.is_empty() && contexts.is_empty() {
+        return;
+    }
+    let used: HashSet<u32> = recent.iter().map(|e| e.context).collect();
+    let replaced: HashSet<u32> = new.iter().map(|c| c.id).collect();
+    contexts.retain(|c| used.contains(&c.id) && !replaced.contains(&c.id));
+    contexts.extend(new.iter().filter(|c| used.contains(&c.id)).cloned());
+    contexts.sort_by_key(|c| c.id);
 }
 
 /// Why a frame could not be read or written.

@@ -4,7 +4,7 @@
 use allocview_alloc::caching::CachingAllocator;
 use allocview_alloc::caching::backend::DeviceBackend;
 use allocview_alloc::caching::stats::DeviceStats;
-use allocview_alloc::snapshot::Snapshot;
+use allocview_alloc::snapshot::{Frames, Snapshot};
 
 /// An allocator the agent can ask for its state. Implemented for
 /// [`CachingAllocator`] in this module; a program
@@ -52,6 +52,14 @@ pub trait SnapshotProvider: Send + Sync {
     /// no event since the previous tick, so a live view does not miss the last calls of an
     /// allocator that stopped calling. It must never block. Default: nothing.
     fn flush_idle_events(&self) {}
+
+    /// The frames behind the context ids of this allocator's events, for those of `ids` it
+    /// still knows (see [`CachingAllocator::context_frames`]). The aggregator calls it once a
+    /// tick with the ids it has not resolved. Default: none (events then show no frames).
+    fn context_frames(&self, ids: &[u32]) -> Vec<(u32, Frames)> {
+        let _ = ids;
+        Vec::new()
+    }
 }
 
 impl<B: DeviceBackend> SnapshotProvider for CachingAllocator<B> {
@@ -82,5 +90,9 @@ impl<B: DeviceBackend> SnapshotProvider for CachingAllocator<B> {
 
     fn flush_idle_events(&self) {
         self.try_flush_events();
+    }
+
+    fn context_frames(&self, ids: &[u32]) -> Vec<(u32, Frames)> {
+        CachingAllocator::context_frames(self, ids)
     }
 }

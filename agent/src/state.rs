@@ -11,7 +11,7 @@
 use std::path::PathBuf;
 
 use allocview_alloc::caching::stats::{DeviceStats, Stat};
-use allocview_alloc::snapshot::SegmentInfo;
+use allocview_alloc::snapshot::{Frames, SegmentInfo};
 use serde::{Deserialize, Serialize};
 
 /// Everything the agent knows about the process it lives in.
@@ -97,6 +97,10 @@ pub struct DeviceState {
     pub histograms: Histograms,
     /// The most recent events, oldest first (a bounded tail, for the trace view).
     pub recent: Vec<RecentEvent>,
+    /// The frames of the context ids `recent` uses, by id (ids whose frames the allocator no
+    /// longer kept when the agent asked are missing: their events show none).
+    #[serde(default)]
+    pub contexts: Vec<ContextFrames>,
 }
 
 /// Usage of one stream.
@@ -247,8 +251,18 @@ pub struct RecentEvent {
     pub flags: u8,
     /// Allocator latency in nanoseconds (0 when not measured).
     pub latency_ns: u32,
-    /// Context id from the user's context callback (0 = none).
+    /// Id of the stack frames behind the event (0 = none): the device's
+    /// [`contexts`](DeviceState::contexts) name the frames of the ids its recent events use.
     pub context: u32,
+}
+
+/// The stack frames of one context id (see [`RecentEvent::context`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContextFrames {
+    /// The id events carry.
+    pub id: u32,
+    /// Its frames, innermost first.
+    pub frames: Frames,
 }
 
 /// CPU heap counters (events of the host pool).

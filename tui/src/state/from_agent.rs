@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use allocview_agent::diagnosis::{OomFacts, diagnose};
 use allocview_agent::state::{
-    AgentState, DeviceState, HistogramSet, OomRecord, PoolKey, RecentEvent,
+    AgentState, ContextFrames, DeviceState, HistogramSet, OomRecord, PoolKey, RecentEvent,
 };
 use allocview_alloc::snapshot::{
     BlockState, Frames, SegmentInfo, Snapshot, TraceAction, TraceEntry, no_frames,
@@ -88,8 +88,11 @@ fn summaries(set: &HistogramSet, group: &str, out: &mut Vec<HistogramSummary>) {
 
 /// The trace entries of a recent event, as PyTorch records them: one for most events, two for
 /// a `free` (a `free_requested` and a `free_completed` at one time), none for counter-only
-/// events such as retries.
-pub fn trace_entries(e: &RecentEvent) -> impl Iterator<Item = TraceEntry> + '_ {
+/// events such as retries; with `frames`, the frames of the event's context id.
+pub fn trace_entries<'a>(
+    e: &'a RecentEvent,
+    frames: Option<&'a Frames>,
+) -> impl Iterator<Item = TraceEntry> + 'a {
     let actions = match e.action.as_str() {
         "free" => [
             Some(TraceAction::FreeRequested),
@@ -97,16 +100,32 @@ pub fn trace_entries(e: &RecentEvent) -> impl Iterator<Item = TraceEntry> + '_ {
         ],
         name => [TraceAction::parse(name), None],
     };
-    actions.into_iter().flatten().map(|action| {
+    actions.into_iter().flatten().map(move |action| {
         let size = match action {
             TraceAction::Alloc | TraceAction::FreeRequested => e.requested,
             _ => e.size,
         };
-        TraceEntry {
+        let mut entry = TraceEntry {
             time_us: Some((e.time_ns / NS_PER_US) as i64),
             ..TraceEntry::new(action, e.addr, size, e.stream)
+        };
+        if let Some(f) = frames {
+            entry.frames = Arc::clone(f);
         }
+        entry
     })
+}
+
+/// The frames of context `id` among a device's `contexts` (sorted by id, as the agent sends
+/// them).
+pub fn context_frames(contexts: &[ContextFrames], id: u32) -> Option<&Frames> {
+    if id == 0 {
+        return None;
+    }
+    contexts
+        .binary_search_by_key(&id, |c| c.id)
+        .ok()
+        .map(|i| &contexts[i].frames)
 }
 
 /// The OOM report of an agent record.
@@ -359,7 +378,11 @@ impl AgentAdapter {
         for s in &d.histograms.by_stream {
             summaries(&s.set, &format!("stream {}", s.stream), &mut histograms);
         }
-        let trace: Vec<TraceEntry> = d.recent.iter().flat_map(trace_entries).collect();
+        let trace: Vec<TraceEntry> = d
+            .recent
+            .iter()
+            .flat_map(|e| trace_entries(e, context_frames(&d.contexts, e.context)))
+            .collect();
         let total = (d.total_memory > 0).then_some(d.total_memory);
         let host = agent.host.as_ref().map(|h| {
             let heap = self.host.get_or_insert_with(HostHeap::default);
@@ -532,7 +555,7 @@ mod tests {
     #[test]
     fn a_free_event_is_a_free_requested_and_a_free_completed_entry_and_a_retry_none() {
         let got = |action: &str| -> Vec<(TraceAction, u64, u64, Option<i64>)> {
-            trace_entries(&recent(action, 0x2000, 7_000))
+            trace_entries(&recent(action, 0x2000, 7_000), None)
                 .map(|t| (t.action, t.addr, t.size, t.time_us))
                 .collect()
         };
@@ -551,6 +574,65 @@ mod tests {
     }
 
     #[test]
+    fn live_trace_entries_take_the_frames_of_their_events_context_ids_at_once() {
+        use allocview_alloc::snapshot::Frame;
+        let tag = |name: &str| -> Frames {
+            Arc::from(vec![Frame {
+                name: name.into(),
+                filename: "??".into(),
+                line: 0,
+            }])
+        };
+        let a = AgentState {
+            devices: vec![DeviceState {
+                recent: vec![
+                    RecentEvent {
+                        context: 7,
+                        ..recent("alloc", 0x1000, 1_000)
+                    },
+                    RecentEvent {
+                        context: 9,
+                        ..recent("free", 0x1000, 2_000)
+                    },
+                    RecentEvent {
+                        context: 8,
+                        ..recent("alloc", 0x2000, 3_000)
+                    },
+                    recent("alloc", 0x3000, 4_000),
+                ],
+                contexts: vec![
+                    ContextFrames {
+                        id: 7,
+                        frames: tag("step 1 forward"),
+                    },
+                    ContextFrames {
+                        id: 9,
+                        frames: tag("step 1 optimizer"),
+                    },
+                ],
+                ..DeviceState::default()
+            }],
+            ..AgentState::default()
+        };
+        let s = AgentAdapter::new().state(&a, 0, &LiveInfo::default());
+        let names: Vec<Option<&str>> = s
+            .trace
+            .iter()
+            .map(|t| t.frames.first().map(|f| f.name.as_str()))
+            .collect();
+        assert_eq!(
+            names,
+            vec![
+                Some("step 1 forward"),
+                Some("step 1 optimizer"),
+                Some("step 1 optimizer"),
+                None, // id 8 was not named (the allocator no longer kept it)
+                None,
+            ]
+        );
+    }
+
+    #[test]
     fn live_trace_entries_take_the_frames_of_the_allocators_matching_entries() {
         use allocview_alloc::snapshot::Frame;
         let event = |action: &str, addr: u64, time_ns: u64| RecentEvent {
@@ -566,7 +648,7 @@ mod tests {
                 event("free_requested", 0x1000, 9_000),
             ]
             .iter()
-            .flat_map(trace_entries)
+            .flat_map(|e| trace_entries(e, None))
             .collect::<Vec<_>>(),
         );
         let tagged = |action, time_us, tag: &str| TraceEntry {
@@ -641,7 +723,7 @@ mod tests {
                 recent("alloc", 0x1000, 5_000),
             ]
             .iter()
-            .flat_map(trace_entries)
+            .flat_map(|e| trace_entries(e, None))
             .collect::<Vec<_>>(),
         );
 
