@@ -131,11 +131,7 @@ mod tests {
     use allocview_alloc::snapshot::{Frame, Snapshot};
 
     fn frames(name: &str) -> Frames {
-        Arc::from(vec![Frame {
-            name: name.into(),
-            filename: "train.py".into(),
-            line: 1,
-        }])
+        Arc::from(vec![Frame::new(name, "train.py", 1)])
     }
 
     /// Knows ids 1..=3 and records what it was asked.

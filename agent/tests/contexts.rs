@@ -15,16 +15,8 @@ use allocview_alloc::snapshot::{Frame, Frames};
 
 fn frames(tag: &str) -> Frames {
     Arc::from(vec![
-        Frame {
-            name: tag.into(),
-            filename: "??".into(),
-            line: 0,
-        },
-        Frame {
-            name: "train".into(),
-            filename: "train.py".into(),
-            line: 130,
-        },
+        Frame::new(tag, "??", 0),
+        Frame::new("train", "train.py", 130),
     ])
 }
 

@@ -34,6 +34,17 @@ pub struct Frame {
     pub line: i64,
 }
 
+impl Frame {
+    /// The frame of `name` at `filename:line`.
+    pub fn new(name: impl Into<String>, filename: impl Into<String>, line: i64) -> Frame {
+        Frame {
+            name: name.into(),
+            filename: filename.into(),
+            line,
+        }
+    }
+}
+
 /// A shared list of stack frames (or any context a user callback supplied, such as a
 /// `step 41 forward` tag written as a single frame). Cloning is a reference-count bump.
 pub type Frames = Arc<[Frame]>;

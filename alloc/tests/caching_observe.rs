@@ -22,11 +22,7 @@ fn actions(a: &Alloc) -> Vec<(TraceAction, u64, u64)> {
 }
 
 fn frames(name: &str) -> Frames {
-    Arc::from(vec![Frame {
-        name: name.into(),
-        filename: "train.py".into(),
-        line: 7,
-    }])
+    Arc::from(vec![Frame::new(name, "train.py", 7)])
 }
 
 #[test]

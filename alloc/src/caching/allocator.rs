@@ -509,11 +509,7 @@ impl<B: DeviceBackend> CachingAllocator<B> {
 
     /// Records a `user_defined` trace entry named `name` (a one-frame context).
     pub fn record_user_annotation(&self, name: &str, stream: StreamId) {
-        let frames: Frames = Arc::from(vec![Frame {
-            name: name.to_string(),
-            filename: String::new(),
-            line: 0,
-        }]);
+        let frames: Frames = Arc::from(vec![Frame::new(name, "", 0)]);
         let mut st = self.lock();
         st.begin_call();
         st.record_annotation(frames, stream);

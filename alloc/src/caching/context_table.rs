@@ -106,11 +106,7 @@ mod tests {
     use crate::snapshot::Frame;
 
     fn frames(name: &str) -> Frames {
-        Arc::from(vec![Frame {
-            name: name.into(),
-            filename: "train.py".into(),
-            line: 7,
-        }])
+        Arc::from(vec![Frame::new(name, "train.py", 7)])
     }
 
     #[test]

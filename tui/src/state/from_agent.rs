@@ -576,13 +576,7 @@ mod tests {
     #[test]
     fn live_trace_entries_take_the_frames_of_their_events_context_ids_at_once() {
         use allocview_alloc::snapshot::Frame;
-        let tag = |name: &str| -> Frames {
-            Arc::from(vec![Frame {
-                name: name.into(),
-                filename: "??".into(),
-                line: 0,
-            }])
-        };
+        let tag = |name: &str| -> Frames { Arc::from(vec![Frame::new(name, "??", 0)]) };
         let a = AgentState {
             devices: vec![DeviceState {
                 recent: vec![
