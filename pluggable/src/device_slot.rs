@@ -16,23 +16,18 @@ use allocview_alloc::caching::sim::SimBackend;
 use allocview_alloc::caching::stats::DeviceStats;
 use allocview_alloc::caching::{AllocError, CachingAllocator};
 use allocview_alloc::event::EventSink;
-use allocview_alloc::snapshot::Snapshot;
+use allocview_alloc::snapshot::{Frames, Snapshot};
 
 use crate::runtime::RuntimeError;
 use crate::settings::{BackendKind, Settings};
 
-/// What the runtime needs of one device's caching allocator, whatever its backend.
-pub(crate) trait DeviceHeap: Send + Sync {
+/// What the runtime needs of one device's caching allocator, whatever its backend: the calls
+/// PyTorch makes, and the agent's [`SnapshotProvider`] (which [`DeviceSlot`] forwards to).
+pub(crate) trait DeviceHeap: SnapshotProvider {
     fn malloc(&self, size: u64, stream: StreamId) -> Result<DevicePtr, AllocError>;
     fn free(&self, ptr: DevicePtr) -> Result<(), AllocError>;
     fn empty_cache(&self) -> Result<(), AllocError>;
     fn memory_stats(&self) -> BTreeMap<String, i64>;
-    fn snapshot(&self) -> Snapshot;
-    fn device_stats(&self) -> DeviceStats;
-    fn reset_peak_stats(&self);
-    fn total_memory(&self) -> Option<u64>;
-    fn flush_events(&self);
-    fn flush_idle_events(&self);
 }
 
 impl<B: DeviceBackend + Send + Sync> DeviceHeap for CachingAllocator<B> {
@@ -47,26 +42,6 @@ impl<B: DeviceBackend + Send + Sync> DeviceHeap for CachingAllocator<B> {
     }
     fn memory_stats(&self) -> BTreeMap<String, i64> {
         CachingAllocator::memory_stats(self)
-    }
-    fn snapshot(&self) -> Snapshot {
-        CachingAllocator::snapshot(self)
-    }
-    fn device_stats(&self) -> DeviceStats {
-        CachingAllocator::device_stats(self)
-    }
-    fn reset_peak_stats(&self) {
-        CachingAllocator::reset_peak_stats(self)
-    }
-    fn flush_events(&self) {
-        CachingAllocator::flush_events(self)
-    }
-
-    fn flush_idle_events(&self) {
-        self.try_flush_events();
-    }
-
-    fn total_memory(&self) -> Option<u64> {
-        self.backend().mem_get_info().ok().map(|(_, total)| total)
     }
 }
 
@@ -174,9 +149,8 @@ impl SnapshotProvider for DeviceSlot {
 
     fn memory_info(&self) -> Option<(u64, Option<u64>)> {
         self.opened()
-            .and_then(|h| h.total_memory())
-            .or(self.known_total)
-            .map(|total| (total, None))
+            .and_then(|h| h.memory_info())
+            .or(self.known_total.map(|total| (total, None)))
     }
 
     fn flush_events(&self) {
@@ -189,5 +163,11 @@ impl SnapshotProvider for DeviceSlot {
         if let Some(h) = self.opened() {
             h.flush_idle_events();
         }
+    }
+
+    fn context_frames(&self, ids: &[u32]) -> Vec<(u32, Frames)> {
+        self.opened()
+            .map(|h| h.context_frames(ids))
+            .unwrap_or_default()
     }
 }
