@@ -4,4 +4,5 @@
 
 pub mod fake_libcuda;
 pub mod fixtures;
+pub mod tmux;
 pub mod xorshift;

@@ -1,8 +1,7 @@
 //! `allocview --attach` to a `demo --listen` process over a unix socket: the live view in
 //! tmux, reconnecting when the agent goes away; and `--headless --once --json`.
 
-#[path = "support/tmux.rs"]
-mod tmux;
+use allocview_tests::tmux;
 
 use std::process::{Command, Stdio};
 

@@ -1,10 +1,7 @@
 //! `allocview demo` in a real terminal (tmux): every view shows its title and numbers, keys
 //! switch views, the filter and help work, `q` exits cleanly and restores the terminal.
 
-#[path = "support/tmux.rs"]
-mod tmux;
-
-use tmux::Session;
+use allocview_tests::tmux::{self, Session};
 
 #[test]
 fn the_demo_shows_every_view_and_quits_cleanly() {
@@ -12,12 +9,7 @@ fn the_demo_shows_every_view_and_quits_cleanly() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let cmd = format!(
-        "cd {} && {} demo --device-memory 8GiB",
-        dir.path().display(),
-        tmux::binary().display()
-    );
-    let s = Session::start(&cmd, 120, 36);
+    let s = tmux::start_demo(&tmux::binary(), dir.path());
     s.wait_for(&[
         "● live",
         "Memory",

@@ -1,8 +1,7 @@
 //! `allocview open` on a real PyTorch snapshot in tmux: the file and event in the header,
 //! time travel with Home, `]`, `.` and `[`, the segment view, a clean exit.
 
-#[path = "support/tmux.rs"]
-mod tmux;
+use allocview_tests::tmux;
 
 use tmux::Session;
 

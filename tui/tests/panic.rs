@@ -4,24 +4,33 @@
 
 #[path = "support/builders.rs"]
 mod support;
-#[path = "../../tests/tests/support/tmux.rs"]
-mod tmux;
+use std::path::PathBuf;
 
 use allocview::app::PANIC_AFTER_FIRST_FRAME_ENV;
 use allocview_agent::snapshot_file::{self, FileFormat};
-use tmux::Session;
+use allocview_tests::tmux::{self, Session};
 
 /// What `stty` prints for canonical (cooked) mode; raw mode prints `-icanon`.
 const COOKED: &str = "TTY=icanon";
 
-#[test]
-fn a_panic_restores_the_terminal_and_prints_the_message() {
-    if !tmux::available("a_panic_restores_the_terminal_and_prints_the_message") {
-        return;
+/// A small recorded run saved as `run.json` in a fresh folder, or `None` (with a skip line)
+/// without tmux.
+fn saved_run(test: &str) -> Option<(tempfile::TempDir, PathBuf)> {
+    if !tmux::available(test) {
+        return None;
     }
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("run.json");
     snapshot_file::save(&file, &support::traced_snapshot(2), FileFormat::Json).unwrap();
+    Some((dir, file))
+}
+
+#[test]
+fn a_panic_restores_the_terminal_and_prints_the_message() {
+    let Some((_dir, file)) = saved_run("a_panic_restores_the_terminal_and_prints_the_message")
+    else {
+        return;
+    };
     // After the program: the terminal's mode (icanon or -icanon) and the program's status.
     let cmd = format!(
         "RUST_BACKTRACE=0 {PANIC_AFTER_FIRST_FRAME_ENV}=1 {} open {} 2>&1; rc=$?; \
@@ -59,18 +68,9 @@ fn a_panic_restores_the_terminal_and_prints_the_message() {
         "the message was overwritten:\n{screen}"
     );
     // The cursor is shown and the mouse released.
-    let flags = std::process::Command::new("tmux")
-        .args([
-            "display-message",
-            "-p",
-            "-t",
-            &s.name,
-            "#{cursor_flag} #{mouse_any_flag} #{mouse_button_flag} #{alternate_on}",
-        ])
-        .output()
-        .unwrap();
+    let flags = s.display("#{cursor_flag} #{mouse_any_flag} #{mouse_button_flag} #{alternate_on}");
     assert_eq!(
-        String::from_utf8_lossy(&flags.stdout).trim(),
+        flags.trim(),
         "1 0 0 0",
         "cursor shown, no mouse mode, normal screen"
     );
@@ -78,12 +78,11 @@ fn a_panic_restores_the_terminal_and_prints_the_message() {
 
 #[test]
 fn without_the_variable_the_same_dashboard_runs_and_quits_cleanly() {
-    if !tmux::available("without_the_variable_the_same_dashboard_runs_and_quits_cleanly") {
+    let Some((_dir, file)) =
+        saved_run("without_the_variable_the_same_dashboard_runs_and_quits_cleanly")
+    else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("run.json");
-    snapshot_file::save(&file, &support::traced_snapshot(2), FileFormat::Json).unwrap();
+    };
     let cmd = format!(
         "{} open {}",
         env!("CARGO_BIN_EXE_allocview"),

@@ -2,10 +2,7 @@
 //! and `Esc` goes back, `p` / `s` switch the histograms' grouping, the trace's context column
 //! shows the workload's step tags.
 
-#[path = "../../tests/tests/support/tmux.rs"]
-mod tmux;
-
-use tmux::Session;
+use allocview_tests::tmux;
 
 #[test]
 fn zoom_histogram_grouping_and_trace_context_in_the_live_demo() {
@@ -13,12 +10,7 @@ fn zoom_histogram_grouping_and_trace_context_in_the_live_demo() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let cmd = format!(
-        "cd {} && {} demo --device-memory 8GiB",
-        dir.path().display(),
-        env!("CARGO_BIN_EXE_allocview")
-    );
-    let s = Session::start(&cmd, 120, 36);
+    let s = tmux::start_demo(env!("CARGO_BIN_EXE_allocview").as_ref(), dir.path());
     s.wait_for(&["● live"]);
     s.send(&["2"]);
     s.wait_for(&["Segments (", "z zoom"]);

@@ -1,9 +1,7 @@
 //! Driving the real `allocview` binary inside tmux: detached sessions of a fixed size, keys
 //! sent, panes captured, every wait bounded, sessions killed on drop (also when a test fails).
 
-#![allow(dead_code)]
-
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -46,6 +44,17 @@ pub fn binary() -> PathBuf {
     }
     assert!(bin.exists(), "{} not found", bin.display());
     bin
+}
+
+/// `allocview demo` (8 GiB simulated device) started in `dir` in a 120x36 session, from the
+/// binary `bin`.
+pub fn start_demo(bin: &Path, dir: &Path) -> Session {
+    let cmd = format!(
+        "cd {} && {} demo --device-memory 8GiB",
+        dir.display(),
+        bin.display()
+    );
+    Session::start(&cmd, 120, 36)
 }
 
 /// A name no other test or run uses.
@@ -116,6 +125,15 @@ impl Session {
             .args(["capture-pane", "-p", "-t", &self.name])
             .output()
             .expect("run tmux capture-pane");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// tmux's `display-message` of `format` for the pane (`#{cursor_flag}`, ...).
+    pub fn display(&self, format: &str) -> String {
+        let out = Command::new("tmux")
+            .args(["display-message", "-p", "-t", &self.name, format])
+            .output()
+            .expect("run tmux display-message");
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
