@@ -2,15 +2,16 @@
 //!
 //! Events carry a `u32` context id, not frames (see `allocview_alloc::event::Event::context`);
 //! the allocator keeps the frames of its recent ids and answers for them
-//! ([`SnapshotProvider::context_frames`]). The aggregator notes the ids it has not resolved as
-//! it folds events (a compare per event: consecutive events of one call or site share their
-//! id), asks the provider for them in one call per tick, off every allocator's hot path, and
+//! ([`SnapshotProvider::context_frames`]). The aggregator notes the ids it has not seen as it
+//! folds events (a compare per event, consecutive events of one call or site sharing their id,
+//! and a lookup in an integer-hashed map when the id changes; each new id is queued once), asks
+//! the provider for them in one call per tick, off every allocator's hot path, and
 //! keeps what it got for the states and updates it sends: each names the frames of the ids its
 //! recent events refer to ([`ContextFrames`]), so a client shows where an allocation came from
 //! as soon as it sees the event, without asking for a snapshot.
 //!
 //! Memory stays bounded: ids wait in a list of at most [`MAX_WANTED`], and past
-//! [`MAX_KEPT`] resolved ids the cache keeps only those the recent events still refer to. An
+//! [`MAX_KEPT`] ids the cache keeps only those the recent events still refer to. An
 //! id the allocator no longer keeps (it made [`CONTEXT_TABLE_CAPACITY`] newer ones before the
 //! aggregator asked) is remembered as unknown and never asked for again: its events show no
 //! frames.
@@ -18,10 +19,12 @@
 //! [`SnapshotProvider::context_frames`]: crate::provider::SnapshotProvider::context_frames
 //! [`CONTEXT_TABLE_CAPACITY`]: allocview_alloc::caching::CONTEXT_TABLE_CAPACITY
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
+use std::collections::hash_map::Entry;
 
 use allocview_alloc::snapshot::Frames;
 
+use crate::addr_map::AddrMap;
 use crate::provider::SnapshotProvider;
 use crate::state::ContextFrames;
 
@@ -29,15 +32,16 @@ use crate::state::ContextFrames;
 /// no frames).
 pub const MAX_WANTED: usize = 4096;
 
-/// Resolved ids kept before the cache drops those no recent event refers to.
+/// Ids kept before the cache drops those no recent event refers to.
 pub const MAX_KEPT: usize = 8192;
 
 /// The frames of one device's context ids (see the module docs).
 #[derive(Debug, Default)]
 pub struct ContextCache {
-    /// Resolved ids; `None` for an id the provider no longer knew.
-    known: HashMap<u32, Option<Frames>>,
-    /// Ids seen in events and not yet asked for (may repeat until asked).
+    /// Ids seen: their frames, or `None` while waiting to be asked for and for an id the
+    /// provider no longer knew.
+    known: AddrMap<Option<Frames>>,
+    /// Ids seen in events and not yet asked for, each once.
     wanted: Vec<u32>,
     /// The id of the last event noted (consecutive events mostly share it).
     last: u32,
@@ -56,7 +60,10 @@ impl ContextCache {
             return;
         }
         self.last = id;
-        if self.wanted.len() < MAX_WANTED && !self.known.contains_key(&id) {
+        if self.wanted.len() < MAX_WANTED
+            && let Entry::Vacant(v) = self.known.entry(u64::from(id))
+        {
+            v.insert(None);
             self.wanted.push(id);
         }
     }
@@ -72,22 +79,18 @@ impl ContextCache {
             return;
         }
         self.wanted.sort_unstable();
-        self.wanted.dedup();
-        let got = provider.context_frames(&self.wanted);
-        for (id, frames) in got {
-            self.known.insert(id, Some(frames));
+        for (id, frames) in provider.context_frames(&self.wanted) {
+            self.known.insert(u64::from(id), Some(frames));
         }
-        for id in self.wanted.drain(..) {
-            self.known.entry(id).or_insert(None);
-        }
+        self.wanted.clear();
     }
 
     /// The frames of `id`, when resolved.
     pub fn get(&self, id: u32) -> Option<&Frames> {
-        self.known.get(&id).and_then(Option::as_ref)
+        self.known.get(&u64::from(id)).and_then(Option::as_ref)
     }
 
-    /// Resolved ids kept.
+    /// Ids kept (resolved, unknown to the provider, or waiting to be asked for).
     pub fn len(&self) -> usize {
         self.known.len()
     }
@@ -116,7 +119,7 @@ impl ContextCache {
     /// read only then).
     pub fn trim(&mut self, in_use: impl IntoIterator<Item = u32>) {
         if self.known.len() > MAX_KEPT {
-            let in_use: HashSet<u32> = in_use.into_iter().collect();
+            let in_use: HashSet<u64> = in_use.into_iter().map(u64::from).collect();
             self.known.retain(|id, _| in_use.contains(id));
         }
     }

@@ -40,8 +40,7 @@
 //! segment starts serves the rare range questions (overlaps, expandable segments growing into a
 //! neighbour) and the sorted output.
 
-use std::collections::{BTreeMap, HashMap};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::collections::BTreeMap;
 
 use allocview_alloc::caching::stats::{DeviceStats, Stat, StatArray, StatType};
 use allocview_alloc::event::{
@@ -51,6 +50,7 @@ use allocview_alloc::snapshot::{
     BlockInfo, BlockState, Frames, SegmentInfo, SegmentType, Snapshot, no_frames,
 };
 
+use crate::addr_map::AddrMap;
 use crate::state::{PoolKey, PoolUsage, StreamUsage};
 
 /// An event the mirror cannot apply: evidence that events were lost.
@@ -87,33 +87,6 @@ pub enum MirrorError {
         size: u64,
     },
 }
-
-/// Hashes device addresses (multiples of 512) with one multiply: SipHash is not needed for
-/// keys no attacker chooses, and costs more than the rest of an event.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct AddrHasher(u64);
-
-impl Hasher for AddrHasher {
-    #[inline]
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    #[inline]
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(u64::from(b) ^ self.0.rotate_left(8));
-        }
-    }
-
-    #[inline]
-    fn write_u64(&mut self, n: u64) {
-        let x = (n ^ self.0).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        self.0 = x ^ (x >> 32);
-    }
-}
-
-type AddrMap<V> = HashMap<u64, V, BuildHasherDefault<AddrHasher>>;
 
 /// "No block": the end of a segment's block list.
 const NIL: u32 = u32::MAX;

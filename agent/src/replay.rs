@@ -30,7 +30,6 @@
 //! recorded cache is the recorded settings' doing. Recorded `oom` entries are attempted again
 //! (a success is given back at once: the program never had that block).
 
-pub mod addr_map;
 pub mod bytes;
 pub mod engine;
 pub mod initial;

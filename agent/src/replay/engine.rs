@@ -28,8 +28,8 @@ use allocview_alloc::snapshot::{
     SegmentInfo, SegmentType, Snapshot, TraceAction, TraceEntry, Value,
 };
 
+use crate::addr_map::AddrMap;
 use crate::diagnosis::{OomFacts, diagnose_under, human};
-use crate::replay::addr_map::AddrMap;
 use crate::replay::initial::{InitialState, MIN_BLOCK_SIZE, SMALL_SIZE};
 use crate::replay::plan::{FreeRun, TracePlan};
 use crate::replay::report::{Divergence, Fidelity, InitialSummary, OomEvent, RunFigures};

@@ -19,7 +19,7 @@
 //! merged). Block sizes come from the final snapshot where the block survives, else from the
 //! rounded request.
 
-use crate::replay::addr_map::AddrSet;
+use crate::addr_map::AddrSet;
 
 use allocview_alloc::snapshot::{SegmentType, Snapshot, TraceAction, TraceEntry};
 

@@ -1,8 +1,9 @@
-//! Hash maps and sets keyed by device addresses, with a hasher made for them.
+//! Hash maps and sets keyed by device addresses (or other integers no attacker chooses), with
+//! a hasher made for them.
 //!
-//! Replay looks an address up for nearly every trace entry; the standard library's SipHash is
-//! built to resist adversarial keys, which addresses from a file we already trust for their
-//! sizes do not need. Addresses are multiples of 512, so the hasher multiplies by a 64-bit odd
+//! The mirror looks an address up for nearly every event and replay for nearly every trace
+//! entry; the standard library's SipHash is built to resist adversarial keys, which these do
+//! not need, and costs more than the rest of an event. Addresses are multiples of 512, so the hasher multiplies by a 64-bit odd
 //! constant (Fibonacci hashing, Knuth TAOCP vol. 3, 6.4) and folds the high bits down, which
 //! spreads the low zero bits across the whole word.
 
