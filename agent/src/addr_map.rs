@@ -3,9 +3,9 @@
 //!
 //! The mirror looks an address up for nearly every event and replay for nearly every trace
 //! entry; the standard library's SipHash is built to resist adversarial keys, which these do
-//! not need, and costs more than the rest of an event. Addresses are multiples of 512, so the hasher multiplies by a 64-bit odd
-//! constant (Fibonacci hashing, Knuth TAOCP vol. 3, 6.4) and folds the high bits down, which
-//! spreads the low zero bits across the whole word.
+//! not need, and costs more than the rest of an event. Addresses are multiples of 512, so the
+//! hasher multiplies by a 64-bit odd constant (Fibonacci hashing, Knuth TAOCP vol. 3, 6.4) and
+//! folds the high bits down, which spreads the low zero bits across the whole word.
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};

@@ -54,7 +54,8 @@
 //! `context` is the id of the frames the context provider gave the call (gathered as
 //! [`record_history`](CachingAllocator::record_history)'s context level says) or, for a block's
 //! event of a call that gathered none, of the block's allocation; 0 when there are none. Ids
-//! are made under the lock only while a sink listens, equal frames share one, and
+//! are made only while a sink is set (the frames' content hash is taken before the lock, the
+//! id under it), equal frames share one, and
 //! [`CachingAllocator::context_frames`] turns the last
 //! [`CONTEXT_TABLE_CAPACITY`](crate::caching::CONTEXT_TABLE_CAPACITY) back into frames.
 //!
@@ -116,6 +117,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::caching::backend::{DeviceBackend, DevicePtr, StreamId};
 use crate::caching::config::AllocatorConfig;
+use crate::caching::context_table::frames_hash;
 use crate::caching::device_allocator::{DeviceCachingAllocator, MallocFailure};
 use crate::caching::error::{AllocError, OomInfo};
 use crate::caching::history::{ContextLevel, HistoryOptions};
@@ -166,6 +168,9 @@ pub struct CachingAllocator<B: DeviceBackend> {
     context_level: AtomicU8,
     /// Whether events wait in the batch (the state's flag, shared).
     holding: Arc<AtomicBool>,
+    /// Whether an event sink is set, readable without the lock: gathered frames are hashed
+    /// (for their context id) only then.
+    has_sink: AtomicBool,
     provider: Mutex<Option<ContextProvider>>,
 }
 
@@ -177,6 +182,7 @@ impl<B: DeviceBackend> CachingAllocator<B> {
         CachingAllocator {
             backend,
             holding: state.holding.clone(),
+            has_sink: AtomicBool::new(false),
             state: StateLock::new(state),
             context_level: AtomicU8::new(ContextLevel::Never as u8),
             provider: Mutex::new(None),
@@ -212,6 +218,16 @@ impl<B: DeviceBackend> CachingAllocator<B> {
         self.call_provider()
     }
 
+    /// The content hash of the call's gathered frames, for their context id in events: taken
+    /// before the lock, and only while a sink is set (a sink set meanwhile sees the call
+    /// without an id).
+    #[inline]
+    fn context_hash(&self, context: Option<&Frames>) -> Option<u64> {
+        context
+            .filter(|_| self.has_sink.load(Ordering::Relaxed))
+            .map(frames_hash)
+    }
+
     /// The context provider's frames (the provider is cloned out of its lock first).
     #[cold]
     fn call_provider(&self) -> Option<Frames> {
@@ -236,9 +252,9 @@ impl<B: DeviceBackend> CachingAllocator<B> {
             )));
         }
         let context = self.gather(ContextLevel::State);
+        let hash = self.context_hash(context.as_ref());
         let mut st = self.lock();
-        st.begin_call();
-        st.set_call_context(context.as_ref());
+        st.begin_call(context.as_ref().zip(hash));
         let r = st.malloc(&self.backend, size, stream, context);
         st.end_call();
         match r {
@@ -262,9 +278,9 @@ impl<B: DeviceBackend> CachingAllocator<B> {
     /// [`AllocError::Device`] when recording a stream event fails.
     pub fn free(&self, ptr: DevicePtr) -> Result<(), AllocError> {
         let context = self.gather(ContextLevel::All);
+        let hash = self.context_hash(context.as_ref());
         let mut st = self.lock();
-        st.begin_call();
-        st.set_call_context(context.as_ref());
+        st.begin_call(context.as_ref().zip(hash));
         // The success path builds its own `Ok` rather than moving the call's result past
         // `end_call`: a stack copy of the whole `Result` (sized for `AllocError`) right after
         // the narrow store that wrote it stalls on store forwarding.
@@ -296,14 +312,14 @@ impl<B: DeviceBackend> CachingAllocator<B> {
     /// graph capture (the allocator cannot synchronize then).
     pub fn empty_cache(&self) -> Result<(), AllocError> {
         let context = self.gather(ContextLevel::All);
+        let hash = self.context_hash(context.as_ref());
         let mut st = self.lock();
         if !st.captures.is_empty() {
             return Err(AllocError::InvalidArgument(
                 "empty_cache during a graph capture (allocate_to_pool is active)".into(),
             ));
         }
-        st.begin_call();
-        st.set_call_context(context.as_ref());
+        st.begin_call(context.as_ref().zip(hash));
         let r = st.release_cached_blocks(&self.backend, context.as_ref());
         st.end_call();
         r
@@ -364,7 +380,7 @@ impl<B: DeviceBackend> CachingAllocator<B> {
     /// `peak = current` everywhere.
     pub fn reset_peak_stats(&self) {
         let mut st = self.lock();
-        st.begin_call();
+        st.begin_call(None);
         st.reset_peak_stats();
         st.emit_plain(EventAction::ResetPeaks, StreamId::DEFAULT);
         st.end_call();
@@ -373,7 +389,7 @@ impl<B: DeviceBackend> CachingAllocator<B> {
     /// `allocated = freed = 0` and the counters to 0.
     pub fn reset_accumulated_stats(&self) {
         let mut st = self.lock();
-        st.begin_call();
+        st.begin_call(None);
         st.stats.reset_accumulated();
         st.emit_plain(EventAction::ResetAccumulated, StreamId::DEFAULT);
         st.end_call();
@@ -385,7 +401,7 @@ impl<B: DeviceBackend> CachingAllocator<B> {
     pub fn snapshot(&self) -> Snapshot {
         let total_memory = self.backend.mem_get_info().ok().map(|(_, t)| t);
         let mut st = self.lock();
-        st.begin_call();
+        st.begin_call(None);
         let trace = st.ring.entries();
         let overflow = st.ring.overflow();
         let (segments, total_active) = st.segments();
@@ -458,7 +474,9 @@ impl<B: DeviceBackend> CachingAllocator<B> {
     /// Sets (or removes) the sink events are published to (see the module docs). Events
     /// gathered for the previous sink are published to it first.
     pub fn set_event_sink(&self, sink: Option<Arc<dyn EventSink>>) {
-        self.lock().set_sink(sink);
+        let mut st = self.lock();
+        self.has_sink.store(sink.is_some(), Ordering::Relaxed);
+        st.set_sink(sink);
     }
 
     /// Publishes the events gathered for the sink now, without waiting for the batch to fill
@@ -511,7 +529,7 @@ impl<B: DeviceBackend> CachingAllocator<B> {
     pub fn record_user_annotation(&self, name: &str, stream: StreamId) {
         let frames: Frames = Arc::from(vec![Frame::new(name, "", 0)]);
         let mut st = self.lock();
-        st.begin_call();
+        st.begin_call(None);
         st.record_annotation(frames, stream);
         st.end_call();
     }

@@ -291,9 +291,11 @@ impl DeviceCachingAllocator {
     // ---------------------------------------------------------------- calls, events, trace
 
     /// Starts a public call: stamps the clock once when anything will be timestamped (events,
-    /// trace entries); every event and entry of the call carries that time.
+    /// trace entries); every event and entry of the call carries that time. `context` is the
+    /// frames gathered for the call with their content hash (`context_table::frames_hash`, taken before the lock): while a
+    /// sink listens, the call's events carry their id.
     #[inline]
-    pub(crate) fn begin_call(&mut self) {
+    pub(crate) fn begin_call(&mut self, context: Option<(&Frames, u64)>) {
         if !self.sink_enabled && self.sink.is_some() {
             self.check_sink_enabled();
         }
@@ -304,18 +306,10 @@ impl DeviceCachingAllocator {
             self.call_start = clock::stamp();
             self.call_first = self.batch_len;
         }
-        self.call_context = 0;
-    }
-
-    /// Gives the current call's events the id of the frames gathered for it (after
-    /// `begin_call`; nothing unless a sink listens).
-    #[inline]
-    pub(crate) fn set_call_context(&mut self, context: Option<&Frames>) {
-        if let Some(frames) = context
-            && self.publishing
-        {
-            self.call_context = self.contexts.intern(frames);
-        }
+        self.call_context = match context {
+            Some((frames, hash)) if self.publishing => self.contexts.intern(frames, hash),
+            _ => 0,
+        };
     }
 
     /// The frames of the context ids still kept (see [`ContextTable`]), in the order asked.
