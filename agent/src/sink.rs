@@ -72,7 +72,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::Thread;
 
-use allocview_alloc::event::{Event, EventAction, EventPool, EventSink, MAX_BATCH};
+use allocview_alloc::event::{Event, EventAction, EventSink, MAX_BATCH};
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 use crossbeam_utils::CachePadded;
 
@@ -329,23 +329,6 @@ pub struct EventBatch {
     len: u32,
 }
 
-/// The filler of a batch's unused slots.
-const EMPTY_EVENT: Event = Event {
-    time_ns: 0,
-    addr: 0,
-    size: 0,
-    requested: 0,
-    stream: 0,
-    pool_id: 0,
-    latency_ns: 0,
-    context: 0,
-    device: 0,
-    action: EventAction::Alloc,
-    pool: EventPool::Small,
-    flags: 0,
-    _reserved: [0; 3],
-};
-
 impl EventBatch {
     /// A batch of `events` (at most [`MAX_BATCH`]; callers split longer slices).
     #[inline]
@@ -355,7 +338,7 @@ impl EventBatch {
         // A zero fill and one copy over it: building the array element by element
         // (`array::from_fn`) measured twice as slow.
         let mut batch = EventBatch {
-            events: [EMPTY_EVENT; MAX_BATCH],
+            events: [Event::EMPTY; MAX_BATCH],
             len: len as u32,
         };
         batch.events[..len].copy_from_slice(&events[..len]);

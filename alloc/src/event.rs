@@ -167,9 +167,18 @@ pub struct Event {
 const _: () = assert!(std::mem::size_of::<Event>() == 64);
 
 impl Event {
+    /// Every field zero (action `Alloc`, pool `Small`): the filler of unused slots in batches.
+    pub const EMPTY: Event = Event::new(EventAction::Alloc, 0, EventPool::Small, 0, 0);
+
     /// An event with every field zero but the ones given.
     #[inline]
-    pub fn new(action: EventAction, device: i16, pool: EventPool, addr: u64, size: u64) -> Event {
+    pub const fn new(
+        action: EventAction,
+        device: i16,
+        pool: EventPool,
+        addr: u64,
+        size: u64,
+    ) -> Event {
         Event {
             time_ns: 0,
             addr,

@@ -232,6 +232,7 @@ impl BlockArena {
         b.mapped = true;
         b.live = true;
         b.event_count = 0;
+        b.context_id = 0;
         b.gc_count_base = 0;
         b.expandable = NIL;
         id

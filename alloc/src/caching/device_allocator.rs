@@ -267,7 +267,7 @@ impl DeviceCachingAllocator {
             publishing: false,
             sink_enabled: false,
             observing: false,
-            batch: Box::new([Event::new(EventAction::Alloc, 0, EventPool::Small, 0, 0); MAX_BATCH]),
+            batch: Box::new([Event::EMPTY; MAX_BATCH]),
             batch_len: 0,
             tracing_now: false,
             contexts: ContextTable::new(),
