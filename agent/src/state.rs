@@ -103,6 +103,20 @@ pub struct DeviceState {
     pub contexts: Vec<ContextFrames>,
 }
 
+impl DeviceState {
+    /// The frames of context `id` (see [`RecentEvent::context`]), when `contexts` names it
+    /// (it is sorted by id, as the agent sends it and `apply_update` keeps it).
+    pub fn context_frames(&self, id: u32) -> Option<&Frames> {
+        if id == 0 {
+            return None;
+        }
+        self.contexts
+            .binary_search_by_key(&id, |c| c.id)
+            .ok()
+            .map(|i| &self.contexts[i].frames)
+    }
+}
+
 /// Usage of one stream.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StreamUsage {

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use allocview_agent::diagnosis::{OomFacts, diagnose};
 use allocview_agent::state::{
-    AgentState, ContextFrames, DeviceState, HistogramSet, OomRecord, PoolKey, RecentEvent,
+    AgentState, DeviceState, HistogramSet, OomRecord, PoolKey, RecentEvent,
 };
 use allocview_alloc::snapshot::{
     BlockState, Frames, SegmentInfo, Snapshot, TraceAction, TraceEntry, no_frames,
@@ -114,18 +114,6 @@ pub fn trace_entries<'a>(
         }
         entry
     })
-}
-
-/// The frames of context `id` among a device's `contexts` (sorted by id, as the agent sends
-/// them).
-pub fn context_frames(contexts: &[ContextFrames], id: u32) -> Option<&Frames> {
-    if id == 0 {
-        return None;
-    }
-    contexts
-        .binary_search_by_key(&id, |c| c.id)
-        .ok()
-        .map(|i| &contexts[i].frames)
 }
 
 /// The OOM report of an agent record.
@@ -381,7 +369,7 @@ impl AgentAdapter {
         let trace: Vec<TraceEntry> = d
             .recent
             .iter()
-            .flat_map(|e| trace_entries(e, context_frames(&d.contexts, e.context)))
+            .flat_map(|e| trace_entries(e, d.context_frames(e.context)))
             .collect();
         let total = (d.total_memory > 0).then_some(d.total_memory);
         let host = agent.host.as_ref().map(|h| {
@@ -575,6 +563,7 @@ mod tests {
 
     #[test]
     fn live_trace_entries_take_the_frames_of_their_events_context_ids_at_once() {
+        use allocview_agent::state::ContextFrames;
         use allocview_alloc::snapshot::Frame;
         let tag = |name: &str| -> Frames { Arc::from(vec![Frame::new(name, "??", 0)]) };
         let a = AgentState {
