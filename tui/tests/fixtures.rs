@@ -2,6 +2,10 @@
 //! where there is a trace, time travel lands exactly on the file's final segments and the
 //! checkpointed seeks equal a full replay.
 
+#[path = "support/screen.rs"]
+#[allow(dead_code)]
+mod screen;
+
 use std::path::PathBuf;
 
 use allocview::source::file::FileSource;
@@ -14,15 +18,9 @@ use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 
 fn fixtures() -> Option<Vec<PathBuf>> {
-    let dir = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../shared/fixtures/pytorch-snapshots"
-    ));
-    let Ok(rd) = std::fs::read_dir(&dir) else {
-        println!("skipped: fixtures not found at {}", dir.display());
-        return None;
-    };
-    let mut v: Vec<PathBuf> = rd
+    let dir = allocview_tests::fixtures::dir()?;
+    let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .ok()?
         .flatten()
         .map(|e| e.path())
         .filter(|p| p.extension().is_some_and(|e| e == "pickle"))
@@ -108,10 +106,7 @@ fn every_fixture_opens_with_its_segments_and_time_travel_ends_on_the_file() {
         };
         let mut buf = Buffer::empty(Rect::new(0, 0, 120, 36));
         view::render(buf.area, &mut buf, &end, &ui);
-        let text: String = (0..36)
-            .flat_map(|y| (0..120).map(move |x| (x, y)))
-            .map(|p| buf[p].symbol().to_string())
-            .collect();
+        let text = screen::text(&buf);
         assert!(
             text.contains(&format!("Segments ({}", file_segments.len())),
             "{}",
@@ -145,9 +140,7 @@ fn the_trace_context_column_shows_the_users_frame_not_the_allocators() {
         };
         let mut buf = Buffer::empty(Rect::new(0, 0, 200, 20));
         view::render(buf.area, &mut buf, &state, &ui);
-        let text: String = (0..20)
-            .map(|y| (0..200).map(|x| buf[(x, y)].symbol()).collect::<String>() + "\n")
-            .collect();
+        let text = screen::text(&buf);
         // Every alloc row names a Python file of the user's (`.py:`), never the unwinder.
         let alloc_rows: Vec<&str> = text.lines().filter(|l| l.contains(" alloc ")).collect();
         assert!(!alloc_rows.is_empty(), "{name}:\n{text}");
