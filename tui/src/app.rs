@@ -106,10 +106,9 @@ impl App {
     }
 
     fn selected_segment_blocks(&self) -> usize {
-        let order = self.state.segment_order(self.ui.segment_filter);
-        order
-            .get(self.ui.segment_row.min(order.len().saturating_sub(1)))
-            .map_or(0, |&i| self.state.segments[i].blocks.len())
+        self.state
+            .selected_segment(&self.ui)
+            .map_or(0, |i| self.state.segments[i].blocks.len())
     }
 
     fn status(&mut self, msg: impl Into<String>) {
@@ -322,8 +321,7 @@ impl App {
         if !inner.contains(ratatui::layout::Position { x, y }) {
             return;
         }
-        let order = self.state.segment_order(self.ui.segment_filter);
-        let Some(&i) = order.get(self.ui.segment_row.min(order.len().saturating_sub(1))) else {
+        let Some(i) = self.state.selected_segment(&self.ui) else {
             return;
         };
         if let Some(b) = view::segments::zoom_block_at(

@@ -199,6 +199,15 @@ impl State {
         idx
     }
 
+    /// The index in `segments` of the segment the segment view has selected (its row clamped
+    /// to the filtered list), if the list is not empty.
+    pub fn selected_segment(&self, ui: &ui::UiState) -> Option<usize> {
+        let order = self.segment_order(ui.segment_filter);
+        order
+            .get(ui.segment_row.min(order.len().saturating_sub(1)))
+            .copied()
+    }
+
     /// The segment index and block index holding `addr`, if any.
     pub fn find_block(&self, addr: u64) -> Option<(usize, usize)> {
         let seg = self
