@@ -18,16 +18,19 @@ const FIBONACCI: u64 = 0x9E37_79B9_7F4A_7C15;
 pub struct AddrHasher(u64);
 
 impl Hasher for AddrHasher {
+    #[inline]
     fn finish(&self) -> u64 {
         self.0
     }
 
+    #[inline]
     fn write(&mut self, bytes: &[u8]) {
         for &b in bytes {
             self.write_u64(u64::from(b));
         }
     }
 
+    #[inline]
     fn write_u64(&mut self, n: u64) {
         let x = (self.0 ^ n).wrapping_mul(FIBONACCI);
         self.0 = x ^ (x >> 32);

@@ -303,6 +303,8 @@ struct DeviceAgg {
     timeline: Timeline,
     recent: RecentRing,
     contexts: ContextCache,
+    /// Sequence number of the last recent event whose context id was noted.
+    contexts_noted: u64,
     total_memory: u64,
     allowed: Option<u64>,
     provider: Option<Arc<dyn SnapshotProvider>>,
@@ -323,6 +325,7 @@ impl DeviceAgg {
             timeline: Timeline::new(sample_interval.as_nanos() as u64),
             recent: RecentRing::new(recent),
             contexts: ContextCache::new(),
+            contexts_noted: 0,
             total_memory: 0,
             allowed: None,
             provider: None,
@@ -405,12 +408,19 @@ impl DeviceAgg {
             .collect()
     }
 
-    /// Asks the provider for the frames of the context ids noted since the last time, and
-    /// drops resolved ids no recent event uses once there are many.
+    /// Notes the context ids of the recent events that came since the last time (only the
+    /// recent events show frames, so ids are looked at here, once a tick, not per event
+    /// folded), asks the provider for the new ones, and drops resolved ids no recent event
+    /// uses once there are many.
     fn resolve_contexts(&mut self) {
-        if let Some(p) = &self.provider
-            && self.contexts.has_wanted()
-        {
+        let Some(p) = &self.provider else {
+            return;
+        };
+        for (seq, e) in self.recent.since(self.contexts_noted) {
+            self.contexts.note(e.context);
+            self.contexts_noted = *seq;
+        }
+        if self.contexts.has_wanted() {
             self.contexts.resolve(p.as_ref());
             self.contexts
                 .trim(self.recent.since(0).map(|(_, e)| e.context));
@@ -710,7 +720,6 @@ impl Aggregator {
         d.last_seq = seq;
         if recent_cap > 0 {
             d.recent.push(seq, e);
-            d.contexts.note(e.context);
         }
         let mut lost_marker = false;
         if d.fenced(e, &mut lost_marker) {

@@ -2,13 +2,14 @@
 //!
 //! Events carry a `u32` context id, not frames (see `allocview_alloc::event::Event::context`);
 //! the allocator keeps the frames of its recent ids and answers for them
-//! ([`SnapshotProvider::context_frames`]). The aggregator notes the ids it has not seen as it
-//! folds events (a compare per event, consecutive events of one call or site sharing their id,
-//! and a lookup in an integer-hashed map when the id changes; each new id is queued once), asks
-//! the provider for them in one call per tick, off every allocator's hot path, and
-//! keeps what it got for the states and updates it sends: each names the frames of the ids its
-//! recent events refer to ([`ContextFrames`]), so a client shows where an allocation came from
-//! as soon as it sees the event, without asking for a snapshot.
+//! ([`SnapshotProvider::context_frames`]). Once a tick, the aggregator notes the ids of the
+//! recent events that came since the last tick (only those show frames; a compare per event,
+//! consecutive events of one call or site sharing their id, and a lookup in an integer-hashed
+//! map when the id changes; each new id is queued once), asks the provider for the new ones in
+//! one call, off every allocator's hot path, and keeps what it got for the states and updates
+//! it sends: each names the frames of the ids its recent events refer to ([`ContextFrames`]),
+//! so a client shows where an allocation came from as soon as it sees the event, without
+//! asking for a snapshot.
 //!
 //! Memory stays bounded: ids wait in a list of at most [`MAX_WANTED`], and past
 //! [`MAX_KEPT`] ids the cache keeps only those the recent events still refer to. An
