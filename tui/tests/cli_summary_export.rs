@@ -49,6 +49,20 @@ fn summary_prints_pytorchs_table_and_fragmentation() {
         "{out}"
     );
     assert!(out.contains("97 trace entries"), "{out}");
+    assert!(out.contains("Trace: 97 entries;"), "{out}");
+}
+
+#[test]
+fn summary_counts_take_the_singular_for_one() {
+    let Some(p) = fixture("legacy-2.0-history-format.pickle") else {
+        return;
+    };
+    let o = run(&["summary", p.to_str().unwrap()]);
+    ok(&o);
+    let out = stdout(&o);
+    assert!(out.contains("257 segments, 948 blocks"), "{out}");
+    assert!(out.contains("; 1 trace entry, "), "{out}");
+    assert!(out.contains("Trace: 1 entry;"), "{out}");
 }
 
 #[test]

@@ -28,6 +28,11 @@ pub fn human_bytes(n: u64) -> String {
     format!("{v:.1} {}", UNITS[unit])
 }
 
+/// `n` and the noun in the number it takes: "1 entry", "2 entries".
+fn counted(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 fn percent(part: u64, whole: u64) -> String {
     if whole == 0 {
         "-".into()
@@ -156,7 +161,11 @@ fn device_section(out: &mut String, d: &DeviceSummary) {
         table(out, "  ", &header, &rows);
     }
 
-    let _ = write!(out, "\n  Trace: {} entries", d.trace_entries);
+    let _ = write!(
+        out,
+        "\n  Trace: {}",
+        counted(d.trace_entries, "entry", "entries")
+    );
     if d.ring_overflowed {
         let _ = write!(
             out,
@@ -214,11 +223,11 @@ impl fmt::Display for Summary {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "Snapshot: {} segments, {} blocks on {} device(s); {} trace entries, {} OOM(s)",
-            self.segments,
-            self.blocks,
+            "Snapshot: {}, {} on {} device(s); {}, {} OOM(s)",
+            counted(self.segments, "segment", "segments"),
+            counted(self.blocks, "block", "blocks"),
             self.devices.len(),
-            self.trace_entries,
+            counted(self.trace_entries, "trace entry", "trace entries"),
             self.ooms
         );
         let rows = vec![
