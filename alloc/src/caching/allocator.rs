@@ -434,6 +434,7 @@ impl<B: DeviceBackend> CachingAllocator<B> {
     pub fn record_history(&self, opts: HistoryOptions) {
         let mut st = self.lock();
         st.record_history = opts.enabled;
+        st.tracing_changed();
         st.context_level = if opts.enabled {
             opts.context
         } else {
@@ -461,7 +462,9 @@ impl<B: DeviceBackend> CachingAllocator<B> {
     /// Adds a tracker that receives every trace entry, even with history off (called under
     /// the lock: it must not call the allocator).
     pub fn attach_trace_tracker(&self, f: impl Fn(&TraceEntry) + Send + Sync + 'static) {
-        self.lock().trackers.push(Arc::new(f));
+        let mut st = self.lock();
+        st.trackers.push(Arc::new(f));
+        st.tracing_changed();
     }
 
     /// Adds a free-memory callback, run when no cached block fits, before a device allocation

@@ -50,6 +50,10 @@ const BATCH_HEADROOM: usize = 2;
 /// A batch is published at the end of the first call that starts this long after its first
 /// event (so a live view lags a busy allocator by about this much).
 pub(crate) const MAX_BATCH_AGE_NS: u64 = 1_000_000;
+/// The deadline of an empty batch: no stamp reaches it.
+const NO_DEADLINE: u64 = u64::MAX;
+/// The deadline of a batch to publish at the end of the current call: every stamp reaches it.
+const PUBLISH_NOW: u64 = 0;
 /// By default one call in this many, drawn at random, measures its latency.
 pub(crate) const DEFAULT_LATENCY_SAMPLING: u32 = 16;
 
@@ -57,6 +61,19 @@ pub(crate) const DEFAULT_LATENCY_SAMPLING: u32 = 16;
 #[inline(always)]
 fn cached_flag(cached: bool) -> u8 {
     if cached { FLAG_CACHED } else { 0 }
+}
+
+/// What an event says besides its action and the fields every event of the allocator shares
+/// (`device`, the call's time), gathered from values its caller already holds.
+struct EventFields {
+    addr: u64,
+    size: u64,
+    requested: u64,
+    stream: StreamId,
+    pool: u32,
+    small: bool,
+    context: u32,
+    flags: u8,
 }
 
 // The allocator's `StatArray`s keep only the pools' stats and the `all` peak up to date: every
@@ -193,12 +210,13 @@ pub(crate) struct DeviceCachingAllocator {
     observing: bool,
     /// Events gathered for the sink, published in one batch (see `end_call`): the first
     /// `batch_len`; `time_ns` holds a raw clock stamp until the batch is published. A fixed
-    /// array written in place (a `Vec`'s push measured slower: a capacity check and a copy of
-    /// each event).
-    batch: Box<[Event; MAX_BATCH]>,
+    /// array inside the state (no pointer to load), written in place field by field (a
+    /// `Vec`'s push measured slower: a capacity check and a copy of each event).
+    batch: [Event; MAX_BATCH],
     /// Events in `batch` (less than [`MAX_BATCH`] between calls).
     batch_len: usize,
-    /// Whether the current call makes trace entries (`tracing` read once per call).
+    /// Whether calls make trace entries: `tracing`, kept by [`Self::tracing_changed`] (so a
+    /// call's start reads one flag).
     tracing_now: bool,
     /// Ids of the frames events refer to (interned only while a sink listens).
     contexts: ContextTable,
@@ -208,19 +226,19 @@ pub(crate) struct DeviceCachingAllocator {
     call_first: usize,
     /// The current call's start (a raw `clock::stamp`).
     call_start: u64,
-    /// Stamp after which the batch is published at the end of a call.
+    /// Stamp from which the batch is published at the end of a call: its first call's start
+    /// plus [`MAX_BATCH_AGE_NS`], [`PUBLISH_NOW`] once it is nearly full or holds an OOM, a
+    /// snapshot marker or a reset (an observer acts on those at once), [`NO_DEADLINE`] while
+    /// it is empty. So the end of a call checks one comparison.
     batch_deadline: u64,
-    /// The batch holds an OOM, a snapshot marker or a reset (published at the call's end: an
-    /// observer acts on those at once).
-    batch_urgent: bool,
     /// Set while `batch` holds events, for readers without the lock
     /// ([`CachingAllocator::holds_events`](crate::caching::CachingAllocator::holds_events)).
     pub(crate) holding: Arc<AtomicBool>,
-    /// One call with events in this many (on average) measures its latency.
+    /// One publishing call in this many (on average) measures its latency.
     latency_one_in: u32,
     /// Xorshift state drawing the calls that measure their latency (never 0).
     latency_draw: u32,
-    /// Calls with events left until the next measured one (drawn at random, `one_in` on
+    /// Publishing calls left until the next measured one (drawn at random, `one_in` on
     /// average, by each measured call: one decrement per call in between).
     latency_countdown: u32,
     empty_frames: Frames,
@@ -267,15 +285,18 @@ impl DeviceCachingAllocator {
             publishing: false,
             sink_enabled: false,
             observing: false,
-            batch: Box::new([Event::EMPTY; MAX_BATCH]),
+            // Every event of this allocator has its device: written here once.
+            batch: [Event {
+                device: device as i16,
+                ..Event::EMPTY
+            }; MAX_BATCH],
             batch_len: 0,
             tracing_now: false,
             contexts: ContextTable::new(),
             call_context: 0,
             call_first: 0,
             call_start: 0,
-            batch_deadline: 0,
-            batch_urgent: false,
+            batch_deadline: NO_DEADLINE,
             holding: Arc::new(AtomicBool::new(false)),
             latency_one_in: DEFAULT_LATENCY_SAMPLING,
             latency_draw: 0x9E37_79B9,
@@ -300,7 +321,6 @@ impl DeviceCachingAllocator {
             self.check_sink_enabled();
         }
         self.publishing = self.sink_enabled;
-        self.tracing_now = self.tracing();
         self.observing = self.publishing || self.tracing_now;
         if self.observing {
             self.call_start = clock::stamp();
@@ -323,27 +343,21 @@ impl DeviceCachingAllocator {
     /// published when it is nearly full, old, or holds an OOM, snapshot marker or reset.
     #[inline]
     pub(crate) fn end_call(&mut self) {
-        if self.batch_len != self.call_first {
-            self.finish_call_events();
+        if self.publishing {
+            self.finish_publishing_call();
         }
     }
 
-    /// The end of a call that made events: when they are the batch's first, the batch's age
-    /// counts from this call's start (set once per call, not per event).
+    /// The end of a call that published: the latency sample's countdown, and the batch's
+    /// deadline (which `push_event` and `queue_event` set, so that one comparison sees every
+    /// reason to publish).
     #[inline]
-    fn finish_call_events(&mut self) {
-        if self.call_first == 0 {
-            self.batch_deadline = clock::stamp_after(self.call_start, MAX_BATCH_AGE_NS);
-            self.holding.store(true, Ordering::Relaxed);
-        }
+    fn finish_publishing_call(&mut self) {
         self.latency_countdown -= 1;
         if self.latency_countdown == 0 {
             self.stamp_latency();
         }
-        if self.batch_urgent
-            || self.batch_len > MAX_BATCH - BATCH_HEADROOM
-            || clock::reached(self.call_start, self.batch_deadline)
-        {
+        if clock::reached(self.call_start, self.batch_deadline) {
             self.publish_batch();
         }
     }
@@ -374,12 +388,14 @@ impl DeviceCachingAllocator {
     fn publish_batch(&mut self) {
         self.check_sink_enabled();
         if let Some(sink) = self.sink.as_ref().filter(|_| self.sink_enabled) {
+            // The scales are looked up once for the batch.
+            let conv = clock::StampConverter::new();
             let (mut stamp, mut ns) = (u64::MAX, 0);
             for e in &mut self.batch[..self.batch_len] {
                 // A call's events share its stamp.
                 if e.time_ns != stamp {
                     stamp = e.time_ns;
-                    ns = clock::stamp_ns(stamp);
+                    ns = conv.ns(stamp);
                 }
                 e.time_ns = ns;
             }
@@ -387,7 +403,7 @@ impl DeviceCachingAllocator {
         }
         self.batch_len = 0;
         self.call_first = 0;
-        self.batch_urgent = false;
+        self.batch_deadline = NO_DEADLINE;
         self.holding.store(false, Ordering::Relaxed);
     }
 
@@ -418,16 +434,60 @@ impl DeviceCachingAllocator {
         self.latency_countdown = 1;
     }
 
-    /// Adds `e` (its `time_ns` set to the call's stamp) to the batch, publishing a full batch
-    /// first.
+    /// Writes an event (its `time_ns` the call's stamp) into the batch's next place, field by
+    /// field: `device` and the zero padding were written once, when the batch was made, and
+    /// never change. One comparison sees both edges of a batch (its first event: 0 wraps
+    /// round; its last places), which `batch_edge` handles out of line.
     #[inline(always)]
-    fn push_event(&mut self, mut e: Event) {
+    fn push_event(&mut self, action: EventAction, f: &EventFields) {
+        if self.batch_len.wrapping_sub(1) >= MAX_BATCH - BATCH_HEADROOM - 1 {
+            self.batch_edge();
+        }
+        let mut flags = f.flags;
+        let mut pool_id = 0;
+        // The default pools (large, small) have no owner.
+        if f.pool > SMALL_POOL
+            && let Some(owner) = self.pools[f.pool as usize].owner
+        {
+            flags |= FLAG_PRIVATE_POOL;
+            pool_id = owner.0;
+        }
+        let (i, time) = (self.batch_len, self.call_start);
+        let e = &mut self.batch[i & (MAX_BATCH - 1)];
+        e.time_ns = time;
+        e.addr = f.addr;
+        e.size = f.size;
+        e.requested = f.requested;
+        e.stream = f.stream.0;
+        e.pool_id = pool_id;
+        e.latency_ns = 0;
+        e.context = f.context;
+        e.action = action;
+        e.pool = if f.small {
+            EventPool::Small
+        } else {
+            EventPool::Large
+        };
+        e.flags = flags;
+        self.batch_len = i + 1;
+    }
+
+    /// Before an event goes into an empty batch or one of its last [`BATCH_HEADROOM`] places:
+    /// a full batch is published first (a call with that many events is split); the first
+    /// event sets the batch's deadline from its call's start (once per batch, not per call)
+    /// and tells lock-free readers that events wait; a nearly full batch is published at the
+    /// end of the call.
+    #[inline(never)]
+    fn batch_edge(&mut self) {
         if self.batch_len >= MAX_BATCH {
             self.publish_batch();
         }
-        e.time_ns = self.call_start;
-        self.batch[self.batch_len & (MAX_BATCH - 1)] = e;
-        self.batch_len += 1;
+        if self.batch_len == 0 {
+            self.batch_deadline = clock::stamp_after(self.call_start, MAX_BATCH_AGE_NS);
+            self.holding.store(true, Ordering::Relaxed);
+        } else {
+            self.batch_deadline = PUBLISH_NOW;
+        }
     }
 
     /// Queues the event of a block's alloc or free (the hot path's events): its address,
@@ -435,69 +495,33 @@ impl DeviceCachingAllocator {
     #[inline(always)]
     fn publish_block(&mut self, action: EventAction, id: BlockId, extra_flags: u8) {
         let b = &self.arena[id];
-        let mut flags = extra_flags;
-        if b.is_expandable() {
-            flags |= FLAG_EXPANDABLE;
-        }
-        if b.size >= self.max_split {
-            flags |= FLAG_OVERSIZE;
-        }
         let context = if self.call_context != 0 {
             self.call_context
         } else {
             b.context_id
         };
-        let mut e = self.new_event(
-            action,
-            b.pool,
-            b.small,
-            b.addr,
-            b.size,
-            b.requested,
-            b.stream,
-            flags,
-        );
-        e.context = context;
-        self.push_event(e);
+        let e = EventFields {
+            addr: b.addr,
+            size: b.size,
+            requested: b.requested,
+            stream: b.stream,
+            pool: b.pool,
+            small: b.small,
+            context,
+            flags: extra_flags | self.block_flags(b.is_expandable(), b.size),
+        };
+        self.push_event(action, &e);
     }
 
-    /// An event of this device for a block or segment of pool `pool` (`small`: the pool's
-    /// smallness), with the private pool's id and flag when the pool is one.
-    #[allow(clippy::too_many_arguments)]
+    /// [`FLAG_EXPANDABLE`] and [`FLAG_OVERSIZE`] of a block from what the caller knows of it
+    /// (callers that already read these for the statistics pay nothing more).
     #[inline(always)]
-    fn new_event(
-        &self,
-        action: EventAction,
-        pool: u32,
-        small: bool,
-        addr: u64,
-        size: u64,
-        requested: u64,
-        stream: StreamId,
-        mut flags: u8,
-    ) -> Event {
-        let mut e = Event::new(
-            action,
-            self.device as i16,
-            if small {
-                EventPool::Small
-            } else {
-                EventPool::Large
-            },
-            addr,
-            size,
-        );
-        // The default pools (large, small) have no owner.
-        if pool > SMALL_POOL
-            && let Some(owner) = self.pools[pool as usize].owner
-        {
-            flags |= FLAG_PRIVATE_POOL;
-            e.pool_id = owner.0;
+    fn block_flags(&self, expandable: bool, size: u64) -> u8 {
+        let mut flags = if expandable { FLAG_EXPANDABLE } else { 0 };
+        if size >= self.max_split {
+            flags |= FLAG_OVERSIZE;
         }
-        e.requested = requested;
-        e.stream = stream.0;
-        e.flags = flags;
-        e
+        flags
     }
 
     /// Queues an event for a block or segment of `pool` (nothing when no sink is set or the
@@ -531,10 +555,17 @@ impl DeviceCachingAllocator {
         stream: StreamId,
         flags: u8,
     ) {
-        let small = self.pools[pool as usize].is_small;
-        let mut e = self.new_event(action, pool, small, addr, size, requested, stream, flags);
-        e.context = self.call_context;
-        self.push_event(e);
+        let f = EventFields {
+            addr,
+            size,
+            requested,
+            stream,
+            pool,
+            small: self.pools[pool as usize].is_small,
+            context: self.call_context,
+            flags,
+        };
+        self.push_event(action, &f);
         if matches!(
             action,
             EventAction::Oom
@@ -542,7 +573,7 @@ impl DeviceCachingAllocator {
                 | EventAction::ResetPeaks
                 | EventAction::ResetAccumulated
         ) {
-            self.batch_urgent = true;
+            self.batch_deadline = PUBLISH_NOW;
         }
     }
 
@@ -560,6 +591,12 @@ impl DeviceCachingAllocator {
     #[inline(always)]
     fn tracing(&self) -> bool {
         self.record_history || !self.trackers.is_empty()
+    }
+
+    /// To be called after `record_history` or `trackers` change: calls then make trace
+    /// entries or not.
+    pub(crate) fn tracing_changed(&mut self) {
+        self.tracing_now = self.tracing();
     }
 
     /// PyTorch's `record_trace`: to the trackers always, to the ring when history is on (one
@@ -1302,13 +1339,13 @@ impl DeviceCachingAllocator {
             }
         }
 
-        let (addr, bsize) = {
+        let (addr, bsize, stream) = {
             let b = &mut self.arena[id];
             b.allocated = true;
             b.requested = orig_size;
             b.context = context;
             b.context_id = self.call_context;
-            (b.addr, b.size)
+            (b.addr, b.size, b.stream)
         };
         self.allocated.insert(addr, id);
         let s = &mut self.stats;
@@ -1321,13 +1358,23 @@ impl DeviceCachingAllocator {
             s.oversize_allocations.update(1);
         }
         if self.observing {
-            self.observe_block(
-                TraceAction::Alloc,
-                EventAction::Alloc,
-                id,
-                cached_flag(cached),
-                None,
-            );
+            if self.publishing {
+                // The block's context id is the call's, just set.
+                let e = EventFields {
+                    addr,
+                    size: bsize,
+                    requested: orig_size,
+                    stream,
+                    pool,
+                    small,
+                    context: self.call_context,
+                    flags: cached_flag(cached) | self.block_flags(expandable, bsize),
+                };
+                self.push_event(EventAction::Alloc, &e);
+            }
+            if self.tracing_now {
+                self.trace_block(TraceAction::Alloc, id, None);
+            }
         }
         id
     }
@@ -1420,7 +1467,28 @@ impl DeviceCachingAllocator {
             (b.size, b.requested, b.pool, b.small, b.is_expandable())
         };
         if self.observing {
-            self.observe_block(TraceAction::FreeCompleted, event, id, 0, context);
+            if self.publishing {
+                let b = &self.arena[id];
+                let (addr, stream, block_context) = (b.addr, b.stream, b.context_id);
+                let e = EventFields {
+                    addr,
+                    size,
+                    requested,
+                    stream,
+                    pool,
+                    small,
+                    context: if self.call_context != 0 {
+                        self.call_context
+                    } else {
+                        block_context
+                    },
+                    flags: self.block_flags(expandable, size),
+                };
+                self.push_event(event, &e);
+            }
+            if self.tracing_now {
+                self.trace_block(TraceAction::FreeCompleted, id, context);
+            }
         }
         self.arena[id].context = None;
         let m = self.arena.merge_free_neighbours(id);

@@ -252,31 +252,33 @@ pub(crate) fn now_ns() -> u64 {
     slow_now()
 }
 
-/// Bit set in a [`stamp`] that holds nanoseconds rather than counter ticks (epoch nanoseconds
-/// stay below 2^63 until the year 2262, and a counter below it for decades of uptime).
-const NS_STAMP: u64 = 1 << 63;
+/// Bit set in a [`stamp`] that holds counter ticks rather than nanoseconds (epoch nanoseconds
+/// stay below 2^63 until the year 2262, and a counter below it for decades of uptime). The
+/// clock only ever switches from nanoseconds to the counter, so tagging the counter's stamps
+/// makes every counter stamp compare above every nanosecond one: [`reached`] is one comparison.
+const TSC_STAMP: u64 = 1 << 63;
 
-/// A raw time stamp for [`stamp_ns`] to convert later: the bare time-stamp counter while the
-/// counter clock runs (one `rdtsc`, which out-of-order execution overlaps with the work around
-/// it, no scaling), else nanoseconds tagged with [`NS_STAMP`]. The caching allocator stamps
-/// each call this way and converts when it publishes a batch of events.
+/// A raw time stamp for [`stamp_ns`] to convert later: the bare time-stamp counter (tagged
+/// with [`TSC_STAMP`]) while the counter clock runs (one `rdtsc`, which out-of-order execution
+/// overlaps with the work around it, no scaling), else nanoseconds. The caching allocator
+/// stamps each call this way and converts when it publishes a batch of events.
 #[inline(always)]
 pub(crate) fn stamp() -> u64 {
     #[cfg(target_arch = "x86_64")]
     if !CURRENT.load(Ordering::Relaxed).is_null() {
-        return tsc();
+        return tsc() | TSC_STAMP;
     }
-    now_ns() | NS_STAMP
+    now_ns()
 }
 
 /// Nanoseconds between two [`stamp`]s of one kind (`start` first; 0 if they are of two kinds),
 /// at the current scale's rate: one multiplication, no lookup of the scales.
 #[inline]
 pub(crate) fn elapsed_ns(start: u64, end: u64) -> u64 {
-    if (start ^ end) & NS_STAMP != 0 {
+    if (start ^ end) & TSC_STAMP != 0 {
         return 0;
     }
-    if start & NS_STAMP != 0 {
+    if start & TSC_STAMP == 0 {
         return end.saturating_sub(start);
     }
     #[cfg(target_arch = "x86_64")]
@@ -287,47 +289,72 @@ pub(crate) fn elapsed_ns(start: u64, end: u64) -> u64 {
     0
 }
 
+/// Turns [`stamp`]s into nanoseconds since the Unix epoch, with the scales looked up once (a
+/// batch of events converts its stamps with one `StampConverter`).
+#[derive(Clone, Copy)]
+pub(crate) struct StampConverter {
+    /// The scale in use and the first one, for stamps from before the current one's base.
+    #[cfg(target_arch = "x86_64")]
+    scales: Option<(&'static Scale, &'static Scale)>,
+}
+
+impl StampConverter {
+    /// A converter for stamps taken until now.
+    #[inline]
+    pub(crate) fn new() -> StampConverter {
+        StampConverter {
+            #[cfg(target_arch = "x86_64")]
+            scales: current().map(|cur| (cur, SCALES[0].get().unwrap_or(cur))),
+        }
+    }
+
+    /// What [`now_ns`] returned when `stamp` was taken. A counter stamp is scaled by the
+    /// scale that was current then: the current one, or the first one for a stamp from before
+    /// the final measurement's base.
+    #[inline]
+    pub(crate) fn ns(&self, stamp: u64) -> u64 {
+        if stamp & TSC_STAMP == 0 {
+            return stamp;
+        }
+        #[cfg(target_arch = "x86_64")]
+        if let Some((cur, first)) = self.scales {
+            let ticks = stamp & !TSC_STAMP;
+            let s = if ticks >= cur.tsc_base { cur } else { first };
+            return s.time(ticks);
+        }
+        // Not reached: a counter stamp is only taken once a scale is installed.
+        now_ns()
+    }
+}
+
 /// Nanoseconds since the Unix epoch of a [`stamp`]: what [`now_ns`] returned when it was
-/// taken. A counter stamp is scaled by the scale that was current then: the current one, or the
-/// first one for a stamp from before the final measurement's base.
+/// taken (see [`StampConverter::ns`]).
 #[inline]
 pub(crate) fn stamp_ns(stamp: u64) -> u64 {
-    if stamp & NS_STAMP != 0 {
-        return stamp & !NS_STAMP;
-    }
-    #[cfg(target_arch = "x86_64")]
-    if let Some(cur) = current() {
-        let s = if stamp >= cur.tsc_base {
-            cur
-        } else {
-            SCALES[0].get().unwrap_or(cur)
-        };
-        return s.time(stamp);
-    }
-    // Not reached: a counter stamp is only taken once a scale is installed.
-    now_ns()
+    StampConverter::new().ns(stamp)
 }
 
 /// The stamp `ns` nanoseconds after `stamp`, of the same kind (see [`reached`]).
 pub(crate) fn stamp_after(stamp: u64, ns: u64) -> u64 {
-    if stamp & NS_STAMP != 0 {
-        return (stamp & !NS_STAMP).saturating_add(ns).min(!NS_STAMP) | NS_STAMP;
+    if stamp & TSC_STAMP == 0 {
+        return stamp.saturating_add(ns).min(!TSC_STAMP);
     }
     #[cfg(target_arch = "x86_64")]
     if let Some(s) = current() {
         let ticks = (u128::from(ns) * u128::from(s.ticks_per_ns)) >> RATE_SHIFT;
         return stamp
             .saturating_add(u64::try_from(ticks).unwrap_or(u64::MAX))
-            .min(!NS_STAMP);
+            .min(u64::MAX - 1);
     }
     stamp
 }
 
-/// Whether the stamp `now` is at or past the deadline `at` (from [`stamp_after`]). Stamps of
-/// two kinds (the clock switched to the counter in between) count as past.
+/// Whether the stamp `now` is at or past the deadline `at` (from [`stamp_after`]): one
+/// comparison. A counter stamp is past every nanosecond deadline (the clock switched to the
+/// counter in between), and no stamp reaches `u64::MAX` (no deadline).
 #[inline(always)]
 pub(crate) fn reached(now: u64, at: u64) -> bool {
-    now >= at || (now ^ at) & NS_STAMP != 0
+    now >= at
 }
 
 /// Whether time comes from the counter (a scale is installed).
@@ -464,7 +491,7 @@ mod tests {
             );
             assert!(t >= last, "stamps went back: {t} < {last}");
             last = t;
-            if st & NS_STAMP == 0 {
+            if st & TSC_STAMP != 0 {
                 counter_stamps += 1;
             }
             let d = stamp_after(st, 1_000_000);
@@ -474,9 +501,9 @@ mod tests {
                 "a 1 ms deadline lies {ahead} ns ahead"
             );
             assert!(reached(d, d) && !reached(st, d));
-            if st & NS_STAMP != 0 {
+            if st & TSC_STAMP == 0 {
                 // The clock may switch to the counter before the deadline: then it has passed.
-                assert!(reached(1, d));
+                assert!(reached(TSC_STAMP | 1, d));
             }
         }
         #[cfg(target_arch = "x86_64")]
