@@ -434,15 +434,30 @@ impl DeviceCachingAllocator {
         self.latency_countdown = 1;
     }
 
-    /// Writes an event (its `time_ns` the call's stamp) into the batch's next place, field by
-    /// field: `device` and the zero padding were written once, when the batch was made, and
-    /// never change. One comparison sees both edges of a batch (its first event: 0 wraps
-    /// round; its last places), which `batch_edge` handles out of line.
+    /// Adds an event to the batch (see [`Self::write_event`]).
     #[inline(always)]
     fn push_event(&mut self, action: EventAction, f: &EventFields) {
+        let i = self.event_slot();
+        self.write_event(i, action, f);
+    }
+
+    /// The batch's next place, for [`Self::write_event`]. One comparison sees both edges of a
+    /// batch (its first event: 0 wraps round; its last places), which `batch_edge` handles out
+    /// of line. Hot callers take the place before they read the event's fields, so that
+    /// those need not be kept across the possible call.
+    #[inline(always)]
+    fn event_slot(&mut self) -> usize {
         if self.batch_len.wrapping_sub(1) >= MAX_BATCH - BATCH_HEADROOM - 1 {
             self.batch_edge();
         }
+        self.batch_len
+    }
+
+    /// Writes an event (its `time_ns` the call's stamp) into the batch's place `i` (from
+    /// [`Self::event_slot`], nothing pushed since), field by field: `device` and the zero
+    /// padding were written once, when the batch was made, and never change.
+    #[inline(always)]
+    fn write_event(&mut self, i: usize, action: EventAction, f: &EventFields) {
         let mut flags = f.flags;
         let mut pool_id = 0;
         // The default pools (large, small) have no owner.
@@ -452,7 +467,7 @@ impl DeviceCachingAllocator {
             flags |= FLAG_PRIVATE_POOL;
             pool_id = owner.0;
         }
-        let (i, time) = (self.batch_len, self.call_start);
+        let time = self.call_start;
         let e = &mut self.batch[i & (MAX_BATCH - 1)];
         e.time_ns = time;
         e.addr = f.addr;
@@ -1468,6 +1483,7 @@ impl DeviceCachingAllocator {
         };
         if self.observing {
             if self.publishing {
+                let slot = self.event_slot();
                 let b = &self.arena[id];
                 let (addr, stream, block_context) = (b.addr, b.stream, b.context_id);
                 let e = EventFields {
@@ -1484,7 +1500,7 @@ impl DeviceCachingAllocator {
                     },
                     flags: self.block_flags(expandable, size),
                 };
-                self.push_event(event, &e);
+                self.write_event(slot, event, &e);
             }
             if self.tracing_now {
                 self.trace_block(TraceAction::FreeCompleted, id, context);
