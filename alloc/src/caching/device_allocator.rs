@@ -388,17 +388,7 @@ impl DeviceCachingAllocator {
     fn publish_batch(&mut self) {
         self.check_sink_enabled();
         if let Some(sink) = self.sink.as_ref().filter(|_| self.sink_enabled) {
-            // The scales are looked up once for the batch.
-            let conv = clock::StampConverter::new();
-            let (mut stamp, mut ns) = (u64::MAX, 0);
-            for e in &mut self.batch[..self.batch_len] {
-                // A call's events share its stamp.
-                if e.time_ns != stamp {
-                    stamp = e.time_ns;
-                    ns = conv.ns(stamp);
-                }
-                e.time_ns = ns;
-            }
+            clock::stamps_to_ns(&mut self.batch[..self.batch_len]);
             sink.publish_batch(&self.batch[..self.batch_len]);
         }
         self.batch_len = 0;

@@ -21,6 +21,8 @@
 //! `OnceLock` initialization (the instrumented global allocator reads this clock).
 
 use std::sync::OnceLock;
+
+use super::Event;
 #[cfg(target_arch = "x86_64")]
 use std::sync::atomic::{AtomicPtr, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -289,49 +291,62 @@ pub(crate) fn elapsed_ns(start: u64, end: u64) -> u64 {
     0
 }
 
-/// Turns [`stamp`]s into nanoseconds since the Unix epoch, with the scales looked up once (a
-/// batch of events converts its stamps with one `StampConverter`).
-#[derive(Clone, Copy)]
-pub(crate) struct StampConverter {
-    /// The scale in use and the first one, for stamps from before the current one's base.
-    #[cfg(target_arch = "x86_64")]
-    scales: Option<(&'static Scale, &'static Scale)>,
-}
-
-impl StampConverter {
-    /// A converter for stamps taken until now.
-    #[inline]
-    pub(crate) fn new() -> StampConverter {
-        StampConverter {
-            #[cfg(target_arch = "x86_64")]
-            scales: current().map(|cur| (cur, SCALES[0].get().unwrap_or(cur))),
-        }
-    }
-
-    /// What [`now_ns`] returned when `stamp` was taken. A counter stamp is scaled by the
-    /// scale that was current then: the current one, or the first one for a stamp from before
-    /// the final measurement's base.
-    #[inline]
-    pub(crate) fn ns(&self, stamp: u64) -> u64 {
-        if stamp & TSC_STAMP == 0 {
-            return stamp;
-        }
-        #[cfg(target_arch = "x86_64")]
-        if let Some((cur, first)) = self.scales {
-            let ticks = stamp & !TSC_STAMP;
-            let s = if ticks >= cur.tsc_base { cur } else { first };
-            return s.time(ticks);
-        }
-        // Not reached: a counter stamp is only taken once a scale is installed.
-        now_ns()
-    }
-}
-
 /// Nanoseconds since the Unix epoch of a [`stamp`]: what [`now_ns`] returned when it was
-/// taken (see [`StampConverter::ns`]).
+/// taken. A counter stamp is scaled by the scale that was current then: the current one, or the
+/// first one for a stamp from before the final measurement's base.
 #[inline]
 pub(crate) fn stamp_ns(stamp: u64) -> u64 {
-    StampConverter::new().ns(stamp)
+    if stamp & TSC_STAMP == 0 {
+        return stamp;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if let Some(cur) = current() {
+        let ticks = stamp & !TSC_STAMP;
+        let s = if ticks >= cur.tsc_base {
+            cur
+        } else {
+            SCALES[0].get().unwrap_or(cur)
+        };
+        return s.time(ticks);
+    }
+    // Not reached: a counter stamp is only taken once a scale is installed.
+    now_ns()
+}
+
+/// Turns the [`stamp`]s in the `time_ns` of a batch of events, taken in order (under one
+/// lock), into what [`stamp_ns`] gives. The usual batch, whose first stamp is a counter
+/// stamp at or after the current scale's base, so that every later one is too, is scaled by
+/// that one scale with one multiply-add per event and no branch; the remeasurement that
+/// `now_ns` would start is checked once, on the last (largest) time. Other batches (around a
+/// switch of the clock) convert stamp by stamp.
+pub(crate) fn stamps_to_ns(events: &mut [Event]) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(cur) = current()
+        && let Some(first) = events.first()
+        && first.time_ns >= cur.tsc_base | TSC_STAMP
+    {
+        // Tagged stamp minus tagged base: the ticks since the base (a counter a few ticks
+        // behind it, on another core, reads as the base, as in `Scale::at`).
+        let base = cur.tsc_base | TSC_STAMP;
+        for e in events.iter_mut() {
+            let ticks = e.time_ns.saturating_sub(base);
+            e.time_ns =
+                cur.ns_base + ((u128::from(ticks) * u128::from(cur.rate)) >> RATE_SHIFT) as u64;
+        }
+        if events.last().is_some_and(|e| e.time_ns >= cur.remeasure_at) {
+            slow_now();
+        }
+        return;
+    }
+    let (mut stamp, mut ns) = (u64::MAX, 0);
+    for e in events.iter_mut() {
+        // A call's events share its stamp.
+        if e.time_ns != stamp {
+            stamp = e.time_ns;
+            ns = stamp_ns(stamp);
+        }
+        e.time_ns = ns;
+    }
 }
 
 /// The stamp `ns` nanoseconds after `stamp`, of the same kind (see [`reached`]).
@@ -480,11 +495,29 @@ mod tests {
         let until = mono_ns() + CALIBRATE_AFTER_NS + CALIBRATE_AFTER_NS / 2;
         let mut last = 0;
         let mut counter_stamps = 0;
+        // Batches of stamps (two events a stamp, as a malloc/free pair's calls) convert as
+        // the stamps do one by one.
+        let mut batch: Vec<Event> = Vec::new();
+        let mut expected: Vec<u64> = Vec::new();
         while mono_ns() < until {
             let before = now_ns();
             let st = stamp();
             let after = now_ns();
             let t = stamp_ns(st);
+            for _ in 0..2 {
+                batch.push(Event {
+                    time_ns: st,
+                    ..Event::EMPTY
+                });
+                expected.push(t);
+            }
+            if batch.len() == crate::event::MAX_BATCH {
+                stamps_to_ns(&mut batch);
+                let got: Vec<u64> = batch.iter().map(|e| e.time_ns).collect();
+                assert_eq!(got, expected);
+                batch.clear();
+                expected.clear();
+            }
             assert!(
                 before <= t && t <= after,
                 "stamp {st:#x} read {t}, outside [{before}, {after}]"
