@@ -66,8 +66,8 @@ pub fn summary(frames: &[Frame], user_metadata: Option<&str>) -> String {
     parts.join(SEPARATOR)
 }
 
-/// The lines of a stack worth reading, innermost first, and how many library frames were left
-/// out: tags by name and user frames as [`location`]. When every frame is a library frame,
+/// The lines of a stack worth reading, innermost first, and how many other frames were left
+/// out: the leading tags by name and user frames as [`location`]. When every frame is a library frame,
 /// the Python ones with a file are shown instead (as [`summary`] falls back), so a stack with
 /// anything readable never shows as empty.
 pub fn user_stack(frames: &[Frame]) -> (Vec<String>, usize) {
@@ -78,9 +78,16 @@ pub fn user_stack(frames: &[Frame]) -> (Vec<String>, usize) {
             f.name.clone()
         }
     };
-    let mut lines: Vec<String> = frames
+    // Tags lead (as in `summary`): further in, a frame without a file is the interpreter's
+    // or libc's C (`_PyEval_EvalFrameDefault`, `pymain_run_file`), not a label.
+    let tags = frames.iter().take_while(|f| is_tag(f)).count();
+    let mut lines: Vec<String> = frames[..tags]
         .iter()
-        .filter(|f| is_tag(f) || (has_file(f) && !is_library(f)))
+        .chain(
+            frames[tags..]
+                .iter()
+                .filter(|f| has_file(f) && !is_library(f)),
+        )
         .map(line)
         .collect();
     if lines.is_empty() {
@@ -156,8 +163,8 @@ mod tests {
     #[test]
     fn a_stack_shows_tags_and_user_frames_and_counts_the_library_ones() {
         let f = [
-            frame("torch::unwind::unwind()", "??", 0),
             frame("step 3 backward", "", 0),
+            frame("torch::unwind::unwind()", "??", 0),
             frame(
                 "c10::cuda::malloc(unsigned long)",
                 "CUDACachingAllocator.cpp",
@@ -166,6 +173,8 @@ mod tests {
             frame("_call_impl", "/venv/site-packages/torch/nn/module.py", 1790),
             frame("forward", "/home/me/model.py", 101),
             frame("PyEval_EvalFrameDefault", "ceval.c", 4200),
+            frame("_PyEval_EvalFrameDefault", "??", 0),
+            frame("pymain_run_file", "??", 0),
             frame("main", "/home/me/train.py", 12),
         ];
         let (lines, hidden) = user_stack(&f);
@@ -177,7 +186,7 @@ mod tests {
                 "train.py:12 main"
             ]
         );
-        assert_eq!(hidden, 4);
+        assert_eq!(hidden, 6);
     }
 
     #[test]

@@ -388,7 +388,7 @@ fn detail_lines(seg: &SegmentInfo, block: usize) -> Vec<Line<'static>> {
         lines.extend(stack.into_iter().map(|l| Line::raw(format!("   {l}"))));
         if hidden > 0 {
             lines.push(Line::styled(
-                format!("   (+{hidden} library frames)"),
+                format!("   (+{hidden} library frames hidden)"),
                 theme::dim(),
             ));
         }
