@@ -116,6 +116,44 @@ pub fn trace_entries<'a>(
     })
 }
 
+/// Gives the active blocks of `segments` the frames of their allocation when it is among the
+/// device's recent events: the newest `alloc` at the block's address, of its size, not freed
+/// since, whose context the agent named. This is current at once; the frames a periodic
+/// snapshot brings ([`SnapshotFrames::fill_blocks`]) only fill the blocks left without.
+pub fn fill_block_frames_from_recent(segments: &mut [SegmentInfo], d: &DeviceState) {
+    let mut live: HashMap<u64, (u64, &Frames)> = HashMap::new();
+    for e in &d.recent {
+        match e.action.as_str() {
+            "alloc" => match d.context_frames(e.context) {
+                Some(f) => {
+                    live.insert(e.addr, (e.size, f));
+                }
+                None => {
+                    live.remove(&e.addr);
+                }
+            },
+            "free_completed" | "free" => {
+                live.remove(&e.addr);
+            }
+            _ => {}
+        }
+    }
+    if live.is_empty() {
+        return;
+    }
+    for b in segments
+        .iter_mut()
+        .flat_map(|seg| &mut seg.blocks)
+        .filter(|b| b.state.is_active())
+    {
+        if let Some(&(size, f)) = live.get(&b.address)
+            && size == b.size
+        {
+            b.frames = Arc::clone(f);
+        }
+    }
+}
+
 /// The OOM report of an agent record.
 pub fn oom_report(o: &OomRecord) -> OomReport {
     let facts = OomFacts {
@@ -219,8 +257,9 @@ impl SnapshotFrames {
         self.fill_trace(&mut state.trace);
     }
 
-    /// Sets the frames of the blocks in `segments` that are not inactive and match an indexed
-    /// block by address and size.
+    /// Sets the frames of the blocks in `segments` that are not inactive, have none yet (the
+    /// recent events' are newer than the snapshot's, see [`fill_block_frames_from_recent`])
+    /// and match an indexed block by address and size.
     pub fn fill_blocks(&self, segments: &mut [SegmentInfo]) {
         if self.blocks.is_empty() {
             return;
@@ -229,7 +268,7 @@ impl SnapshotFrames {
             for b in seg
                 .blocks
                 .iter_mut()
-                .filter(|b| b.state != BlockState::Inactive)
+                .filter(|b| b.state != BlockState::Inactive && b.frames.is_empty())
             {
                 if let Some(f) = self.blocks.get(&(b.address, b.size)) {
                     b.frames = Arc::clone(f);
@@ -324,7 +363,7 @@ impl AgentAdapter {
 
     /// The dashboard state for `device` of `agent` (the first device when it is absent).
     pub fn state(&mut self, agent: &AgentState, device: i32, info: &LiveInfo) -> State {
-        let d = agent
+        let mut d = agent
             .device(device)
             .or_else(|| agent.devices.first())
             .cloned()
@@ -371,6 +410,8 @@ impl AgentAdapter {
             .iter()
             .flat_map(|e| trace_entries(e, d.context_frames(e.context)))
             .collect();
+        let mut segments = std::mem::take(&mut d.segments);
+        fill_block_frames_from_recent(&mut segments, &d);
         let total = (d.total_memory > 0).then_some(d.total_memory);
         let host = agent.host.as_ref().map(|h| {
             let heap = self.host.get_or_insert_with(HostHeap::default);
@@ -406,7 +447,7 @@ impl AgentAdapter {
             },
             stats: d.stats.clone(),
             streams: self.streams(&d, now, t0),
-            segments: d.segments,
+            segments,
             timeline,
             histograms,
             trace: Arc::from(trace),
@@ -727,5 +768,118 @@ mod tests {
         frames.apply(&mut state);
         assert_eq!(state.trace[1].user_metadata.as_deref(), Some("phase=eval"));
         assert_eq!(entries[1].user_metadata, None);
+    }
+
+    #[test]
+    fn live_blocks_take_the_frames_of_their_allocation_among_the_recent_events() {
+        use crate::state::fixtures::{block, segment};
+        use allocview_agent::state::ContextFrames;
+        use allocview_alloc::snapshot::{BlockInfo, Frame, SegmentType};
+        let tag = |name: &str| -> Frames { Arc::from(vec![Frame::new(name, "??", 0)]) };
+        let bare = |address, state| BlockInfo {
+            frames: no_frames(),
+            ..block(address, 1024, 1000, state)
+        };
+        let with_context = |action, addr, time_ns, context| RecentEvent {
+            context,
+            ..recent(action, addr, time_ns)
+        };
+        let a = AgentState {
+            devices: vec![DeviceState {
+                segments: vec![segment(
+                    0x1000,
+                    0,
+                    SegmentType::Small,
+                    vec![
+                        bare(0x1000, BlockState::ActiveAllocated),
+                        bare(0x1400, BlockState::ActivePendingFree),
+                        bare(0x1800, BlockState::ActiveAllocated),
+                        bare(0x1c00, BlockState::Inactive),
+                        bare(0x2000, BlockState::ActiveAllocated),
+                        BlockInfo {
+                            size: 2048,
+                            ..bare(0x2400, BlockState::ActiveAllocated)
+                        },
+                    ],
+                )],
+                recent: vec![
+                    // Reallocated: the newest allocation's frames.
+                    with_context("alloc", 0x1000, 1, 7),
+                    with_context("free", 0x1000, 2, 9),
+                    with_context("alloc", 0x1000, 3, 8),
+                    // Pending free: still its allocation's.
+                    with_context("alloc", 0x1400, 4, 7),
+                    with_context("free_requested", 0x1400, 5, 9),
+                    // The newest allocation has no context: none, not an older one's.
+                    with_context("alloc", 0x1800, 6, 7),
+                    with_context("free_completed", 0x1800, 7, 0),
+                    with_context("alloc", 0x1800, 8, 0),
+                    // Freed (the block is inactive now).
+                    with_context("alloc", 0x1c00, 9, 7),
+                    with_context("free", 0x1c00, 10, 9),
+                    // A context the agent did not name.
+                    with_context("alloc", 0x2000, 11, 42),
+                    // Another size at the address: another block.
+                    with_context("alloc", 0x2400, 12, 7),
+                ],
+                contexts: vec![
+                    ContextFrames {
+                        id: 7,
+                        frames: tag("step 1 forward"),
+                    },
+                    ContextFrames {
+                        id: 8,
+                        frames: tag("step 2 forward"),
+                    },
+                    ContextFrames {
+                        id: 9,
+                        frames: tag("step 1 optimizer"),
+                    },
+                ],
+                ..DeviceState::default()
+            }],
+            ..AgentState::default()
+        };
+        let mut s = AgentAdapter::new().state(&a, 0, &LiveInfo::default());
+        let names = |s: &State| -> Vec<Option<String>> {
+            s.segments[0]
+                .blocks
+                .iter()
+                .map(|b| b.frames.first().map(|f| f.name.clone()))
+                .collect()
+        };
+        let expected = [
+            Some("step 2 forward"),
+            Some("step 1 forward"),
+            None,
+            None,
+            None,
+            None,
+        ];
+        assert_eq!(names(&s), expected.map(|n| n.map(String::from)));
+
+        // A snapshot's frames fill only the blocks still without: the recent events are newer.
+        let snap = Snapshot {
+            segments: vec![segment(
+                0x1000,
+                0,
+                SegmentType::Small,
+                vec![
+                    BlockInfo {
+                        frames: tag("step 0 stale"),
+                        ..block(0x1000, 1024, 1000, BlockState::ActiveAllocated)
+                    },
+                    BlockInfo {
+                        frames: tag("step 0 init"),
+                        ..block(0x2000, 1024, 1000, BlockState::ActiveAllocated)
+                    },
+                ],
+            )],
+            ..Snapshot::default()
+        };
+        SnapshotFrames::new(&snap).apply(&mut s);
+        let mut expected = expected.map(|n| n.map(String::from));
+        expected[4] = Some("step 0 init".into());
+        assert_eq!(names(&s), expected);
     }
 }

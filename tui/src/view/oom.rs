@@ -13,6 +13,8 @@ use crate::units;
 
 /// Microseconds per second.
 const US_PER_S: i64 = 1_000_000;
+/// Frames of an OOM's context shown on its line (tags and user frames, innermost first).
+const OOM_CONTEXT_FRAMES: usize = 4;
 /// Seconds per day.
 const S_PER_DAY: i64 = 86_400;
 
@@ -88,9 +90,10 @@ pub fn lines(o: &OomReport, width: usize) -> Vec<Line<'static>> {
         ])),
         None => v.push(Line::styled(" snapshot: none written", theme::dim())),
     }
-    if !o.frames.is_empty() {
-        let ctx: Vec<String> = o.frames.iter().take(4).map(|f| f.name.clone()).collect();
-        v.push(Line::raw(format!(" context: {}", ctx.join(" ← "))));
+    let (stack, _) = crate::state::context::user_stack(&o.frames);
+    if !stack.is_empty() {
+        let shown = &stack[..stack.len().min(OOM_CONTEXT_FRAMES)];
+        v.push(Line::raw(format!(" context: {}", shown.join(" ← "))));
     }
     v
 }
