@@ -158,6 +158,12 @@ mod tests {
         ];
         assert_eq!(summary(&f, None), "module.py:1790 _call_impl");
         assert_eq!(summary(&[], None), "");
+        // A stack of them shows its Python ones too.
+        assert_eq!(
+            user_stack(&f),
+            (vec!["module.py:1790 _call_impl".to_string()], 1)
+        );
+        assert_eq!(user_stack(&[]), (Vec::new(), 0));
     }
 
     #[test]
@@ -187,22 +193,5 @@ mod tests {
             ]
         );
         assert_eq!(hidden, 6);
-    }
-
-    #[test]
-    fn a_stack_of_library_frames_only_still_shows_its_python_ones() {
-        let f = [
-            frame("torch::unwind::unwind()", "??", 0),
-            frame(
-                "_call_impl",
-                "/usr/lib/site-packages/torch/nn/module.py",
-                1790,
-            ),
-        ];
-        assert_eq!(
-            user_stack(&f),
-            (vec!["module.py:1790 _call_impl".to_string()], 1)
-        );
-        assert_eq!(user_stack(&[]), (Vec::new(), 0));
     }
 }

@@ -481,6 +481,22 @@ mod tests {
         }
     }
 
+    /// A one-frame stack: the tag `name` (`step 1 forward`).
+    fn tag(name: &str) -> Frames {
+        Arc::from(vec![allocview_alloc::snapshot::Frame::new(name, "??", 0)])
+    }
+
+    /// One-tag contexts by id, as the agent names them.
+    fn named(pairs: &[(u32, &str)]) -> Vec<allocview_agent::state::ContextFrames> {
+        pairs
+            .iter()
+            .map(|&(id, name)| allocview_agent::state::ContextFrames {
+                id,
+                frames: tag(name),
+            })
+            .collect()
+    }
+
     #[test]
     fn agent_figures_map_onto_the_dashboard() {
         let mut a = AgentState::default();
@@ -604,9 +620,6 @@ mod tests {
 
     #[test]
     fn live_trace_entries_take_the_frames_of_their_events_context_ids_at_once() {
-        use allocview_agent::state::ContextFrames;
-        use allocview_alloc::snapshot::Frame;
-        let tag = |name: &str| -> Frames { Arc::from(vec![Frame::new(name, "??", 0)]) };
         let a = AgentState {
             devices: vec![DeviceState {
                 recent: vec![
@@ -624,16 +637,7 @@ mod tests {
                     },
                     recent("alloc", 0x3000, 4_000),
                 ],
-                contexts: vec![
-                    ContextFrames {
-                        id: 7,
-                        frames: tag("step 1 forward"),
-                    },
-                    ContextFrames {
-                        id: 9,
-                        frames: tag("step 1 optimizer"),
-                    },
-                ],
+                contexts: named(&[(7, "step 1 forward"), (9, "step 1 optimizer")]),
                 ..DeviceState::default()
             }],
             ..AgentState::default()
@@ -773,9 +777,7 @@ mod tests {
     #[test]
     fn live_blocks_take_the_frames_of_their_allocation_among_the_recent_events() {
         use crate::state::fixtures::{block, segment};
-        use allocview_agent::state::ContextFrames;
-        use allocview_alloc::snapshot::{BlockInfo, Frame, SegmentType};
-        let tag = |name: &str| -> Frames { Arc::from(vec![Frame::new(name, "??", 0)]) };
+        use allocview_alloc::snapshot::{BlockInfo, SegmentType};
         let bare = |address, state| BlockInfo {
             frames: no_frames(),
             ..block(address, 1024, 1000, state)
@@ -822,20 +824,11 @@ mod tests {
                     // Another size at the address: another block.
                     with_context("alloc", 0x2400, 12, 7),
                 ],
-                contexts: vec![
-                    ContextFrames {
-                        id: 7,
-                        frames: tag("step 1 forward"),
-                    },
-                    ContextFrames {
-                        id: 8,
-                        frames: tag("step 2 forward"),
-                    },
-                    ContextFrames {
-                        id: 9,
-                        frames: tag("step 1 optimizer"),
-                    },
-                ],
+                contexts: named(&[
+                    (7, "step 1 forward"),
+                    (8, "step 2 forward"),
+                    (9, "step 1 optimizer"),
+                ]),
                 ..DeviceState::default()
             }],
             ..AgentState::default()
