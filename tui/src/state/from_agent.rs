@@ -486,6 +486,25 @@ mod tests {
         Arc::from(vec![allocview_alloc::snapshot::Frame::new(name, "??", 0)])
     }
 
+    /// A small-pool segment at 0x1000 of blocks of `size` bytes for `requested`, at the given
+    /// addresses and states, without frames (as the agent's mirror sends them).
+    fn bare_segment(size: u64, requested: u64, blocks: &[(u64, BlockState)]) -> SegmentInfo {
+        use crate::state::fixtures::{block, segment};
+        let blocks = blocks
+            .iter()
+            .map(|&(address, state)| allocview_alloc::snapshot::BlockInfo {
+                frames: no_frames(),
+                ..block(address, size, requested, state)
+            })
+            .collect();
+        segment(
+            0x1000,
+            0,
+            allocview_alloc::snapshot::SegmentType::Small,
+            blocks,
+        )
+    }
+
     /// One-tag contexts by id, as the agent names them.
     fn named(pairs: &[(u32, &str)]) -> Vec<allocview_agent::state::ContextFrames> {
         pairs
@@ -707,7 +726,7 @@ mod tests {
     #[test]
     fn a_snapshots_frames_join_onto_blocks_and_entries_in_place_unless_the_trace_is_shared() {
         use crate::state::fixtures::{block, segment};
-        use allocview_alloc::snapshot::{BlockInfo, SegmentType};
+        use allocview_alloc::snapshot::SegmentType;
         let snap = Snapshot {
             segments: vec![segment(
                 0x1000,
@@ -727,19 +746,14 @@ mod tests {
         };
         let frames = SnapshotFrames::new(&snap);
         assert_eq!((frames.indexed_blocks(), frames.indexed_traces()), (1, 1));
-        let bare = |address, state| BlockInfo {
-            frames: no_frames(),
-            ..block(address, 512, 500, state)
-        };
         let live = |trace: Arc<[TraceEntry]>| State {
-            segments: vec![segment(
-                0x1000,
-                0,
-                SegmentType::Small,
-                vec![
-                    bare(0x1000, BlockState::ActiveAllocated),
-                    bare(0x1200, BlockState::Inactive),
-                    bare(0x1400, BlockState::ActiveAllocated),
+            segments: vec![bare_segment(
+                512,
+                500,
+                &[
+                    (0x1000, BlockState::ActiveAllocated),
+                    (0x1200, BlockState::Inactive),
+                    (0x1400, BlockState::ActiveAllocated),
                 ],
             )],
             trace,
@@ -778,32 +792,29 @@ mod tests {
     fn live_blocks_take_the_frames_of_their_allocation_among_the_recent_events() {
         use crate::state::fixtures::{block, segment};
         use allocview_alloc::snapshot::{BlockInfo, SegmentType};
-        let bare = |address, state| BlockInfo {
-            frames: no_frames(),
-            ..block(address, 1024, 1000, state)
-        };
         let with_context = |action, addr, time_ns, context| RecentEvent {
             context,
             ..recent(action, addr, time_ns)
         };
         let a = AgentState {
             devices: vec![DeviceState {
-                segments: vec![segment(
-                    0x1000,
-                    0,
-                    SegmentType::Small,
-                    vec![
-                        bare(0x1000, BlockState::ActiveAllocated),
-                        bare(0x1400, BlockState::ActivePendingFree),
-                        bare(0x1800, BlockState::ActiveAllocated),
-                        bare(0x1c00, BlockState::Inactive),
-                        bare(0x2000, BlockState::ActiveAllocated),
-                        BlockInfo {
-                            size: 2048,
-                            ..bare(0x2400, BlockState::ActiveAllocated)
-                        },
-                    ],
-                )],
+                segments: vec![{
+                    let mut seg = bare_segment(
+                        1024,
+                        1000,
+                        &[
+                            (0x1000, BlockState::ActiveAllocated),
+                            (0x1400, BlockState::ActivePendingFree),
+                            (0x1800, BlockState::ActiveAllocated),
+                            (0x1c00, BlockState::Inactive),
+                            (0x2000, BlockState::ActiveAllocated),
+                            (0x2400, BlockState::ActiveAllocated),
+                        ],
+                    );
+                    // Another size at the address: another block.
+                    seg.blocks[5].size = 2048;
+                    seg
+                }],
                 recent: vec![
                     // Reallocated: the newest allocation's frames.
                     with_context("alloc", 0x1000, 1, 7),
