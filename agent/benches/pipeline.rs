@@ -34,14 +34,86 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
 const MIB: u64 = 1 << 20;
 
-/// Runs `f` `iters` times and returns the CPU time this thread spent
-/// (`CLOCK_THREAD_CPUTIME_ID`).
-fn cpu_time(iters: u64, mut f: impl FnMut()) -> Duration {
-    let t = ThreadTime::now();
-    for _ in 0..iters {
-        f();
+/// The clock a benchmark reads.
+#[derive(Clone, Copy)]
+enum Clock {
+    /// CPU time of the measuring thread (`CLOCK_THREAD_CPUTIME_ID`).
+    Thread,
+    /// CPU time of the process (`CLOCK_PROCESS_CPUTIME_ID`): the aggregator thread's while
+    /// the measuring thread waits for it.
+    Process,
+    /// Wall time (the `_wall` variants).
+    Wall,
+}
+
+impl Clock {
+    /// The time `f` takes on this clock.
+    #[inline(always)]
+    fn time(self, f: impl FnOnce()) -> Duration {
+        match self {
+            Clock::Thread => {
+                let t = ThreadTime::now();
+                f();
+                t.elapsed()
+            }
+            Clock::Process => {
+                let t = ProcessTime::now();
+                f();
+                t.elapsed()
+            }
+            Clock::Wall => {
+                let t = Instant::now();
+                f();
+                t.elapsed()
+            }
+        }
     }
-    t.elapsed()
+
+    /// Runs `f` `iters` times and returns the time the loop took on this clock (with
+    /// [`Clock::Wall`], what criterion's own `iter` measures).
+    #[inline(always)]
+    fn run(self, iters: u64, mut f: impl FnMut()) -> Duration {
+        self.time(|| {
+            for _ in 0..iters {
+                f();
+            }
+        })
+    }
+}
+
+/// Runs `f` `iters` times and returns the CPU time this thread spent.
+fn cpu_time(iters: u64, f: impl FnMut()) -> Duration {
+    Clock::Thread.run(iters, f)
+}
+
+/// How a benchmark hands a slice of events to a sink.
+#[derive(Clone, Copy)]
+enum Publish {
+    /// One `publish` per event.
+    OneByOne,
+    /// One `publish_batch` of the whole slice (the sink splits it every `MAX_BATCH` events).
+    Batch,
+    /// One `publish_batch` per this many events.
+    BatchesOf(usize),
+}
+
+impl Publish {
+    #[inline(always)]
+    fn send<S: EventSink + ?Sized>(self, sink: &S, events: &[Event]) {
+        match self {
+            Publish::OneByOne => {
+                for e in events {
+                    sink.publish(e);
+                }
+            }
+            Publish::Batch => sink.publish_batch(events),
+            Publish::BatchesOf(n) => {
+                for chunk in events.chunks(n) {
+                    sink.publish_batch(chunk);
+                }
+            }
+        }
+    }
 }
 
 fn event(i: u64) -> Event {
@@ -91,20 +163,19 @@ fn publish(c: &mut Criterion) {
     // which is what a well-sized channel looks like.
     let agent = quiet_agent(sink::DEFAULT_CHANNEL_CAPACITY, Duration::from_millis(100));
     let s = agent.sink();
-    g.bench_function("channel_sink_live_aggregator", |b| {
-        b.iter_custom(|iters| {
-            cpu_time(iters, || {
-                i += 1;
-                s.publish(black_box(&event(i)));
+    for (name, clock) in [
+        ("channel_sink_live_aggregator", Clock::Thread),
+        ("channel_sink_live_aggregator_wall", Clock::Wall),
+    ] {
+        g.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                clock.run(iters, || {
+                    i += 1;
+                    s.publish(black_box(&event(i)));
+                })
             })
-        })
-    });
-    g.bench_function("channel_sink_live_aggregator_wall", |b| {
-        b.iter(|| {
-            i += 1;
-            s.publish(black_box(&event(i)));
-        })
-    });
+        });
+    }
     let (full, _rx) = sink::channel(2);
     full.publish(&event(0));
     full.publish(&event(1));
@@ -123,8 +194,8 @@ fn publish(c: &mut Criterion) {
 /// Batches of 4 events: what a producer that publishes each call's events at its end sends.
 const SMALL_BATCH: usize = 4;
 
-/// Calls `send(sink, events)` `iters` times into channels nobody drains while the clock runs:
-/// timed in chunks of `per_chunk` calls (chosen to fill at most half a channel: no wake-up,
+/// Sends `events` `iters` times as `publish` says into channels nobody drains while the clock
+/// runs: timed in chunks of `per_chunk` calls (chosen to fill at most half a channel: no wake-up,
 /// no drop), the channels emptied between chunks, off the clock. CPU time of this thread.
 fn parked(
     iters: u64,
@@ -132,7 +203,7 @@ fn parked(
     events: &[Event],
     sink: &sink::ChannelSink,
     rx: &sink::EventReceiver,
-    send: impl Fn(&sink::ChannelSink, &[Event]),
+    publish: Publish,
 ) -> Duration {
     let mut total = Duration::ZERO;
     let mut done = 0;
@@ -140,7 +211,7 @@ fn parked(
         let n = per_chunk.min(iters - done);
         let t = ThreadTime::now();
         for _ in 0..n {
-            send(sink, black_box(events));
+            publish.send(sink, black_box(events));
         }
         total += t.elapsed();
         while rx.try_recv().is_some() {}
@@ -154,17 +225,8 @@ fn publish_32(c: &mut Criterion) {
     let mut g = c.benchmark_group("publish_32");
     g.throughput(Throughput::Elements(MAX_BATCH as u64));
     let events: Vec<Event> = (0..MAX_BATCH as u64).map(event).collect();
-    let one_by_one = |s: &sink::ChannelSink, ev: &[Event]| {
-        for e in ev {
-            s.publish(e);
-        }
-    };
-    let batch = |s: &sink::ChannelSink, ev: &[Event]| s.publish_batch(ev);
-    let small_batches = |s: &sink::ChannelSink, ev: &[Event]| {
-        for chunk in ev.chunks(SMALL_BATCH) {
-            s.publish_batch(chunk);
-        }
-    };
+    let (one_by_one, batch) = (Publish::OneByOne, Publish::Batch);
+    let small_batches = Publish::BatchesOf(SMALL_BATCH);
     let (bare, rx) = sink::channel(sink::DEFAULT_CHANNEL_CAPACITY);
     // Calls that fill half a channel: 32 single events, 1 batch or 8 batches each.
     let half_events = (rx.shared().capacity() / 2 / MAX_BATCH) as u64;
@@ -191,15 +253,8 @@ fn publish_32(c: &mut Criterion) {
     g.throughput(Throughput::Elements(1));
     g.bench_function("single", |b| {
         b.iter_custom(|iters| {
-            let one = |s: &sink::ChannelSink, ev: &[Event]| s.publish(&ev[0]);
-            parked(
-                iters,
-                half_events * MAX_BATCH as u64,
-                &events,
-                &bare,
-                &rx,
-                one,
-            )
+            let per_chunk = half_events * MAX_BATCH as u64;
+            parked(iters, per_chunk, &events[..1], &bare, &rx, one_by_one)
         })
     });
     for n in [1, 4, 8, 16, MAX_BATCH] {
@@ -215,18 +270,16 @@ fn publish_32(c: &mut Criterion) {
     drop((bare, rx));
     let agent = quiet_agent(sink::DEFAULT_CHANNEL_CAPACITY, Duration::from_millis(100));
     let s = agent.channel_sink().clone();
-    g.bench_function("one_by_one_live", |b| {
-        b.iter_custom(|iters| cpu_time(iters, || one_by_one(&s, black_box(&events))))
-    });
-    g.bench_function("batch_of_32_live", |b| {
-        b.iter_custom(|iters| cpu_time(iters, || batch(&s, black_box(&events))))
-    });
-    g.bench_function("one_by_one_live_wall", |b| {
-        b.iter(|| one_by_one(&s, black_box(&events)))
-    });
-    g.bench_function("batch_of_32_live_wall", |b| {
-        b.iter(|| batch(&s, black_box(&events)))
-    });
+    for (name, publish, clock) in [
+        ("one_by_one_live", one_by_one, Clock::Thread),
+        ("batch_of_32_live", batch, Clock::Thread),
+        ("one_by_one_live_wall", one_by_one, Clock::Wall),
+        ("batch_of_32_live_wall", batch, Clock::Wall),
+    ] {
+        g.bench_function(name, |b| {
+            b.iter_custom(|iters| clock.run(iters, || publish.send(s.as_ref(), black_box(&events))))
+        });
+    }
     g.finish();
     let p = agent.state().pipeline;
     eprintln!(
@@ -247,30 +300,20 @@ fn publish_32(c: &mut Criterion) {
     g.bench_function("pace_only", |b| {
         b.iter_custom(|iters| cpu_time(iters, pace))
     });
-    g.bench_function("one_by_one_live", |b| {
-        b.iter_custom(|iters| {
-            cpu_time(iters, || {
-                pace();
-                one_by_one(&s, black_box(&events))
+    for (name, publish) in [
+        ("one_by_one_live", one_by_one),
+        ("batch_of_32_live", batch),
+        ("batches_of_4_live", small_batches),
+    ] {
+        g.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                cpu_time(iters, || {
+                    pace();
+                    publish.send(s.as_ref(), black_box(&events))
+                })
             })
-        })
-    });
-    g.bench_function("batch_of_32_live", |b| {
-        b.iter_custom(|iters| {
-            cpu_time(iters, || {
-                pace();
-                batch(&s, black_box(&events))
-            })
-        })
-    });
-    g.bench_function("batches_of_4_live", |b| {
-        b.iter_custom(|iters| {
-            cpu_time(iters, || {
-                pace();
-                small_batches(&s, black_box(&events))
-            })
-        })
-    });
+        });
+    }
     g.finish();
     let p = agent.state().pipeline;
     eprintln!(
@@ -419,65 +462,27 @@ fn ingest(c: &mut Criterion) {
         .spawn()
         .unwrap();
     let s = agent.sink();
-    // CPU time of the process while the calling thread waits in `flush`: the aggregator
-    // thread's time folding the batch in (nothing else runs).
-    g.bench_function("aggregator_flush", |b| {
-        b.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            for _ in 0..iters {
-                for e in &events {
-                    s.publish(e);
+    // Each pass is published off the clock, then one `flush` is timed: on the process's CPU
+    // time (the aggregator thread's time folding the pass in while the calling thread waits;
+    // nothing else runs) or on the wall. `_batches`: the same stream published with
+    // `publish_batch`, which sends one message per MAX_BATCH events.
+    for (name, publish, clock) in [
+        ("aggregator_flush", Publish::OneByOne, Clock::Process),
+        ("aggregator_flush_wall", Publish::OneByOne, Clock::Wall),
+        ("aggregator_flush_batches", Publish::Batch, Clock::Process),
+        ("aggregator_flush_batches_wall", Publish::Batch, Clock::Wall),
+    ] {
+        g.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    publish.send(s.as_ref(), &events);
+                    total += clock.time(|| agent.flush());
                 }
-                let t = ProcessTime::now();
-                agent.flush();
-                total += t.elapsed();
-            }
-            total
-        })
-    });
-    g.bench_function("aggregator_flush_wall", |b| {
-        b.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            for _ in 0..iters {
-                for e in &events {
-                    s.publish(e);
-                }
-                let t = Instant::now();
-                agent.flush();
-                total += t.elapsed();
-            }
-            total
-        })
-    });
-    // The same stream published in batches of MAX_BATCH events: one message per 32 events.
-    g.bench_function("aggregator_flush_batches", |b| {
-        b.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            for _ in 0..iters {
-                for chunk in events.chunks(MAX_BATCH) {
-                    s.publish_batch(chunk);
-                }
-                let t = ProcessTime::now();
-                agent.flush();
-                total += t.elapsed();
-            }
-            total
-        })
-    });
-    g.bench_function("aggregator_flush_batches_wall", |b| {
-        b.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            for _ in 0..iters {
-                for chunk in events.chunks(MAX_BATCH) {
-                    s.publish_batch(chunk);
-                }
-                let t = Instant::now();
-                agent.flush();
-                total += t.elapsed();
-            }
-            total
-        })
-    });
+                total
+            })
+        });
+    }
     g.finish();
     let st = agent.state();
     eprintln!(

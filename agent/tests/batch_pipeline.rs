@@ -3,7 +3,6 @@
 //! events sent one by one, and a caching allocator publishing in batches into a deliberately
 //! small channel drops, resynchronises and ends exact.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
@@ -14,11 +13,9 @@ use allocview_alloc::caching::sim::SimBackend;
 use allocview_alloc::caching::{AllocatorConfig, CachingAllocator};
 use allocview_alloc::event::{CPU_DEVICE, Event, EventAction, EventPool, EventSink, MAX_BATCH};
 
-#[path = "../../tests/src/xorshift.rs"]
-mod xorshift;
-use xorshift::Rng;
-
-const MIB: u64 = 1 << 20;
+#[path = "support/small_channel_stress.rs"]
+mod small_channel_stress;
+use small_channel_stress::{MIB, Publish, Rng, Scenario};
 
 /// Publishes between two flushes at most: with a channel of [`CAPACITY`] events (and so
 /// `CAPACITY / MAX_BATCH` batches), nothing can be dropped even if every publish is a batch
@@ -202,135 +199,20 @@ fn the_aggregator_folds_a_mix_of_batches_and_single_events_into_the_same_stats_a
     assert_eq!(h.allocations.current, 2_000 - 2 * 666);
 }
 
-/// A sink in front of the agent's that regathers one producer's events (the caching allocator
-/// hands it its own batches, which the trait's default `publish_batch` passes on one event at a
-/// time) into full batches of `MAX_BATCH` before handing them on with `publish_batch`: a full
-/// batch goes at once, and the snapshot marker and an OOM go at once with whatever preceded
-/// them (a resync's fence waits for the marker). `tests/stress.rs` runs the allocator's own
-/// batching into the agent's sink.
-struct Batching {
-    inner: Arc<dyn EventSink>,
-    pending: Mutex<Vec<Event>>,
-}
-
-impl Batching {
-    fn flush(&self) {
-        let mut p = self.pending.lock().unwrap();
-        self.inner.publish_batch(&p);
-        p.clear();
-    }
-}
-
-impl EventSink for Batching {
-    fn publish(&self, e: &Event) {
-        let mut p = self.pending.lock().unwrap();
-        p.push(*e);
-        if p.len() == MAX_BATCH || matches!(e.action, EventAction::Snapshot | EventAction::Oom) {
-            self.inner.publish_batch(&p);
-            p.clear();
-        }
-    }
-}
-
 #[test]
 fn full_batches_from_a_caching_allocator_into_a_small_channel_drop_resync_and_end_exact() {
+    /// Four producers: they overrun the eight-batch channel between ticks.
     const THREADS: u64 = 4;
     const OPS: usize = 20_000;
-    /// Eight batches: four producers overrun it between ticks.
-    const CHANNEL: usize = 8 * MAX_BATCH;
-    let dev = Arc::new(SimBackend::new(16 << 30));
-    dev.add_stream(StreamId(1));
-    let alloc = Arc::new(CachingAllocator::new(dev, AllocatorConfig::default()));
-    let dir = tempfile::tempdir().unwrap();
-    let agent = Agent::builder()
-        .no_listen()
-        .dump_dir(dir.path())
-        .channel_capacity(CHANNEL)
-        .tick(Duration::from_millis(10))
-        .provider(alloc.clone())
-        .spawn()
-        .unwrap();
-    let batching = Arc::new(Batching {
-        inner: agent.sink(),
-        pending: Mutex::new(Vec::with_capacity(MAX_BATCH)),
+    small_channel_stress::run(&Scenario {
+        threads: THREADS,
+        ops: OPS,
+        streams: 2,
+        size: |r| 1 + (r >> 8) % (2 * MIB),
+        record_stream_every: None,
+        publish: Publish::FullBatches,
+        reader_pause: Duration::from_millis(3),
     });
-    alloc.set_event_sink(Some(batching.clone()));
-    // Everything published so far, folded in: the allocator's gathered events into the
-    // regathering sink, its events into the agent, then the agent's drain.
-    let settle = || {
-        alloc.flush_events();
-        batching.flush();
-        agent.flush();
-    };
-    let stop = AtomicBool::new(false);
-    let leftovers: Vec<_> = thread::scope(|s| {
-        // A reader asks for the state while the workload runs (each state drains).
-        s.spawn(|| {
-            while !stop.load(Ordering::Acquire) {
-                let _ = agent.state();
-                thread::sleep(Duration::from_millis(3));
-            }
-        });
-        let workers: Vec<_> = (0..THREADS)
-            .map(|t| {
-                let alloc = alloc.clone();
-                s.spawn(move || {
-                    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (t + 1));
-                    let mut live = Vec::new();
-                    for _ in 0..OPS {
-                        let r = rng.next_u64();
-                        if live.len() < 32 && (live.is_empty() || !r.is_multiple_of(3)) {
-                            let size = 1 + (r >> 8) % (2 * MIB);
-                            live.push(alloc.malloc(size, StreamId(t % 2)).unwrap());
-                        } else {
-                            let p = live.swap_remove((r >> 4) as usize % live.len());
-                            alloc.free(p).unwrap();
-                        }
-                    }
-                    live
-                })
-            })
-            .collect();
-        let live = workers
-            .into_iter()
-            .flat_map(|w| w.join().unwrap())
-            .collect();
-        stop.store(true, Ordering::Release);
-        live
-    });
-    settle();
-    let state = agent.state();
-    let p = &state.pipeline;
-    assert!(
-        p.dropped_total > 0,
-        "a {CHANNEL}-event channel must overflow: {p:?}"
-    );
-    assert_eq!(
-        p.dropped_by_action.iter().map(|(_, n)| n).sum::<u64>(),
-        p.dropped_total
-    );
-    assert!(p.resyncs >= 1, "drops lead to a resync: {p:?}");
-    assert!(!p.partial);
-    assert_eq!(
-        state.devices[0].stats.memory_stats(),
-        alloc.memory_stats(),
-        "after the resync the agent's stats are the allocator's: {p:?}"
-    );
-
-    // Without drops, batches alone keep it exact from here on.
-    let dropped = p.dropped_total;
-    for (i, q) in leftovers.into_iter().enumerate() {
-        alloc.free(q).unwrap();
-        if i % 8 == 0 {
-            settle();
-        }
-    }
-    alloc.empty_cache().unwrap();
-    settle();
-    let state = agent.state();
-    assert_eq!(state.pipeline.dropped_total, dropped);
-    assert_eq!(state.devices[0].stats.memory_stats(), alloc.memory_stats());
-    assert_eq!(state.devices[0].stats.reserved_bytes.0[0].current, 0);
 }
 
 #[test]

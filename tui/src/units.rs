@@ -106,6 +106,24 @@ pub fn nanos(ns: u64) -> String {
     format!("{ns} ns")
 }
 
+/// Seconds elapsed since the start of a chart's axis, with three significant digits in a unit
+/// that fits: `0 s`, `272 ms`, `12.0 s`, `5.00 min`, `26.0 h`.
+pub fn elapsed(secs: f64) -> String {
+    const SECONDS_BEFORE_MINUTES: f64 = 100.0;
+    const MINUTES_BEFORE_HOURS: f64 = 100.0;
+    if secs.is_nan() || secs <= 0.0 {
+        return "0 s".into();
+    }
+    if secs < SECONDS_BEFORE_MINUTES {
+        return nanos((secs * 1e9) as u64);
+    }
+    let minutes = secs / 60.0;
+    if minutes < MINUTES_BEFORE_HOURS {
+        return format!("{} min", three_digits(minutes));
+    }
+    format!("{} h", three_digits(minutes / 60.0))
+}
+
 /// A percentage with no decimals, as `24%`.
 pub fn percent(part: u64, whole: u64) -> String {
     if whole == 0 {
@@ -246,6 +264,17 @@ mod tests {
         assert_eq!(nanos(1250), "1.25 µs");
         assert_eq!(nanos(3_400_000), "3.40 ms");
         assert_eq!(nanos(12_000_000_000), "12.0 s");
+    }
+
+    #[test]
+    fn elapsed_times_pick_a_unit_from_milliseconds_to_hours() {
+        assert_eq!(elapsed(0.0), "0 s");
+        assert_eq!(elapsed(-1.0), "0 s");
+        assert_eq!(elapsed(f64::NAN), "0 s");
+        assert_eq!(elapsed(0.272), "272 ms");
+        assert_eq!(elapsed(12.0), "12.0 s");
+        assert_eq!(elapsed(300.0), "5.00 min");
+        assert_eq!(elapsed(26.0 * 3600.0), "26.0 h");
     }
 
     #[test]

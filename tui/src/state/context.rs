@@ -66,6 +66,41 @@ pub fn summary(frames: &[Frame], user_metadata: Option<&str>) -> String {
     parts.join(SEPARATOR)
 }
 
+/// The lines of a stack worth reading, innermost first, and how many other frames were left
+/// out: the leading tags by name and user frames as [`location`]. When every frame is a library frame,
+/// the Python ones with a file are shown instead (as [`summary`] falls back), so a stack with
+/// anything readable never shows as empty.
+pub fn user_stack(frames: &[Frame]) -> (Vec<String>, usize) {
+    let line = |f: &Frame| {
+        if has_file(f) {
+            location(f)
+        } else {
+            f.name.clone()
+        }
+    };
+    // Tags lead (as in `summary`): further in, a frame without a file is the interpreter's
+    // or libc's C (`_PyEval_EvalFrameDefault`, `pymain_run_file`), not a label.
+    let tags = frames.iter().take_while(|f| is_tag(f)).count();
+    let mut lines: Vec<String> = frames[..tags]
+        .iter()
+        .chain(
+            frames[tags..]
+                .iter()
+                .filter(|f| has_file(f) && !is_library(f)),
+        )
+        .map(line)
+        .collect();
+    if lines.is_empty() {
+        lines = frames
+            .iter()
+            .filter(|f| has_file(f) && !is_native(f))
+            .map(line)
+            .collect();
+    }
+    let hidden = frames.len() - lines.len();
+    (lines, hidden)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -123,5 +158,40 @@ mod tests {
         ];
         assert_eq!(summary(&f, None), "module.py:1790 _call_impl");
         assert_eq!(summary(&[], None), "");
+        // A stack of them shows its Python ones too.
+        assert_eq!(
+            user_stack(&f),
+            (vec!["module.py:1790 _call_impl".to_string()], 1)
+        );
+        assert_eq!(user_stack(&[]), (Vec::new(), 0));
+    }
+
+    #[test]
+    fn a_stack_shows_tags_and_user_frames_and_counts_the_library_ones() {
+        let f = [
+            frame("step 3 backward", "", 0),
+            frame("torch::unwind::unwind()", "??", 0),
+            frame(
+                "c10::cuda::malloc(unsigned long)",
+                "CUDACachingAllocator.cpp",
+                0,
+            ),
+            frame("_call_impl", "/venv/site-packages/torch/nn/module.py", 1790),
+            frame("forward", "/home/me/model.py", 101),
+            frame("PyEval_EvalFrameDefault", "ceval.c", 4200),
+            frame("_PyEval_EvalFrameDefault", "??", 0),
+            frame("pymain_run_file", "??", 0),
+            frame("main", "/home/me/train.py", 12),
+        ];
+        let (lines, hidden) = user_stack(&f);
+        assert_eq!(
+            lines,
+            [
+                "step 3 backward",
+                "model.py:101 forward",
+                "train.py:12 main"
+            ]
+        );
+        assert_eq!(hidden, 6);
     }
 }

@@ -116,6 +116,44 @@ pub fn trace_entries<'a>(
     })
 }
 
+/// Gives the active blocks of `segments` the frames of their allocation when it is among the
+/// device's recent events: the newest `alloc` at the block's address, of its size, not freed
+/// since, whose context the agent named. This is current at once; the frames a periodic
+/// snapshot brings ([`SnapshotFrames::fill_blocks`]) only fill the blocks left without.
+pub fn fill_block_frames_from_recent(segments: &mut [SegmentInfo], d: &DeviceState) {
+    let mut live: HashMap<u64, (u64, &Frames)> = HashMap::new();
+    for e in &d.recent {
+        match e.action.as_str() {
+            "alloc" => match d.context_frames(e.context) {
+                Some(f) => {
+                    live.insert(e.addr, (e.size, f));
+                }
+                None => {
+                    live.remove(&e.addr);
+                }
+            },
+            "free_completed" | "free" => {
+                live.remove(&e.addr);
+            }
+            _ => {}
+        }
+    }
+    if live.is_empty() {
+        return;
+    }
+    for b in segments
+        .iter_mut()
+        .flat_map(|seg| &mut seg.blocks)
+        .filter(|b| b.state.is_active())
+    {
+        if let Some(&(size, f)) = live.get(&b.address)
+            && size == b.size
+        {
+            b.frames = Arc::clone(f);
+        }
+    }
+}
+
 /// The OOM report of an agent record.
 pub fn oom_report(o: &OomRecord) -> OomReport {
     let facts = OomFacts {
@@ -219,8 +257,9 @@ impl SnapshotFrames {
         self.fill_trace(&mut state.trace);
     }
 
-    /// Sets the frames of the blocks in `segments` that are not inactive and match an indexed
-    /// block by address and size.
+    /// Sets the frames of the blocks in `segments` that are not inactive, have none yet (the
+    /// recent events' are newer than the snapshot's, see [`fill_block_frames_from_recent`])
+    /// and match an indexed block by address and size.
     pub fn fill_blocks(&self, segments: &mut [SegmentInfo]) {
         if self.blocks.is_empty() {
             return;
@@ -229,7 +268,7 @@ impl SnapshotFrames {
             for b in seg
                 .blocks
                 .iter_mut()
-                .filter(|b| b.state != BlockState::Inactive)
+                .filter(|b| b.state != BlockState::Inactive && b.frames.is_empty())
             {
                 if let Some(f) = self.blocks.get(&(b.address, b.size)) {
                     b.frames = Arc::clone(f);
@@ -324,7 +363,7 @@ impl AgentAdapter {
 
     /// The dashboard state for `device` of `agent` (the first device when it is absent).
     pub fn state(&mut self, agent: &AgentState, device: i32, info: &LiveInfo) -> State {
-        let d = agent
+        let mut d = agent
             .device(device)
             .or_else(|| agent.devices.first())
             .cloned()
@@ -371,6 +410,8 @@ impl AgentAdapter {
             .iter()
             .flat_map(|e| trace_entries(e, d.context_frames(e.context)))
             .collect();
+        let mut segments = std::mem::take(&mut d.segments);
+        fill_block_frames_from_recent(&mut segments, &d);
         let total = (d.total_memory > 0).then_some(d.total_memory);
         let host = agent.host.as_ref().map(|h| {
             let heap = self.host.get_or_insert_with(HostHeap::default);
@@ -406,7 +447,7 @@ impl AgentAdapter {
             },
             stats: d.stats.clone(),
             streams: self.streams(&d, now, t0),
-            segments: d.segments,
+            segments,
             timeline,
             histograms,
             trace: Arc::from(trace),
@@ -438,6 +479,41 @@ mod tests {
             latency_ns: 0,
             context: 0,
         }
+    }
+
+    /// A one-frame stack: the tag `name` (`step 1 forward`).
+    fn tag(name: &str) -> Frames {
+        Arc::from(vec![allocview_alloc::snapshot::Frame::new(name, "??", 0)])
+    }
+
+    /// A small-pool segment at 0x1000 of blocks of `size` bytes for `requested`, at the given
+    /// addresses and states, without frames (as the agent's mirror sends them).
+    fn bare_segment(size: u64, requested: u64, blocks: &[(u64, BlockState)]) -> SegmentInfo {
+        use crate::state::fixtures::{block, segment};
+        let blocks = blocks
+            .iter()
+            .map(|&(address, state)| allocview_alloc::snapshot::BlockInfo {
+                frames: no_frames(),
+                ..block(address, size, requested, state)
+            })
+            .collect();
+        segment(
+            0x1000,
+            0,
+            allocview_alloc::snapshot::SegmentType::Small,
+            blocks,
+        )
+    }
+
+    /// One-tag contexts by id, as the agent names them.
+    fn named(pairs: &[(u32, &str)]) -> Vec<allocview_agent::state::ContextFrames> {
+        pairs
+            .iter()
+            .map(|&(id, name)| allocview_agent::state::ContextFrames {
+                id,
+                frames: tag(name),
+            })
+            .collect()
     }
 
     #[test]
@@ -563,9 +639,6 @@ mod tests {
 
     #[test]
     fn live_trace_entries_take_the_frames_of_their_events_context_ids_at_once() {
-        use allocview_agent::state::ContextFrames;
-        use allocview_alloc::snapshot::Frame;
-        let tag = |name: &str| -> Frames { Arc::from(vec![Frame::new(name, "??", 0)]) };
         let a = AgentState {
             devices: vec![DeviceState {
                 recent: vec![
@@ -583,16 +656,7 @@ mod tests {
                     },
                     recent("alloc", 0x3000, 4_000),
                 ],
-                contexts: vec![
-                    ContextFrames {
-                        id: 7,
-                        frames: tag("step 1 forward"),
-                    },
-                    ContextFrames {
-                        id: 9,
-                        frames: tag("step 1 optimizer"),
-                    },
-                ],
+                contexts: named(&[(7, "step 1 forward"), (9, "step 1 optimizer")]),
                 ..DeviceState::default()
             }],
             ..AgentState::default()
@@ -662,7 +726,7 @@ mod tests {
     #[test]
     fn a_snapshots_frames_join_onto_blocks_and_entries_in_place_unless_the_trace_is_shared() {
         use crate::state::fixtures::{block, segment};
-        use allocview_alloc::snapshot::{BlockInfo, SegmentType};
+        use allocview_alloc::snapshot::SegmentType;
         let snap = Snapshot {
             segments: vec![segment(
                 0x1000,
@@ -682,19 +746,14 @@ mod tests {
         };
         let frames = SnapshotFrames::new(&snap);
         assert_eq!((frames.indexed_blocks(), frames.indexed_traces()), (1, 1));
-        let bare = |address, state| BlockInfo {
-            frames: no_frames(),
-            ..block(address, 512, 500, state)
-        };
         let live = |trace: Arc<[TraceEntry]>| State {
-            segments: vec![segment(
-                0x1000,
-                0,
-                SegmentType::Small,
-                vec![
-                    bare(0x1000, BlockState::ActiveAllocated),
-                    bare(0x1200, BlockState::Inactive),
-                    bare(0x1400, BlockState::ActiveAllocated),
+            segments: vec![bare_segment(
+                512,
+                500,
+                &[
+                    (0x1000, BlockState::ActiveAllocated),
+                    (0x1200, BlockState::Inactive),
+                    (0x1400, BlockState::ActiveAllocated),
                 ],
             )],
             trace,
@@ -727,5 +786,104 @@ mod tests {
         frames.apply(&mut state);
         assert_eq!(state.trace[1].user_metadata.as_deref(), Some("phase=eval"));
         assert_eq!(entries[1].user_metadata, None);
+    }
+
+    #[test]
+    fn live_blocks_take_the_frames_of_their_allocation_among_the_recent_events() {
+        use crate::state::fixtures::{block, segment};
+        use allocview_alloc::snapshot::{BlockInfo, SegmentType};
+        let with_context = |action, addr, time_ns, context| RecentEvent {
+            context,
+            ..recent(action, addr, time_ns)
+        };
+        let a = AgentState {
+            devices: vec![DeviceState {
+                segments: vec![{
+                    let mut seg = bare_segment(
+                        1024,
+                        1000,
+                        &[
+                            (0x1000, BlockState::ActiveAllocated),
+                            (0x1400, BlockState::ActivePendingFree),
+                            (0x1800, BlockState::ActiveAllocated),
+                            (0x1c00, BlockState::Inactive),
+                            (0x2000, BlockState::ActiveAllocated),
+                            (0x2400, BlockState::ActiveAllocated),
+                        ],
+                    );
+                    // Another size at the address: another block.
+                    seg.blocks[5].size = 2048;
+                    seg
+                }],
+                recent: vec![
+                    // Reallocated: the newest allocation's frames.
+                    with_context("alloc", 0x1000, 1, 7),
+                    with_context("free", 0x1000, 2, 9),
+                    with_context("alloc", 0x1000, 3, 8),
+                    // Pending free: still its allocation's.
+                    with_context("alloc", 0x1400, 4, 7),
+                    with_context("free_requested", 0x1400, 5, 9),
+                    // The newest allocation has no context: none, not an older one's.
+                    with_context("alloc", 0x1800, 6, 7),
+                    with_context("free_completed", 0x1800, 7, 0),
+                    with_context("alloc", 0x1800, 8, 0),
+                    // Freed (the block is inactive now).
+                    with_context("alloc", 0x1c00, 9, 7),
+                    with_context("free", 0x1c00, 10, 9),
+                    // A context the agent did not name.
+                    with_context("alloc", 0x2000, 11, 42),
+                    // Another size at the address: another block.
+                    with_context("alloc", 0x2400, 12, 7),
+                ],
+                contexts: named(&[
+                    (7, "step 1 forward"),
+                    (8, "step 2 forward"),
+                    (9, "step 1 optimizer"),
+                ]),
+                ..DeviceState::default()
+            }],
+            ..AgentState::default()
+        };
+        let mut s = AgentAdapter::new().state(&a, 0, &LiveInfo::default());
+        let names = |s: &State| -> Vec<Option<String>> {
+            s.segments[0]
+                .blocks
+                .iter()
+                .map(|b| b.frames.first().map(|f| f.name.clone()))
+                .collect()
+        };
+        let expected = [
+            Some("step 2 forward"),
+            Some("step 1 forward"),
+            None,
+            None,
+            None,
+            None,
+        ];
+        assert_eq!(names(&s), expected.map(|n| n.map(String::from)));
+
+        // A snapshot's frames fill only the blocks still without: the recent events are newer.
+        let snap = Snapshot {
+            segments: vec![segment(
+                0x1000,
+                0,
+                SegmentType::Small,
+                vec![
+                    BlockInfo {
+                        frames: tag("step 0 stale"),
+                        ..block(0x1000, 1024, 1000, BlockState::ActiveAllocated)
+                    },
+                    BlockInfo {
+                        frames: tag("step 0 init"),
+                        ..block(0x2000, 1024, 1000, BlockState::ActiveAllocated)
+                    },
+                ],
+            )],
+            ..Snapshot::default()
+        };
+        SnapshotFrames::new(&snap).apply(&mut s);
+        let mut expected = expected.map(|n| n.map(String::from));
+        expected[4] = Some("step 0 init".into());
+        assert_eq!(names(&s), expected);
     }
 }

@@ -13,6 +13,10 @@ use crate::units;
 
 /// Microseconds per second.
 const US_PER_S: i64 = 1_000_000;
+/// Indent of the diagnosis's explanation lines.
+const EXPLANATION_INDENT: &str = "   ";
+/// Frames of an OOM's context shown on its line (tags and user frames, innermost first).
+const OOM_CONTEXT_FRAMES: usize = 4;
 /// Seconds per day.
 const S_PER_DAY: i64 = 86_400;
 
@@ -59,9 +63,13 @@ pub fn lines(o: &OomReport, width: usize) -> Vec<Line<'static>> {
             Span::styled(o.diagnosis.as_str().to_uppercase(), theme::alert()),
         ]),
     ];
-    for w in wrap(&o.explanation, width.saturating_sub(4)) {
+    // Inside the box's two borders, after the indent.
+    for w in wrap(
+        &o.explanation,
+        width.saturating_sub(2 + EXPLANATION_INDENT.len()),
+    ) {
         v.push(Line::styled(
-            format!("   {w}"),
+            format!("{EXPLANATION_INDENT}{w}"),
             Style::new().fg(theme::ALERT),
         ));
     }
@@ -88,9 +96,10 @@ pub fn lines(o: &OomReport, width: usize) -> Vec<Line<'static>> {
         ])),
         None => v.push(Line::styled(" snapshot: none written", theme::dim())),
     }
-    if !o.frames.is_empty() {
-        let ctx: Vec<String> = o.frames.iter().take(4).map(|f| f.name.clone()).collect();
-        v.push(Line::raw(format!(" context: {}", ctx.join(" ← "))));
+    let (stack, _) = crate::state::context::user_stack(&o.frames);
+    if !stack.is_empty() {
+        let shown = &stack[..stack.len().min(OOM_CONTEXT_FRAMES)];
+        v.push(Line::raw(format!(" context: {}", shown.join(" ← "))));
     }
     v
 }
@@ -151,6 +160,52 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_explanation_wraps_inside_the_boxs_borders() {
+        let o = OomReport {
+            explanation: "fragmentation: 6.27 GiB is reserved but free, more than the 589.98 MiB \
+                          asked for, yet the largest free block is 558.02 MiB and 6.27 GiB is \
+                          stranded in split segments; expandable_segments:True would let the \
+                          free space be used"
+                .into(),
+            number: 1,
+            time_us: None,
+            device: 0,
+            stream: 0,
+            requested: 590 << 20,
+            rounded: 590 << 20,
+            segment_size: None,
+            device_total: Some(16 << 30),
+            device_free: Some(396 << 20),
+            allocated: 9 << 30,
+            reserved: 15 << 30,
+            largest_free: 558 << 20,
+            diagnosis: allocview_agent::diagnosis::DiagnosisKind::Fragmentation,
+            what_if: Vec::new(),
+            dump_path: None,
+            dump_error: None,
+            frames: allocview_alloc::snapshot::no_frames(),
+            trace_index: None,
+        };
+        for width in [40, 61, 100, 158] {
+            let inner = width - 2;
+            let explanation: Vec<String> = lines(&o, width)
+                .iter()
+                .map(|l| l.to_string())
+                .filter(|l| l.starts_with(EXPLANATION_INDENT))
+                .collect();
+            assert!(explanation.len() > 1, "{width}: {explanation:?}");
+            for l in &explanation {
+                assert!(l.chars().count() <= inner, "{width}: {l:?}");
+            }
+            let words: Vec<&str> = explanation
+                .iter()
+                .flat_map(|l| l.split_whitespace())
+                .collect();
+            assert_eq!(words.join(" "), o.explanation, "{width}");
+        }
+    }
 
     #[test]
     fn clock_reads_utc_time_of_day() {

@@ -214,7 +214,7 @@ pub fn render_chart(area: Rect, buf: &mut Buffer, state: &State) {
         if t.x_is_events {
             units::count(x.max(0.0) as u64)
         } else {
-            format!("{:.0} s", x - x0)
+            units::elapsed(x - x0)
         }
     };
     let chart = Chart::new(datasets)
@@ -285,7 +285,7 @@ pub fn render_host_chart(area: Rect, buf: &mut Buffer, h: &HostHeap) {
             Axis::default()
                 .bounds([x0, x1])
                 .style(theme::dim())
-                .labels(["0 s".to_string(), format!("{:.0} s", x1 - x0)]),
+                .labels([units::elapsed(0.0), units::elapsed(x1 - x0)]),
         )
         .y_axis(bytes_axis(max_y))
         .render(area, buf);

@@ -384,14 +384,13 @@ fn detail_lines(seg: &SegmentInfo, block: usize) -> Vec<Line<'static>> {
     ));
     if !b.frames.is_empty() {
         lines.push(Line::styled(" allocated at", theme::dim()));
-        for f in b.frames.iter() {
-            let loc = if f.filename == "??" || f.filename.is_empty() {
-                f.name.clone()
-            } else {
-                let file = f.filename.rsplit('/').next().unwrap_or(&f.filename);
-                format!("{file}:{} {}", f.line, f.name)
-            };
-            lines.push(Line::raw(format!("   {loc}")));
+        let (stack, hidden) = crate::state::context::user_stack(&b.frames);
+        lines.extend(stack.into_iter().map(|l| Line::raw(format!("   {l}"))));
+        if hidden > 0 {
+            lines.push(Line::styled(
+                format!("   (+{hidden} library frames hidden)"),
+                theme::dim(),
+            ));
         }
     }
     lines
