@@ -557,8 +557,12 @@ mod tests {
             assert!(t >= last, "clock went back: {t} < {last}");
             last = t;
         }
+        // One read after the loop's end: the thread may have been preempted between the
+        // loop's last read and its check of the monotonic clock.
+        let end = now_ns();
+        assert!(end >= last, "clock went back: {end} < {last}");
         // The clock followed the monotonic clock (within a generous bound).
-        let elapsed = last - start;
+        let elapsed = end - start;
         assert!(elapsed >= CALIBRATE_AFTER_NS, "elapsed {elapsed}");
         let system = SystemTime::now()
             .duration_since(UNIX_EPOCH)
