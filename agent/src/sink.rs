@@ -163,6 +163,49 @@ pub const MIN_CHANNEL_CAPACITY: usize = 2;
 /// RESUME_DIVISOR` batches from the batch channel, at least one).
 pub const RESUME_DIVISOR: usize = 64;
 
+/// One channel's full-channel latch and fill marks (the event channel counts events, the batch
+/// channel batches).
+#[derive(Debug)]
+struct Lane {
+    /// Set by a publish that found the channel full; lifted by the consumer.
+    full: CachePadded<AtomicBool>,
+    capacity: usize,
+    /// The fill level that wakes the consumer early.
+    half: usize,
+    /// Messages the consumer takes between two lifts of the latches.
+    resume_interval: usize,
+}
+
+impl Lane {
+    fn new(capacity: usize) -> Lane {
+        Lane {
+            full: CachePadded::new(AtomicBool::new(false)),
+            capacity,
+            half: (capacity / 2).max(1),
+            resume_interval: (capacity / RESUME_DIVISOR).max(1),
+        }
+    }
+
+    #[inline]
+    fn is_latched(&self) -> bool {
+        self.full.load(Ordering::Relaxed)
+    }
+
+    #[inline]
+    fn latch(&self) {
+        self.full.store(true, Ordering::Relaxed);
+    }
+
+    /// Lifts the latch, writing the flag only when it is set (so a consumer calling this often
+    /// does not take the line from the producers).
+    #[inline]
+    fn lift(&self) {
+        if self.is_latched() {
+            self.full.store(false, Ordering::Relaxed);
+        }
+    }
+}
+
 /// Drop counters, full-channel latches and the wake-up flag shared by the sink and the
 /// aggregator.
 #[derive(Debug)]
@@ -170,17 +213,11 @@ pub struct SinkShared {
     /// Rows `0..OWNED_DROP_SLOTS` are written by their thread only; the last row is shared.
     dropped: Box<[DropRow; OWNED_DROP_SLOTS + 1]>,
     wake_pending: CachePadded<AtomicBool>,
-    /// Set by a publish that found the event channel full; lifted by the consumer.
-    full: CachePadded<AtomicBool>,
-    /// Set by a batch publish that found the batch channel full; lifted by the consumer.
-    batch_full: CachePadded<AtomicBool>,
+    /// The event channel's latch and marks, in events.
+    events: Lane,
+    /// The batch channel's latch and marks, in batches.
+    batches: Lane,
     consumer: OnceLock<Thread>,
-    capacity: usize,
-    half: usize,
-    resume_interval: usize,
-    batch_capacity: usize,
-    batch_half: usize,
-    batch_resume_interval: usize,
 }
 
 impl SinkShared {
@@ -188,40 +225,34 @@ impl SinkShared {
         SinkShared {
             dropped: Box::new(std::array::from_fn(|_| drop_row())),
             wake_pending: CachePadded::new(AtomicBool::new(false)),
-            full: CachePadded::new(AtomicBool::new(false)),
-            batch_full: CachePadded::new(AtomicBool::new(false)),
+            events: Lane::new(capacity),
+            batches: Lane::new(batch_capacity),
             consumer: OnceLock::new(),
-            capacity,
-            half: (capacity / 2).max(1),
-            resume_interval: (capacity / RESUME_DIVISOR).max(1),
-            batch_capacity,
-            batch_half: (batch_capacity / 2).max(1),
-            batch_resume_interval: (batch_capacity / RESUME_DIVISOR).max(1),
         }
     }
 
     /// Events the consumer takes from the event channel between two lifts of the full-channel
     /// latches.
     pub fn resume_interval(&self) -> usize {
-        self.resume_interval
+        self.events.resume_interval
     }
 
     /// Batches the consumer takes from the batch channel between two lifts of the full-channel
     /// latches (`batch_capacity / RESUME_DIVISOR`, at least one).
     pub fn batch_resume_interval(&self) -> usize {
-        self.batch_resume_interval
+        self.batches.resume_interval
     }
 
     /// Whether publishes are dropping without probing the event channel (it was found full and
     /// the consumer has not lifted the latch yet).
     pub fn is_latched_full(&self) -> bool {
-        self.full.load(Ordering::Relaxed)
+        self.events.is_latched()
     }
 
     /// Whether batch publishes are dropping without probing the batch channel (it was found
     /// full and the consumer has not lifted the latch yet).
     pub fn is_batch_latched_full(&self) -> bool {
-        self.batch_full.load(Ordering::Relaxed)
+        self.batches.is_latched()
     }
 
     /// Lifts both full-channel latches (called by the consumer once it made room): the next
@@ -229,11 +260,8 @@ impl SinkShared {
     /// so a consumer calling this often does not take the lines from the producers.
     #[inline]
     pub fn resume(&self) {
-        for latch in [&self.full, &self.batch_full] {
-            if latch.load(Ordering::Relaxed) {
-                latch.store(false, Ordering::Relaxed);
-            }
-        }
+        self.events.lift();
+        self.batches.lift();
     }
 
     /// Counts a dropped event and makes sure the consumer is coming.
@@ -286,12 +314,12 @@ impl SinkShared {
 
     /// The event channel's capacity, in events (the configured capacity).
     pub fn capacity(&self) -> usize {
-        self.capacity
+        self.events.capacity
     }
 
     /// The batch channel's capacity, in batches (see [`batch_capacity_for`]).
     pub fn batch_capacity(&self) -> usize {
-        self.batch_capacity
+        self.batches.capacity
     }
 
     /// Registers the thread that [`wake`](Self::wake) unparks (the aggregator). Only the first
@@ -426,7 +454,7 @@ impl ChannelSink {
     #[inline]
     fn publish_chunk(&self, events: &[Event]) {
         let has_oom = events.iter().any(|e| e.action == EventAction::Oom);
-        if self.shared.batch_full.load(Ordering::Relaxed) && !has_oom {
+        if self.shared.batches.is_latched() && !has_oom {
             self.shared.drop_events(events);
             return;
         }
@@ -435,12 +463,12 @@ impl ChannelSink {
                 // The fill level is read on every batch: checking every 4th batch instead (as
                 // `publish` does every WAKE_CHECK_INTERVAL events) measured no difference,
                 // the read being paid once per up to MAX_BATCH events.
-                if has_oom || self.batch_tx.len() >= self.shared.batch_half {
+                if has_oom || self.batch_tx.len() >= self.shared.batches.half {
                     self.shared.wake();
                 }
             }
             Err(TrySendError::Full(_)) => {
-                self.shared.batch_full.store(true, Ordering::Relaxed);
+                self.shared.batches.latch();
                 self.shared.drop_events(events);
             }
             Err(TrySendError::Disconnected(_)) => self.shared.drop_events(events),
@@ -451,7 +479,7 @@ impl ChannelSink {
 impl EventSink for ChannelSink {
     #[inline]
     fn publish(&self, event: &Event) {
-        if self.shared.full.load(Ordering::Relaxed) && event.action != EventAction::Oom {
+        if self.shared.events.is_latched() && event.action != EventAction::Oom {
             self.shared.drop_event(event.action);
             return;
         }
@@ -463,13 +491,14 @@ impl EventSink for ChannelSink {
                     n
                 });
                 if event.action == EventAction::Oom
-                    || (n.is_multiple_of(WAKE_CHECK_INTERVAL) && self.tx.len() >= self.shared.half)
+                    || (n.is_multiple_of(WAKE_CHECK_INTERVAL)
+                        && self.tx.len() >= self.shared.events.half)
                 {
                     self.shared.wake();
                 }
             }
             Err(TrySendError::Full(e)) => {
-                self.shared.full.store(true, Ordering::Relaxed);
+                self.shared.events.latch();
                 self.shared.drop_event(e.action);
             }
             Err(TrySendError::Disconnected(e)) => self.shared.drop_event(e.action),
