@@ -1433,11 +1433,13 @@ impl DeviceCachingAllocator {
             self.stats.oversize_allocations.update(-1);
         }
         if !self.arena[id].stream_uses.is_empty() {
-            if self.tracing_now {
-                self.trace_block(TraceAction::FreeRequested, id, context.as_ref());
-            }
-            if self.publishing {
-                self.publish_block(EventAction::FreeRequested, id);
+            if self.observing {
+                if self.tracing_now {
+                    self.trace_block(TraceAction::FreeRequested, id, context.as_ref());
+                }
+                if self.publishing {
+                    self.publish_block(EventAction::FreeRequested, id);
+                }
             }
             if !self.captures.is_empty() {
                 self.deferred_until_no_capture.push(id);
