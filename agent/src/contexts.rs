@@ -54,8 +54,9 @@ impl ContextCache {
         ContextCache::default()
     }
 
-    /// Notes the context id of an event being folded.
-    #[inline]
+    /// Notes the context id of one recent event: called once a tick for each recent event new
+    /// since the last tick (`DeviceAgg::resolve_contexts` in the aggregator), in order, so
+    /// consecutive events sharing an id cost one compare.
     pub fn note(&mut self, id: u32) {
         if id == 0 || id == self.last {
             return;
