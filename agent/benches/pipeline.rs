@@ -6,6 +6,11 @@
 //!   of 32 (and batches of 4), with the aggregator parked (nothing drains while the clock
 //!   runs; the channels are emptied between timed chunks) and live (draining on the other
 //!   core). Throughput is in events, so criterion's figures are per event.
+//! - `publish_batch_size_parked`: one `publish_batch` of 1, 4, 8, 16 or 32 events vs one
+//!   `publish` (`single`), aggregator parked: what a batch costs by size (its 2 KiB message).
+//! - `publish_32_paced`: 32 events (one by one, one batch, batches of 4) into a live agent after
+//!   ~3 us of arithmetic each round, so nothing floods; `pace_only`, the arithmetic alone, is
+//!   the baseline to subtract.
 //! - `cached_pair`: a cached `malloc` + `free` of the caching allocator on the simulated device,
 //!   without a sink, with a sink that ignores the batches it is given (the allocator's own cost
 //!   of gathering events) and with the agent's sink.

@@ -162,8 +162,9 @@ struct Fence {
     from_ns: u64,
     to_ns: u64,
     /// At least as many events as the channels held when the snapshot returned (a waiting
-    /// batch counts as `MAX_BATCH` events): the marker is among them unless it was dropped. A dropped marker
-    /// also grew the drop count, so the next check resyncs again whatever this fence swallowed.
+    /// batch counts as `MAX_BATCH` events): the marker is among them unless it was dropped. A
+    /// dropped marker also grew the drop count, so the next check resyncs again whatever this
+    /// fence swallowed.
     remaining: usize,
 }
 

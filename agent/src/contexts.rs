@@ -20,12 +20,11 @@
 //! [`SnapshotProvider::context_frames`]: crate::provider::SnapshotProvider::context_frames
 //! [`CONTEXT_TABLE_CAPACITY`]: allocview_alloc::caching::CONTEXT_TABLE_CAPACITY
 
-use std::collections::HashSet;
 use std::collections::hash_map::Entry;
 
 use allocview_alloc::snapshot::Frames;
 
-use crate::addr_map::AddrMap;
+use crate::addr_map::{AddrMap, AddrSet};
 use crate::provider::SnapshotProvider;
 use crate::state::ContextFrames;
 
@@ -54,8 +53,9 @@ impl ContextCache {
         ContextCache::default()
     }
 
-    /// Notes the context id of an event being folded.
-    #[inline]
+    /// Notes the context id of one recent event: called once a tick for each recent event new
+    /// since the last tick (`DeviceAgg::resolve_contexts` in the aggregator), in order, so
+    /// consecutive events sharing an id cost one compare.
     pub fn note(&mut self, id: u32) {
         if id == 0 || id == self.last {
             return;
@@ -120,7 +120,7 @@ impl ContextCache {
     /// read only then).
     pub fn trim(&mut self, in_use: impl IntoIterator<Item = u32>) {
         if self.known.len() > MAX_KEPT {
-            let in_use: HashSet<u64> = in_use.into_iter().map(u64::from).collect();
+            let in_use: AddrSet = in_use.into_iter().map(u64::from).collect();
             self.known.retain(|id, _| in_use.contains(id));
         }
     }

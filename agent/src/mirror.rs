@@ -209,7 +209,8 @@ struct StreamAcc {
 /// What applying an event learned that the aggregator records elsewhere.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Applied {
-    /// For `free_completed` and `free`: how long the block lived (when its allocation time is known).
+    /// For `free_completed` and `free`: how long the block lived (when its allocation time is
+    /// known).
     pub lifetime_ns: Option<u64>,
     /// The pool of the block or segment.
     pub pool: Option<PoolKey>,

@@ -85,12 +85,14 @@ use crossbeam_utils::CachePadded;
 /// averages 4-8 ns, most of it dropped), the aggregator folds a caching-allocator
 /// event stream at about 20 M events/s, so a burst from a tight loop outruns it several times
 /// over and only the channel absorbs the difference. The half-full wake-up starts a drain at
-/// 32 Ki events; a PyTorch-like allocator (well under 1 M events/s, a cached malloc+free pair
-/// costing ~140 ns and making 2 events) never fills 64 Ki slots between drains. A 1 M-event
-/// burst from a tight loop dropped 93% at 64 Ki, 47% at 256 Ki and 93-99% at 1-16 Ki (noisy:
-/// it depends on when the aggregator thread is scheduled); past 64 Ki the memory (16 MiB at
-/// 256 Ki) buys protection only against such synthetic floods, and drops are counted and
-/// resynchronised anyway. Raise it with
+/// 32 Ki events in the event channel and at 1024 batches in the batch channel. The tracking and
+/// instrumented global allocators fill the event channel; the caching allocator fills the batch
+/// channel, whose 2048 batches hold 64 Ki events only when every batch is full (what its cached
+/// `malloc` + `free` pair costs with this sink is measured in the module documentation).
+/// A 1 M-event burst from a tight loop dropped 93% at 64 Ki, 47% at 256 Ki and 93-99% at
+/// 1-16 Ki (noisy: it depends on when the aggregator thread is scheduled); past 64 Ki the memory
+/// (16 MiB at 256 Ki) buys protection only against such synthetic floods, and drops are counted
+/// and resynchronised anyway. Raise it with
 /// [`AgentBuilder::channel_capacity`](crate::agent::AgentBuilder::channel_capacity) for
 /// allocation storms.
 pub const DEFAULT_CHANNEL_CAPACITY: usize = 1 << 16;

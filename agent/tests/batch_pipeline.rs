@@ -15,7 +15,7 @@ use allocview_alloc::event::{CPU_DEVICE, Event, EventAction, EventPool, EventSin
 
 #[path = "support/small_channel_stress.rs"]
 mod small_channel_stress;
-use small_channel_stress::{MIB, Publish, Rng, Scenario};
+use small_channel_stress::{MIB, Publish, Rng, Scenario, mixed_size};
 
 /// Publishes between two flushes at most: with a channel of [`CAPACITY`] events (and so
 /// `CAPACITY / MAX_BATCH` batches), nothing can be dropped even if every publish is a batch
@@ -49,10 +49,7 @@ fn recorded(device: i32, seed: u64) -> (Vec<Event>, CachingAllocator<Arc<SimBack
     for _ in 0..4_000 {
         let r = rng.next_u64();
         if live.len() < 64 && (live.is_empty() || !r.is_multiple_of(3)) {
-            let size = match r % 10 {
-                0..=7 => 1 + (r >> 8) % MIB,
-                _ => MIB + (r >> 8) % (8 * MIB),
-            };
+            let size = mixed_size(r);
             live.push(alloc.malloc(size, StreamId((r >> 40) % 2)).unwrap());
         } else {
             let p = live.swap_remove((r >> 4) as usize % live.len());

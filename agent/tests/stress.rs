@@ -10,7 +10,7 @@ use std::time::Duration;
 
 #[path = "support/small_channel_stress.rs"]
 mod small_channel_stress;
-use small_channel_stress::{MIB, Publish, Scenario};
+use small_channel_stress::{Publish, Scenario, mixed_size};
 
 const THREADS: u64 = 8;
 const DEFAULT_OPS: usize = 50_000;
@@ -26,21 +26,13 @@ fn ops() -> usize {
         .unwrap_or(DEFAULT_OPS)
 }
 
-/// Eight in ten blocks small (up to 1 MiB), the rest large (1 to 9 MiB).
-fn size(r: u64) -> u64 {
-    match r % 10 {
-        0..=7 => 1 + (r >> 8) % MIB,
-        _ => MIB + (r >> 8) % (8 * MIB),
-    }
-}
-
 #[test]
 fn eight_threads_with_a_small_channel_drop_resync_and_end_exact() {
     small_channel_stress::run(&Scenario {
         threads: THREADS,
         ops: ops(),
         streams: STREAMS,
-        size,
+        size: mixed_size,
         record_stream_every: Some(RECORD_STREAM_EVERY),
         publish: Publish::Direct,
         reader_pause: Duration::from_millis(5),

@@ -32,6 +32,16 @@ pub const MIB: u64 = 1 << 20;
 /// The agent's channel: 256 events, eight batches, small enough that the producers overrun it
 /// between ticks whether they publish events or batches.
 pub const CHANNEL: usize = 8 * MAX_BATCH;
+/// The tests' mixed block size from a generator draw `r`: eight in ten draws (`r % 10` below 8)
+/// give a small block of 1 byte to 1 MiB, the rest a large one of 1 to 9 MiB (below 9 MiB),
+/// both from the bits of `r` above its lowest 8.
+pub fn mixed_size(r: u64) -> u64 {
+    match r % 10 {
+        0..=7 => 1 + (r >> 8) % MIB,
+        _ => MIB + (r >> 8) % (8 * MIB),
+    }
+}
+
 /// Blocks one thread holds at most.
 const MAX_LIVE: usize = 32;
 /// Size of the simulated device: no `malloc` of the workload runs out of it.
