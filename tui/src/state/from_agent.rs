@@ -470,6 +470,14 @@ mod tests {
         }
     }
 
+    /// [`recent`] carrying the allocator's context id `context` (0: none).
+    fn with_context(action: &str, addr: u64, time_ns: u64, context: u32) -> RecentEvent {
+        RecentEvent {
+            context,
+            ..recent(action, addr, time_ns)
+        }
+    }
+
     /// A one-frame stack: the tag `name` (`step 1 forward`).
     fn tag(name: &str) -> Frames {
         Arc::from(vec![allocview_alloc::snapshot::Frame::new(name, "??", 0)])
@@ -631,18 +639,9 @@ mod tests {
         let a = AgentState {
             devices: vec![DeviceState {
                 recent: vec![
-                    RecentEvent {
-                        context: 7,
-                        ..recent("alloc", 0x1000, 1_000)
-                    },
-                    RecentEvent {
-                        context: 9,
-                        ..recent("free", 0x1000, 2_000)
-                    },
-                    RecentEvent {
-                        context: 8,
-                        ..recent("alloc", 0x2000, 3_000)
-                    },
+                    with_context("alloc", 0x1000, 1_000, 7),
+                    with_context("free", 0x1000, 2_000, 9),
+                    with_context("alloc", 0x2000, 3_000, 8),
                     recent("alloc", 0x3000, 4_000),
                 ],
                 contexts: named(&[(7, "step 1 forward"), (9, "step 1 optimizer")]),
@@ -670,7 +669,6 @@ mod tests {
 
     #[test]
     fn live_trace_entries_take_the_frames_of_the_allocators_matching_entries() {
-        use allocview_alloc::snapshot::Frame;
         let event = |action: &str, addr: u64, time_ns: u64| RecentEvent {
             size: 512,
             requested: 500,
@@ -687,13 +685,9 @@ mod tests {
             .flat_map(|e| trace_entries(e, None))
             .collect::<Vec<_>>(),
         );
-        let tagged = |action, time_us, tag: &str| TraceEntry {
+        let tagged = |action, time_us, name: &str| TraceEntry {
             time_us: Some(time_us),
-            frames: Arc::from(vec![Frame {
-                name: tag.into(),
-                filename: "??".into(),
-                line: 0,
-            }]),
+            frames: tag(name),
             ..TraceEntry::new(action, 0x1000, 512, 0)
         };
         let snap = Snapshot {
@@ -781,10 +775,6 @@ mod tests {
     fn live_blocks_take_the_frames_of_their_allocation_among_the_recent_events() {
         use crate::state::fixtures::{block, segment};
         use allocview_alloc::snapshot::{BlockInfo, SegmentType};
-        let with_context = |action, addr, time_ns, context| RecentEvent {
-            context,
-            ..recent(action, addr, time_ns)
-        };
         let a = AgentState {
             devices: vec![DeviceState {
                 segments: vec![{
