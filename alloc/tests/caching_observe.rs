@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use allocview_alloc::caching::{ContextLevel, HistoryOptions};
 use allocview_alloc::event::{
-    Event, EventAction, EventPool, EventSink, FLAG_CACHED, FLAG_OVERSIZE,
+    Event, EventAction, EventPool, EventSink, FLAG_CACHED, FLAG_OVERSIZE, MAX_BATCH,
 };
 use allocview_alloc::snapshot::{BlockState, Frame, Frames, SegmentType, TraceAction, Value};
 use builders::*;
@@ -212,20 +212,10 @@ fn snapshot_describes_segments_blocks_and_settings_like_pytorch() {
     assert_eq!(settings[1], ("max_split_size".into(), Value::Int(64 << 20)));
 }
 
-/// A sink that counts and keeps events.
-#[derive(Default)]
-struct Keep(Mutex<Vec<Event>>);
-
-impl EventSink for Keep {
-    fn publish(&self, e: &Event) {
-        self.0.lock().unwrap().push(*e);
-    }
-}
-
 #[test]
 fn events_mirror_trace_entries_with_block_sizes_and_flags() {
     let (a, dev) = allocator_with(8 * GIB, "max_split_size_mb:20");
-    let sink = Arc::new(Keep::default());
+    let sink = Arc::new(Batches::default());
     a.set_event_sink(Some(sink.clone()));
     let p = a.malloc(5 * MIB + 100, S1).unwrap();
     let q = a.malloc(5 * MIB, S1).unwrap();
@@ -237,7 +227,7 @@ fn events_mirror_trace_entries_with_block_sizes_and_flags() {
     a.free(p).unwrap();
     a.empty_cache().unwrap();
     a.reset_peak_stats();
-    let ev = sink.0.lock().unwrap().clone();
+    let ev = sink.events();
     let got: Vec<(EventAction, u64, u64, u64)> = ev
         .iter()
         .map(|e| (e.action, e.addr, e.size, e.requested))
@@ -278,13 +268,13 @@ fn events_mirror_trace_entries_with_block_sizes_and_flags() {
     // Without a sink nothing is published.
     a.set_event_sink(None);
     a.malloc(512, S0).unwrap();
-    assert_eq!(sink.0.lock().unwrap().len(), ev.len());
+    assert_eq!(sink.events().len(), ev.len());
 }
 
 #[test]
 fn events_carry_context_ids_that_the_allocator_turns_back_into_the_frames_of_their_call() {
     let (a, _) = allocator();
-    let sink = Arc::new(Keep::default());
+    let sink = Arc::new(Batches::default());
     a.set_event_sink(Some(sink.clone()));
     // No frames gathered yet: no ids.
     let p = a.malloc(512, S0).unwrap();
@@ -311,9 +301,7 @@ fn events_carry_context_ids_that_the_allocator_turns_back_into_the_frames_of_the
     a.free(q).unwrap();
     a.flush_events();
     let ev: Vec<(EventAction, u32)> = sink
-        .0
-        .lock()
-        .unwrap()
+        .events()
         .iter()
         .filter(|e| matches!(e.action, EventAction::Alloc | EventAction::Free))
         .map(|e| (e.action, e.context))
@@ -362,13 +350,13 @@ fn without_a_sink_no_context_ids_are_made() {
 #[test]
 fn retries_and_ooms_are_published() {
     let (a, _) = allocator_with(40 * MIB, "");
-    let sink = Arc::new(Keep::default());
+    let sink = Arc::new(Batches::default());
     a.set_event_sink(Some(sink.clone()));
     let p = a.malloc(5 * MIB, S0).unwrap();
     a.free(p).unwrap();
     a.malloc(30 * MIB, S0).unwrap();
     assert!(a.malloc(30 * MIB, S0).is_err());
-    let ev = sink.0.lock().unwrap().clone();
+    let ev = sink.events();
     let count = |act| ev.iter().filter(|e| e.action == act).count();
     assert_eq!(count(EventAction::AllocRetry), 2);
     assert_eq!(count(EventAction::SyncAllStreams), 2);
@@ -440,9 +428,27 @@ impl EventSink for Batches {
 }
 
 impl Batches {
+    /// Every event received so far, in order.
     fn events(&self) -> Vec<Event> {
         self.0.lock().unwrap().concat()
     }
+
+    /// Every event received so far, in order, forgetting them.
+    fn take(&self) -> Vec<Event> {
+        std::mem::take(&mut *self.0.lock().unwrap()).concat()
+    }
+}
+
+/// An allocator publishing into a fresh `Batches` sink, after a warm-up pair (a 1 MiB
+/// segment made and cached) whose events were flushed.
+fn warmed_with_batches() -> (Alloc, Arc<Batches>) {
+    let (a, _) = allocator();
+    let sink = Arc::new(Batches::default());
+    a.set_event_sink(Some(sink.clone()));
+    let warm = a.malloc(MIB, S0).unwrap();
+    a.free(warm).unwrap();
+    a.flush_events();
+    (a, sink)
 }
 
 /// Reads the clock past its switch to the time-stamp counter where it makes one.
@@ -461,13 +467,8 @@ fn clock_settled() -> bool {
 #[test]
 fn block_events_come_in_order_in_batches_of_at_most_32_and_all_arrive_by_flush_events() {
     let counter = clock_settled();
-    let (a, _) = allocator();
-    let sink = Arc::new(Batches::default());
-    a.set_event_sink(Some(sink.clone()));
-    let warm = a.malloc(MIB, S0).unwrap();
-    a.free(warm).unwrap();
-    a.flush_events();
-    sink.0.lock().unwrap().clear();
+    let (a, sink) = warmed_with_batches();
+    sink.take();
     const PAIRS: usize = 1_000;
     let mut ptrs = Vec::new();
     for i in 0..PAIRS {
@@ -477,7 +478,11 @@ fn block_events_come_in_order_in_batches_of_at_most_32_and_all_arrive_by_flush_e
     }
     a.flush_events();
     let batches = sink.0.lock().unwrap().clone();
-    assert!(batches.iter().all(|b| !b.is_empty() && b.len() <= 32));
+    assert!(
+        batches
+            .iter()
+            .all(|b| !b.is_empty() && b.len() <= MAX_BATCH)
+    );
     let ev: Vec<Event> = batches.concat();
     assert_eq!(ev.len(), 2 * PAIRS, "every event exactly once");
     for (i, pair) in ev.chunks(2).enumerate() {
@@ -538,12 +543,7 @@ fn ooms_snapshots_and_resets_go_out_at_the_end_of_their_call_with_everything_bef
 
 #[test]
 fn gathered_events_reach_the_sink_on_flush_on_a_sink_change_and_on_drop() {
-    let (a, _) = allocator();
-    let first = Arc::new(Batches::default());
-    a.set_event_sink(Some(first.clone()));
-    let warm = a.malloc(MIB, S0).unwrap();
-    a.free(warm).unwrap();
-    a.flush_events();
+    let (a, first) = warmed_with_batches();
     let mut expected = first.events().len();
     for _ in 0..5 {
         let p = a.malloc(MIB, S0).unwrap();
@@ -582,7 +582,7 @@ fn latency_is_measured_on_a_random_sample_of_calls_or_on_every_call_when_asked()
             a.free(p).unwrap();
         }
         a.flush_events();
-        let ev = std::mem::take(&mut *sink.0.lock().unwrap()).concat();
+        let ev = sink.take();
         let allocs: Vec<Event> = ev
             .into_iter()
             .filter(|e| e.action == EventAction::Alloc)

@@ -97,8 +97,9 @@
 //! unobserved path carries none of it; trace entries are made in cold helpers. A call reads the
 //! clock only when something observes it: once at its start for its trace entries and events
 //! (a raw time-stamp counter read, scaled later), and once more at its end on the calls that
-//! measure their latency. Events gather in a reused batch of 32 and block events are built
-//! inline from the block, so a sink costs one `publish_batch` per ~30 events. Trace entries are
+//! measure their latency. Events are written in place into a reused batch of 32, the hot
+//! path's block events from values the call already read, so a sink costs one
+//! `publish_batch` per ~30 events. Trace entries are
 //! built in one reused entry, so trackers alone clone no frames.
 //!
 //! # Differences from PyTorch
@@ -433,8 +434,7 @@ impl<B: DeviceBackend> CachingAllocator<B> {
     /// Turns trace history on or off (off clears it) and sets the context level and ring size.
     pub fn record_history(&self, opts: HistoryOptions) {
         let mut st = self.lock();
-        st.record_history = opts.enabled;
-        st.tracing_changed();
+        st.set_record_history(opts.enabled);
         st.context_level = if opts.enabled {
             opts.context
         } else {
@@ -463,8 +463,7 @@ impl<B: DeviceBackend> CachingAllocator<B> {
     /// the lock: it must not call the allocator).
     pub fn attach_trace_tracker(&self, f: impl Fn(&TraceEntry) + Send + Sync + 'static) {
         let mut st = self.lock();
-        st.trackers.push(Arc::new(f));
-        st.tracing_changed();
+        st.add_tracker(Arc::new(f));
     }
 
     /// Adds a free-memory callback, run when no cached block fits, before a device allocation

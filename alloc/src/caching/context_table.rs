@@ -8,8 +8,8 @@
 //! Interning happens only on calls that gathered frames while a sink listens, which already
 //! paid for the provider's call (a stack walk, strings). Their content hash ([`frames_hash`])
 //! is taken before the allocator's lock; under it, equal frames get the same id: the same
-//! shared list is found by pointer (a provider that hands out one list per site pays nothing
-//! more), another list with the same content by its hash, confirmed by comparing the lists.
+//! shared list is found by pointer (a provider that hands out one list per site pays two
+//! pointer comparisons: its hash is kept per thread too), another list with the same content by its hash, confirmed by comparing the lists.
 //! The table keeps the last [`CONTEXT_TABLE_CAPACITY`] ids: a new id takes the slot of the id
 //! that many before it, so memory stays bounded however many distinct contexts a long run
 //! makes (a tag with the step number makes new ones every step), and an observer that reads
@@ -17,6 +17,7 @@
 //! wrapping past `u32::MAX` back to 1; a slot remembers its id, so a stale id is never answered
 //! with another context's frames.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
@@ -26,13 +27,36 @@ use crate::snapshot::Frames;
 /// Contexts the table keeps (the most recent ids).
 pub const CONTEXT_TABLE_CAPACITY: usize = 4096;
 
+thread_local! {
+    /// The frames this thread hashed last, with their hash: a provider that hands out one
+    /// shared list per site is recognised by pointer, and its strings are hashed once.
+    static LAST_HASHED: RefCell<Option<(Frames, u64)>> = const { RefCell::new(None) };
+}
+
 /// The content hash [`ContextTable::intern`] files frames under. The caller computes it before
 /// taking the allocator's lock, so the strings are hashed outside it; under the lock a found
-/// entry is only confirmed (by pointer, else by comparing the lists).
+/// entry is only confirmed (by pointer, else by comparing the lists). The same shared list as
+/// this thread's previous call costs a pointer comparison.
 pub(crate) fn frames_hash(frames: &Frames) -> u64 {
-    let mut h = DefaultHasher::new();
-    frames.hash(&mut h);
-    h.finish()
+    let hash = || {
+        let mut h = DefaultHasher::new();
+        frames.hash(&mut h);
+        h.finish()
+    };
+    LAST_HASHED
+        .try_with(|last| {
+            let mut last = last.borrow_mut();
+            match &*last {
+                Some((f, h)) if Arc::ptr_eq(f, frames) => *h,
+                _ => {
+                    let h = hash();
+                    *last = Some((Arc::clone(frames), h));
+                    h
+                }
+            }
+        })
+        // The thread is being torn down: hash without the cache.
+        .unwrap_or_else(|_| hash())
 }
 
 /// One kept context: its id, the hash it is filed under, its frames.

@@ -194,10 +194,12 @@ pub(crate) struct DeviceCachingAllocator {
     pub(crate) allowed_memory_maximum: u64,
     pub(crate) set_fraction: bool,
     expandable: Vec<Option<ExpandableSegment>>,
-    pub(crate) record_history: bool,
+    /// Whether the trace ring records (set with [`Self::set_record_history`]).
+    record_history: bool,
     pub(crate) context_level: ContextLevel,
     pub(crate) ring: TraceRing,
-    pub(crate) trackers: Vec<TraceTracker>,
+    /// Receivers of every trace entry (added with [`Self::add_tracker`]).
+    trackers: Vec<TraceTracker>,
     pub(crate) oom_observers: Vec<OomObserver>,
     pub(crate) free_callbacks: Vec<FreeMemoryCallback>,
     pub(crate) sink: Option<Arc<dyn EventSink>>,
@@ -349,7 +351,7 @@ impl DeviceCachingAllocator {
     }
 
     /// The end of a call that published: the latency sample's countdown, and the batch's
-    /// deadline (which `push_event` and `queue_event` set, so that one comparison sees every
+    /// deadline (which `batch_edge` and `queue_event` set, so that one comparison sees every
     /// reason to publish).
     #[inline]
     fn finish_publishing_call(&mut self) {
@@ -495,16 +497,22 @@ impl DeviceCachingAllocator {
         }
     }
 
-    /// Queues the event of a block's alloc or free (the hot path's events): its address,
-    /// sizes, stream, pool and flags come from the block.
+    /// The context id of a block's event: the call's, else the block's allocation's.
     #[inline(always)]
-    fn publish_block(&mut self, action: EventAction, id: BlockId, extra_flags: u8) {
-        let b = &self.arena[id];
-        let context = if self.call_context != 0 {
+    fn event_context(&self, block_context: u32) -> u32 {
+        if self.call_context != 0 {
             self.call_context
         } else {
-            b.context_id
-        };
+            block_context
+        }
+    }
+
+    /// Queues a block's event with its address, sizes, stream, pool and flags read from the
+    /// block (the free request of a block other streams still use; the hot path's alloc and
+    /// free build theirs from values they already hold).
+    fn publish_block(&mut self, action: EventAction, id: BlockId) {
+        let b = &self.arena[id];
+        let context = self.event_context(b.context_id);
         let e = EventFields {
             addr: b.addr,
             size: b.size,
@@ -513,7 +521,7 @@ impl DeviceCachingAllocator {
             pool: b.pool,
             small: b.small,
             context,
-            flags: extra_flags | self.block_flags(b.is_expandable(), b.size),
+            flags: self.block_flags(b.is_expandable(), b.size),
         };
         self.push_event(action, &e);
     }
@@ -592,16 +600,22 @@ impl DeviceCachingAllocator {
         (clock::stamp_ns(self.call_start) / 1000) as i64
     }
 
-    /// Whether trace entries go anywhere (history on or a tracker attached).
-    #[inline(always)]
-    fn tracing(&self) -> bool {
-        self.record_history || !self.trackers.is_empty()
+    /// Turns the trace ring's recording on or off.
+    pub(crate) fn set_record_history(&mut self, on: bool) {
+        self.record_history = on;
+        self.tracing_changed();
     }
 
-    /// To be called after `record_history` or `trackers` change: calls then make trace
-    /// entries or not.
-    pub(crate) fn tracing_changed(&mut self) {
-        self.tracing_now = self.tracing();
+    /// Adds a receiver of every trace entry.
+    pub(crate) fn add_tracker(&mut self, t: TraceTracker) {
+        self.trackers.push(t);
+        self.tracing_changed();
+    }
+
+    /// Whether trace entries go anywhere (history on or a tracker attached), kept in
+    /// `tracing_now` so a call's start reads one flag.
+    fn tracing_changed(&mut self) {
+        self.tracing_now = self.record_history || !self.trackers.is_empty();
     }
 
     /// PyTorch's `record_trace`: to the trackers always, to the ring when history is on (one
@@ -615,7 +629,7 @@ impl DeviceCachingAllocator {
         stream: StreamId,
         context: Option<&Frames>,
     ) {
-        if self.tracing() {
+        if self.tracing_now {
             self.push_trace(action, addr, size, stream, context);
         }
     }
@@ -655,7 +669,7 @@ impl DeviceCachingAllocator {
 
     /// A user annotation: the name travels as a one-frame context.
     pub(crate) fn record_annotation(&mut self, frames: Frames, stream: StreamId) {
-        if self.tracing() {
+        if self.tracing_now {
             let te = TraceEntry {
                 time_us: Some(self.call_time_us()),
                 frames,
@@ -1384,25 +1398,6 @@ impl DeviceCachingAllocator {
         id
     }
 
-    /// The trace entry and event of a block's alloc, free request or free completion: the
-    /// trace entry out of line (cold), the event inline.
-    #[inline(always)]
-    fn observe_block(
-        &mut self,
-        trace: TraceAction,
-        event: EventAction,
-        id: BlockId,
-        extra_flags: u8,
-        context: Option<&Frames>,
-    ) {
-        if self.tracing_now {
-            self.trace_block(trace, id, context);
-        }
-        if self.publishing {
-            self.publish_block(event, id, extra_flags);
-        }
-    }
-
     /// A block's trace entry, with the call's context, else the block's allocation context.
     #[cold]
     #[inline(never)]
@@ -1438,14 +1433,11 @@ impl DeviceCachingAllocator {
             self.stats.oversize_allocations.update(-1);
         }
         if !self.arena[id].stream_uses.is_empty() {
-            if self.observing {
-                self.observe_block(
-                    TraceAction::FreeRequested,
-                    EventAction::FreeRequested,
-                    id,
-                    0,
-                    context.as_ref(),
-                );
+            if self.tracing_now {
+                self.trace_block(TraceAction::FreeRequested, id, context.as_ref());
+            }
+            if self.publishing {
+                self.publish_block(EventAction::FreeRequested, id);
             }
             if !self.captures.is_empty() {
                 self.deferred_until_no_capture.push(id);
@@ -1483,11 +1475,7 @@ impl DeviceCachingAllocator {
                     stream,
                     pool,
                     small,
-                    context: if self.call_context != 0 {
-                        self.call_context
-                    } else {
-                        block_context
-                    },
+                    context: self.event_context(block_context),
                     flags: self.block_flags(expandable, size),
                 };
                 self.write_event(slot, event, &e);

@@ -189,11 +189,16 @@ struct Scale {
 }
 
 impl Scale {
+    /// Nanoseconds that `ticks` of the counter last at this scale's rate.
+    #[inline(always)]
+    fn ticks_ns(&self, ticks: u64) -> u64 {
+        ((u128::from(ticks) * u128::from(self.rate)) >> RATE_SHIFT) as u64
+    }
+
     #[inline(always)]
     fn at(&self, tsc: u64) -> u64 {
         // A counter a few ticks behind the base (another core) reads as the base.
-        let ticks = tsc.saturating_sub(self.tsc_base);
-        self.ns_base + ((u128::from(ticks) * u128::from(self.rate)) >> RATE_SHIFT) as u64
+        self.ns_base + self.ticks_ns(tsc.saturating_sub(self.tsc_base))
     }
 
     /// [`at`](Self::at) for a counter read taken under this scale, starting the final
@@ -285,8 +290,7 @@ pub(crate) fn elapsed_ns(start: u64, end: u64) -> u64 {
     }
     #[cfg(target_arch = "x86_64")]
     if let Some(s) = current() {
-        let ticks = end.saturating_sub(start);
-        return ((u128::from(ticks) * u128::from(s.rate)) >> RATE_SHIFT) as u64;
+        return s.ticks_ns(end.saturating_sub(start));
     }
     0
 }
@@ -329,9 +333,7 @@ pub(crate) fn stamps_to_ns(events: &mut [Event]) {
         // behind it, on another core, reads as the base, as in `Scale::at`).
         let base = cur.tsc_base | TSC_STAMP;
         for e in events.iter_mut() {
-            let ticks = e.time_ns.saturating_sub(base);
-            e.time_ns =
-                cur.ns_base + ((u128::from(ticks) * u128::from(cur.rate)) >> RATE_SHIFT) as u64;
+            e.time_ns = cur.ns_base + cur.ticks_ns(e.time_ns.saturating_sub(base));
         }
         if events.last().is_some_and(|e| e.time_ns >= cur.remeasure_at) {
             slow_now();
