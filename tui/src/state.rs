@@ -199,13 +199,19 @@ impl State {
         idx
     }
 
+    /// The segment view's list ([`segment_order`](State::segment_order) under its filter) and
+    /// its selected row: `ui.segment_row` clamped to the list (0 when the list is empty).
+    pub fn segment_selection(&self, ui: &ui::UiState) -> (Vec<usize>, usize) {
+        let order = self.segment_order(ui.segment_filter);
+        let row = ui.segment_row.min(order.len().saturating_sub(1));
+        (order, row)
+    }
+
     /// The index in `segments` of the segment the segment view has selected (its row clamped
     /// to the filtered list), if the list is not empty.
     pub fn selected_segment(&self, ui: &ui::UiState) -> Option<usize> {
-        let order = self.segment_order(ui.segment_filter);
-        order
-            .get(ui.segment_row.min(order.len().saturating_sub(1)))
-            .copied()
+        let (order, row) = self.segment_selection(ui);
+        order.get(row).copied()
     }
 
     /// The segment index and block index holding `addr`, if any.

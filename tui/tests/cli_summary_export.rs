@@ -32,14 +32,19 @@ fn fails_cleanly(o: &Output) -> String {
     err
 }
 
-#[test]
-fn summary_prints_pytorchs_table_and_fragmentation() {
-    let Some(p) = fixture("small-97-events.pickle") else {
-        return;
-    };
+/// The text `allocview summary` prints for the fixture `name` (`None`: fixtures not found).
+fn summary_text(name: &str) -> Option<String> {
+    let p = fixture(name)?;
     let o = run(&["summary", p.to_str().unwrap()]);
     ok(&o);
-    let out = stdout(&o);
+    Some(stdout(&o))
+}
+
+#[test]
+fn summary_prints_pytorchs_table_and_fragmentation() {
+    let Some(out) = summary_text("small-97-events.pickle") else {
+        return;
+    };
     assert!(
         out.contains("PyTorch CUDA memory summary, device ID 0"),
         "{out}"
@@ -54,12 +59,9 @@ fn summary_prints_pytorchs_table_and_fragmentation() {
 
 #[test]
 fn summary_counts_take_the_singular_for_one() {
-    let Some(p) = fixture("legacy-2.0-history-format.pickle") else {
+    let Some(out) = summary_text("legacy-2.0-history-format.pickle") else {
         return;
     };
-    let o = run(&["summary", p.to_str().unwrap()]);
-    ok(&o);
-    let out = stdout(&o);
     assert!(out.contains("257 segments, 948 blocks"), "{out}");
     assert!(out.contains("; 1 trace entry, "), "{out}");
     assert!(out.contains("Trace: 1 entry;"), "{out}");

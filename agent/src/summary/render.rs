@@ -251,7 +251,7 @@ impl fmt::Display for Summary {
 
 #[cfg(test)]
 mod tests {
-    use super::human_bytes;
+    use super::{counted, human_bytes};
 
     #[test]
     fn human_bytes_uses_binary_units_with_one_decimal() {
@@ -261,5 +261,12 @@ mod tests {
         assert_eq!(human_bytes(20 << 20), "20.0 MiB");
         assert_eq!(human_bytes(80 << 30), "80.0 GiB");
         assert_eq!(human_bytes(u64::MAX), "16384.0 PiB");
+    }
+
+    #[test]
+    fn counted_takes_the_singular_only_for_one() {
+        assert_eq!(counted(1, "entry", "entries"), "1 entry");
+        assert_eq!(counted(0, "entry", "entries"), "0 entries");
+        assert_eq!(counted(2, "entry", "entries"), "2 entries");
     }
 }

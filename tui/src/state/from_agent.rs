@@ -15,7 +15,7 @@ use allocview_agent::state::{
     AgentState, DeviceState, HistogramSet, OomRecord, PoolKey, RecentEvent,
 };
 use allocview_alloc::snapshot::{
-    BlockState, Frames, SegmentInfo, Snapshot, TraceAction, TraceEntry, no_frames,
+    Frames, SegmentInfo, Snapshot, TraceAction, TraceEntry, no_frames,
 };
 
 use super::histogram::{Bucket, HistogramSummary, HistogramUnit};
@@ -268,7 +268,7 @@ impl SnapshotFrames {
             for b in seg
                 .blocks
                 .iter_mut()
-                .filter(|b| b.state != BlockState::Inactive && b.frames.is_empty())
+                .filter(|b| b.state.is_active() && b.frames.is_empty())
             {
                 if let Some(f) = self.blocks.get(&(b.address, b.size)) {
                     b.frames = Arc::clone(f);
@@ -288,31 +288,19 @@ impl SnapshotFrames {
 
     /// Fills the frames (and user metadata) of the entries of `trace` that have none. Entries
     /// the snapshot's trace ring does not hold (newer than it, or fallen out) stay as they are.
-    /// Each entry is looked up once; the entries are updated in place, copied first only when
-    /// something matches and `trace` is shared.
+    /// The entries are updated in place, copied first only when something matches and `trace`
+    /// is shared.
     pub fn fill_trace(&self, trace: &mut Arc<[TraceEntry]>) {
-        if self.traces.is_empty() {
+        if !trace.iter().any(|e| self.trace_context(e).is_some()) {
             return;
         }
-        let Some((first, context)) = trace
-            .iter()
-            .enumerate()
-            .find_map(|(i, e)| self.trace_context(e).map(|c| (i, c)))
-        else {
-            return;
-        };
-        let set = |e: &mut TraceEntry, (frames, meta): &(Frames, Option<String>)| {
-            e.frames = Arc::clone(frames);
-            if e.user_metadata.is_none() {
-                e.user_metadata = meta.clone();
-            }
-        };
         // Unique (as the adapter makes it): in place; shared: copied once.
-        let entries = Arc::make_mut(trace);
-        set(&mut entries[first], context);
-        for e in &mut entries[first + 1..] {
-            if let Some(c) = self.trace_context(e) {
-                set(e, c);
+        for e in Arc::make_mut(trace).iter_mut() {
+            if let Some((frames, meta)) = self.trace_context(e) {
+                e.frames = Arc::clone(frames);
+                if e.user_metadata.is_none() {
+                    e.user_metadata = meta.clone();
+                }
             }
         }
     }
@@ -463,6 +451,7 @@ impl AgentAdapter {
 mod tests {
     use super::*;
     use allocview_agent::state::{StreamUsage, UsageSample};
+    use allocview_alloc::snapshot::BlockState;
 
     /// A recent small-pool event on stream 3: a 1024-byte block for a 1000-byte request.
     fn recent(action: &str, addr: u64, time_ns: u64) -> RecentEvent {
@@ -478,6 +467,14 @@ mod tests {
             flags: 0,
             latency_ns: 0,
             context: 0,
+        }
+    }
+
+    /// [`recent`] carrying the allocator's context id `context` (0: none).
+    fn with_context(action: &str, addr: u64, time_ns: u64, context: u32) -> RecentEvent {
+        RecentEvent {
+            context,
+            ..recent(action, addr, time_ns)
         }
     }
 
@@ -642,18 +639,9 @@ mod tests {
         let a = AgentState {
             devices: vec![DeviceState {
                 recent: vec![
-                    RecentEvent {
-                        context: 7,
-                        ..recent("alloc", 0x1000, 1_000)
-                    },
-                    RecentEvent {
-                        context: 9,
-                        ..recent("free", 0x1000, 2_000)
-                    },
-                    RecentEvent {
-                        context: 8,
-                        ..recent("alloc", 0x2000, 3_000)
-                    },
+                    with_context("alloc", 0x1000, 1_000, 7),
+                    with_context("free", 0x1000, 2_000, 9),
+                    with_context("alloc", 0x2000, 3_000, 8),
                     recent("alloc", 0x3000, 4_000),
                 ],
                 contexts: named(&[(7, "step 1 forward"), (9, "step 1 optimizer")]),
@@ -681,7 +669,6 @@ mod tests {
 
     #[test]
     fn live_trace_entries_take_the_frames_of_the_allocators_matching_entries() {
-        use allocview_alloc::snapshot::Frame;
         let event = |action: &str, addr: u64, time_ns: u64| RecentEvent {
             size: 512,
             requested: 500,
@@ -698,13 +685,9 @@ mod tests {
             .flat_map(|e| trace_entries(e, None))
             .collect::<Vec<_>>(),
         );
-        let tagged = |action, time_us, tag: &str| TraceEntry {
+        let tagged = |action, time_us, name: &str| TraceEntry {
             time_us: Some(time_us),
-            frames: Arc::from(vec![Frame {
-                name: tag.into(),
-                filename: "??".into(),
-                line: 0,
-            }]),
+            frames: tag(name),
             ..TraceEntry::new(action, 0x1000, 512, 0)
         };
         let snap = Snapshot {
@@ -792,10 +775,6 @@ mod tests {
     fn live_blocks_take_the_frames_of_their_allocation_among_the_recent_events() {
         use crate::state::fixtures::{block, segment};
         use allocview_alloc::snapshot::{BlockInfo, SegmentType};
-        let with_context = |action, addr, time_ns, context| RecentEvent {
-            context,
-            ..recent(action, addr, time_ns)
-        };
         let a = AgentState {
             devices: vec![DeviceState {
                 segments: vec![{

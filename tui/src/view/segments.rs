@@ -494,9 +494,8 @@ pub fn list_inner(area: Rect, ui: &UiState) -> Rect {
 
 /// Draws the segment view.
 pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
-    let order = state.segment_order(ui.segment_filter);
+    let (order, selected) = state.segment_selection(ui);
     let [list, detail] = split(area, ui);
-    let selected = ui.segment_row.min(order.len().saturating_sub(1));
     let zoomed = order.get(selected).filter(|_| ui.zoom);
     if let Some(&i) = zoomed {
         let seg = &state.segments[i];

@@ -1,6 +1,7 @@
-//! The agent's two ends: publishing one event into its channel sink (the cost an allocator
-//! pays per event) and the aggregator folding events into its mirror, histograms and recent
-//! ring (the rate it can keep up with).
+//! The agent's two ends: publishing into its channel sink (one event at a time, the cost the
+//! instrumented `GlobalAlloc` pays per event, `agent.publish`; or in batches, the caching
+//! device allocator's path, `agent.publish_batch`) and the aggregator folding events into its
+//! mirror, histograms and recent ring (the rate it can keep up with).
 //!
 //! Both use the events of a recorded allocator cycle ([`workload::event_cycle`]) published
 //! over and over, so the aggregator's mirror stays consistent and does the work a real run

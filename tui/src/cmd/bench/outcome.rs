@@ -31,7 +31,8 @@ impl Goal {
         }
     }
 
-    /// Whether the figures meet the goal; `None` when a figure it needs is missing.
+    /// Whether the figures meet the goal; `None` when there is no goal
+    /// ([`Goal::Informational`]) or a figure it needs is missing.
     pub fn met(self, allocview_ns: Option<f64>, ratio: Option<f64>) -> Option<bool> {
         match self {
             Goal::RatioAtMost(r) => ratio.map(|x| x <= r),
@@ -99,7 +100,8 @@ impl Outcome {
         }
     }
 
-    /// Whether the goal is met; `None` when the figures it needs are missing.
+    /// Whether the goal is met; `None` when there is no goal ([`Goal::Informational`]) or the
+    /// figures it needs are missing.
     pub fn met(&self) -> Option<bool> {
         self.goal.met(self.allocview_ns, self.ratio())
     }
