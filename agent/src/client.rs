@@ -78,6 +78,15 @@ pub enum ClientError {
     /// Nothing arrived within the timeout.
     #[error("no update within the timeout")]
     Timeout,
+    /// The peer accepted the connection but did not answer within [`CONNECT_TIMEOUT`].
+    #[error(
+        "{addr} did not answer within {} s (is it an allocview agent, or is the process stopped?)",
+        CONNECT_TIMEOUT.as_secs()
+    )]
+    Silent {
+        /// The address.
+        addr: String,
+    },
 }
 
 /// What [`AttachClient::next_update`] received.
@@ -155,7 +164,7 @@ impl AttachClient {
                 Ok(_) | Err(ProtocolError::Malformed(_)) | Err(ProtocolError::TooLarge { .. }) => {
                     return Err(ClientError::NotAnAgent(addr.to_string()));
                 }
-                Err(e) => return Err(e.into()),
+                Err(e) => return Err(silent_or(e, &addr)),
             };
         protocol::write_frame(
             &mut out,
@@ -165,7 +174,8 @@ impl AttachClient {
                 token,
             },
         )?;
-        let state = match protocol::read_frame::<_, ServerFrame>(&mut input, MAX_SERVER_FRAME)? {
+        let full = protocol::read_frame::<_, ServerFrame>(&mut input, MAX_SERVER_FRAME);
+        let state = match full.map_err(|e| silent_or(e, &addr))? {
             ServerFrame::Full { state } => *state,
             ServerFrame::Error { message, .. } => return Err(ClientError::Refused(message)),
             ServerFrame::Goodbye { reason } => return Err(ClientError::Disconnected(reason)),
@@ -282,6 +292,23 @@ impl AttachClient {
     pub fn pause(&mut self, paused: bool) -> Result<(), ClientError> {
         self.state.pipeline.paused = paused;
         self.send(&ClientFrame::Pause { paused })
+    }
+}
+
+/// [`ClientError::Silent`] for a read that timed out while connecting, else the error itself.
+fn silent_or(e: ProtocolError, addr: &ListenAddr) -> ClientError {
+    match e {
+        ProtocolError::Io(io)
+            if matches!(
+                io.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ) =>
+        {
+            ClientError::Silent {
+                addr: addr.to_string(),
+            }
+        }
+        e => e.into(),
     }
 }
 

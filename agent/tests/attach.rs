@@ -10,7 +10,7 @@ use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
 use allocview_agent::agent::{Agent, AgentError};
-use allocview_agent::client::{AttachClient, ClientError, ClientUpdate};
+use allocview_agent::client::{AttachClient, CONNECT_TIMEOUT, ClientError, ClientUpdate};
 use allocview_agent::protocol::{
     self, ClientFrame, DeviceUpdate, MAGIC, MAX_SERVER_FRAME, PROTOCOL_VERSION, ServerFrame,
     StateUpdate,
@@ -538,4 +538,48 @@ fn the_default_socket_is_0600_in_a_0700_folder_and_removed_on_shutdown() {
     drop(c);
     agent.shutdown();
     assert!(!path.exists());
+}
+
+/// A listener on loopback that accepts one connection and hands it to `peer`, which keeps it
+/// until it returns; the listener's address.
+fn fake_peer(peer: impl FnOnce(std::net::TcpStream) + Send + 'static) -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        if let Ok((s, _)) = listener.accept() {
+            peer(s);
+        }
+    });
+    addr
+}
+
+#[test]
+fn attaching_to_something_that_is_not_an_agent_says_so() {
+    let http = fake_peer(|mut s| {
+        let _ = s.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n");
+        std::thread::sleep(Duration::from_secs(2));
+    });
+    let err = AttachClient::connect(&http, None).unwrap_err();
+    assert!(matches!(err, ClientError::NotAnAgent(_)), "{err:?}");
+    assert_eq!(err.to_string(), format!("{http} is not an allocview agent"));
+}
+
+#[test]
+fn attaching_to_a_peer_that_never_answers_gives_up_with_a_reason() {
+    let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(0);
+    let silent = fake_peer(move |_s| {
+        // Holds the connection open, saying nothing, until the test is over.
+        let _ = done_rx.recv();
+    });
+    let err = AttachClient::connect(&silent, None).unwrap_err();
+    drop(done_tx);
+    assert!(matches!(err, ClientError::Silent { .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(
+        text.starts_with(&format!(
+            "{silent} did not answer within {} s",
+            CONNECT_TIMEOUT.as_secs()
+        )),
+        "{text}"
+    );
 }
