@@ -8,8 +8,12 @@ use allocview_alloc::snapshot::{BlockState, SegmentInfo};
 
 use crate::units;
 
-/// Cached free bytes on one stream above which an idle stream is flagged.
+/// Cached free bytes on one stream above which it is flagged (when other streams exist).
 pub const STRANDED_CACHE_FLAG_BYTES: u64 = 256 * units::MIB;
+
+/// Seconds without an allocation after which a live stream's cache counts as stranded; a stream
+/// still allocating reuses its own cache.
+pub const STRANDED_IDLE_S: f64 = 10.0;
 
 /// One row of the stream table.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -38,21 +42,28 @@ impl StreamRow {
         self.reserved.saturating_sub(self.active)
     }
 
-    /// A warning when the stream holds a lot of cached memory that other streams cannot use.
-    pub fn stranded_note(&self) -> Option<String> {
+    /// A warning when the stream holds a lot of cached memory that other streams cannot use:
+    /// only when there are other streams, and, where the source says how long the stream has
+    /// been idle (live), only once it has gone [`STRANDED_IDLE_S`] without allocating.
+    pub fn stranded_note(&self, streams: usize) -> Option<String> {
         let cached = self.cached_free();
-        if cached < STRANDED_CACHE_FLAG_BYTES {
+        if streams < 2 || cached < STRANDED_CACHE_FLAG_BYTES {
             return None;
         }
-        Some(match self.idle_s {
-            Some(idle) if idle >= 1.0 => format!(
-                "{} cached on s{}, idle for {:.0} s",
+        match self.idle_s {
+            Some(idle) if idle >= STRANDED_IDLE_S => Some(format!(
+                "{} cached on s{}, idle for {}",
                 units::bytes(cached),
                 self.stream,
-                idle
-            ),
-            _ => format!("{} cached on s{}", units::bytes(cached), self.stream),
-        })
+                units::elapsed(idle)
+            )),
+            Some(_) => None,
+            None => Some(format!(
+                "{} cached on s{}",
+                units::bytes(cached),
+                self.stream
+            )),
+        }
     }
 }
 
@@ -116,11 +127,37 @@ mod tests {
         assert_eq!(rows.len(), 2);
         assert_eq!(rows[0].allocated, 20 * MIB);
         assert_eq!(rows[0].pending_free, 2 * MIB);
-        assert_eq!(rows[0].stranded_note(), None);
+        assert_eq!(rows[0].stranded_note(rows.len()), None);
         assert_eq!(rows[1].stream, 7);
         assert_eq!(
-            rows[1].stranded_note().as_deref(),
+            rows[1].stranded_note(rows.len()).as_deref(),
             Some("1.00 GiB cached on s7")
         );
+    }
+
+    #[test]
+    fn a_stream_is_flagged_only_when_another_could_use_its_cache_and_it_has_gone_idle() {
+        let row = |idle_s| StreamRow {
+            stream: 1,
+            reserved: GIB,
+            active: 0,
+            idle_s,
+            ..StreamRow::default()
+        };
+        // The only stream: no other stream is kept from its cache.
+        assert_eq!(row(None).stranded_note(1), None);
+        assert_eq!(row(Some(60.0)).stranded_note(1), None);
+        // Live and still allocating: it reuses its own cache.
+        assert_eq!(row(Some(STRANDED_IDLE_S - 1.0)).stranded_note(2), None);
+        assert_eq!(
+            row(Some(40.0)).stranded_note(2).as_deref(),
+            Some("1.00 GiB cached on s1, idle for 40.0 s")
+        );
+        // Under the threshold of cached bytes: nothing to say.
+        let small = StreamRow {
+            reserved: STRANDED_CACHE_FLAG_BYTES - 1,
+            ..row(Some(40.0))
+        };
+        assert_eq!(small.stranded_note(2), None);
     }
 }

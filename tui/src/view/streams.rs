@@ -95,7 +95,7 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
     }
     y += 1;
     for r in &rows {
-        if let Some(note) = r.stranded_note() {
+        if let Some(note) = r.stranded_note(rows.len()) {
             put(
                 buf,
                 inner,
