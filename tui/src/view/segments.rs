@@ -392,6 +392,10 @@ fn detail_lines(seg: &SegmentInfo, block: usize) -> Vec<Line<'static>> {
                 theme::dim(),
             ));
         }
+    } else if b.state.is_active() {
+        // Say so rather than leave the pane blank: PyTorch records no frames for blocks
+        // allocated before `_record_memory_history`, nor an allocator without context.
+        lines.push(Line::styled(" allocated at  not recorded", theme::dim()));
     }
     lines
 }
@@ -623,6 +627,49 @@ mod tests {
         assert_eq!(s, "████████▓▓▒▒▒▒▒░░░░█");
         assert_eq!(ranges[0], (0, 10));
         assert_eq!(ranges[3], (19, 20));
+    }
+
+    /// The detail pane's lines from "allocated at" on, as text.
+    fn frame_lines(seg: &SegmentInfo, block: usize) -> Vec<String> {
+        let text: Vec<String> = detail_lines(seg, block)
+            .iter()
+            .map(|l| l.spans.iter().map(|s| s.content.as_ref()).collect())
+            .collect();
+        let from = text
+            .iter()
+            .position(|l| l.starts_with(" allocated at"))
+            .unwrap_or(text.len());
+        text[from..].to_vec()
+    }
+
+    #[test]
+    fn the_detail_pane_shows_user_frames_says_when_none_were_recorded_and_none_for_free() {
+        use allocview_alloc::snapshot::Frame;
+        let mut with = block(0, 2 * MIB, 2 * MIB, BlockState::ActiveAllocated);
+        with.frames = std::sync::Arc::from(vec![
+            Frame::new("step 3 backward", "", 0),
+            Frame::new("torch::unwind::unwind()", "??", 0),
+            Frame::new("_PyEval_EvalFrameDefault", "??", 0),
+            Frame::new("forward", "/home/me/model.py", 88),
+            Frame::new("<module>", "/home/me/train.py", 130),
+        ]);
+        let mut without = block(2 * MIB, MIB, MIB, BlockState::ActiveAllocated);
+        without.frames = allocview_alloc::snapshot::no_frames();
+        let mut free = block(3 * MIB, MIB, 0, BlockState::Inactive);
+        free.frames = allocview_alloc::snapshot::no_frames();
+        let seg = segment(0, 0, SegmentType::Large, vec![with, without, free]);
+        assert_eq!(
+            frame_lines(&seg, 0),
+            [
+                " allocated at",
+                "   step 3 backward",
+                "   model.py:88 forward",
+                "   train.py:130 <module>",
+                "   (+2 library frames hidden)",
+            ]
+        );
+        assert_eq!(frame_lines(&seg, 1), [" allocated at  not recorded"]);
+        assert!(frame_lines(&seg, 2).is_empty());
     }
 
     #[test]
