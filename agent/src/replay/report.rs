@@ -5,6 +5,7 @@ use std::fmt::{self, Write as _};
 use serde::{Deserialize, Serialize};
 
 use crate::diagnosis::{Diagnosis, human};
+use crate::summary::render::counted;
 
 /// How closely a replay at the recorded addresses followed the recording.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -40,6 +41,18 @@ impl Fidelity {
     pub fn is_exact(&self) -> bool {
         self.allocs == self.allocs_at_recorded_address
             && self.segment_allocs == self.segment_allocs_of_recorded_size
+    }
+}
+
+/// `part/whole NOUN WHAT (P%)`, or `no NOUN in the trace` when `whole` is 0.
+fn share(part: u64, whole: u64, noun: &str, what: &str) -> String {
+    if whole == 0 {
+        format!("no {noun} in the trace")
+    } else {
+        format!(
+            "{part}/{whole} {noun} {what} ({:.1}%)",
+            percent(part, whole)
+        )
     }
 }
 
@@ -148,8 +161,8 @@ impl ReplayReport {
         let fid = &self.fidelity;
         let _ = writeln!(
             out,
-            "replayed {} events on a simulated device of {}",
-            self.events,
+            "replayed {} on a simulated device of {}",
+            counted(self.events as u64, "event", "events"),
             self.device_memory
                 .map_or("unlimited memory".to_string(), human)
         );
@@ -166,14 +179,19 @@ impl ReplayReport {
         }
         let _ = writeln!(
             out,
-            "fidelity: {}/{} allocations at the recorded address ({:.1}%), {}/{} segment \
-             allocations of the recorded size ({:.1}%)",
-            fid.allocs_at_recorded_address,
-            fid.allocs,
-            fid.alloc_percent(),
-            fid.segment_allocs_of_recorded_size,
-            fid.segment_allocs,
-            fid.segment_percent()
+            "fidelity: {}, {}",
+            share(
+                fid.allocs_at_recorded_address,
+                fid.allocs,
+                "allocations",
+                "at the recorded address"
+            ),
+            share(
+                fid.segment_allocs_of_recorded_size,
+                fid.segment_allocs,
+                "segment allocations",
+                "of the recorded size"
+            )
         );
         match &fid.first_divergence {
             Some(d) => {
@@ -297,7 +315,11 @@ mod tests {
         assert!(lines[5].ends_with('1'));
         let text = report.to_text();
         assert!(text.contains("3/4 allocations at the recorded address (75.0%)"));
-        assert!(text.contains("0/0 segment allocations of the recorded size (100.0%)"));
+        assert!(text.starts_with("replayed 10 events on a simulated device of 1.00 GiB\n"));
+        assert!(text.contains(
+            "fidelity: 3/4 allocations at the recorded address (75.0%), \
+             no segment allocations in the trace\n"
+        ));
         assert!(!report.fidelity.is_exact());
     }
 }

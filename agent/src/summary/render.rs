@@ -29,7 +29,7 @@ pub fn human_bytes(n: u64) -> String {
 }
 
 /// `n` and the noun in the number it takes: "1 entry", "2 entries".
-fn counted(n: u64, one: &str, many: &str) -> String {
+pub(crate) fn counted(n: u64, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
 
