@@ -37,7 +37,7 @@ use crate::aggregator::{
 };
 use crate::dump::OomDumper;
 use crate::prometheus::MetricsServer;
-use crate::provider::SnapshotProvider;
+use crate::provider::{HostProvider, SnapshotProvider};
 use crate::server::{
     ADDR_ENV, BadAddress, DEFAULT_CLIENT_QUEUE, DEFAULT_WRITE_TIMEOUT, ListenAddr, Server,
     ServerConfig, ServerError, TOKEN_ENV,
@@ -100,6 +100,7 @@ pub struct AgentBuilder {
     sample_interval: Duration,
     metrics: Option<SocketAddr>,
     providers: Vec<Arc<dyn SnapshotProvider>>,
+    host: Option<Arc<dyn HostProvider>>,
     token: Token,
     client_queue: usize,
     write_timeout: Duration,
@@ -118,6 +119,7 @@ impl Default for AgentBuilder {
             sample_interval: Duration::from_nanos(DEFAULT_RESOLUTION_NS),
             metrics: None,
             providers: Vec::new(),
+            host: None,
             token: Token::Env,
             client_queue: DEFAULT_CLIENT_QUEUE,
             write_timeout: DEFAULT_WRITE_TIMEOUT,
@@ -182,6 +184,28 @@ impl AgentBuilder {
     /// Registers an allocator the agent may ask for snapshots and stats (one per device).
     pub fn provider(mut self, p: Arc<dyn SnapshotProvider>) -> Self {
         self.providers.push(p);
+        self
+    }
+
+    /// Registers the host heap (the process's [`Instrumented`] global allocator) the agent may
+    /// ask for its own counters after dropped events, and whose peak a client's reset resets.
+    ///
+    /// ```
+    /// use std::alloc::System;
+    /// use std::sync::Arc;
+    /// use allocview_agent::agent::Agent;
+    /// use allocview_alloc::global::Instrumented;
+    ///
+    /// static HEAP: Instrumented<System> = Instrumented::new(System);
+    ///
+    /// let agent = Agent::builder().no_listen().host_provider(Arc::new(&HEAP)).spawn()?;
+    /// # agent.shutdown();
+    /// # Ok::<(), allocview_agent::agent::AgentError>(())
+    /// ```
+    ///
+    /// [`Instrumented`]: allocview_alloc::global::Instrumented
+    pub fn host_provider(mut self, host: Arc<dyn HostProvider>) -> Self {
+        self.host = Some(host);
         self
     }
 
@@ -259,6 +283,7 @@ impl AgentBuilder {
             recent_events: self.recent_events,
             process: process.clone(),
             providers: self.providers.clone(),
+            host: self.host.clone(),
             dumper: OomDumper::new(self.dump_dir.unwrap_or_else(aggregator::default_dump_dir)),
             max_dumps: self.max_dumps,
         };
@@ -273,10 +298,12 @@ impl AgentBuilder {
             server: None,
             metrics: None,
             providers: self.providers,
+            host: self.host,
         };
         if let Some(addr) = listen {
             let providers = agent.providers.clone();
             let providers2 = agent.providers.clone();
+            let host = agent.host.clone();
             let handle = agent.handle.clone();
             let cfg = ServerConfig {
                 token,
@@ -284,7 +311,7 @@ impl AgentBuilder {
                 write_timeout: self.write_timeout,
                 process,
                 snapshot: Arc::new(move || merged_snapshot(&providers)),
-                reset_peaks: Arc::new(move || reset_peaks(&providers2, &handle)),
+                reset_peaks: Arc::new(move || reset_peaks(&providers2, host.as_deref(), &handle)),
             };
             agent.server = Some(Server::start(addr, cfg, agent.handle.clone())?);
         }
@@ -321,9 +348,16 @@ fn merged_snapshot(providers: &[Arc<dyn SnapshotProvider>]) -> Snapshot {
     out
 }
 
-fn reset_peaks(providers: &[Arc<dyn SnapshotProvider>], handle: &AggregatorHandle) {
+fn reset_peaks(
+    providers: &[Arc<dyn SnapshotProvider>],
+    host: Option<&dyn HostProvider>,
+    handle: &AggregatorHandle,
+) {
     for p in providers {
         p.reset_peak_stats();
+    }
+    if let Some(h) = host {
+        h.reset_peak();
     }
     handle.send(Command::ResetPeaks);
 }
@@ -336,6 +370,7 @@ pub struct Agent {
     server: Option<Server>,
     metrics: Option<MetricsServer>,
     providers: Vec<Arc<dyn SnapshotProvider>>,
+    host: Option<Arc<dyn HostProvider>>,
 }
 
 impl Agent {
@@ -364,10 +399,10 @@ impl Agent {
         merged_snapshot(&self.providers)
     }
 
-    /// Resets peak statistics: the providers' (which publish `reset_peaks`) and the agent's own
-    /// for devices without a provider.
+    /// Resets peak statistics: the providers' (which publish `reset_peaks`), the host heap's,
+    /// and the agent's own for devices without a provider and for the host.
     pub fn reset_peaks(&self) {
-        reset_peaks(&self.providers, &self.handle);
+        reset_peaks(&self.providers, self.host.as_deref(), &self.handle);
     }
 
     /// Has every registered provider publish the events it gathered

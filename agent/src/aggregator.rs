@@ -12,7 +12,8 @@
 //! drains, asks every registered [`SnapshotProvider`] for its snapshot and stats, rebuilds the
 //! mirror from them and counts a resync. A snapshot whose figures disagree with the stats read
 //! beside it (the allocator moved in between) is retried, and failing that, resynced again on
-//! the next tick. Without a provider, the state is marked partial.
+//! the next tick. The host heap's counters come from its [`HostProvider`], when one is
+//! registered. Without a provider, the state is marked partial.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -30,7 +31,7 @@ use crate::dump::OomDumper;
 use crate::histogram::DeviceHistograms;
 use crate::mirror::{DeviceMirror, pool_key};
 use crate::protocol::{DeviceUpdate, ServerFrame, StateUpdate, encode_frame};
-use crate::provider::SnapshotProvider;
+use crate::provider::{HostProvider, SnapshotProvider};
 use crate::sink::EventReceiver;
 use crate::state::{
     AgentState, ContextFrames, DeviceState, HostState, OomRecord, PipelineStats, ProcessInfo,
@@ -139,6 +140,7 @@ pub(crate) struct AggregatorConfig {
     pub recent_events: usize,
     pub process: ProcessInfo,
     pub providers: Vec<Arc<dyn SnapshotProvider>>,
+    pub host: Option<Arc<dyn HostProvider>>,
     pub dumper: OomDumper,
     pub max_dumps: u64,
 }
@@ -611,6 +613,10 @@ impl Aggregator {
                                 d.mirror.reset_peaks();
                             }
                         }
+                        if let Some(h) = &mut self.host {
+                            h.allocations.reset_peak();
+                            h.bytes.reset_peak();
+                        }
                     }
                     Command::Shutdown => shutdown = true,
                 }
@@ -852,6 +858,13 @@ impl Aggregator {
         self.needs_resync = false;
         let mut any = false;
         let mut all_consistent = true;
+        if let (Some(h), Some(p)) = (&mut self.host, &self.cfg.host) {
+            // The heap's counters are relaxed reads of per-thread slots: a call running
+            // meanwhile may be counted there and also arrive as an event (or the reverse);
+            // the next drop resyncs again.
+            *h = HostState::from_heap(&p.heap_stats(), h);
+            any = true;
+        }
         for d in self.devices.values_mut() {
             if d.provider.is_some() {
                 any = true;

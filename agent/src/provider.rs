@@ -1,9 +1,12 @@
 //! [`SnapshotProvider`]: how the agent asks an allocator for its own view, for OOM dumps, for
 //! resynchronising after dropped events, and for clients' snapshot and reset requests.
+//! [`HostProvider`]: the same for the host (CPU) heap, whose own counters replace the agent's
+//! after dropped events.
 
 use allocview_alloc::caching::CachingAllocator;
 use allocview_alloc::caching::backend::DeviceBackend;
 use allocview_alloc::caching::stats::DeviceStats;
+use allocview_alloc::global::{HeapStats, Instrumented};
 use allocview_alloc::snapshot::{Frames, Snapshot};
 
 /// An allocator the agent can ask for its state. Implemented for
@@ -94,5 +97,42 @@ impl<B: DeviceBackend> SnapshotProvider for CachingAllocator<B> {
 
     fn context_frames(&self, ids: &[u32]) -> Vec<(u32, Frames)> {
         CachingAllocator::context_frames(self, ids)
+    }
+}
+
+/// The host heap the agent may ask for its own counters: the process's instrumented global
+/// allocator ([`Instrumented`], which implements it). Register it with
+/// [`AgentBuilder::host_provider`](crate::agent::AgentBuilder::host_provider); after dropped
+/// events the agent takes the heap's counters in place of those it folded from events (a
+/// resync, counted and shown like a device's), and a client's peak reset resets the heap's
+/// peak too.
+///
+/// Called from the agent's threads, never from an allocator's hot path.
+pub trait HostProvider: Send + Sync {
+    /// The heap's counters now.
+    fn heap_stats(&self) -> HeapStats;
+
+    /// Restarts the heap's peak from the bytes in use now.
+    fn reset_peak(&self);
+}
+
+impl<A: Send + Sync> HostProvider for Instrumented<A> {
+    fn heap_stats(&self) -> HeapStats {
+        self.stats()
+    }
+
+    fn reset_peak(&self) {
+        Instrumented::reset_peak(self);
+    }
+}
+
+/// A global allocator is a `static`: `Arc::new(&HEAP)` registers it.
+impl<T: HostProvider + ?Sized> HostProvider for &'static T {
+    fn heap_stats(&self) -> HeapStats {
+        (**self).heap_stats()
+    }
+
+    fn reset_peak(&self) {
+        (**self).reset_peak();
     }
 }

@@ -11,6 +11,7 @@
 use std::path::PathBuf;
 
 use allocview_alloc::caching::stats::{DeviceStats, Stat};
+use allocview_alloc::global::HeapStats;
 use allocview_alloc::snapshot::{Frames, SegmentInfo};
 use serde::{Deserialize, Serialize};
 
@@ -286,6 +287,29 @@ pub struct HostState {
     pub allocations: Stat,
     /// Live bytes.
     pub bytes: Stat,
+}
+
+impl HostState {
+    /// The counters of a heap's own [`HeapStats`] (a resync): live allocations and bytes, the
+    /// heap's byte peak, and its running totals. The heap keeps no peak of live allocations:
+    /// that stays the higher of `previous`'s and the live count now.
+    pub fn from_heap(heap: &HeapStats, previous: &HostState) -> HostState {
+        let live = heap.count as i64 - heap.frees as i64;
+        HostState {
+            allocations: Stat {
+                current: live,
+                peak: previous.allocations.peak.max(live),
+                allocated: heap.count as i64,
+                freed: heap.frees as i64,
+            },
+            bytes: Stat {
+                current: heap.current_bytes as i64,
+                peak: heap.peak_bytes as i64,
+                allocated: heap.total_bytes as i64,
+                freed: heap.total_bytes as i64 - heap.current_bytes as i64,
+            },
+        }
+    }
 }
 
 /// Health of the event pipeline.

@@ -101,7 +101,10 @@ fn serve(request: u64, cache: &mut VecDeque<(u64, Vec<(String, usize)>)>) {
 
 fn main() -> anyhow::Result<()> {
     let options = parse_options()?;
-    let mut builder = Agent::builder().process_name("heap-service");
+    // After dropped events the agent takes the heap's own counters (a resync).
+    let mut builder = Agent::builder()
+        .process_name("heap-service")
+        .host_provider(Arc::new(&HEAP));
     builder = match &options.listen {
         None => builder.no_listen(),
         Some(None) => builder,
