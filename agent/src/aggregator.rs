@@ -340,9 +340,11 @@ impl DeviceAgg {
 
     /// Rebuilds the mirror from the provider; false when no consistent view was had.
     ///
-    /// The stats are read before and after the snapshot: when they are equal, no call changed
-    /// the allocator in between, so the snapshot and the stats describe the same moment. With
-    /// `rx` given, a fence then skips the events the snapshot already holds (everything up to
+    /// A provider that gives the snapshot and its stats of one moment
+    /// ([`SnapshotProvider::snapshot_with_stats`], the caching allocator) is consistent at
+    /// once. Otherwise the stats are read before and after the snapshot: when they are equal, no
+    /// call changed the allocator in between, so the snapshot and the stats describe the same
+    /// moment. With `rx` given, a fence then skips the events the snapshot already holds (everything up to
     /// the provider's `snapshot` marker).
     fn resync(&mut self, rx: Option<&EventReceiver>) -> bool {
         let Some(p) = self.provider.clone() else {
@@ -353,15 +355,23 @@ impl DeviceAgg {
             self.allowed = allowed;
         }
         for attempt in 1..=RESYNC_ATTEMPTS {
-            let before = p.device_stats();
             let from_ns = now_ns();
-            let snapshot = p.snapshot();
+            let (snapshot, stats, consistent) = match p.snapshot_with_stats() {
+                Some((snapshot, stats)) => (snapshot, stats, true),
+                None => {
+                    let before = p.device_stats();
+                    let snapshot = p.snapshot();
+                    let after = p.device_stats();
+                    let consistent = before == after;
+                    (snapshot, after, consistent)
+                }
+            };
             let to_ns = now_ns();
+            // Only this thread receives, so the channels hold at least this many events from
+            // the snapshot's return on.
             let remaining = rx.map_or(0, EventReceiver::pending_events_bound);
-            let after = p.device_stats();
-            let consistent = before == after;
             if consistent || attempt == RESYNC_ATTEMPTS {
-                self.mirror.resync(&snapshot, after);
+                self.mirror.resync(&snapshot, stats);
                 self.fence = (rx.is_some() && p.marks_snapshots()).then_some(Fence {
                     from_ns,
                     to_ns,

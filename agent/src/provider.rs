@@ -36,6 +36,14 @@ pub trait SnapshotProvider: Send + Sync {
     /// The allocator's own counters.
     fn device_stats(&self) -> DeviceStats;
 
+    /// [`snapshot`](Self::snapshot) and [`device_stats`](Self::device_stats) of one moment
+    /// (taken under one hold of the allocator's lock), when the allocator can give both at
+    /// once. Default: `None`; the agent then reads the stats before and after the snapshot and
+    /// retries until they agree.
+    fn snapshot_with_stats(&self) -> Option<(Snapshot, DeviceStats)> {
+        None
+    }
+
     /// Resets the allocator's peak statistics (`torch.cuda.reset_peak_memory_stats`); the
     /// allocator publishes a `reset_peaks` event, which resets the agent's copy too.
     fn reset_peak_stats(&self);
@@ -76,6 +84,10 @@ impl<B: DeviceBackend> SnapshotProvider for CachingAllocator<B> {
 
     fn device_stats(&self) -> DeviceStats {
         CachingAllocator::device_stats(self)
+    }
+
+    fn snapshot_with_stats(&self) -> Option<(Snapshot, DeviceStats)> {
+        Some(CachingAllocator::snapshot_with_stats(self))
     }
 
     fn reset_peak_stats(&self) {

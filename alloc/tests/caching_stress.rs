@@ -74,3 +74,53 @@ fn eight_threads_sharing_one_allocator_leave_consistent_stats() {
     assert_eq!(s.allocation.0[0].allocated, s.allocation.0[0].freed);
     assert_eq!(dev.used(), 0);
 }
+
+/// Snapshots taken while [`THREADS`] threads allocate and free.
+const SNAPSHOTS_UNDER_LOAD: usize = 200;
+
+#[test]
+fn a_snapshot_with_stats_taken_while_threads_allocate_describes_one_moment() {
+    use allocview_alloc::caching::stats::DeviceStats;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let (a, _dev) = allocator_with(4 * GIB, "");
+    let a = Arc::new(a);
+    let stop = Arc::new(AtomicBool::new(false));
+    let workers: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let (a, stop) = (a.clone(), stop.clone());
+            thread::spawn(move || {
+                let mut rng = Rng(0xD1B5_4A32_D192_ED03 ^ (t + 1));
+                let mut live = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    let r = rng.next_u64();
+                    if live.len() < MAX_LIVE && !r.is_multiple_of(3) {
+                        let size = 1 + (r >> 8) % (4 * MIB);
+                        live.push(a.malloc(size, StreamId::DEFAULT).expect("4 GiB is enough"));
+                    } else if let Some(p) = live.pop() {
+                        a.free(p).unwrap();
+                    }
+                }
+                for p in live {
+                    a.free(p).unwrap();
+                }
+            })
+        })
+        .collect();
+    for _ in 0..SNAPSHOTS_UNDER_LOAD {
+        let (snap, stats) = a.snapshot_with_stats();
+        let theirs = DeviceStats::from_snapshot(&snap, a.device(), a.config().max_split_size());
+        for ((name, m), (_, t)) in stats.arrays().into_iter().zip(theirs.arrays()) {
+            let cur = |x: &allocview_alloc::caching::stats::StatArray| x.0.map(|s| s.current);
+            assert_eq!(
+                cur(m),
+                cur(t),
+                "{name} agrees with the snapshot taken beside it"
+            );
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.join().unwrap();
+    }
+}

@@ -400,6 +400,13 @@ impl<B: DeviceBackend> CachingAllocator<B> {
     /// total memory and trace overflow. Records a `snapshot` trace entry (seen in the next
     /// snapshot's trace, as in PyTorch).
     pub fn snapshot(&self) -> Snapshot {
+        self.snapshot_with_stats().0
+    }
+
+    /// [`snapshot`](Self::snapshot) and [`device_stats`](Self::device_stats) taken under one
+    /// hold of the lock, so both describe the same moment: the one of the `snapshot` event it
+    /// publishes (what an agent resynchronises from while other threads keep allocating).
+    pub fn snapshot_with_stats(&self) -> (Snapshot, DeviceStats) {
         let total_memory = self.backend.mem_get_info().ok().map(|(_, t)| t);
         let mut st = self.lock();
         st.begin_call(None);
@@ -415,10 +422,11 @@ impl<B: DeviceBackend> CachingAllocator<B> {
         );
         st.emit_plain(EventAction::Snapshot, StreamId::DEFAULT);
         st.end_call();
+        let stats = st.stats();
         let device = st.device;
         let mut device_traces = vec![Vec::new(); device.max(0) as usize];
         device_traces.push(trace);
-        Snapshot {
+        let snapshot = Snapshot {
             segments,
             device_traces,
             allocator_settings: Some(st.config.to_settings()),
@@ -428,7 +436,8 @@ impl<B: DeviceBackend> CachingAllocator<B> {
                 total_memory,
                 trace_overflow: overflow,
             }],
-        }
+        };
+        (snapshot, stats)
     }
 
     /// Turns trace history on or off (off clears it) and sets the context level and ring size.
