@@ -72,6 +72,14 @@ impl ClientControl {
         k.get_or_insert(reason);
     }
 
+    /// Whether the client was disconnected (or left): its slot can go.
+    pub(crate) fn is_kicked(&self) -> bool {
+        self.kicked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
+    }
+
     pub(crate) fn kicked(&self) -> Option<String> {
         self.kicked
             .lock()
@@ -1029,6 +1037,11 @@ impl Aggregator {
         let mut full: Option<Encoded> = None;
         let clients = std::mem::take(&mut self.clients);
         for c in clients {
+            if c.control.is_kicked() {
+                // Gone (a paused client that left is never sent to, so `try_send` would not
+                // find out).
+                continue;
+            }
             if c.control.paused.load(Ordering::Acquire) {
                 self.clients.push(c);
                 continue;

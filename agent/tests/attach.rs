@@ -302,6 +302,25 @@ fn fifty_clients_come_and_go_and_the_agent_carries_on() {
 }
 
 #[test]
+fn a_paused_client_that_leaves_is_forgotten() {
+    let dir = tempfile::tempdir().unwrap();
+    let (agent, addr) = unix_agent(dir.path());
+    let mut c = AttachClient::connect(&addr, None).unwrap();
+    wait_until(|| agent.state().pipeline.clients == 1);
+    c.pause(true).unwrap();
+    // The agent acknowledges the pause once it holds.
+    let deadline = Instant::now() + WAIT;
+    while !matches!(
+        c.next_update(Duration::from_millis(50)),
+        Ok(ClientUpdate::Ack(_))
+    ) {
+        assert!(Instant::now() < deadline, "pause not acknowledged");
+    }
+    drop(c);
+    wait_until(|| agent.state().pipeline.clients == 0);
+}
+
+#[test]
 fn a_client_that_never_reads_is_disconnected_and_the_host_carries_on() {
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("agent.sock");
