@@ -432,16 +432,21 @@ impl Agent {
         self.stop();
     }
 
+    /// Publishes what the providers gathered, lets the aggregator fold everything in and send
+    /// clients their last update and goodbye, then closes the listeners.
     fn stop(&mut self) {
-        if let Some(mut m) = self.metrics.take() {
-            m.stop();
+        if let Some(j) = self.aggregator.take() {
+            for p in &self.providers {
+                p.flush_events();
+            }
+            self.handle.send(Command::Shutdown);
+            let _ = j.join();
         }
         if let Some(mut s) = self.server.take() {
             s.stop();
         }
-        if let Some(j) = self.aggregator.take() {
-            self.handle.send(Command::Shutdown);
-            let _ = j.join();
+        if let Some(mut m) = self.metrics.take() {
+            m.stop();
         }
     }
 }

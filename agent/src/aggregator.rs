@@ -648,7 +648,7 @@ impl Aggregator {
                 self.drain();
                 self.check_resync();
                 for c in self.clients.drain(..) {
-                    c.control.kick("agent shutting down".into());
+                    c.control.kick(crate::server::SHUTDOWN_REASON.into());
                 }
                 return;
             }

@@ -55,6 +55,13 @@ pub const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 /// How often a writer thread checks whether its client was disconnected.
 const WRITER_POLL: Duration = Duration::from_millis(50);
 
+/// The reason clients are told when the agent shuts down.
+pub(crate) const SHUTDOWN_REASON: &str = "agent shutting down";
+
+/// How long [`Server::stop`] waits for clients' last update and goodbye to go out before it
+/// closes their connections.
+const SHUTDOWN_GRACE: Duration = Duration::from_millis(500);
+
 /// Where the server listens.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum ListenAddr {
@@ -397,6 +404,12 @@ impl Server {
             let _ = h.join();
         }
         let clients = std::mem::take(&mut *self.clients.lock().unwrap_or_else(|p| p.into_inner()));
+        // Clients the aggregator has said goodbye to close on their own once it is written.
+        let deadline = std::time::Instant::now() + SHUTDOWN_GRACE;
+        while std::time::Instant::now() < deadline && clients.iter().any(|(_, h)| !h.is_finished())
+        {
+            thread::sleep(WRITER_POLL / 10);
+        }
         for (conn, _) in &clients {
             conn.shutdown();
         }
@@ -617,6 +630,16 @@ fn write_loop(
     loop {
         if let Some(reason) = control.kicked() {
             if !closed.load(Ordering::Acquire) {
+                if reason == SHUTDOWN_REASON {
+                    // The last update, queued before the goodbye, goes out first (a slow
+                    // client's queue is not: it is what it would not read).
+                    while let Ok(bytes) = rx.try_recv() {
+                        let mut w = out.lock().unwrap_or_else(|p| p.into_inner());
+                        if w.write_all(&bytes).and_then(|()| w.flush()).is_err() {
+                            break;
+                        }
+                    }
+                }
                 let _ = send(out, &ServerFrame::Goodbye { reason });
             }
             break;

@@ -302,6 +302,33 @@ fn fifty_clients_come_and_go_and_the_agent_carries_on() {
 }
 
 #[test]
+fn at_shutdown_a_client_gets_the_last_events_then_a_goodbye() {
+    let dir = tempfile::tempdir().unwrap();
+    let (agent, addr) = unix_agent(dir.path());
+    let mut c = AttachClient::connect(&addr, None).unwrap();
+    assert!(c.state().devices.is_empty());
+    // Published just before shutdown, with no flush: the shutdown drains it and sends it.
+    agent.sink().publish(&Event::new(
+        EventAction::SegmentAlloc,
+        0,
+        EventPool::Large,
+        SEG,
+        2 * MIB,
+    ));
+    agent.shutdown();
+    let reason = loop {
+        match c.next_update(WAIT) {
+            Ok(_) => {}
+            Err(ClientError::Disconnected(reason)) => break reason,
+            Err(e) => panic!("expected a goodbye, got {e}"),
+        }
+    };
+    assert_eq!(reason, "agent shutting down");
+    assert_eq!(c.state().devices.len(), 1, "the last update arrived");
+    assert_eq!(c.state().devices[0].segments.len(), 1);
+}
+
+#[test]
 fn a_paused_client_that_leaves_is_forgotten() {
     let dir = tempfile::tempdir().unwrap();
     let (agent, addr) = unix_agent(dir.path());
