@@ -13,7 +13,7 @@
 use std::fmt;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -264,6 +264,9 @@ pub enum ServerError {
     /// Another live agent listens at this unix socket.
     #[error("{0} is in use by a live agent")]
     InUse(PathBuf),
+    /// The unix socket path names something other than a socket, which is left alone.
+    #[error("cannot listen on {0}: a file that is not a socket is there (choose another path)")]
+    NotASocket(PathBuf),
     /// Creating the folder or binding failed.
     #[error("cannot listen on {addr}: {source}")]
     Io {
@@ -303,7 +306,12 @@ fn io_err(addr: impl fmt::Display) -> impl FnOnce(io::Error) -> ServerError {
 
 /// Binds a unix socket, replacing a stale one; `Ok(None)` when a live agent holds the path.
 fn bind_unix(path: &Path) -> Result<Option<UnixListener>, ServerError> {
-    if path.exists() {
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        // Only a stale socket is ours to replace: anything else at the path (a typo in
+        // ALLOCVIEW_ADDR naming a user's file) is left alone.
+        if !meta.file_type().is_socket() {
+            return Err(ServerError::NotASocket(path.to_path_buf()));
+        }
         if UnixStream::connect(path).is_ok() {
             return Ok(None);
         }

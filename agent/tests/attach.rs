@@ -329,6 +329,24 @@ fn at_shutdown_a_client_gets_the_last_events_then_a_goodbye() {
 }
 
 #[test]
+fn listening_on_a_path_that_holds_a_file_refuses_and_leaves_the_file_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("model.ckpt");
+    std::fs::write(&file, b"weights").unwrap();
+    let err = Agent::builder()
+        .listen(file.display().to_string())
+        .dump_dir(dir.path().join("dumps"))
+        .spawn()
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("a file that is not a socket is there"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(&file).unwrap(), b"weights");
+}
+
+#[test]
 fn a_paused_client_that_leaves_is_forgotten() {
     let dir = tempfile::tempdir().unwrap();
     let (agent, addr) = unix_agent(dir.path());
