@@ -40,6 +40,9 @@ pub struct OomDumper {
     dir: PathBuf,
 }
 
+/// The extensions of a dump's two files: PyTorch's pickle, then allocview's JSON.
+const DUMP_EXTENSIONS: [&str; 2] = ["pickle", "json"];
+
 impl OomDumper {
     /// A dumper writing into `dir`.
     pub fn new(dir: impl Into<PathBuf>) -> OomDumper {
@@ -54,6 +57,28 @@ impl OomDumper {
     /// The path of OOM number `index` of process `pid`, without extension.
     pub fn stem(&self, index: u64, pid: u32) -> PathBuf {
         self.dir.join(format!("oom-{index:04}-pid{pid}"))
+    }
+
+    /// [`stem`](Self::stem), or `…-2`, `…-3`, … when an earlier dump already has that name (a
+    /// restarted process that got the same pid, as in containers, or two agents of one
+    /// process): a dump never replaces another.
+    fn free_stem(&self, index: u64, pid: u32) -> PathBuf {
+        let taken = |stem: &Path| {
+            DUMP_EXTENSIONS
+                .iter()
+                .any(|ext| stem.with_extension(ext).exists())
+        };
+        let base = self.stem(index, pid);
+        let mut stem = base.clone();
+        let mut n = 1u64;
+        while taken(&stem) {
+            n += 1;
+            stem = self.dir.join(format!(
+                "{}-{n}",
+                base.file_name().unwrap_or_default().to_string_lossy()
+            ));
+        }
+        stem
     }
 
     /// Writes the pickle and the JSON of OOM number `index`; returns the paths written.
@@ -71,10 +96,13 @@ impl OomDumper {
             path: self.dir.clone(),
             source,
         })?;
-        let stem = self.stem(index, pid);
+        let stem = self.free_stem(index, pid);
         let mut written = Vec::new();
         let mut first_error = None;
-        for (ext, format) in [("pickle", FileFormat::Pickle), ("json", FileFormat::Json)] {
+        for (ext, format) in DUMP_EXTENSIONS
+            .into_iter()
+            .zip([FileFormat::Pickle, FileFormat::Json])
+        {
             let path = stem.with_extension(ext);
             match save(&path, snapshot, format) {
                 Ok(()) => written.push(path),

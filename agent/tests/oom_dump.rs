@@ -8,7 +8,7 @@ use allocview_alloc::caching::backend::StreamId;
 use allocview_alloc::caching::history::HistoryOptions;
 use allocview_alloc::caching::sim::SimBackend;
 use allocview_alloc::caching::{AllocatorConfig, CachingAllocator};
-use allocview_alloc::snapshot::BlockState;
+use allocview_alloc::snapshot::{BlockState, Snapshot};
 
 const MIB: u64 = 1 << 20;
 
@@ -142,4 +142,22 @@ fn an_oom_storm_writes_at_most_the_configured_number_of_dumps() {
             .contains("at most 2")
     );
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 4);
+}
+
+#[test]
+fn a_dump_never_replaces_an_earlier_one_of_the_same_name() {
+    use allocview_agent::dump::OomDumper;
+    let dir = tempfile::tempdir().unwrap();
+    let dumper = OomDumper::new(dir.path());
+    // A process restarted with the same pid (as in a container) numbers its OOMs from 1 again.
+    let first = dumper.write(1, 7, &Snapshot::default()).unwrap();
+    let before: Vec<Vec<u8>> = first.iter().map(|p| std::fs::read(p).unwrap()).collect();
+    let second = dumper.write(1, 7, &Snapshot::default()).unwrap();
+    let third = dumper.write(1, 7, &Snapshot::default()).unwrap();
+    let name = |p: &std::path::Path| p.file_name().unwrap().to_string_lossy().into_owned();
+    assert_eq!(name(&first[0]), "oom-0001-pid7.pickle");
+    assert_eq!(name(&second[0]), "oom-0001-pid7-2.pickle");
+    assert_eq!(name(&third[1]), "oom-0001-pid7-3.json");
+    let after: Vec<Vec<u8>> = first.iter().map(|p| std::fs::read(p).unwrap()).collect();
+    assert_eq!(before, after);
 }
