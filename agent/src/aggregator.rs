@@ -352,8 +352,8 @@ impl DeviceAgg {
     /// ([`SnapshotProvider::snapshot_with_stats`], the caching allocator) is consistent at
     /// once. Otherwise the stats are read before and after the snapshot: when they are equal, no
     /// call changed the allocator in between, so the snapshot and the stats describe the same
-    /// moment. With `rx` given, a fence then skips the events the snapshot already holds (everything up to
-    /// the provider's `snapshot` marker).
+    /// moment. With `rx` given, a fence then skips the events the snapshot already holds
+    /// (everything up to the provider's `snapshot` marker).
     fn resync(&mut self, rx: Option<&EventReceiver>) -> bool {
         let Some(p) = self.provider.clone() else {
             return false;
@@ -647,9 +647,9 @@ impl Aggregator {
             if shutdown {
                 self.drain();
                 self.check_resync();
-                for c in self.clients.drain(..) {
-                    c.control.kick(crate::server::SHUTDOWN_REASON.into());
-                }
+                // Each client's writer sends what is queued (this tick's last update), then
+                // finds the queue closed and says goodbye.
+                self.clients.clear();
                 return;
             }
         }

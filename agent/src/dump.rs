@@ -70,13 +70,13 @@ impl OomDumper {
         };
         let base = self.stem(index, pid);
         let mut stem = base.clone();
-        let mut n = 1u64;
-        while taken(&stem) {
-            n += 1;
-            stem = self.dir.join(format!(
-                "{}-{n}",
-                base.file_name().unwrap_or_default().to_string_lossy()
-            ));
+        for n in 2u64.. {
+            if !taken(&stem) {
+                break;
+            }
+            let mut name = base.clone().into_os_string();
+            name.push(format!("-{n}"));
+            stem = name.into();
         }
         stem
     }

@@ -55,8 +55,9 @@ pub const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 /// How often a writer thread checks whether its client was disconnected.
 const WRITER_POLL: Duration = Duration::from_millis(50);
 
-/// The reason clients are told when the agent shuts down.
-pub(crate) const SHUTDOWN_REASON: &str = "agent shutting down";
+/// The reason a client is told once the aggregator has let go of its queue (the agent shuts
+/// down), after the frames queued before.
+const SHUTDOWN_REASON: &str = "agent shutting down";
 
 /// How long [`Server::stop`] waits for clients' last update and goodbye to go out before it
 /// closes their connections.
@@ -638,16 +639,6 @@ fn write_loop(
     loop {
         if let Some(reason) = control.kicked() {
             if !closed.load(Ordering::Acquire) {
-                if reason == SHUTDOWN_REASON {
-                    // The last update, queued before the goodbye, goes out first (a slow
-                    // client's queue is not: it is what it would not read).
-                    while let Ok(bytes) = rx.try_recv() {
-                        let mut w = out.lock().unwrap_or_else(|p| p.into_inner());
-                        if w.write_all(&bytes).and_then(|()| w.flush()).is_err() {
-                            break;
-                        }
-                    }
-                }
                 let _ = send(out, &ServerFrame::Goodbye { reason });
             }
             break;
@@ -662,8 +653,10 @@ fn write_loop(
                 }
             }
             Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+            // Only once every frame queued before is written: the last update goes out
+            // before the goodbye.
             Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
-                control.kick("agent stopped sending".into());
+                control.kick(SHUTDOWN_REASON.into());
             }
         }
     }

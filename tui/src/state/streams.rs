@@ -50,19 +50,13 @@ impl StreamRow {
         if streams < 2 || cached < STRANDED_CACHE_FLAG_BYTES {
             return None;
         }
+        let note = format!("{} cached on s{}", units::bytes(cached), self.stream);
         match self.idle_s {
-            Some(idle) if idle >= STRANDED_IDLE_S => Some(format!(
-                "{} cached on s{}, idle for {}",
-                units::bytes(cached),
-                self.stream,
-                units::elapsed(idle)
-            )),
+            Some(idle) if idle >= STRANDED_IDLE_S => {
+                Some(format!("{note}, idle for {}", units::elapsed(idle)))
+            }
             Some(_) => None,
-            None => Some(format!(
-                "{} cached on s{}",
-                units::bytes(cached),
-                self.stream
-            )),
+            None => Some(note),
         }
     }
 }
