@@ -163,7 +163,9 @@ impl AgentBuilder {
         self
     }
 
-    /// The aggregation tick (and client update period).
+    /// The aggregation tick: how often drops are checked, usage is sampled and clients are
+    /// updated (default 100 ms). A tick under 100 ms still updates clients at most 10 times a
+    /// second ([`MIN_UPDATE_INTERVAL`](crate::aggregator::MIN_UPDATE_INTERVAL)).
     pub fn tick(mut self, tick: Duration) -> Self {
         self.tick = tick.max(Duration::from_millis(1));
         self
@@ -407,7 +409,9 @@ impl Agent {
 
     /// Has every registered provider publish the events it gathered
     /// ([`SnapshotProvider::flush_events`]), then waits until every event published before
-    /// this call is folded in (and a resync done if events were dropped). An allocator attached
+    /// this call is folded in (and a resync done if events were dropped) and every OOM dump
+    /// started is written (dumps are written on a thread of their own, so between flushes a
+    /// record can say [`dump_pending`](crate::state::OomRecord::dump_pending)). An allocator attached
     /// to the sink but not registered as a provider publishes its gathered events with its own
     /// `flush_events` (or when dropped).
     pub fn flush(&self) {

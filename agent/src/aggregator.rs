@@ -4,7 +4,7 @@
 //! wake-up from the sink (a channel half full, an OOM) or a command; then it drains what the
 //! sink's two channels (single events, batches) hold without blocking, in one pass, and on each
 //! tick checks for drops, samples the timeline and sends every attached client only what
-//! changed since the previous tick. It never
+//! changed since the previous update (at most every [`MIN_UPDATE_INTERVAL`]). It never
 //! waits on a client: each has a bounded queue that the aggregator only `try_send`s to, and a
 //! client whose queue is full is disconnected.
 //!
@@ -12,8 +12,11 @@
 //! drains, asks every registered [`SnapshotProvider`] for its snapshot and stats, rebuilds the
 //! mirror from them and counts a resync. A snapshot whose figures disagree with the stats read
 //! beside it (the allocator moved in between) is retried, and failing that, resynced again on
-//! the next tick. The host heap's counters come from its [`HostProvider`], when one is
-//! registered. Without a provider, the state is marked partial.
+//! the next tick. An `oom` event gets a record and a dump (the snapshot taken at once, written
+//! on a thread of its own), also when a resync's fence skips the event; an `oom` event that was
+//! dropped still gets a record, marked [`event_lost`](crate::state::OomRecord::event_lost).
+//! The host heap's counters come from its [`HostProvider`], when one is registered. Without a
+//! provider, the state is marked partial.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -27,7 +30,7 @@ use allocview_alloc::snapshot::Snapshot;
 use crossbeam_channel::{Receiver, Sender, TryRecvError, TrySendError};
 
 use crate::contexts::ContextCache;
-use crate::dump::OomDumper;
+use crate::dump::{DumpWriter, OomDumper};
 use crate::histogram::DeviceHistograms;
 use crate::mirror::{DeviceMirror, pool_key};
 use crate::protocol::{DeviceUpdate, ServerFrame, StateUpdate, encode_frame};
@@ -35,12 +38,15 @@ use crate::provider::{HostProvider, SnapshotProvider};
 use crate::sink::EventReceiver;
 use crate::state::{
     AgentState, ContextFrames, DeviceState, HostState, OomRecord, PipelineStats, ProcessInfo,
-    RecentEvent, UsageSample,
+    RecentEvent, UsageSample, keep_oom_record,
 };
 use crate::timeline::Timeline;
 
 /// Default aggregation tick (also the fastest client update rate: 10 Hz).
 pub const DEFAULT_TICK: Duration = Duration::from_millis(100);
+
+/// Clients get an update at most this often (10 Hz), whatever the tick.
+pub const MIN_UPDATE_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Events kept per device for the trace view.
 pub const DEFAULT_RECENT_EVENTS: usize = 1024;
@@ -290,13 +296,6 @@ impl Devices {
         &mut self.list[i]
     }
 
-    fn get(&self, device: i32) -> Option<&DeviceAgg> {
-        self.list
-            .binary_search_by_key(&device, |d| d.device)
-            .ok()
-            .map(|i| &self.list[i])
-    }
-
     fn values(&self) -> std::slice::Iter<'_, DeviceAgg> {
         self.list.iter()
     }
@@ -541,8 +540,15 @@ pub(crate) struct Aggregator {
     cmds: Receiver<Command>,
     devices: Devices,
     host: Option<HostState>,
+    /// The kept OOM records ([`keep_oom_record`]), by index.
     ooms: Vec<OomRecord>,
-    ooms_sent: usize,
+    /// Every OOM seen, kept or not.
+    ooms_total: u64,
+    /// Indices of the records to send in the next update: new, or their dump landed.
+    ooms_changed: Vec<u64>,
+    /// `Oom` events dropped, as last counted: each one dropped since gets a record.
+    seen_dropped_ooms: u64,
+    dumps: DumpWriter,
     ingested: u64,
     seq: u64,
     resyncs: u64,
@@ -553,6 +559,8 @@ pub(crate) struct Aggregator {
     needs_resync: bool,
     partial: bool,
     clients: Vec<ClientSlot>,
+    /// When clients last got an update.
+    last_broadcast: Instant,
 }
 
 /// Starts the aggregator thread.
@@ -561,6 +569,7 @@ pub(crate) fn spawn(
     rx: EventReceiver,
 ) -> std::io::Result<(AggregatorHandle, thread::JoinHandle<()>)> {
     let (cmd_tx, cmd_rx) = crossbeam_channel::unbounded();
+    let dumps = DumpWriter::new(cfg.dumper.clone(), cfg.process.pid);
     let mut agg = Aggregator {
         cfg,
         rx,
@@ -568,7 +577,10 @@ pub(crate) fn spawn(
         devices: Devices::default(),
         host: None,
         ooms: Vec::new(),
-        ooms_sent: 0,
+        ooms_total: 0,
+        ooms_changed: Vec::new(),
+        seen_dropped_ooms: 0,
+        dumps,
         ingested: 0,
         seq: 0,
         resyncs: 0,
@@ -579,6 +591,7 @@ pub(crate) fn spawn(
         needs_resync: false,
         partial: false,
         clients: Vec::new(),
+        last_broadcast: Instant::now(),
     };
     for p in agg.cfg.providers.clone() {
         let d = agg.device_mut(p.device());
@@ -617,6 +630,7 @@ impl Aggregator {
                     Command::Flush(reply) => {
                         self.drain();
                         self.check_resync();
+                        self.settle_dumps(true);
                         let _ = reply.send(());
                     }
                     Command::State(reply) => {
@@ -640,13 +654,18 @@ impl Aggregator {
                 }
             }
             self.drain();
+            if shutdown {
+                self.check_resync();
+                // The last update carries the dumps' outcomes: the files are complete.
+                self.settle_dumps(true);
+            } else {
+                self.settle_dumps(false);
+            }
             if shutdown || Instant::now() >= next_tick {
-                self.tick();
+                self.tick(shutdown);
                 next_tick = Instant::now() + self.cfg.tick;
             }
             if shutdown {
-                self.drain();
-                self.check_resync();
                 // Each client's writer sends what is queued (this tick's last update), then
                 // finds the queue closed and says goodbye.
                 self.clients.clear();
@@ -748,6 +767,10 @@ impl Aggregator {
         }
         let mut lost_marker = false;
         if d.fenced(e, &mut lost_marker) {
+            // The resync's stats already count it, but it still gets its record and dump.
+            if e.action == EventAction::Oom {
+                self.on_oom(e);
+            }
             return;
         }
         if lost_marker {
@@ -800,68 +823,152 @@ impl Aggregator {
 
     fn on_oom(&mut self, e: &Event) {
         let device = i32::from(e.device);
-        let index = self.ooms.len() as u64 + 1;
-        let d = self.devices.get(device).expect("created by ingest");
+        let time_ns = if e.time_ns != 0 { e.time_ns } else { now_ns() };
+        let mut rec = self.oom_record(device, time_ns);
+        rec.stream = e.stream;
+        rec.requested = e.requested;
+        rec.rounded = e.size;
+        rec.device_free = e.addr;
+        tracing::error!(
+            oom = rec.index,
+            device,
+            requested = rec.requested,
+            device_free = rec.device_free,
+            allocated = rec.allocated,
+            reserved = rec.reserved,
+            "allocation failed: out of memory"
+        );
+        self.keep_oom(rec);
+    }
+
+    /// A record of the next OOM on `device`, with the mirror's figures now and its dump
+    /// started (or the reason it is not written); the request's facts are left to the caller.
+    fn oom_record(&mut self, device: i32, time_ns: u64) -> OomRecord {
+        self.ooms_total += 1;
+        let index = self.ooms_total;
+        let started = self.dumps_written + self.dump_failures + self.dumps.pending() as u64;
+        let interval = self.cfg.sample_interval;
+        let d = self.devices.entry(device, interval, self.cfg.recent_events);
         let s = d.mirror.stats();
         let cur = |a: &allocview_alloc::caching::stats::StatArray| {
             a.get(StatType::All).current.max(0) as u64
         };
         let mut rec = OomRecord {
             index,
-            time_ns: if e.time_ns != 0 { e.time_ns } else { now_ns() },
+            time_ns,
             device,
-            stream: e.stream,
-            requested: e.requested,
-            rounded: e.size,
-            device_free: e.addr,
             allocated: cur(&s.allocated_bytes),
             reserved: cur(&s.reserved_bytes),
             largest_free_block: d.mirror.largest_free_block(),
             inactive_split_bytes: cur(&s.inactive_split_bytes),
             total_memory: d.total_memory,
-            dump_paths: Vec::new(),
-            dump_error: None,
+            ..OomRecord::default()
         };
-        if self.dumps_written + self.dump_failures >= self.cfg.max_dumps {
+        if started >= self.cfg.max_dumps {
             rec.dump_error = Some(format!(
                 "not written: this agent writes at most {} OOM dumps",
                 self.cfg.max_dumps
             ));
-            tracing::error!(oom = index, device, "allocation failed: out of memory");
-            self.ooms.push(rec);
+            return rec;
+        }
+        // The snapshot is taken now, the moment after the OOM; encoding and writing it happen
+        // on the dump thread.
+        let snapshot = match &d.provider {
+            Some(p) => p.snapshot(),
+            None => Snapshot {
+                segments: d.mirror.segments(),
+                ..Snapshot::default()
+            },
+        };
+        self.dumps.start(index, snapshot);
+        rec.dump_pending = true;
+        rec
+    }
+
+    fn keep_oom(&mut self, rec: OomRecord) {
+        self.ooms_changed.push(rec.index);
+        keep_oom_record(&mut self.ooms, rec);
+    }
+
+    /// Folds in the outcomes of the dumps written since the last call; with `wait`, waits for
+    /// every dump started.
+    fn settle_dumps(&mut self, wait: bool) {
+        if self.dumps.pending() == 0 {
             return;
         }
-        let snapshot = d.provider.as_ref().map(|p| p.snapshot());
-        let snapshot = snapshot.unwrap_or_else(|| Snapshot {
-            segments: d.mirror.segments(),
-            ..Snapshot::default()
-        });
-        match self
-            .cfg
-            .dumper
-            .write(index, self.cfg.process.pid, &snapshot)
-        {
-            Ok(paths) => {
-                self.dumps_written += 1;
+        for (index, outcome) in self.dumps.poll(wait) {
+            let (paths, error) = match outcome {
+                Ok(paths) => {
+                    self.dumps_written += 1;
+                    tracing::info!(oom = index, dump = ?paths, "OOM dump written");
+                    (paths, None)
+                }
+                Err(err) => {
+                    self.dump_failures += 1;
+                    tracing::error!(oom = index, %err, "could not write the OOM dump");
+                    (Vec::new(), Some(err.to_string()))
+                }
+            };
+            // A record forgotten meanwhile (an OOM storm) still had its dump counted.
+            if let Ok(i) = self.ooms.binary_search_by_key(&index, |r| r.index) {
+                let rec = &mut self.ooms[i];
                 rec.dump_paths = paths;
-            }
-            Err(err) => {
-                self.dump_failures += 1;
-                tracing::error!(%err, "could not write the OOM dump");
-                rec.dump_error = Some(err.to_string());
+                rec.dump_error = error;
+                rec.dump_pending = false;
+                self.ooms_changed.push(index);
             }
         }
-        tracing::error!(
-            oom = index,
-            device,
-            requested = rec.requested,
-            device_free = rec.device_free,
-            allocated = rec.allocated,
-            reserved = rec.reserved,
-            dump = ?rec.dump_paths,
-            "allocation failed: out of memory"
-        );
-        self.ooms.push(rec);
+    }
+
+    /// Records the OOMs whose events were dropped since the last call, after a resync: the
+    /// request's facts went with the event, but the OOM is not left out of the list. Each is
+    /// put on the one device when there is one, else on the device whose OOM count the resync
+    /// raised the most, else device -1 (unknown).
+    fn record_lost_ooms(&mut self, dropped_ooms: u64, ooms_before: &[(i32, i64)]) {
+        let lost = dropped_ooms.saturating_sub(self.seen_dropped_ooms);
+        self.seen_dropped_ooms = dropped_ooms;
+        if lost == 0 {
+            return;
+        }
+        let raised = self
+            .devices
+            .values()
+            .filter_map(|d| {
+                let before = ooms_before
+                    .iter()
+                    .find(|(dev, _)| *dev == d.device)
+                    .map_or(0, |x| x.1);
+                let gain = d.mirror.stats().num_ooms - before;
+                (gain > 0).then_some((gain, d.device))
+            })
+            .max();
+        let device = match (self.devices.list.as_slice(), raised) {
+            ([only], _) => Some(only.device),
+            (_, Some((_, device))) => Some(device),
+            _ => None,
+        };
+        for _ in 0..lost {
+            let mut rec = match device {
+                Some(device) => self.oom_record(device, now_ns()),
+                None => {
+                    self.ooms_total += 1;
+                    OomRecord {
+                        index: self.ooms_total,
+                        time_ns: now_ns(),
+                        device: -1,
+                        dump_error: Some("not written: the OOM's device is not known".into()),
+                        ..OomRecord::default()
+                    }
+                }
+            };
+            rec.event_lost = true;
+            tracing::error!(
+                oom = rec.index,
+                device = rec.device,
+                "allocation failed: out of memory (its event was dropped: the channel was full)"
+            );
+            self.keep_oom(rec);
+        }
     }
 
     fn check_resync(&mut self) {
@@ -876,6 +983,12 @@ impl Aggregator {
         self.needs_resync = false;
         let mut any = false;
         let mut all_consistent = true;
+        let dropped_ooms = self.rx.shared().dropped_by_action()[EventAction::Oom as usize];
+        let ooms_before: Vec<(i32, i64)> = self
+            .devices
+            .values()
+            .map(|d| (d.device, d.mirror.stats().num_ooms))
+            .collect();
         if let (Some(h), Some(p)) = (&mut self.host, &self.cfg.host) {
             // The heap's counters are relaxed reads of per-thread slots: a call running
             // meanwhile may be counted there and also arrive as an event (or the reverse);
@@ -906,6 +1019,7 @@ impl Aggregator {
                 "events were lost and no allocator can be asked: figures are partial"
             );
         }
+        self.record_lost_ooms(dropped_ooms, &ooms_before);
     }
 
     /// Resolves the context ids noted since the last time, on every device.
@@ -915,7 +1029,9 @@ impl Aggregator {
         }
     }
 
-    fn tick(&mut self) {
+    /// Samples usage and sends clients an update, at most every [`MIN_UPDATE_INTERVAL`] (and
+    /// always with `last`, at shutdown).
+    fn tick(&mut self, last: bool) {
         // A device quiet since the last tick may still hold the last events its allocator
         // gathered: ask for them (without waiting), and fold what comes before sampling.
         let mut asked = false;
@@ -939,7 +1055,10 @@ impl Aggregator {
         }
         // Every tick, while the allocator still keeps the ids just seen.
         self.resolve_contexts();
-        if !self.clients.is_empty() {
+        if !self.clients.is_empty()
+            && (last || self.last_broadcast.elapsed() >= MIN_UPDATE_INTERVAL)
+        {
+            self.last_broadcast = Instant::now();
             self.broadcast();
         }
     }
@@ -966,6 +1085,7 @@ impl Aggregator {
             dump_failures: self.dump_failures,
             partial: self.partial,
             clients: self.clients.len() as u64,
+            ooms_total: self.ooms_total,
         }
     }
 
@@ -998,7 +1118,7 @@ impl Aggregator {
             for d in self.devices.values_mut() {
                 d.mark_sent();
             }
-            self.ooms_sent = self.ooms.len();
+            self.ooms_changed.clear();
         }
         self.resolve_contexts();
         let Some(full) = self.full_frame() else {
@@ -1011,6 +1131,20 @@ impl Aggregator {
         }
     }
 
+    /// The kept records among those changed since the last update, once each, by index.
+    fn changed_ooms(&mut self) -> Vec<OomRecord> {
+        let mut changed = std::mem::take(&mut self.ooms_changed);
+        changed.sort_unstable();
+        changed.dedup();
+        changed
+            .into_iter()
+            .filter_map(|i| {
+                let at = self.ooms.binary_search_by_key(&i, |r| r.index).ok()?;
+                Some(self.ooms[at].clone())
+            })
+            .collect()
+    }
+
     fn broadcast(&mut self) {
         let update = StateUpdate {
             time_ns: now_ns(),
@@ -1021,9 +1155,8 @@ impl Aggregator {
                 .filter_map(DeviceAgg::update)
                 .collect(),
             host: self.host,
-            new_ooms: self.ooms[self.ooms_sent..].to_vec(),
+            new_ooms: self.changed_ooms(),
         };
-        self.ooms_sent = self.ooms.len();
         let frame = ServerFrame::Update {
             update: Box::new(update),
         };
@@ -1128,7 +1261,5 @@ mod tests {
         }
         let order: Vec<i32> = devices.values().map(|d| d.device).collect();
         assert_eq!(order, vec![0, 1, 2, 3]);
-        assert_eq!(devices.get(2).map(|d| d.device), Some(2));
-        assert!(devices.get(7).is_none());
     }
 }

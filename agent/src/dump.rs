@@ -6,10 +6,16 @@
 //! written atomically (a temporary file renamed into place), so a reader never sees half a
 //! dump. The folder is created on first use. A failure is returned, never a panic: the
 //! aggregator logs and counts it and carries on.
+//!
+//! The aggregator takes the snapshot at once and hands it to a dump writer, whose thread
+//! (started at the first OOM) encodes and writes it: a large snapshot takes long to pickle and
+//! write, and the aggregator must go on draining the event channel meanwhile.
 
 use std::path::{Path, PathBuf};
+use std::thread::JoinHandle;
 
 use allocview_alloc::snapshot::Snapshot;
+use crossbeam_channel::{Receiver, Sender};
 
 use crate::snapshot_file::{FileFormat, save};
 
@@ -117,6 +123,111 @@ impl OomDumper {
         match first_error {
             Some(e) => Err(e),
             None => Ok(written),
+        }
+    }
+}
+
+/// One dump to write: the OOM's index and the snapshot taken at it.
+type DumpJob = (u64, Snapshot);
+
+/// The outcome of one dump: the OOM's index and the paths written, or why not.
+pub(crate) type DumpOutcome = (u64, Result<Vec<PathBuf>, DumpError>);
+
+/// Writes dumps on a thread of its own, started at the first dump, and reports each outcome.
+///
+/// Dropping it waits for the dumps handed to it, so shutdown leaves complete files.
+pub(crate) struct DumpWriter {
+    dumper: OomDumper,
+    pid: u32,
+    /// The writing thread's queue and handle, once started.
+    thread: Option<(Sender<DumpJob>, JoinHandle<()>)>,
+    done_tx: Sender<DumpOutcome>,
+    done_rx: Receiver<DumpOutcome>,
+    pending: usize,
+}
+
+impl DumpWriter {
+    /// A writer of process `pid`'s dumps through `dumper`.
+    pub(crate) fn new(dumper: OomDumper, pid: u32) -> DumpWriter {
+        let (done_tx, done_rx) = crossbeam_channel::unbounded();
+        DumpWriter {
+            dumper,
+            pid,
+            thread: None,
+            done_tx,
+            done_rx,
+            pending: 0,
+        }
+    }
+
+    /// Hands OOM number `index`'s snapshot to the writing thread. Where no thread can be
+    /// started, writes it here; the outcome comes from [`poll`](Self::poll) either way.
+    pub(crate) fn start(&mut self, index: u64, snapshot: Snapshot) {
+        self.pending += 1;
+        if self.thread.is_none() {
+            let (tx, rx) = crossbeam_channel::unbounded::<DumpJob>();
+            let (dumper, pid, done) = (self.dumper.clone(), self.pid, self.done_tx.clone());
+            let spawned = std::thread::Builder::new()
+                .name("allocview-dump".into())
+                .spawn(move || {
+                    for (index, snapshot) in rx {
+                        // An outcome for every job, even a panicking one: `poll(true)` waits
+                        // for it.
+                        let write = || dumper.write(index, pid, &snapshot);
+                        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(write))
+                            .unwrap_or_else(|_| {
+                                Err(DumpError::Write {
+                                    path: dumper.stem(index, pid),
+                                    message: "the dump writer panicked".into(),
+                                })
+                            });
+                        let _ = done.send((index, outcome));
+                    }
+                });
+            match spawned {
+                Ok(join) => self.thread = Some((tx, join)),
+                Err(err) => tracing::warn!(%err, "no thread for OOM dumps: writing inline"),
+            }
+        }
+        let job = match &self.thread {
+            Some((tx, _)) => tx.send((index, snapshot)).err().map(|e| e.into_inner()),
+            None => Some((index, snapshot)),
+        };
+        if let Some((index, snapshot)) = job {
+            let outcome = self.dumper.write(index, self.pid, &snapshot);
+            let _ = self.done_tx.send((index, outcome));
+        }
+    }
+
+    /// Dumps handed over whose outcome [`poll`](Self::poll) has not returned yet.
+    pub(crate) fn pending(&self) -> usize {
+        self.pending
+    }
+
+    /// The outcomes ready now; with `wait`, every outcome of the dumps handed over.
+    pub(crate) fn poll(&mut self, wait: bool) -> Vec<DumpOutcome> {
+        let mut out = Vec::new();
+        while self.pending > 0 {
+            let next = if wait {
+                self.done_rx.recv().ok()
+            } else {
+                self.done_rx.try_recv().ok()
+            };
+            let Some(outcome) = next else {
+                break;
+            };
+            self.pending -= 1;
+            out.push(outcome);
+        }
+        out
+    }
+}
+
+impl Drop for DumpWriter {
+    fn drop(&mut self) {
+        if let Some((tx, join)) = self.thread.take() {
+            drop(tx);
+            let _ = join.join();
         }
     }
 }

@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::state::{
     AgentState, ContextFrames, DeviceState, Histograms, HostState, OomRecord, PipelineStats,
-    PoolUsage, RecentEvent, StreamUsage, UsageSample,
+    PoolUsage, RecentEvent, StreamUsage, UsageSample, keep_oom_record,
 };
 use crate::timeline;
 
@@ -132,7 +132,8 @@ pub struct StateUpdate {
     pub devices: Vec<DeviceUpdate>,
     /// Host counters, when a host allocator publishes.
     pub host: Option<HostState>,
-    /// OOMs not sent before.
+    /// OOM records new since the last update, or whose dump landed since (replacing the
+    /// record of the same index).
     pub new_ooms: Vec<OomRecord>,
 }
 
@@ -176,9 +177,7 @@ pub fn apply_update(state: &mut AgentState, update: &StateUpdate) {
         state.host = update.host;
     }
     for o in &update.new_ooms {
-        if !state.ooms.iter().any(|x| x.index == o.index) {
-            state.ooms.push(o.clone());
-        }
+        keep_oom_record(&mut state.ooms, o.clone());
     }
     for u in &update.devices {
         let d = match state.devices.iter().position(|d| d.device == u.device) {

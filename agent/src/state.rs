@@ -344,6 +344,10 @@ pub struct PipelineStats {
     /// Attach clients connected now.
     #[serde(default)]
     pub clients: u64,
+    /// OOMs the agent saw, including those whose records are no longer kept (see
+    /// [`OOM_KEEP_FIRST`]).
+    #[serde(default)]
+    pub ooms_total: u64,
 }
 
 /// One OOM, with the facts taken when the agent saw it.
@@ -379,4 +383,80 @@ pub struct OomRecord {
     pub dump_paths: Vec<PathBuf>,
     /// Why the dump could not be written, if it could not.
     pub dump_error: Option<String>,
+    /// The dump is being written (off the aggregator thread): `dump_paths` and `dump_error`
+    /// are filled in when it lands, and the record is sent again.
+    #[serde(default)]
+    pub dump_pending: bool,
+    /// The OOM's event was dropped (the channel was full): the agent learnt of it from the
+    /// drop count, so `stream`, `requested`, `rounded` and `device_free` are unknown (0), and
+    /// the other figures and the dump are from the resync after it.
+    #[serde(default)]
+    pub event_lost: bool,
+}
+
+/// OOM records kept from the start of the process: the first OOM usually tells why.
+pub const OOM_KEEP_FIRST: usize = 16;
+
+/// OOM records kept from the end: the latest ones. Records between the first and the latest
+/// are forgotten (their count stays in [`PipelineStats::ooms_total`]), so a program that catches
+/// OOMs in a loop holds the agent and its clients to a bounded list.
+pub const OOM_KEEP_LATEST: usize = 240;
+
+/// Inserts `record` into `records` (sorted by index), replacing the record of the same index,
+/// then forgets the oldest records past the first [`OOM_KEEP_FIRST`] while more than
+/// [`OOM_KEEP_FIRST`] + [`OOM_KEEP_LATEST`] are kept.
+pub fn keep_oom_record(records: &mut Vec<OomRecord>, record: OomRecord) {
+    match records.binary_search_by_key(&record.index, |r| r.index) {
+        Ok(i) => records[i] = record,
+        Err(i) => records.insert(i, record),
+    }
+    let over = records
+        .len()
+        .saturating_sub(OOM_KEEP_FIRST + OOM_KEEP_LATEST);
+    if over > 0 {
+        records.drain(OOM_KEEP_FIRST..OOM_KEEP_FIRST + over);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(index: u64) -> OomRecord {
+        OomRecord {
+            index,
+            dump_pending: true,
+            ..OomRecord::default()
+        }
+    }
+
+    #[test]
+    fn a_record_sent_again_replaces_the_first_and_the_list_stays_bounded() {
+        let mut kept = Vec::new();
+        // Out of order and repeated, as overlapping updates deliver them.
+        for i in [2, 1, 3] {
+            keep_oom_record(&mut kept, rec(i));
+        }
+        let landed = OomRecord {
+            dump_pending: false,
+            dump_paths: vec!["oom-0002.pickle".into()],
+            ..rec(2)
+        };
+        keep_oom_record(&mut kept, landed.clone());
+        assert_eq!(kept.iter().map(|r| r.index).collect::<Vec<_>>(), [1, 2, 3]);
+        assert_eq!(kept[1], landed);
+
+        let n = (OOM_KEEP_FIRST + OOM_KEEP_LATEST) as u64 + 10;
+        for i in 4..=n {
+            keep_oom_record(&mut kept, rec(i));
+        }
+        assert_eq!(kept.len(), OOM_KEEP_FIRST + OOM_KEEP_LATEST);
+        assert_eq!(kept[OOM_KEEP_FIRST - 1].index, OOM_KEEP_FIRST as u64);
+        assert_eq!(kept[OOM_KEEP_FIRST].index, OOM_KEEP_FIRST as u64 + 11);
+        assert_eq!(kept.last().map(|r| r.index), Some(n));
+        // A late copy of a forgotten record comes back, then goes again.
+        keep_oom_record(&mut kept, rec(OOM_KEEP_FIRST as u64 + 1));
+        assert_eq!(kept.len(), OOM_KEEP_FIRST + OOM_KEEP_LATEST);
+        assert_eq!(kept[OOM_KEEP_FIRST].index, OOM_KEEP_FIRST as u64 + 11);
+    }
 }

@@ -329,6 +329,57 @@ fn at_shutdown_a_client_gets_the_last_events_then_a_goodbye() {
 }
 
 #[test]
+fn a_client_sees_an_oom_at_once_and_its_dump_when_it_lands() {
+    let dir = tempfile::tempdir().unwrap();
+    let (agent, addr) = unix_agent(dir.path());
+    let mut c = AttachClient::connect(&addr, None).unwrap();
+    agent.sink().publish(&Event {
+        requested: 3 * MIB,
+        ..Event::new(EventAction::Oom, 0, EventPool::Large, MIB, 4 * MIB)
+    });
+    wait_for(&mut c, |s| s.ooms.len() == 1);
+    // Sent again when the dump landed, replacing the first copy.
+    wait_for(&mut c, |s| !s.ooms[0].dump_pending);
+    agent.flush();
+    let truth = agent.state();
+    assert_eq!(c.state().ooms, truth.ooms);
+    assert_eq!(c.state().ooms[0].dump_paths.len(), 2);
+    assert_eq!(c.state().ooms[0].requested, 3 * MIB);
+}
+
+#[test]
+fn a_fast_tick_still_sends_clients_at_most_ten_updates_a_second() {
+    let dir = tempfile::tempdir().unwrap();
+    let (agent, addr) = unix_agent(dir.path());
+    let mut c = AttachClient::connect(&addr, None).unwrap();
+    let sink = agent.sink();
+    let started = Instant::now();
+    let mut updates = 0u32;
+    let mut i = 0;
+    while started.elapsed() < Duration::from_millis(600) {
+        // Something changes on every 5 ms tick.
+        sink.publish(&Event::new(
+            EventAction::SegmentAlloc,
+            0,
+            EventPool::Large,
+            SEG + i * 2 * MIB,
+            2 * MIB,
+        ));
+        i += 1;
+        if c.next_update(Duration::from_millis(5)).is_ok() {
+            updates += 1;
+        }
+    }
+    let elapsed_ms = started.elapsed().as_millis() as u32;
+    assert!(updates >= 1);
+    // One every 100 ms at most (the tick alone would give one every 5 ms).
+    assert!(
+        updates <= elapsed_ms / 100 + 1,
+        "{updates} updates in {elapsed_ms} ms"
+    );
+}
+
+#[test]
 fn listening_on_a_path_that_holds_a_file_refuses_and_leaves_the_file_alone() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("model.ckpt");

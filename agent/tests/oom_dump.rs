@@ -1,6 +1,10 @@
 //! An OOM on the simulated device leaves a complete dump that the snapshot reader loads back.
 
+#[path = "support/toy.rs"]
+mod toy;
+
 use std::sync::Arc;
+use std::time::Duration;
 
 use allocview_agent::agent::Agent;
 use allocview_agent::snapshot_file::{self, FileFormat};
@@ -8,6 +12,7 @@ use allocview_alloc::caching::backend::StreamId;
 use allocview_alloc::caching::history::HistoryOptions;
 use allocview_alloc::caching::sim::SimBackend;
 use allocview_alloc::caching::{AllocatorConfig, CachingAllocator};
+use allocview_alloc::event::{Event, EventAction, EventPool};
 use allocview_alloc::snapshot::{BlockState, Snapshot};
 
 const MIB: u64 = 1 << 20;
@@ -160,4 +165,114 @@ fn a_dump_never_replaces_an_earlier_one_of_the_same_name() {
     assert_eq!(name(&third[1]), "oom-0001-pid7-3.json");
     let after: Vec<Vec<u8>> = first.iter().map(|p| std::fs::read(p).unwrap()).collect();
     assert_eq!(before, after);
+}
+
+/// An agent over the toy allocator whose tick never comes: only flushes fold events in.
+fn toy_agent(toy: &Arc<toy::Toy>, dir: &std::path::Path, capacity: usize, dumps: u64) -> Agent {
+    let agent = Agent::builder()
+        .no_listen()
+        .dump_dir(dir)
+        .channel_capacity(capacity)
+        .max_dumps(dumps)
+        .tick(Duration::from_secs(3600))
+        .provider(toy.clone())
+        .spawn()
+        .unwrap();
+    toy.set_sink(agent.sink());
+    agent
+}
+
+#[test]
+fn an_oom_published_while_the_agent_resyncs_still_gets_its_record_and_dump() {
+    let toy = toy::Toy::new();
+    let dir = tempfile::tempdir().unwrap();
+    let agent = toy_agent(&toy, dir.path(), 1024, 8);
+    toy.malloc(0);
+    toy.oom_in_next_snapshot();
+    // A free of a block the agent never saw: an inconsistency, so the next flush resyncs; the
+    // resync's snapshot publishes an OOM just before its marker, as a failed allocation on
+    // another thread would. The snapshot's stats already count it (the fence skips it).
+    agent.sink().publish(&Event::new(
+        EventAction::FreeCompleted,
+        0,
+        EventPool::Large,
+        0xdead_0000,
+        MIB,
+    ));
+    agent.flush();
+    agent.flush();
+    let state = agent.state();
+    assert_eq!(state.pipeline.resyncs, 1);
+    assert_eq!(state.devices[0].stats.num_ooms, 1);
+    assert_eq!(state.ooms.len(), 1, "{:?}", state.ooms);
+    let oom = &state.ooms[0];
+    assert_eq!(oom.requested, 3 << 30);
+    assert!(!oom.event_lost && !oom.dump_pending);
+    assert_eq!(oom.dump_paths.len(), 2, "{oom:?}");
+    assert_eq!(state.devices[0].stats, toy.stats());
+}
+
+#[test]
+fn ooms_whose_events_were_dropped_get_records_that_say_so() {
+    let toy = toy::Toy::new();
+    let dir = tempfile::tempdir().unwrap();
+    let agent = toy_agent(&toy, dir.path(), 4, 2);
+    // Nobody drains between these but the half-full wake-up, which races: most are dropped.
+    for i in 0..100 {
+        toy.oom(MIB * (i + 1));
+    }
+    agent.flush();
+    let state = agent.state();
+    let dropped = state
+        .pipeline
+        .dropped_by_action
+        .iter()
+        .find(|(a, _)| a == "oom")
+        .map_or(0, |x| x.1);
+    assert!(dropped > 0, "{:?}", state.pipeline);
+    assert_eq!(state.devices[0].stats.num_ooms, 100);
+    assert_eq!(state.pipeline.ooms_total, 100);
+    assert_eq!(state.ooms.len(), 100);
+    let lost: Vec<_> = state.ooms.iter().filter(|o| o.event_lost).collect();
+    assert_eq!(lost.len() as u64, dropped);
+    for o in &lost {
+        assert_eq!((o.device, o.requested), (0, 0), "{o:?}");
+    }
+    // Those that arrived keep their request.
+    assert!(
+        state
+            .ooms
+            .iter()
+            .filter(|o| !o.event_lost)
+            .all(|o| o.requested > 0)
+    );
+    assert_eq!(state.pipeline.dumps_written, 2);
+    assert!(state.ooms.iter().all(|o| !o.dump_pending));
+}
+
+#[test]
+fn an_oom_storm_keeps_the_first_and_the_latest_records_and_counts_every_one() {
+    use allocview_agent::state::{OOM_KEEP_FIRST, OOM_KEEP_LATEST};
+    let toy = toy::Toy::new();
+    let dir = tempfile::tempdir().unwrap();
+    let agent = toy_agent(&toy, dir.path(), 1 << 14, 1);
+    let n = (OOM_KEEP_FIRST + OOM_KEEP_LATEST + 44) as u64;
+    for i in 0..n {
+        toy.oom(i + 1);
+        if i % 64 == 0 {
+            agent.flush();
+        }
+    }
+    agent.flush();
+    let state = agent.state();
+    assert_eq!(state.pipeline.dropped_total, 0);
+    assert_eq!(state.pipeline.ooms_total, n);
+    let kept: Vec<u64> = state.ooms.iter().map(|o| o.index).collect();
+    let want: Vec<u64> = (1..=OOM_KEEP_FIRST as u64)
+        .chain(n - OOM_KEEP_LATEST as u64 + 1..=n)
+        .collect();
+    assert_eq!(kept, want);
+    // Each record is the OOM of its index.
+    assert!(state.ooms.iter().all(|o| o.requested == o.index));
+    assert_eq!(state.ooms[0].dump_paths.len(), 2);
 }

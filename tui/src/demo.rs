@@ -33,9 +33,6 @@ pub const AGENT_TICK: Duration = Duration::from_millis(100);
 /// Sleep between two allocator calls when paced for humans (about two steps a second).
 pub const HUMAN_PACE: Duration = Duration::from_millis(4);
 
-/// How long a report waits for OOM dumps still being written.
-pub const DUMP_WAIT: Duration = Duration::from_secs(3);
-
 /// How to run the demo.
 #[derive(Debug, Clone)]
 pub struct DemoConfig {
@@ -248,20 +245,9 @@ impl Demo {
     /// allocator's.
     pub fn report(&mut self) -> Report {
         self.stop_workload();
+        // The flush also waits for the OOM dumps being written.
         self.agent.flush();
-        let mut state = self.agent.state();
-        // OOM dumps are written off the aggregator thread: give them a moment to land.
-        let deadline = Instant::now() + DUMP_WAIT;
-        while Instant::now() < deadline
-            && state
-                .ooms
-                .iter()
-                .any(|o| o.dump_paths.is_empty() && o.dump_error.is_none())
-        {
-            std::thread::sleep(Duration::from_millis(20));
-            self.agent.flush();
-            state = self.agent.state();
-        }
+        let state = self.agent.state();
         let ours = self.alloc.memory_stats();
         let theirs = state
             .device(self.alloc.device())

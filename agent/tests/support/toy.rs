@@ -4,6 +4,7 @@
 
 #![allow(dead_code)]
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use allocview_agent::mirror::DeviceMirror;
@@ -28,6 +29,9 @@ struct Inner {
 pub struct Toy {
     inner: Mutex<Inner>,
     sink: Mutex<Option<Arc<dyn EventSink>>>,
+    /// The next snapshot publishes an OOM just before its marker (as another thread's failed
+    /// allocation would while the agent resyncs).
+    oom_in_next_snapshot: AtomicBool,
 }
 
 impl Toy {
@@ -40,6 +44,7 @@ impl Toy {
                 half_free: Vec::new(),
             }),
             sink: Mutex::new(None),
+            oom_in_next_snapshot: AtomicBool::new(false),
         })
     }
 
@@ -140,6 +145,23 @@ impl Toy {
         true
     }
 
+    /// A failed request of `requested` bytes: publishes an `oom` event.
+    pub fn oom(&self, requested: u64) {
+        let mut g = self.inner.lock().unwrap();
+        self.emit(
+            &mut g,
+            Event {
+                requested,
+                ..Event::new(EventAction::Oom, 0, EventPool::Large, 1 << 20, requested)
+            },
+        );
+    }
+
+    /// Makes the next snapshot publish an OOM just before its marker.
+    pub fn oom_in_next_snapshot(&self) {
+        self.oom_in_next_snapshot.store(true, Ordering::Relaxed);
+    }
+
     pub fn live(&self) -> usize {
         self.inner.lock().unwrap().live.len()
     }
@@ -158,6 +180,15 @@ impl SnapshotProvider for Toy {
     fn snapshot(&self) -> Snapshot {
         let mut g = self.inner.lock().unwrap();
         let segments = g.truth.segments();
+        if self.oom_in_next_snapshot.swap(false, Ordering::Relaxed) {
+            self.emit(
+                &mut g,
+                Event {
+                    requested: 3 << 30,
+                    ..Event::new(EventAction::Oom, 0, EventPool::Large, 1 << 20, 3 << 30)
+                },
+            );
+        }
         self.emit(
             &mut g,
             Event::new(EventAction::Snapshot, 0, EventPool::Large, 0, 0),

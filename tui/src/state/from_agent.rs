@@ -183,7 +183,7 @@ pub fn oom_report(o: &OomRecord) -> OomReport {
         rounded: o.rounded,
         segment_size: None,
         device_total: (o.total_memory > 0).then_some(o.total_memory),
-        device_free: Some(o.device_free),
+        device_free: (!o.event_lost).then_some(o.device_free),
         allocated: o.allocated,
         reserved: o.reserved,
         largest_free: o.largest_free_block,
@@ -192,6 +192,8 @@ pub fn oom_report(o: &OomRecord) -> OomReport {
         what_if: Vec::new(),
         dump_path: dump,
         dump_error: o.dump_error.clone(),
+        dump_pending: o.dump_pending,
+        event_lost: o.event_lost,
         frames: no_frames(),
         trace_index: None,
     }

@@ -204,6 +204,8 @@ impl PostMortem {
                 what_if: Vec::new(),
                 dump_path: Some(self.path.clone()),
                 dump_error: None,
+                dump_pending: false,
+                event_lost: false,
                 frames: e.frames.clone(),
                 trace_index: Some(i),
             });

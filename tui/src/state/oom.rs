@@ -44,6 +44,11 @@ pub struct OomReport {
     pub dump_path: Option<String>,
     /// Why the snapshot could not be written, if it could not.
     pub dump_error: Option<String>,
+    /// The snapshot is being written.
+    pub dump_pending: bool,
+    /// The OOM's event was dropped on its way (a full channel): the request is not known, and
+    /// the memory figures are from the resync after it.
+    pub event_lost: bool,
     /// Where the request came from (context frames).
     pub frames: Frames,
     /// Index of the OOM in the trace (file mode).
@@ -53,6 +58,10 @@ pub struct OomReport {
 impl OomReport {
     /// The first line: `tried to allocate 1.50 GiB (rounded 1.50 GiB, segment 1.50 GiB)`.
     pub fn request_line(&self) -> String {
+        if self.event_lost {
+            return "request not known: the OOM's event was dropped (the event channel was full)"
+                .into();
+        }
         let mut s = format!(
             "tried to allocate {} (rounded {}",
             units::bytes(self.requested),
@@ -108,6 +117,8 @@ mod tests {
             what_if: Vec::new(),
             dump_path: None,
             dump_error: None,
+            dump_pending: false,
+            event_lost: false,
             frames: no_frames(),
             trace_index: None,
         };

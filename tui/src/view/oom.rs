@@ -58,11 +58,17 @@ pub fn lines(o: &OomReport, width: usize) -> Vec<Line<'static>> {
     let mut v = vec![
         Line::raw(format!(" {}", o.request_line())),
         Line::raw(format!(" {}", o.memory_line())),
-        Line::from(vec![
-            Span::raw(" diagnosis: "),
-            Span::styled(o.diagnosis.as_str().to_uppercase(), theme::alert()),
-        ]),
     ];
+    if o.event_lost {
+        v.push(Line::styled(
+            " (memory figures and snapshot from the resync after the lost event)",
+            theme::dim(),
+        ));
+    }
+    v.push(Line::from(vec![
+        Span::raw(" diagnosis: "),
+        Span::styled(o.diagnosis.as_str().to_uppercase(), theme::alert()),
+    ]));
     // Inside the box's two borders, after the indent.
     for w in wrap(
         &o.explanation,
@@ -89,6 +95,7 @@ pub fn lines(o: &OomReport, width: usize) -> Vec<Line<'static>> {
         v.push(Line::styled(format!(" dump failed: {e}"), theme::alert()));
     }
     match &o.dump_path {
+        None if o.dump_pending => v.push(Line::styled(" snapshot: being written…", theme::dim())),
         Some(p) => v.push(Line::from(vec![
             Span::raw(" snapshot: "),
             Span::styled(p.clone(), Style::new().fg(theme::ACCENT)),
@@ -128,6 +135,23 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
         if y >= area.bottom() {
             break;
         }
+        if let Some(prev) = i.checked_sub(1).map(|p| &state.ooms[p])
+            && i > selected
+            && o.number > prev.number + 1
+        {
+            let gap = format!(
+                " … OOMs #{} to #{} are not kept (the agent keeps the first {} and the latest {})",
+                prev.number + 1,
+                o.number - 1,
+                allocview_agent::state::OOM_KEEP_FIRST,
+                allocview_agent::state::OOM_KEEP_LATEST,
+            );
+            put(buf, area, y - area.y, &Line::styled(gap, theme::dim()));
+            y += 1;
+            if y >= area.bottom() {
+                break;
+            }
+        }
         let body = lines(o, area.width as usize);
         let h = (body.len() as u16 + 2).min(area.bottom() - y);
         let rect = Rect::new(area.x, y, area.width, h);
@@ -161,6 +185,78 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
 mod tests {
     use super::*;
 
+    fn report(number: u64) -> OomReport {
+        OomReport {
+            number,
+            time_us: None,
+            device: 0,
+            stream: 0,
+            requested: 1 << 30,
+            rounded: 1 << 30,
+            segment_size: None,
+            device_total: Some(16 << 30),
+            device_free: Some(1 << 20),
+            allocated: 15 << 30,
+            reserved: 15 << 30,
+            largest_free: 0,
+            diagnosis: allocview_agent::diagnosis::DiagnosisKind::Exhaustion,
+            explanation: String::new(),
+            what_if: Vec::new(),
+            dump_path: None,
+            dump_error: None,
+            dump_pending: false,
+            event_lost: false,
+            frames: allocview_alloc::snapshot::no_frames(),
+            trace_index: None,
+        }
+    }
+
+    fn text(buf: &Buffer) -> String {
+        let a = buf.area;
+        (a.top()..a.bottom())
+            .map(|y| {
+                (a.left()..a.right())
+                    .map(|x| buf[(x, y)].symbol())
+                    .collect::<String>()
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    #[test]
+    fn a_pending_dump_a_lost_event_and_forgotten_records_are_said() {
+        let mut state = State::default();
+        let lost = OomReport {
+            event_lost: true,
+            requested: 0,
+            rounded: 0,
+            device_free: None,
+            dump_pending: true,
+            ..report(61)
+        };
+        state.ooms = vec![report(16), lost];
+        let area = Rect::new(0, 0, 120, 30);
+        let mut buf = Buffer::empty(area);
+        render(area, &mut buf, &state, &UiState::default());
+        let t = text(&buf);
+        assert!(
+            t.contains(
+                "OOMs #17 to #60 are not kept (the agent keeps the first 16 and the latest 240)"
+            ),
+            "{t}"
+        );
+        assert!(
+            t.contains("request not known: the OOM's event was dropped"),
+            "{t}"
+        );
+        assert!(
+            t.contains("memory figures and snapshot from the resync after"),
+            "{t}"
+        );
+        assert!(t.contains("snapshot: being written"), "{t}");
+        assert!(t.contains("snapshot: none written"), "{t}");
+    }
+
     #[test]
     fn the_explanation_wraps_inside_the_boxs_borders() {
         let o = OomReport {
@@ -169,24 +265,13 @@ mod tests {
                           stranded in split segments; expandable_segments:True would let the \
                           free space be used"
                 .into(),
-            number: 1,
-            time_us: None,
-            device: 0,
-            stream: 0,
             requested: 590 << 20,
             rounded: 590 << 20,
-            segment_size: None,
-            device_total: Some(16 << 30),
             device_free: Some(396 << 20),
             allocated: 9 << 30,
-            reserved: 15 << 30,
             largest_free: 558 << 20,
             diagnosis: allocview_agent::diagnosis::DiagnosisKind::Fragmentation,
-            what_if: Vec::new(),
-            dump_path: None,
-            dump_error: None,
-            frames: allocview_alloc::snapshot::no_frames(),
-            trace_index: None,
+            ..report(1)
         };
         for width in [40, 61, 100, 158] {
             let inner = width - 2;

@@ -210,6 +210,8 @@ pub fn oom() -> OomReport {
         diagnosis: d.kind,
         explanation: d.explanation,
         dump_error: None,
+        dump_pending: false,
+        event_lost: false,
         what_if: vec!["expandable_segments:True → no OOM, peak reserved 14.2 GiB".into()],
         dump_path: Some("allocview-dumps/oom-0001-pid4242.json".into()),
         frames: frames("step 41 forward"),
