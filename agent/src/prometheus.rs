@@ -5,7 +5,8 @@
 //! each stat array `X` becomes `allocview_X` (current) and `allocview_X_peak` gauges and
 //! `allocview_X_allocated` / `allocview_X_freed` counters, labelled by `device` and `pool`
 //! (`all`, `small_pool`, `large_pool`); the scalar counters, the histogram summaries (as
-//! gauges with a `quantile` label), dropped events per action, resyncs and OOM dumps follow.
+//! gauges with a `quantile` label, per pool: `small_pool`, `large_pool` or `private_pool_ID`),
+//! dropped events per action, resyncs and OOM dumps follow.
 //! The HTTP side is `tiny_http` on one thread, so services need no async runtime; any path but
 //! `/metrics` gets a 404.
 
@@ -23,7 +24,7 @@ use prometheus_client::registry::Registry;
 
 use crate::agent::AgentError;
 use crate::aggregator::AggregatorHandle;
-use crate::state::{AgentState, HistogramSummary};
+use crate::state::{AgentState, HistogramSummary, PoolKey};
 
 /// The path metrics are served at.
 pub const METRICS_PATH: &str = "/metrics";
@@ -126,6 +127,17 @@ impl Builder {
     }
 }
 
+/// The `pool` label of a histogram's pool, in the stat arrays' words: `small_pool`,
+/// `large_pool`, and `private_pool_ID` for a private pool (which the stat arrays count inside
+/// the other two), so one query selects a pool across every family.
+fn pool_label(pool: PoolKey) -> String {
+    match pool {
+        PoolKey::Small => StatType::SmallPool.key().into(),
+        PoolKey::Large => StatType::LargePool.key().into(),
+        PoolKey::Private(id) => format!("private_pool_{id}"),
+    }
+}
+
 /// The state in the OpenMetrics text format.
 pub fn render(state: &AgentState) -> String {
     let mut b = Builder {
@@ -219,7 +231,7 @@ pub fn render(state: &AgentState) -> String {
             d.total_memory as i64,
         );
         for ph in &d.histograms.by_pool {
-            let pool = ph.pool.label();
+            let pool = pool_label(ph.pool);
             let base = [("device", dev.as_str()), ("pool", pool.as_str())];
             b.summary(
                 "allocview_allocation_size_bytes",

@@ -114,19 +114,30 @@ fn metrics_parse_as_prometheus_text_and_match_the_state() {
     assert_eq!(
         find(
             "allocview_allocation_size_bytes_count",
-            &[("device", "0"), ("pool", "large")]
+            &[("device", "0"), ("pool", "large_pool")]
         ),
         50.0
     );
     let p50 = find(
         "allocview_allocation_size_bytes",
-        &[("device", "0"), ("pool", "large"), ("quantile", "0.5")],
+        &[("device", "0"), ("pool", "large_pool"), ("quantile", "0.5")],
     );
     let half = (toy::TOY_SEGMENT / 2 - 100) as f64;
     assert!((p50 - half).abs() / half < 0.01, "p50 {p50} ~ {half}");
     assert_eq!(
         find("allocview_device_total_memory_bytes", &[("device", "0")]),
         (80u64 << 30) as f64
+    );
+
+    // One vocabulary of pools across every family: the stat arrays' keys.
+    let pools: std::collections::BTreeSet<&str> = scrape
+        .samples
+        .iter()
+        .filter_map(|s| s.labels.get("pool"))
+        .collect();
+    assert_eq!(
+        pools.into_iter().collect::<Vec<_>>(),
+        ["all", "large_pool", "small_pool"]
     );
 
     let (status, _) = get(addr, "/other");
