@@ -330,7 +330,9 @@ pub struct PipelineStats {
     pub inconsistencies: u64,
     /// Capacity of the event channel.
     pub channel_capacity: u64,
-    /// Whether updates to this client are paused.
+    /// Whether updates to this client are paused: the client's own flag, set by
+    /// [`AttachClient::pause`](crate::client::AttachClient::pause) and kept across updates; the
+    /// agent's own state (and every frame it sends) says false.
     pub paused: bool,
     /// OOM dumps written.
     #[serde(default)]
