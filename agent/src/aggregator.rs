@@ -37,8 +37,8 @@ use crate::protocol::{DeviceUpdate, ServerFrame, StateUpdate, encode_frame};
 use crate::provider::{HostProvider, SnapshotProvider};
 use crate::sink::EventReceiver;
 use crate::state::{
-    AgentState, ContextFrames, DeviceState, HostState, OomRecord, PipelineStats, ProcessInfo,
-    RecentEvent, UsageSample, keep_oom_record,
+    AgentState, ContextFrames, DeviceState, HostState, OOM_KEEP_FIRST, OOM_KEEP_LATEST, OomRecord,
+    PipelineStats, ProcessInfo, RecentEvent, UsageSample, keep_oom_record,
 };
 use crate::timeline::Timeline;
 
@@ -546,8 +546,8 @@ pub(crate) struct Aggregator {
     ooms_total: u64,
     /// Indices of the records to send in the next update: new, or their dump landed.
     ooms_changed: Vec<u64>,
-    /// `Oom` events dropped, as last counted: each one dropped since gets a record.
-    seen_dropped_ooms: u64,
+    /// `Oom` events dropped per device, as last counted: each one dropped since gets a record.
+    seen_dropped_ooms: Vec<(Option<i32>, u64)>,
     dumps: DumpWriter,
     ingested: u64,
     seq: u64,
@@ -579,7 +579,7 @@ pub(crate) fn spawn(
         ooms: Vec::new(),
         ooms_total: 0,
         ooms_changed: Vec::new(),
-        seen_dropped_ooms: 0,
+        seen_dropped_ooms: Vec::new(),
         dumps,
         ingested: 0,
         seq: 0,
@@ -824,7 +824,8 @@ impl Aggregator {
     fn on_oom(&mut self, e: &Event) {
         let device = i32::from(e.device);
         let time_ns = if e.time_ns != 0 { e.time_ns } else { now_ns() };
-        let mut rec = self.oom_record(device, time_ns);
+        self.ooms_total += 1;
+        let mut rec = self.oom_record(self.ooms_total, device, time_ns, true);
         rec.stream = e.stream;
         rec.requested = e.requested;
         rec.rounded = e.size;
@@ -841,11 +842,10 @@ impl Aggregator {
         self.keep_oom(rec);
     }
 
-    /// A record of the next OOM on `device`, with the mirror's figures now and its dump
-    /// started (or the reason it is not written); the request's facts are left to the caller.
-    fn oom_record(&mut self, device: i32, time_ns: u64) -> OomRecord {
-        self.ooms_total += 1;
-        let index = self.ooms_total;
+    /// The record of OOM number `index` on `device`, with the mirror's figures now and, with
+    /// `dump`, its dump started (or the reason it is not written); the request's facts are
+    /// left to the caller.
+    fn oom_record(&mut self, index: u64, device: i32, time_ns: u64, dump: bool) -> OomRecord {
         let started = self.dumps_written + self.dump_failures + self.dumps.pending() as u64;
         let interval = self.cfg.sample_interval;
         let d = self.devices.entry(device, interval, self.cfg.recent_events);
@@ -864,6 +864,9 @@ impl Aggregator {
             total_memory: d.total_memory,
             ..OomRecord::default()
         };
+        if !dump {
+            return rec;
+        }
         if started >= self.cfg.max_dumps {
             rec.dump_error = Some(format!(
                 "not written: this agent writes at most {} OOM dumps",
@@ -886,8 +889,16 @@ impl Aggregator {
     }
 
     fn keep_oom(&mut self, rec: OomRecord) {
-        self.ooms_changed.push(rec.index);
+        self.note_oom_changed(rec.index);
         keep_oom_record(&mut self.ooms, rec);
+    }
+
+    /// Queues record `index` for the next update (clients that connect later get it in their
+    /// full state, so nothing is queued while none is connected).
+    fn note_oom_changed(&mut self, index: u64) {
+        if !self.clients.is_empty() {
+            self.ooms_changed.push(index);
+        }
     }
 
     /// Folds in the outcomes of the dumps written since the last call; with `wait`, waits for
@@ -915,58 +926,67 @@ impl Aggregator {
                 rec.dump_paths = paths;
                 rec.dump_error = error;
                 rec.dump_pending = false;
-                self.ooms_changed.push(index);
+                self.note_oom_changed(index);
             }
         }
     }
 
-    /// Records the OOMs whose events were dropped since the last call, after a resync: the
-    /// request's facts went with the event, but the OOM is not left out of the list. Each is
-    /// put on the one device when there is one, else on the device whose OOM count the resync
-    /// raised the most, else device -1 (unknown).
-    fn record_lost_ooms(&mut self, dropped_ooms: u64, ooms_before: &[(i32, i64)]) {
-        let lost = dropped_ooms.saturating_sub(self.seen_dropped_ooms);
-        self.seen_dropped_ooms = dropped_ooms;
-        if lost == 0 {
-            return;
+    /// Records the OOMs whose events were dropped since the last call (the sink counts them per
+    /// device), after a resync: the request's facts went with the event, but the OOM is not
+    /// left out of the list.
+    fn record_lost_ooms(&mut self) {
+        let counts = self.rx.shared().dropped_ooms_by_device();
+        for &(device, count) in &counts {
+            let seen = self
+                .seen_dropped_ooms
+                .iter()
+                .find(|(d, _)| *d == device)
+                .map_or(0, |x| x.1);
+            if count > seen {
+                self.record_lost(device, count - seen);
+            }
         }
-        let raised = self
-            .devices
-            .values()
-            .filter_map(|d| {
-                let before = ooms_before
-                    .iter()
-                    .find(|(dev, _)| *dev == d.device)
-                    .map_or(0, |x| x.1);
-                let gain = d.mirror.stats().num_ooms - before;
-                (gain > 0).then_some((gain, d.device))
-            })
-            .max();
-        let device = match (self.devices.list.as_slice(), raised) {
-            ([only], _) => Some(only.device),
-            (_, Some((_, device))) => Some(device),
-            _ => None,
-        };
-        for _ in 0..lost {
+        self.seen_dropped_ooms = counts;
+    }
+
+    /// Records `lost` OOMs of `device` (`None`: not known) whose events were dropped. The first
+    /// gets the dump, a snapshot of the moment after the resync; the others would only repeat
+    /// it. Only records that stay kept are built ([`keep_oom_record`]), so a huge count costs
+    /// no more than the list's bound.
+    fn record_lost(&mut self, device: Option<i32>, lost: u64) {
+        tracing::error!(
+            device,
+            lost,
+            "allocation failed: out of memory (the OOM's event was dropped: the channel was full)"
+        );
+        let time_ns = now_ns();
+        let first = self.ooms_total + 1;
+        let last = self.ooms_total + lost;
+        self.ooms_total = last;
+        let latest_from = last.saturating_sub(OOM_KEEP_LATEST as u64) + 1;
+        for index in first..=last {
+            if index != first && index > OOM_KEEP_FIRST as u64 && index < latest_from {
+                continue;
+            }
             let mut rec = match device {
-                Some(device) => self.oom_record(device, now_ns()),
-                None => {
-                    self.ooms_total += 1;
-                    OomRecord {
-                        index: self.ooms_total,
-                        time_ns: now_ns(),
-                        device: -1,
-                        dump_error: Some("not written: the OOM's device is not known".into()),
-                        ..OomRecord::default()
+                Some(device) => {
+                    let mut rec = self.oom_record(index, device, time_ns, index == first);
+                    if index != first {
+                        rec.dump_error = Some(format!(
+                            "not written: OOM #{first} has the snapshot of the same moment"
+                        ));
                     }
+                    rec
                 }
+                None => OomRecord {
+                    index,
+                    time_ns,
+                    device: -1,
+                    dump_error: Some("not written: the OOM's device is not known".into()),
+                    ..OomRecord::default()
+                },
             };
             rec.event_lost = true;
-            tracing::error!(
-                oom = rec.index,
-                device = rec.device,
-                "allocation failed: out of memory (its event was dropped: the channel was full)"
-            );
             self.keep_oom(rec);
         }
     }
@@ -983,12 +1003,6 @@ impl Aggregator {
         self.needs_resync = false;
         let mut any = false;
         let mut all_consistent = true;
-        let dropped_ooms = self.rx.shared().dropped_by_action()[EventAction::Oom as usize];
-        let ooms_before: Vec<(i32, i64)> = self
-            .devices
-            .values()
-            .map(|d| (d.device, d.mirror.stats().num_ooms))
-            .collect();
         if let (Some(h), Some(p)) = (&mut self.host, &self.cfg.host) {
             // The heap's counters are relaxed reads of per-thread slots: a call running
             // meanwhile may be counted there and also arrive as an event (or the reverse);
@@ -1019,7 +1033,7 @@ impl Aggregator {
                 "events were lost and no allocator can be asked: figures are partial"
             );
         }
-        self.record_lost_ooms(dropped_ooms, &ooms_before);
+        self.record_lost_ooms();
     }
 
     /// Resolves the context ids noted since the last time, on every device.
@@ -1048,6 +1062,10 @@ impl Aggregator {
             self.drain();
         }
         self.check_resync();
+        if last {
+            // The last update carries every dump's outcome, those the resync above started too.
+            self.settle_dumps(true);
+        }
         let now = now_ns();
         for d in self.devices.values_mut() {
             let s = d.sample(now);

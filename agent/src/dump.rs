@@ -139,95 +139,137 @@ pub(crate) type DumpOutcome = (u64, Result<Vec<PathBuf>, DumpError>);
 pub(crate) struct DumpWriter {
     dumper: OomDumper,
     pid: u32,
-    /// The writing thread's queue and handle, once started.
-    thread: Option<(Sender<DumpJob>, JoinHandle<()>)>,
-    done_tx: Sender<DumpOutcome>,
-    done_rx: Receiver<DumpOutcome>,
-    pending: usize,
+    /// The writing thread's queue, its outcomes and its handle, once started.
+    thread: Option<DumpThread>,
+    /// No thread could be started (asked once): dumps are written inline.
+    inline: bool,
+    /// Outcomes of dumps written inline, not returned yet.
+    done_inline: Vec<DumpOutcome>,
+    /// Indices of the dumps handed over whose outcome was not returned yet.
+    pending: Vec<u64>,
+}
+
+/// The writing thread's ends.
+struct DumpThread {
+    jobs: Sender<DumpJob>,
+    done: Receiver<DumpOutcome>,
+    join: JoinHandle<()>,
 }
 
 impl DumpWriter {
     /// A writer of process `pid`'s dumps through `dumper`.
     pub(crate) fn new(dumper: OomDumper, pid: u32) -> DumpWriter {
-        let (done_tx, done_rx) = crossbeam_channel::unbounded();
         DumpWriter {
             dumper,
             pid,
             thread: None,
-            done_tx,
-            done_rx,
-            pending: 0,
+            inline: false,
+            done_inline: Vec::new(),
+            pending: Vec::new(),
+        }
+    }
+
+    /// Starts the writing thread; false when none can be started.
+    fn start_thread(&mut self) -> bool {
+        let (jobs, rx) = crossbeam_channel::unbounded::<DumpJob>();
+        let (done_tx, done) = crossbeam_channel::unbounded();
+        let (dumper, pid) = (self.dumper.clone(), self.pid);
+        let spawned = std::thread::Builder::new()
+            .name("allocview-dump".into())
+            .spawn(move || {
+                for (index, snapshot) in rx {
+                    // An outcome for every job, even a panicking one: `poll(true)` waits for
+                    // it.
+                    let write = || dumper.write(index, pid, &snapshot);
+                    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(write))
+                        .unwrap_or_else(|_| {
+                            Err(DumpError::Write {
+                                path: dumper.stem(index, pid),
+                                message: "the dump writer panicked".into(),
+                            })
+                        });
+                    let _ = done_tx.send((index, outcome));
+                }
+            });
+        match spawned {
+            Ok(join) => {
+                self.thread = Some(DumpThread { jobs, done, join });
+                true
+            }
+            Err(err) => {
+                tracing::warn!(%err, "no thread for OOM dumps: they are written inline");
+                self.inline = true;
+                false
+            }
         }
     }
 
     /// Hands OOM number `index`'s snapshot to the writing thread. Where no thread can be
     /// started, writes it here; the outcome comes from [`poll`](Self::poll) either way.
     pub(crate) fn start(&mut self, index: u64, snapshot: Snapshot) {
-        self.pending += 1;
-        if self.thread.is_none() {
-            let (tx, rx) = crossbeam_channel::unbounded::<DumpJob>();
-            let (dumper, pid, done) = (self.dumper.clone(), self.pid, self.done_tx.clone());
-            let spawned = std::thread::Builder::new()
-                .name("allocview-dump".into())
-                .spawn(move || {
-                    for (index, snapshot) in rx {
-                        // An outcome for every job, even a panicking one: `poll(true)` waits
-                        // for it.
-                        let write = || dumper.write(index, pid, &snapshot);
-                        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(write))
-                            .unwrap_or_else(|_| {
-                                Err(DumpError::Write {
-                                    path: dumper.stem(index, pid),
-                                    message: "the dump writer panicked".into(),
-                                })
-                            });
-                        let _ = done.send((index, outcome));
-                    }
-                });
-            match spawned {
-                Ok(join) => self.thread = Some((tx, join)),
-                Err(err) => tracing::warn!(%err, "no thread for OOM dumps: writing inline"),
-            }
+        self.pending.push(index);
+        if self.thread.is_none() && !self.inline {
+            self.start_thread();
         }
         let job = match &self.thread {
-            Some((tx, _)) => tx.send((index, snapshot)).err().map(|e| e.into_inner()),
+            Some(t) => t.jobs.send((index, snapshot)).err().map(|e| e.into_inner()),
             None => Some((index, snapshot)),
         };
         if let Some((index, snapshot)) = job {
             let outcome = self.dumper.write(index, self.pid, &snapshot);
-            let _ = self.done_tx.send((index, outcome));
+            self.done_inline.push((index, outcome));
         }
     }
 
     /// Dumps handed over whose outcome [`poll`](Self::poll) has not returned yet.
     pub(crate) fn pending(&self) -> usize {
-        self.pending
+        self.pending.len()
     }
 
-    /// The outcomes ready now; with `wait`, every outcome of the dumps handed over.
+    /// The outcomes ready now; with `wait`, every outcome of the dumps handed over. A thread
+    /// that ended without answering (it cannot, short of an abort) fails its dumps instead of
+    /// leaving the caller waiting.
     pub(crate) fn poll(&mut self, wait: bool) -> Vec<DumpOutcome> {
-        let mut out = Vec::new();
-        while self.pending > 0 {
-            let next = if wait {
-                self.done_rx.recv().ok()
-            } else {
-                self.done_rx.try_recv().ok()
-            };
-            let Some(outcome) = next else {
-                break;
-            };
-            self.pending -= 1;
-            out.push(outcome);
+        let mut out = std::mem::take(&mut self.done_inline);
+        if let Some(t) = &self.thread {
+            while out.len() < self.pending.len() {
+                let next = if wait {
+                    t.done.recv().ok()
+                } else {
+                    match t.done.try_recv() {
+                        Ok(o) => Some(o),
+                        Err(crossbeam_channel::TryRecvError::Empty) => break,
+                        Err(crossbeam_channel::TryRecvError::Disconnected) => None,
+                    }
+                };
+                match next {
+                    Some(outcome) => out.push(outcome),
+                    None => {
+                        let answered: Vec<u64> = out.iter().map(|o| o.0).collect();
+                        for &index in self.pending.iter().filter(|i| !answered.contains(i)) {
+                            out.push((
+                                index,
+                                Err(DumpError::Write {
+                                    path: self.dumper.stem(index, self.pid),
+                                    message: "the dump writer stopped".into(),
+                                }),
+                            ));
+                        }
+                        break;
+                    }
+                }
+            }
         }
+        self.pending.retain(|i| !out.iter().any(|o| o.0 == *i));
         out
     }
 }
 
 impl Drop for DumpWriter {
     fn drop(&mut self) {
-        if let Some((tx, join)) = self.thread.take() {
-            drop(tx);
-            let _ = join.join();
+        if let Some(t) = self.thread.take() {
+            drop(t.jobs);
+            let _ = t.join.join();
         }
     }
 }

@@ -304,8 +304,8 @@ pub fn render(state: &AgentState) -> String {
     );
     b.plain_counter(
         "allocview_oom_records",
-        "OOMs the agent recorded",
-        state.ooms.len() as u64,
+        "OOMs the agent recorded (also those whose records are no longer kept)",
+        p.ooms_total,
     );
     b.plain_counter(
         "allocview_oom_dumps_written",

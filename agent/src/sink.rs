@@ -157,6 +157,9 @@ fn drop_row() -> DropRow {
     CachePadded::new(std::array::from_fn(|_| AtomicU64::new(0)))
 }
 
+/// Devices whose dropped `oom` events are counted one by one (`cuda:0` to `cuda:63`).
+pub const OOM_DROP_DEVICES: usize = 64;
+
 /// Smallest capacity accepted (a channel of one slot would wake the aggregator on every event).
 pub const MIN_CHANNEL_CAPACITY: usize = 2;
 
@@ -214,6 +217,9 @@ impl Lane {
 pub struct SinkShared {
     /// Rows `0..OWNED_DROP_SLOTS` are written by their thread only; the last row is shared.
     dropped: Box<[DropRow; OWNED_DROP_SLOTS + 1]>,
+    /// Dropped `oom` events per device (`0..OOM_DROP_DEVICES`; the last counts any other
+    /// device): an OOM whose event was lost still gets a record on the right device.
+    dropped_ooms: Box<[AtomicU64; OOM_DROP_DEVICES + 1]>,
     wake_pending: CachePadded<AtomicBool>,
     /// The event channel's latch and marks, in events.
     events: Lane,
@@ -226,6 +232,7 @@ impl SinkShared {
     fn new(capacity: usize, batch_capacity: usize) -> SinkShared {
         SinkShared {
             dropped: Box::new(std::array::from_fn(|_| drop_row())),
+            dropped_ooms: Box::new(std::array::from_fn(|_| AtomicU64::new(0))),
             wake_pending: CachePadded::new(AtomicBool::new(false)),
             events: Lane::new(capacity),
             batches: Lane::new(batch_capacity),
@@ -268,10 +275,34 @@ impl SinkShared {
 
     /// Counts a dropped event and makes sure the consumer is coming.
     #[inline]
-    fn drop_event(&self, action: EventAction) {
+    fn drop_event(&self, e: &Event) {
         let slot = drop_slot();
-        add_drops(&self.dropped[slot][action as usize], 1, slot);
+        add_drops(&self.dropped[slot][e.action as usize], 1, slot);
+        if e.action == EventAction::Oom {
+            self.drop_oom(e.device);
+        }
         self.wake();
+    }
+
+    /// Counts a dropped `oom` event of `device` (rare: a relaxed add on a shared counter).
+    #[cold]
+    fn drop_oom(&self, device: i16) {
+        let i = usize::try_from(device).map_or(OOM_DROP_DEVICES, |d| d.min(OOM_DROP_DEVICES));
+        self.dropped_ooms[i].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Dropped `oom` events per device, for the devices with any: `(device, count)`, device
+    /// `None` for the others (negative, or at or past [`OOM_DROP_DEVICES`]) together.
+    pub fn dropped_ooms_by_device(&self) -> Vec<(Option<i32>, u64)> {
+        self.dropped_ooms
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                let device = (i < OOM_DROP_DEVICES).then_some(i as i32);
+                (device, n.load(Ordering::Relaxed))
+            })
+            .filter(|(_, n)| *n > 0)
+            .collect()
     }
 
     /// Counts every event of a dropped batch, per action (one add per action present, not
@@ -280,6 +311,9 @@ impl SinkShared {
         let mut counts = [0u64; EventAction::COUNT];
         for e in events {
             counts[e.action as usize] += 1;
+            if e.action == EventAction::Oom {
+                self.drop_oom(e.device);
+            }
         }
         let slot = drop_slot();
         for (counter, &n) in self.dropped[slot].iter().zip(&counts) {
@@ -482,7 +516,7 @@ impl EventSink for ChannelSink {
     #[inline]
     fn publish(&self, event: &Event) {
         if self.shared.events.is_latched() && event.action != EventAction::Oom {
-            self.shared.drop_event(event.action);
+            self.shared.drop_event(event);
             return;
         }
         match self.tx.try_send(*event) {
@@ -501,9 +535,9 @@ impl EventSink for ChannelSink {
             }
             Err(TrySendError::Full(e)) => {
                 self.shared.events.latch();
-                self.shared.drop_event(e.action);
+                self.shared.drop_event(&e);
             }
-            Err(TrySendError::Disconnected(e)) => self.shared.drop_event(e.action),
+            Err(TrySendError::Disconnected(e)) => self.shared.drop_event(&e),
         }
     }
 

@@ -248,6 +248,47 @@ fn ooms_whose_events_were_dropped_get_records_that_say_so() {
     );
     assert_eq!(state.pipeline.dumps_written, 2);
     assert!(state.ooms.iter().all(|o| !o.dump_pending));
+    // One snapshot of the moment after the resync serves every lost OOM: the first gets it
+    // (or the limit's reason), the others point to it.
+    let first = lost[0].index;
+    for o in &lost[1..] {
+        let err = o.dump_error.as_deref().unwrap_or_default();
+        assert_eq!(
+            err,
+            format!("not written: OOM #{first} has the snapshot of the same moment")
+        );
+    }
+}
+
+#[test]
+fn lost_ooms_are_put_on_the_device_whose_event_was_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::builder()
+        .no_listen()
+        .dump_dir(dir.path())
+        .channel_capacity(4)
+        .tick(Duration::from_secs(3600))
+        .spawn()
+        .unwrap();
+    let sink = agent.sink();
+    for i in 0..100u64 {
+        let device = if i % 2 == 0 { 0 } else { 3 };
+        sink.publish(&Event {
+            requested: MIB,
+            ..Event::new(EventAction::Oom, device, EventPool::Large, MIB, MIB)
+        });
+    }
+    agent.flush();
+    let state = agent.state();
+    assert_eq!(state.pipeline.ooms_total, 100);
+    assert_eq!(state.ooms.len(), 100);
+    for device in [0, 3] {
+        let on: Vec<_> = state.ooms.iter().filter(|o| o.device == device).collect();
+        assert_eq!(on.len(), 50, "device {device}: {on:?}");
+        let lost = on.iter().filter(|o| o.event_lost).count();
+        assert!(on.iter().all(|o| o.event_lost == (o.requested == 0)));
+        assert!(lost > 0, "device {device}: the tiny channel dropped some");
+    }
 }
 
 #[test]
@@ -275,4 +316,26 @@ fn an_oom_storm_keeps_the_first_and_the_latest_records_and_counts_every_one() {
     // Each record is the OOM of its index.
     assert!(state.ooms.iter().all(|o| o.requested == o.index));
     assert_eq!(state.ooms[0].dump_paths.len(), 2);
+}
+
+#[test]
+fn a_flood_of_lost_ooms_keeps_the_same_bounded_list() {
+    use allocview_agent::state::{OOM_KEEP_FIRST, OOM_KEEP_LATEST};
+    let toy = toy::Toy::new();
+    let dir = tempfile::tempdir().unwrap();
+    let agent = toy_agent(&toy, dir.path(), 4, 1);
+    let n = 5_000u64;
+    for i in 0..n {
+        toy.oom(i + 1);
+    }
+    agent.flush();
+    let state = agent.state();
+    assert_eq!(state.pipeline.ooms_total, n);
+    assert_eq!(state.devices[0].stats.num_ooms, n as i64);
+    let kept: Vec<u64> = state.ooms.iter().map(|o| o.index).collect();
+    let want: Vec<u64> = (1..=OOM_KEEP_FIRST as u64)
+        .chain(n - OOM_KEEP_LATEST as u64 + 1..=n)
+        .collect();
+    assert_eq!(kept, want);
+    assert!(state.ooms.last().unwrap().event_lost);
 }

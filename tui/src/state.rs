@@ -106,8 +106,12 @@ pub struct State {
     /// Index into [`State::trace`] of the current event in file mode (entries before it have
     /// happened).
     pub trace_cursor: Option<usize>,
-    /// Every OOM, oldest first.
+    /// Every OOM, oldest first (live: those the agent still keeps, see
+    /// [`allocview_agent::state::OOM_KEEP_FIRST`]).
     pub ooms: Vec<OomReport>,
+    /// OOMs the agent counted in the process, kept or not, on every device (0 where no agent
+    /// counts them: a file).
+    pub ooms_total: u64,
     /// Where `s` last saved a snapshot, or a message for the status line.
     pub status: Option<String>,
     /// The process's host (CPU) heap, when its global allocator publishes events.
@@ -127,6 +131,7 @@ impl Default for State {
             trace: Arc::from(Vec::new()),
             trace_cursor: None,
             ooms: Vec::new(),
+            ooms_total: 0,
             status: None,
             host: None,
         }

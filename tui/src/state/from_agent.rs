@@ -166,7 +166,13 @@ pub fn oom_report(o: &OomRecord) -> OomReport {
         largest_free_block: o.largest_free_block,
         stranded_in_split_segments: o.inactive_split_bytes,
     };
-    let d = diagnose(&facts);
+    let mut d = diagnose(&facts);
+    if o.event_lost {
+        d.explanation = "the request's size was lost with its event, so exhaustion and \
+                         fragmentation cannot be told apart; the figures above are from the \
+                         resync after it"
+            .into();
+    }
     // Prefer the pickle (what PyTorch's viewers read); both hold the same snapshot.
     let dump = o
         .dump_paths
@@ -370,16 +376,17 @@ impl AgentAdapter {
                 active: s.active,
             });
         }
+        // An OOM of no known device (its event was dropped) shows on every device.
         let ooms: Vec<OomReport> = agent
             .ooms
             .iter()
-            .filter(|o| o.device == d.device)
+            .filter(|o| o.device == d.device || o.device < 0)
             .map(oom_report)
             .collect();
         timeline.ooms = agent
             .ooms
             .iter()
-            .filter(|o| o.device == d.device)
+            .filter(|o| o.device == d.device || o.device < 0)
             .map(|o| x(o.time_ns))
             .collect();
         let mut histograms = Vec::new();
@@ -443,6 +450,7 @@ impl AgentAdapter {
             trace: Arc::from(trace),
             trace_cursor: None,
             ooms,
+            ooms_total: agent.pipeline.ooms_total,
             status: None,
             host,
         }

@@ -260,6 +260,7 @@ impl PostMortem {
             trace: self.trace.clone(),
             trace_cursor: Some(event),
             ooms: self.ooms.clone(),
+            ooms_total: 0,
             host: None,
             status: (totals.mismatches > 0).then(|| {
                 format!(

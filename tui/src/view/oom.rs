@@ -67,7 +67,14 @@ pub fn lines(o: &OomReport, width: usize) -> Vec<Line<'static>> {
     }
     v.push(Line::from(vec![
         Span::raw(" diagnosis: "),
-        Span::styled(o.diagnosis.as_str().to_uppercase(), theme::alert()),
+        Span::styled(
+            if o.event_lost {
+                "NOT KNOWN".into()
+            } else {
+                o.diagnosis.as_str().to_uppercase()
+            },
+            theme::alert(),
+        ),
     ]));
     // Inside the box's two borders, after the indent.
     for w in wrap(
@@ -111,6 +118,17 @@ pub fn lines(o: &OomReport, width: usize) -> Vec<Line<'static>> {
     v
 }
 
+/// The OOM numbers between `prev` and `next` (exclusive) that the agent no longer keeps, as
+/// `(first, last)`, if any: numbers count the OOMs of every device, so a gap alone may be
+/// another device's OOMs.
+fn forgotten_between(state: &State, prev: u64, next: u64) -> Option<(u64, u64)> {
+    use allocview_agent::state::{OOM_KEEP_FIRST, OOM_KEEP_LATEST};
+    let forgotten_to = state.ooms_total.checked_sub(OOM_KEEP_LATEST as u64)?;
+    let from = (prev + 1).max(OOM_KEEP_FIRST as u64 + 1);
+    let to = (next - 1).min(forgotten_to);
+    (from <= to).then_some((from, to))
+}
+
 /// Draws the OOM list, the selected one first.
 pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
     if state.ooms.is_empty() {
@@ -135,14 +153,13 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
         if y >= area.bottom() {
             break;
         }
-        if let Some(prev) = i.checked_sub(1).map(|p| &state.ooms[p])
-            && i > selected
-            && o.number > prev.number + 1
+        if let Some((from, to)) = i
+            .checked_sub(1)
+            .filter(|_| i > selected)
+            .and_then(|p| forgotten_between(state, state.ooms[p].number, o.number))
         {
             let gap = format!(
-                " … OOMs #{} to #{} are not kept (the agent keeps the first {} and the latest {})",
-                prev.number + 1,
-                o.number - 1,
+                " … OOMs #{from} to #{to} are not kept (the agent keeps the first {} and the latest {})",
                 allocview_agent::state::OOM_KEEP_FIRST,
                 allocview_agent::state::OOM_KEEP_LATEST,
             );
@@ -235,10 +252,14 @@ mod tests {
             ..report(61)
         };
         state.ooms = vec![report(16), lost];
+        state.ooms_total = 300;
         let area = Rect::new(0, 0, 120, 30);
-        let mut buf = Buffer::empty(area);
-        render(area, &mut buf, &state, &UiState::default());
-        let t = text(&buf);
+        let draw = |state: &State| {
+            let mut buf = Buffer::empty(area);
+            render(area, &mut buf, state, &UiState::default());
+            text(&buf)
+        };
+        let t = draw(&state);
         assert!(
             t.contains(
                 "OOMs #17 to #60 are not kept (the agent keeps the first 16 and the latest 240)"
@@ -255,6 +276,11 @@ mod tests {
         );
         assert!(t.contains("snapshot: being written"), "{t}");
         assert!(t.contains("snapshot: none written"), "{t}");
+        assert!(t.contains("diagnosis: NOT KNOWN"), "{t}");
+        // With 100 OOMs in all, none is forgotten: #17 to #60 were another device's.
+        state.ooms_total = 100;
+        let t = draw(&state);
+        assert!(!t.contains("not kept"), "{t}");
     }
 
     #[test]

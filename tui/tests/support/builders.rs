@@ -258,6 +258,7 @@ pub fn live_state() -> State {
         trace: Arc::from(trace()),
         trace_cursor: None,
         ooms: vec![oom()],
+        ooms_total: 1,
         status: None,
         host: None,
     }
