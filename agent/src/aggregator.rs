@@ -568,8 +568,17 @@ pub(crate) fn spawn(
     cfg: AggregatorConfig,
     rx: EventReceiver,
 ) -> std::io::Result<(AggregatorHandle, thread::JoinHandle<()>)> {
-    let (cmd_tx, cmd_rx) = crossbeam_channel::unbounded();
     let dumps = DumpWriter::new(cfg.dumper.clone(), cfg.process.pid);
+    spawn_with_dumps(cfg, rx, dumps)
+}
+
+/// [`spawn`] with the given dump writer.
+fn spawn_with_dumps(
+    cfg: AggregatorConfig,
+    rx: EventReceiver,
+    dumps: DumpWriter,
+) -> std::io::Result<(AggregatorHandle, thread::JoinHandle<()>)> {
+    let (cmd_tx, cmd_rx) = crossbeam_channel::unbounded();
     let mut agg = Aggregator {
         cfg,
         rx,
@@ -1240,6 +1249,73 @@ pub fn default_dump_dir() -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::{MAX_SERVER_FRAME, read_frame};
+    use allocview_alloc::event::EventSink;
+
+    /// The frames a client slot received until one satisfies `want`; panics after 20 s.
+    fn frame_until(rx: &Receiver<Encoded>, want: impl Fn(&StateUpdate) -> bool) -> StateUpdate {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let bytes = rx.recv_timeout(left).expect("an update in time");
+            let frame: ServerFrame = read_frame(&mut bytes.as_slice(), MAX_SERVER_FRAME).unwrap();
+            if let ServerFrame::Update { update } = frame
+                && want(&update)
+            {
+                return *update;
+            }
+        }
+    }
+
+    #[test]
+    fn a_record_is_sent_when_new_then_again_when_its_dump_lands() {
+        let dir = tempfile::tempdir().unwrap();
+        let dumper = OomDumper::new(dir.path());
+        // The dump waits for the gate: the record is out while its dump is still being written.
+        let (gate_tx, gate_rx) = crossbeam_channel::bounded::<()>(0);
+        let inner = dumper.clone();
+        let write: crate::dump::WriteDump = Arc::new(move |index, snapshot| {
+            let _ = gate_rx.recv();
+            inner.write(index, 7, snapshot)
+        });
+        let dumps = DumpWriter::with_write(dumper.clone(), 7, write);
+        let (sink, rx) = crate::sink::channel(1024);
+        let cfg = AggregatorConfig {
+            tick: Duration::from_millis(5),
+            sample_interval: Duration::from_secs(1),
+            recent_events: 16,
+            process: ProcessInfo::default(),
+            providers: Vec::new(),
+            host: None,
+            dumper,
+            max_dumps: 4,
+        };
+        let (handle, join) = spawn_with_dumps(cfg, rx, dumps).unwrap();
+        let (tx, client) = crossbeam_channel::bounded(1024);
+        handle.send(Command::AddClient(ClientSlot {
+            id: 1,
+            tx,
+            control: Arc::new(ClientControl::default()),
+        }));
+        sink.publish(&Event {
+            requested: 3 << 20,
+            ..Event::new(EventAction::Oom, 0, EventPool::Large, 1 << 20, 4 << 20)
+        });
+        let first = frame_until(&client, |u| !u.new_ooms.is_empty());
+        assert_eq!(first.new_ooms.len(), 1);
+        assert!(first.new_ooms[0].dump_pending);
+        assert!(first.new_ooms[0].dump_paths.is_empty());
+        gate_tx.send(()).unwrap();
+        let landed = frame_until(&client, |u| !u.new_ooms.is_empty());
+        assert_eq!(landed.new_ooms.len(), 1);
+        let rec = &landed.new_ooms[0];
+        assert_eq!((rec.index, rec.requested), (1, 3 << 20));
+        assert!(!rec.dump_pending);
+        assert_eq!(rec.dump_paths.len(), 2, "{rec:?}");
+        assert_eq!(landed.pipeline.dumps_written, 1);
+        handle.send(Command::Shutdown);
+        join.join().unwrap();
+    }
 
     fn ev(i: u64) -> Event {
         Event::new(EventAction::Alloc, 0, EventPool::Small, 0x1000 + i, 512)

@@ -12,6 +12,7 @@
 //! write, and the aggregator must go on draining the event channel meanwhile.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use allocview_alloc::snapshot::Snapshot;
@@ -127,6 +128,10 @@ impl OomDumper {
     }
 }
 
+/// How a dump is written: the OOM's index and its snapshot to the paths written.
+pub(crate) type WriteDump =
+    Arc<dyn Fn(u64, &Snapshot) -> Result<Vec<PathBuf>, DumpError> + Send + Sync>;
+
 /// One dump to write: the OOM's index and the snapshot taken at it.
 type DumpJob = (u64, Snapshot);
 
@@ -139,6 +144,8 @@ pub(crate) type DumpOutcome = (u64, Result<Vec<PathBuf>, DumpError>);
 pub(crate) struct DumpWriter {
     dumper: OomDumper,
     pid: u32,
+    /// Writes one dump (`OomDumper::write` but in tests).
+    write: WriteDump,
     /// The writing thread's queue, its outcomes and its handle, once started.
     thread: Option<DumpThread>,
     /// No thread could be started (asked once): dumps are written inline.
@@ -159,9 +166,16 @@ struct DumpThread {
 impl DumpWriter {
     /// A writer of process `pid`'s dumps through `dumper`.
     pub(crate) fn new(dumper: OomDumper, pid: u32) -> DumpWriter {
+        let d = dumper.clone();
+        DumpWriter::with_write(dumper, pid, Arc::new(move |i, s| d.write(i, pid, s)))
+    }
+
+    /// A writer whose dumps `write` writes (names in errors still come from `dumper`).
+    pub(crate) fn with_write(dumper: OomDumper, pid: u32, write: WriteDump) -> DumpWriter {
         DumpWriter {
             dumper,
             pid,
+            write,
             thread: None,
             inline: false,
             done_inline: Vec::new(),
@@ -173,15 +187,15 @@ impl DumpWriter {
     fn start_thread(&mut self) -> bool {
         let (jobs, rx) = crossbeam_channel::unbounded::<DumpJob>();
         let (done_tx, done) = crossbeam_channel::unbounded();
-        let (dumper, pid) = (self.dumper.clone(), self.pid);
+        let (dumper, pid, write) = (self.dumper.clone(), self.pid, Arc::clone(&self.write));
         let spawned = std::thread::Builder::new()
             .name("allocview-dump".into())
             .spawn(move || {
                 for (index, snapshot) in rx {
                     // An outcome for every job, even a panicking one: `poll(true)` waits for
                     // it.
-                    let write = || dumper.write(index, pid, &snapshot);
-                    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(write))
+                    let write_one = || write(index, &snapshot);
+                    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(write_one))
                         .unwrap_or_else(|_| {
                             Err(DumpError::Write {
                                 path: dumper.stem(index, pid),
@@ -216,7 +230,7 @@ impl DumpWriter {
             None => Some((index, snapshot)),
         };
         if let Some((index, snapshot)) = job {
-            let outcome = self.dumper.write(index, self.pid, &snapshot);
+            let outcome = (self.write)(index, &snapshot);
             self.done_inline.push((index, outcome));
         }
     }

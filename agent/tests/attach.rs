@@ -329,7 +329,7 @@ fn at_shutdown_a_client_gets_the_last_events_then_a_goodbye() {
 }
 
 #[test]
-fn a_client_sees_an_oom_at_once_and_its_dump_when_it_lands() {
+fn a_client_gets_an_oom_record_and_its_dump() {
     let dir = tempfile::tempdir().unwrap();
     let (agent, addr) = unix_agent(dir.path());
     let mut c = AttachClient::connect(&addr, None).unwrap();
@@ -338,7 +338,8 @@ fn a_client_sees_an_oom_at_once_and_its_dump_when_it_lands() {
         ..Event::new(EventAction::Oom, 0, EventPool::Large, MIB, 4 * MIB)
     });
     wait_for(&mut c, |s| s.ooms.len() == 1);
-    // Sent again when the dump landed, replacing the first copy.
+    // Usually the dump has landed by the first update; when not, the record comes again (the
+    // aggregator's unit test holds a dump back to see both sends).
     wait_for(&mut c, |s| !s.ooms[0].dump_pending);
     agent.flush();
     let truth = agent.state();
