@@ -4,7 +4,6 @@
 mod toy;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use allocview_agent::agent::Agent;
 use allocview_agent::snapshot_file::{self, FileFormat};
@@ -169,12 +168,8 @@ fn a_dump_never_replaces_an_earlier_one_of_the_same_name() {
 
 /// An agent over the toy allocator whose tick never comes: only flushes fold events in.
 fn toy_agent(toy: &Arc<toy::Toy>, dir: &std::path::Path, capacity: usize, dumps: u64) -> Agent {
-    let agent = Agent::builder()
-        .no_listen()
-        .dump_dir(dir)
-        .channel_capacity(capacity)
+    let agent = toy::quiet_agent(dir, capacity)
         .max_dumps(dumps)
-        .tick(Duration::from_secs(3600))
         .provider(toy.clone())
         .spawn()
         .unwrap();
@@ -263,13 +258,7 @@ fn ooms_whose_events_were_dropped_get_records_that_say_so() {
 #[test]
 fn lost_ooms_are_put_on_the_device_whose_event_was_dropped() {
     let dir = tempfile::tempdir().unwrap();
-    let agent = Agent::builder()
-        .no_listen()
-        .dump_dir(dir.path())
-        .channel_capacity(4)
-        .tick(Duration::from_secs(3600))
-        .spawn()
-        .unwrap();
+    let agent = toy::quiet_agent(dir.path(), 4).spawn().unwrap();
     let sink = agent.sink();
     for i in 0..100u64 {
         let device = if i % 2 == 0 { 0 } else { 3 };

@@ -138,13 +138,7 @@ fn the_timeline_samples_usage_on_each_tick() {
 #[test]
 fn drops_without_a_provider_are_counted_and_mark_the_state_partial() {
     let dir = tempfile::tempdir().unwrap();
-    let agent = Agent::builder()
-        .no_listen()
-        .dump_dir(dir.path())
-        .channel_capacity(4)
-        .tick(Duration::from_secs(3600))
-        .spawn()
-        .unwrap();
+    let agent = toy::quiet_agent(dir.path(), 4).spawn().unwrap();
     let sink = agent.sink();
     // Nobody drains between these (the tick is an hour; the half-full wake-up races), so at
     // most 4 fit and the rest are counted, per action.
@@ -174,11 +168,7 @@ fn drops_without_a_provider_are_counted_and_mark_the_state_partial() {
 fn drops_with_a_provider_lead_to_a_resync_that_restores_exact_stats() {
     let dir = tempfile::tempdir().unwrap();
     let toy = toy::Toy::new();
-    let agent = Agent::builder()
-        .no_listen()
-        .dump_dir(dir.path())
-        .channel_capacity(8)
-        .tick(Duration::from_secs(3600))
+    let agent = toy::quiet_agent(dir.path(), 8)
         .provider(toy.clone())
         .spawn()
         .unwrap();

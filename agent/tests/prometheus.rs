@@ -148,11 +148,7 @@ fn metrics_parse_as_prometheus_text_and_match_the_state() {
 #[test]
 fn dropped_events_show_per_action_in_metrics() {
     let dir = tempfile::tempdir().unwrap();
-    let agent = Agent::builder()
-        .no_listen()
-        .dump_dir(dir.path())
-        .channel_capacity(2)
-        .tick(Duration::from_secs(3600))
+    let agent = toy::quiet_agent(dir.path(), 2)
         .metrics("127.0.0.1:0".parse().unwrap())
         .spawn()
         .unwrap();

@@ -6,12 +6,25 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use allocview_agent::agent::{Agent, AgentBuilder};
 
 use allocview_agent::mirror::DeviceMirror;
 use allocview_agent::provider::SnapshotProvider;
 use allocview_alloc::caching::stats::DeviceStats;
 use allocview_alloc::event::{Event, EventAction, EventPool, EventSink, now_ns};
 use allocview_alloc::snapshot::Snapshot;
+
+/// An agent that listens nowhere, dumps into `dir` and whose tick never comes (only flushes,
+/// and the half-full wake-up, which races, fold events in), with a channel of `capacity`.
+pub fn quiet_agent(dir: &std::path::Path, capacity: usize) -> AgentBuilder {
+    Agent::builder()
+        .no_listen()
+        .dump_dir(dir)
+        .channel_capacity(capacity)
+        .tick(Duration::from_secs(3600))
+}
 
 /// Segment size of the toy (every segment holds up to two blocks).
 pub const TOY_SEGMENT: u64 = 4 << 20;

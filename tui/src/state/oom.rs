@@ -93,24 +93,22 @@ impl OomReport {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use allocview_alloc::snapshot::no_frames;
-
-    #[test]
-    fn lines_state_the_request_and_memory() {
-        let o = OomReport {
-            number: 1,
+impl OomReport {
+    /// OOM number `number` for tests: 1 GiB asked of a 16 GiB device whose allocator holds
+    /// 15 GiB (exhaustion), nothing else known.
+    pub(crate) fn example(number: u64) -> OomReport {
+        OomReport {
+            number,
             time_us: None,
             device: 0,
             stream: 0,
-            requested: 3 << 29,
-            rounded: 3 << 29,
-            segment_size: Some(3 << 29),
-            device_total: Some(80 << 30),
-            device_free: None,
-            allocated: 1 << 30,
-            reserved: 2 << 30,
+            requested: 1 << 30,
+            rounded: 1 << 30,
+            segment_size: None,
+            device_total: Some(16 << 30),
+            device_free: Some(1 << 20),
+            allocated: 15 << 30,
+            reserved: 15 << 30,
             largest_free: 0,
             diagnosis: DiagnosisKind::Exhaustion,
             explanation: String::new(),
@@ -119,8 +117,27 @@ mod tests {
             dump_error: None,
             dump_pending: false,
             event_lost: false,
-            frames: no_frames(),
+            frames: allocview_alloc::snapshot::no_frames(),
             trace_index: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_state_the_request_and_memory() {
+        let o = OomReport {
+            requested: 3 << 29,
+            rounded: 3 << 29,
+            segment_size: Some(3 << 29),
+            device_total: Some(80 << 30),
+            device_free: None,
+            allocated: 1 << 30,
+            reserved: 2 << 30,
+            ..OomReport::example(1)
         };
         assert_eq!(
             o.request_line(),

@@ -203,29 +203,7 @@ mod tests {
     use super::*;
 
     fn report(number: u64) -> OomReport {
-        OomReport {
-            number,
-            time_us: None,
-            device: 0,
-            stream: 0,
-            requested: 1 << 30,
-            rounded: 1 << 30,
-            segment_size: None,
-            device_total: Some(16 << 30),
-            device_free: Some(1 << 20),
-            allocated: 15 << 30,
-            reserved: 15 << 30,
-            largest_free: 0,
-            diagnosis: allocview_agent::diagnosis::DiagnosisKind::Exhaustion,
-            explanation: String::new(),
-            what_if: Vec::new(),
-            dump_path: None,
-            dump_error: None,
-            dump_pending: false,
-            event_lost: false,
-            frames: allocview_alloc::snapshot::no_frames(),
-            trace_index: None,
-        }
+        OomReport::example(number)
     }
 
     fn text(buf: &Buffer) -> String {
