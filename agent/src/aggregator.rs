@@ -42,7 +42,7 @@ use crate::state::{
 };
 use crate::timeline::Timeline;
 
-/// Default aggregation tick (also the fastest client update rate: 10 Hz).
+/// Default aggregation tick.
 pub const DEFAULT_TICK: Duration = Duration::from_millis(100);
 
 /// Clients get an update at most this often (10 Hz), whatever the tick.
@@ -663,13 +663,7 @@ impl Aggregator {
                 }
             }
             self.drain();
-            if shutdown {
-                self.check_resync();
-                // The last update carries the dumps' outcomes: the files are complete.
-                self.settle_dumps(true);
-            } else {
-                self.settle_dumps(false);
-            }
+            self.settle_dumps(false);
             if shutdown || Instant::now() >= next_tick {
                 self.tick(shutdown);
                 next_tick = Instant::now() + self.cfg.tick;
