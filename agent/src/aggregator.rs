@@ -35,10 +35,10 @@ use crate::histogram::DeviceHistograms;
 use crate::mirror::{DeviceMirror, pool_key};
 use crate::protocol::{DeviceUpdate, ServerFrame, StateUpdate, encode_frame};
 use crate::provider::{HostProvider, SnapshotProvider};
-use crate::sink::EventReceiver;
+use crate::sink::{EventReceiver, OOM_DROP_DEVICES};
 use crate::state::{
-    AgentState, ContextFrames, DeviceState, HostState, OOM_KEEP_FIRST, OOM_KEEP_LATEST, OomRecord,
-    PipelineStats, ProcessInfo, RecentEvent, UsageSample, keep_oom_record,
+    AgentState, ContextFrames, DeviceState, HostState, OomRecord, PipelineStats, ProcessInfo,
+    RecentEvent, UsageSample, forgotten_oom_indices, keep_oom_record,
 };
 use crate::timeline::Timeline;
 
@@ -547,7 +547,7 @@ pub(crate) struct Aggregator {
     /// Indices of the records to send in the next update: new, or their dump landed.
     ooms_changed: Vec<u64>,
     /// `Oom` events dropped per device, as last counted: each one dropped since gets a record.
-    seen_dropped_ooms: Vec<(Option<i32>, u64)>,
+    seen_dropped_ooms: [u64; OOM_DROP_DEVICES + 1],
     dumps: DumpWriter,
     ingested: u64,
     seq: u64,
@@ -588,7 +588,7 @@ fn spawn_with_dumps(
         ooms: Vec::new(),
         ooms_total: 0,
         ooms_changed: Vec::new(),
-        seen_dropped_ooms: Vec::new(),
+        seen_dropped_ooms: [0; OOM_DROP_DEVICES + 1],
         dumps,
         ingested: 0,
         seq: 0,
@@ -939,17 +939,13 @@ impl Aggregator {
     /// left out of the list.
     fn record_lost_ooms(&mut self) {
         let counts = self.rx.shared().dropped_ooms_by_device();
-        for &(device, count) in &counts {
-            let seen = self
-                .seen_dropped_ooms
-                .iter()
-                .find(|(d, _)| *d == device)
-                .map_or(0, |x| x.1);
+        let seen = std::mem::replace(&mut self.seen_dropped_ooms, counts);
+        for (i, (&count, &seen)) in counts.iter().zip(&seen).enumerate() {
             if count > seen {
+                let device = (i < OOM_DROP_DEVICES).then_some(i as i32);
                 self.record_lost(device, count - seen);
             }
         }
-        self.seen_dropped_ooms = counts;
     }
 
     /// Records `lost` OOMs of `device` (`None`: not known) whose events were dropped. The first
@@ -966,31 +962,36 @@ impl Aggregator {
         let first = self.ooms_total + 1;
         let last = self.ooms_total + lost;
         self.ooms_total = last;
-        let latest_from = last.saturating_sub(OOM_KEEP_LATEST as u64) + 1;
-        for index in first..=last {
-            if index != first && index > OOM_KEEP_FIRST as u64 && index < latest_from {
-                continue;
-            }
-            let mut rec = match device {
-                Some(device) => {
-                    let mut rec = self.oom_record(index, device, time_ns, index == first);
-                    if index != first {
-                        rec.dump_error = Some(format!(
-                            "not written: OOM #{first} has the snapshot of the same moment"
-                        ));
-                    }
-                    rec
-                }
-                None => OomRecord {
+        let mut rec = match device {
+            Some(device) => self.oom_record(first, device, time_ns, true),
+            None => OomRecord {
+                index: first,
+                time_ns,
+                device: -1,
+                dump_error: Some("not written: the OOM's device is not known".into()),
+                ..OomRecord::default()
+            },
+        };
+        rec.event_lost = true;
+        // The others are the same moment: copies of the first, without its dump.
+        let other = OomRecord {
+            dump_pending: false,
+            dump_paths: Vec::new(),
+            dump_error: Some(match device {
+                Some(_) => format!("not written: OOM #{first} has the snapshot of the same moment"),
+                None => "not written: the OOM's device is not known".into(),
+            }),
+            ..rec.clone()
+        };
+        self.keep_oom(rec);
+        let forgotten = forgotten_oom_indices(last);
+        for index in first + 1..=last {
+            if !forgotten.as_ref().is_some_and(|f| f.contains(&index)) {
+                self.keep_oom(OomRecord {
                     index,
-                    time_ns,
-                    device: -1,
-                    dump_error: Some("not written: the OOM's device is not known".into()),
-                    ..OomRecord::default()
-                },
-            };
-            rec.event_lost = true;
-            self.keep_oom(rec);
+                    ..other.clone()
+                });
+            }
         }
     }
 

@@ -18,7 +18,7 @@ use std::thread::JoinHandle;
 use allocview_alloc::snapshot::Snapshot;
 use crossbeam_channel::{Receiver, Sender};
 
-use crate::snapshot_file::{FileFormat, save};
+use crate::snapshot_file::{FileFormat, fresh_stem, save};
 
 /// Why a dump could not be written.
 #[derive(Debug, thiserror::Error)]
@@ -41,14 +41,19 @@ pub enum DumpError {
     },
 }
 
+/// The file name, without extension, of OOM number `index` of process `pid`.
+fn stem_name(index: u64, pid: u32) -> String {
+    format!("oom-{index:04}-pid{pid}")
+}
+
 /// Writes OOM dumps into one folder.
 #[derive(Debug, Clone)]
 pub struct OomDumper {
     dir: PathBuf,
 }
 
-/// The extensions of a dump's two files: PyTorch's pickle, then allocview's JSON.
-const DUMP_EXTENSIONS: [&str; 2] = ["pickle", "json"];
+/// A dump's two files: PyTorch's pickle, then allocview's JSON.
+const DUMP_FORMATS: [FileFormat; 2] = [FileFormat::Pickle, FileFormat::Json];
 
 impl OomDumper {
     /// A dumper writing into `dir`.
@@ -63,29 +68,18 @@ impl OomDumper {
 
     /// The path of OOM number `index` of process `pid`, without extension.
     pub fn stem(&self, index: u64, pid: u32) -> PathBuf {
-        self.dir.join(format!("oom-{index:04}-pid{pid}"))
+        self.dir.join(stem_name(index, pid))
     }
 
     /// [`stem`](Self::stem), or `…-2`, `…-3`, … when an earlier dump already has that name (a
     /// restarted process that got the same pid, as in containers, or two agents of one
     /// process): a dump never replaces another.
     fn free_stem(&self, index: u64, pid: u32) -> PathBuf {
-        let taken = |stem: &Path| {
-            DUMP_EXTENSIONS
-                .iter()
-                .any(|ext| stem.with_extension(ext).exists())
-        };
-        let base = self.stem(index, pid);
-        let mut stem = base.clone();
-        for n in 2u64.. {
-            if !taken(&stem) {
-                break;
-            }
-            let mut name = base.clone().into_os_string();
-            name.push(format!("-{n}"));
-            stem = name.into();
-        }
-        stem
+        fresh_stem(
+            &self.dir,
+            &stem_name(index, pid),
+            &DUMP_FORMATS.map(FileFormat::extension),
+        )
     }
 
     /// Writes the pickle and the JSON of OOM number `index`; returns the paths written.
@@ -106,11 +100,8 @@ impl OomDumper {
         let stem = self.free_stem(index, pid);
         let mut written = Vec::new();
         let mut first_error = None;
-        for (ext, format) in DUMP_EXTENSIONS
-            .into_iter()
-            .zip([FileFormat::Pickle, FileFormat::Json])
-        {
-            let path = stem.with_extension(ext);
+        for format in DUMP_FORMATS {
+            let path = stem.with_extension(format.extension());
             match save(&path, snapshot, format) {
                 Ok(()) => written.push(path),
                 Err(e) => {

@@ -291,18 +291,10 @@ impl SinkShared {
         self.dropped_ooms[i].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Dropped `oom` events per device, for the devices with any: `(device, count)`, device
-    /// `None` for the others (negative, or at or past [`OOM_DROP_DEVICES`]) together.
-    pub fn dropped_ooms_by_device(&self) -> Vec<(Option<i32>, u64)> {
-        self.dropped_ooms
-            .iter()
-            .enumerate()
-            .map(|(i, n)| {
-                let device = (i < OOM_DROP_DEVICES).then_some(i as i32);
-                (device, n.load(Ordering::Relaxed))
-            })
-            .filter(|(_, n)| *n > 0)
-            .collect()
+    /// Dropped `oom` events per device: index `d` counts device `d`, the last index the others
+    /// (negative, or at or past [`OOM_DROP_DEVICES`]) together.
+    pub fn dropped_ooms_by_device(&self) -> [u64; OOM_DROP_DEVICES + 1] {
+        std::array::from_fn(|i| self.dropped_ooms[i].load(Ordering::Relaxed))
     }
 
     /// Counts every event of a dropped batch, per action (one add per action present, not
@@ -311,7 +303,9 @@ impl SinkShared {
         let mut counts = [0u64; EventAction::COUNT];
         for e in events {
             counts[e.action as usize] += 1;
-            if e.action == EventAction::Oom {
+        }
+        if counts[EventAction::Oom as usize] > 0 {
+            for e in events.iter().filter(|e| e.action == EventAction::Oom) {
                 self.drop_oom(e.device);
             }
         }

@@ -46,6 +46,20 @@ impl FileFormat {
     }
 }
 
+/// A path in `dir` named `stem`, or `stem-2`, `stem-3`, ... : the first for which no file
+/// `{name}.{ext}` exists for any of `exts`, so that writing there replaces nothing.
+pub fn fresh_stem(dir: &Path, stem: &str, exts: &[&str]) -> PathBuf {
+    let free = |name: &str| {
+        !exts
+            .iter()
+            .any(|e| dir.join(format!("{name}.{e}")).exists())
+    };
+    std::iter::once(stem.to_string())
+        .chain((2u64..).map(|n| format!("{stem}-{n}")))
+        .find(|name| free(name))
+        .map_or_else(|| dir.join(stem), |name| dir.join(name))
+}
+
 /// Errors of reading or writing snapshot files.
 #[derive(Debug, Error)]
 pub enum SnapshotFileError {

@@ -404,6 +404,13 @@ pub const OOM_KEEP_FIRST: usize = 16;
 /// OOMs in a loop holds the agent and its clients to a bounded list.
 pub const OOM_KEEP_LATEST: usize = 240;
 
+/// The indices of the OOM records no longer kept once `total` OOMs were seen (those after the
+/// first [`OOM_KEEP_FIRST`] and before the latest [`OOM_KEEP_LATEST`]), if any.
+pub fn forgotten_oom_indices(total: u64) -> Option<std::ops::RangeInclusive<u64>> {
+    let range = OOM_KEEP_FIRST as u64 + 1..=total.checked_sub(OOM_KEEP_LATEST as u64)?;
+    (!range.is_empty()).then_some(range)
+}
+
 /// Inserts `record` into `records` (sorted by index), replacing the record of the same index,
 /// then forgets the oldest records past the first [`OOM_KEEP_FIRST`] while more than
 /// [`OOM_KEEP_FIRST`] + [`OOM_KEEP_LATEST`] are kept.

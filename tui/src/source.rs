@@ -9,6 +9,8 @@ pub mod what_if;
 
 use std::path::{Path, PathBuf};
 
+use allocview_agent::snapshot_file::fresh_stem;
+
 use crate::input::Seek;
 use crate::state::State;
 
@@ -61,12 +63,7 @@ pub trait Source {
 
 /// A file name in `dir` that does not exist yet: `{stem}.{ext}`, then `{stem}-2.{ext}`, ...
 pub fn fresh_path(dir: &Path, stem: &str, ext: &str) -> PathBuf {
-    let first = dir.join(format!("{stem}.{ext}"));
-    if !first.exists() {
-        return first;
-    }
-    (2u32..)
-        .map(|n| dir.join(format!("{stem}-{n}.{ext}")))
-        .find(|p| !p.exists())
-        .unwrap_or(first)
+    let mut path = fresh_stem(dir, stem, &[ext]).into_os_string();
+    path.push(format!(".{ext}"));
+    path.into()
 }

@@ -122,10 +122,9 @@ pub fn lines(o: &OomReport, width: usize) -> Vec<Line<'static>> {
 /// `(first, last)`, if any: numbers count the OOMs of every device, so a gap alone may be
 /// another device's OOMs.
 fn forgotten_between(state: &State, prev: u64, next: u64) -> Option<(u64, u64)> {
-    use allocview_agent::state::{OOM_KEEP_FIRST, OOM_KEEP_LATEST};
-    let forgotten_to = state.ooms_total.checked_sub(OOM_KEEP_LATEST as u64)?;
-    let from = (prev + 1).max(OOM_KEEP_FIRST as u64 + 1);
-    let to = (next - 1).min(forgotten_to);
+    let forgotten = allocview_agent::state::forgotten_oom_indices(state.ooms_total)?;
+    let from = (prev + 1).max(*forgotten.start());
+    let to = (next - 1).min(*forgotten.end());
     (from <= to).then_some((from, to))
 }
 
