@@ -110,14 +110,7 @@ fn a_snapshot_with_stats_taken_while_threads_allocate_describes_one_moment() {
     for _ in 0..SNAPSHOTS_UNDER_LOAD {
         let (snap, stats) = a.snapshot_with_stats();
         let theirs = DeviceStats::from_snapshot(&snap, a.device(), a.config().max_split_size());
-        for ((name, m), (_, t)) in stats.arrays().into_iter().zip(theirs.arrays()) {
-            let cur = |x: &allocview_alloc::caching::stats::StatArray| x.0.map(|s| s.current);
-            assert_eq!(
-                cur(m),
-                cur(t),
-                "{name} agrees with the snapshot taken beside it"
-            );
-        }
+        assert_arrays_agree(&stats, &theirs, false);
     }
     stop.store(true, Ordering::Relaxed);
     for w in workers {

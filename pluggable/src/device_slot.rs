@@ -141,6 +141,10 @@ impl SnapshotProvider for DeviceSlot {
         self.opened().map(|h| h.device_stats()).unwrap_or_default()
     }
 
+    fn snapshot_with_stats(&self) -> Option<(Snapshot, DeviceStats)> {
+        self.opened().and_then(|h| h.snapshot_with_stats())
+    }
+
     fn reset_peak_stats(&self) {
         if let Some(h) = self.opened() {
             h.reset_peak_stats();

@@ -329,11 +329,9 @@ pub(crate) fn stamps_to_ns(events: &mut [Event]) {
         && let Some(first) = events.first()
         && first.time_ns >= cur.tsc_base | TSC_STAMP
     {
-        // Tagged stamp minus tagged base: the ticks since the base (a counter a few ticks
-        // behind it, on another core, reads as the base, as in `Scale::at`).
-        let base = cur.tsc_base | TSC_STAMP;
+        // Every stamp is at least the first, so all are counter stamps.
         for e in events.iter_mut() {
-            e.time_ns = cur.ns_base + cur.ticks_ns(e.time_ns.saturating_sub(base));
+            e.time_ns = cur.at(e.time_ns & !TSC_STAMP);
         }
         if events.last().is_some_and(|e| e.time_ns >= cur.remeasure_at) {
             slow_now();

@@ -47,6 +47,22 @@ pub fn cur(a: &allocview_alloc::caching::stats::StatArray) -> i64 {
     a.0[0].current
 }
 
+/// Every stat array's current figures (all, small, large) of `mine` equal those of `theirs`
+/// (the stats a snapshot implies), the `segment` array aside with `skip_segment`.
+pub fn assert_arrays_agree(mine: &DeviceStats, theirs: &DeviceStats, skip_segment: bool) {
+    for ((name, m), (_, t)) in mine.arrays().into_iter().zip(theirs.arrays()) {
+        if skip_segment && name == "segment" {
+            continue;
+        }
+        let cur = |x: &StatArray| x.0.map(|s| s.current);
+        assert_eq!(
+            cur(m),
+            cur(t),
+            "{name} (all, small, large) agrees with the snapshot"
+        );
+    }
+}
+
 /// Checks the snapshot's structure (blocks tile segments, segments do not overlap, per-segment
 /// sums match the blocks) and that the allocator's current stats equal those the snapshot
 /// implies, on any backend (the behaviour suite runs it on `CudaBackend` too). Expandable segments count in
@@ -90,17 +106,7 @@ pub fn check_consistent<B: DeviceBackend>(a: &CachingAllocator<B>) -> Snapshot {
     let theirs = DeviceStats::from_snapshot(&snap, a.device(), a.config().max_split_size());
     // Expandable segments count in neither `segment` stat (PyTorch counts device allocations).
     let skip_segment = expandable_segments > 0 || a.config().expandable_segments();
-    for ((name, m), (_, t)) in mine.arrays().into_iter().zip(theirs.arrays()) {
-        if skip_segment && name == "segment" {
-            continue;
-        }
-        let cur = |x: &StatArray| x.0.map(|s| s.current);
-        assert_eq!(
-            cur(m),
-            cur(t),
-            "{name} (all, small, large) agrees with the snapshot"
-        );
-    }
+    assert_arrays_agree(&mine, &theirs, skip_segment);
     assert_eq!(
         mine.oversize_allocations.current,
         theirs.oversize_allocations.current
