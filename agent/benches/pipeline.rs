@@ -23,6 +23,9 @@
 //! caller waits), not wall time: on a shared, overloaded machine wall time mostly measures the
 //! other tenants. The `_wall` variants give wall time for comparison.
 
+#[path = "../tests/support/publish.rs"]
+mod publish;
+
 use std::hint::black_box;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -36,6 +39,7 @@ use allocview_alloc::caching::{AllocatorConfig, CachingAllocator};
 use allocview_alloc::event::{Event, EventAction, EventPool, EventSink, MAX_BATCH, now_ns};
 use cpu_time::{ProcessTime, ThreadTime};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use publish::Publish;
 
 const MIB: u64 = 1 << 20;
 
@@ -89,36 +93,6 @@ impl Clock {
 /// Runs `f` `iters` times and returns the CPU time this thread spent.
 fn cpu_time(iters: u64, f: impl FnMut()) -> Duration {
     Clock::Thread.run(iters, f)
-}
-
-/// How a benchmark hands a slice of events to a sink.
-#[derive(Clone, Copy)]
-enum Publish {
-    /// One `publish` per event.
-    OneByOne,
-    /// One `publish_batch` of the whole slice (the sink splits it every `MAX_BATCH` events).
-    Batch,
-    /// One `publish_batch` per this many events.
-    BatchesOf(usize),
-}
-
-impl Publish {
-    #[inline(always)]
-    fn send<S: EventSink + ?Sized>(self, sink: &S, events: &[Event]) {
-        match self {
-            Publish::OneByOne => {
-                for e in events {
-                    sink.publish(e);
-                }
-            }
-            Publish::Batch => sink.publish_batch(events),
-            Publish::BatchesOf(n) => {
-                for chunk in events.chunks(n) {
-                    sink.publish_batch(chunk);
-                }
-            }
-        }
-    }
 }
 
 fn event(i: u64) -> Event {

@@ -3,9 +3,11 @@
 //! resync and does not mark the state partial; without one, the state says it is partial. A
 //! client's peak reset reaches the heap too.
 
+#[path = "support/toy.rs"]
+mod toy;
+
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::time::Duration;
 
 use allocview_agent::agent::Agent;
 use allocview_agent::provider::HostProvider;
@@ -21,11 +23,6 @@ const BURST: u64 = 50_000;
 
 /// Bursts published, at most, before giving up on seeing a drop.
 const MAX_BURSTS: usize = 100;
-
-/// A tick no test lives to see: the aggregator then resyncs only when flushed, after every
-/// event is in, so the figures compared are the provider's alone (a resync on a tick during the
-/// bursts would fold later events on top of them).
-const NO_TICK: Duration = Duration::from_secs(3600);
 
 /// A heap whose counters the test sets, and which counts peak resets.
 #[derive(Default)]
@@ -58,12 +55,11 @@ fn heap_after() -> HeapStats {
     }
 }
 
+/// An agent whose tick no test lives to see: it then resyncs only when flushed, after every
+/// event is in, so the figures compared are the provider's alone (a resync on a tick during the
+/// bursts would fold later events on top of them).
 fn agent(host: Option<Arc<dyn HostProvider>>) -> Agent {
-    let mut b = Agent::builder()
-        .no_listen()
-        .dump_dir(std::env::temp_dir())
-        .channel_capacity(CAPACITY)
-        .tick(NO_TICK);
+    let mut b = toy::quiet_agent(&std::env::temp_dir(), CAPACITY);
     if let Some(h) = host {
         b = b.host_provider(h);
     }

@@ -7,16 +7,20 @@
 //! binary's `#[global_allocator]`) around many passes over the stream and one flush, which
 //! allocates a little of its own.
 
+#[path = "support/publish.rs"]
+mod publish;
+#[path = "support/toy.rs"]
+mod toy;
+
 use std::alloc::System;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use allocview_agent::agent::Agent;
 use allocview_alloc::caching::backend::StreamId;
 use allocview_alloc::caching::sim::SimBackend;
 use allocview_alloc::caching::{AllocatorConfig, CachingAllocator};
 use allocview_alloc::event::{Event, EventAction, EventSink, now_ns};
 use allocview_alloc::global::Instrumented;
+use publish::Publish;
 
 #[global_allocator]
 static HEAP: Instrumented<System> = Instrumented::new(System);
@@ -75,35 +79,15 @@ fn recorded() -> (Vec<Event>, Vec<Event>) {
     (fix(warm_up), fix(cycle))
 }
 
-/// How the stream reaches the sink.
-#[derive(Debug, Clone, Copy)]
-enum Publish {
-    /// `publish`, one event at a time (the tracking and heap allocators).
-    OneByOne,
-    /// `publish_batch` of the whole cycle (split into batches of `MAX_BATCH`), as the caching
-    /// allocator publishes.
-    Batches,
-}
-
-impl Publish {
-    fn send(self, sink: &dyn EventSink, events: &[Event]) {
-        match self {
-            Publish::OneByOne => events.iter().for_each(|e| sink.publish(e)),
-            Publish::Batches => sink.publish_batch(events),
-        }
-    }
-}
-
 /// Folds the warm-up and two cycles, then counts the allocations of `PASSES` more cycles and
 /// one flush.
 fn fold_warm_stream(warm_up: &[Event], cycle: &[Event], publish: Publish) {
-    let agent = Agent::builder()
-        .no_listen()
-        .dump_dir(std::env::temp_dir().join("allocview-ingest-alloc-test"))
-        .channel_capacity((PASSES + 2) * (cycle.len() + warm_up.len()))
-        .tick(Duration::from_secs(3600))
-        .spawn()
-        .unwrap();
+    let agent = toy::quiet_agent(
+        &std::env::temp_dir().join("allocview-ingest-alloc-test"),
+        (PASSES + 2) * (cycle.len() + warm_up.len()),
+    )
+    .spawn()
+    .unwrap();
     let sink = agent.sink();
     publish.send(&*sink, warm_up);
     publish.send(&*sink, cycle);
@@ -147,5 +131,5 @@ fn ingesting_a_warm_alloc_free_stream_allocates_nothing() {
     );
     assert!(cycle.len() >= 2 * allocview_agent::aggregator::DEFAULT_RECENT_EVENTS);
     fold_warm_stream(&warm_up, &cycle, Publish::OneByOne);
-    fold_warm_stream(&warm_up, &cycle, Publish::Batches);
+    fold_warm_stream(&warm_up, &cycle, Publish::Batch);
 }

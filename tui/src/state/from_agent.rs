@@ -377,16 +377,17 @@ impl AgentAdapter {
             });
         }
         // An OOM of no known device (its event was dropped) shows on every device.
+        let on_device = |o: &&OomRecord| o.device == d.device || o.device < 0;
         let ooms: Vec<OomReport> = agent
             .ooms
             .iter()
-            .filter(|o| o.device == d.device || o.device < 0)
+            .filter(on_device)
             .map(oom_report)
             .collect();
         timeline.ooms = agent
             .ooms
             .iter()
-            .filter(|o| o.device == d.device || o.device < 0)
+            .filter(on_device)
             .map(|o| x(o.time_ns))
             .collect();
         let mut histograms = Vec::new();

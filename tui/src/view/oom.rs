@@ -200,22 +200,7 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn report(number: u64) -> OomReport {
-        OomReport::example(number)
-    }
-
-    fn text(buf: &Buffer) -> String {
-        let a = buf.area;
-        (a.top()..a.bottom())
-            .map(|y| {
-                (a.left()..a.right())
-                    .map(|x| buf[(x, y)].symbol())
-                    .collect::<String>()
-            })
-            .collect::<Vec<_>>()
-            .join("\n")
-    }
+    use crate::view::testing::rows;
 
     #[test]
     fn a_pending_dump_a_lost_event_and_forgotten_records_are_said() {
@@ -226,15 +211,15 @@ mod tests {
             rounded: 0,
             device_free: None,
             dump_pending: true,
-            ..report(61)
+            ..OomReport::example(61)
         };
-        state.ooms = vec![report(16), lost];
+        state.ooms = vec![OomReport::example(16), lost];
         state.ooms_total = 300;
         let area = Rect::new(0, 0, 120, 30);
         let draw = |state: &State| {
             let mut buf = Buffer::empty(area);
             render(area, &mut buf, state, &UiState::default());
-            text(&buf)
+            rows(&buf).join("\n")
         };
         let t = draw(&state);
         assert!(
@@ -274,7 +259,7 @@ mod tests {
             allocated: 9 << 30,
             largest_free: 558 << 20,
             diagnosis: allocview_agent::diagnosis::DiagnosisKind::Fragmentation,
-            ..report(1)
+            ..OomReport::example(1)
         };
         for width in [40, 61, 100, 158] {
             let inner = width - 2;
