@@ -46,8 +46,9 @@ fn new_histogram() -> Histogram<u64> {
     Histogram::new(SIGNIFICANT_DIGITS).expect("2 significant digits is a valid precision")
 }
 
-/// Summarises one histogram: count, extremes, mean, quantiles and log2 buckets.
-pub fn summarize(h: &Histogram<u64>) -> HistogramSummary {
+/// Summarises one histogram: count, extremes, quantiles and log2 buckets, with `sum` the exact
+/// total of the values recorded (the mean is `sum / count`, exact too).
+pub fn summarize(h: &Histogram<u64>, sum: u128) -> HistogramSummary {
     if h.is_empty() {
         return HistogramSummary::default();
     }
@@ -61,7 +62,8 @@ pub fn summarize(h: &Histogram<u64>) -> HistogramSummary {
         count: h.len(),
         min: h.min(),
         max: h.max(),
-        mean: h.mean(),
+        mean: sum as f64 / h.len() as f64,
+        sum: sum as f64,
         p50: h.value_at_quantile(P50),
         p90: h.value_at_quantile(P90),
         p99: h.value_at_quantile(P99),
@@ -75,9 +77,9 @@ pub fn summarize(h: &Histogram<u64>) -> HistogramSummary {
 /// Which histogram of a [`HistSet`] a staged value goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
-    Size,
-    Lifetime,
-    Latency,
+    Size = 0,
+    Lifetime = 1,
+    Latency = 2,
 }
 
 /// A value recorded but not yet in its histogram.
@@ -90,12 +92,15 @@ struct Staged {
     value: u64,
 }
 
-/// Size, lifetime and latency histograms of one slice of the allocations.
+/// Size, lifetime and latency histograms of one slice of the allocations, with the exact sum
+/// of each one's values (the histograms keep values only to [`SIGNIFICANT_DIGITS`]).
 #[derive(Debug, Clone)]
 pub struct HistSet {
     size: Histogram<u64>,
     lifetime: Histogram<u64>,
     latency: Histogram<u64>,
+    /// Exact sums of the values recorded, by [`Kind`] (`u128`: no total of `u64`s overflows).
+    sums: [u128; 3],
 }
 
 impl Default for HistSet {
@@ -104,17 +109,22 @@ impl Default for HistSet {
             size: new_histogram(),
             lifetime: new_histogram(),
             latency: new_histogram(),
+            sums: [0; 3],
         }
     }
 }
 
 impl HistSet {
-    fn histogram(&mut self, kind: Kind) -> &mut Histogram<u64> {
-        match kind {
+    /// Records a value into the histogram of `kind` and its sum.
+    #[inline]
+    fn record(&mut self, kind: Kind, value: u64) {
+        let h = match kind {
             Kind::Size => &mut self.size,
             Kind::Lifetime => &mut self.lifetime,
             Kind::Latency => &mut self.latency,
-        }
+        };
+        record(h, value);
+        self.sums[kind as usize] += u128::from(value);
     }
 
     fn add(&mut self, other: &HistSet) {
@@ -122,13 +132,16 @@ impl HistSet {
         let _ = self.size.add(&other.size);
         let _ = self.lifetime.add(&other.lifetime);
         let _ = self.latency.add(&other.latency);
+        for (sum, other) in self.sums.iter_mut().zip(other.sums) {
+            *sum += other;
+        }
     }
 
     fn summary(&self) -> HistogramSet {
         HistogramSet {
-            size: summarize(&self.size),
-            lifetime: summarize(&self.lifetime),
-            latency: summarize(&self.latency),
+            size: summarize(&self.size, self.sums[Kind::Size as usize]),
+            lifetime: summarize(&self.lifetime, self.sums[Kind::Lifetime as usize]),
+            latency: summarize(&self.latency, self.sums[Kind::Latency as usize]),
         }
     }
 
@@ -208,7 +221,7 @@ impl DeviceHistograms {
     /// Records the staged values into their histograms.
     pub fn flush(&mut self) {
         for s in &self.staged {
-            record(self.pairs[s.pair as usize].1.histogram(s.kind), s.value);
+            self.pairs[s.pair as usize].1.record(s.kind, s.value);
         }
         self.staged.clear();
     }
@@ -262,7 +275,7 @@ impl DeviceHistograms {
         }
         if let Some(sum) = &mut found {
             for (_, kind, value) in self.staged().filter(|((p, _), _, _)| *p == pool) {
-                record(sum.histogram(kind), value);
+                sum.record(kind, value);
             }
         }
         found
@@ -284,7 +297,7 @@ impl DeviceHistograms {
                 by_pool.entry(*pool).or_default(),
                 by_stream.entry(*stream).or_default(),
             ] {
-                record(set.histogram(kind), value);
+                set.record(kind, value);
             }
         }
         Histograms {
@@ -328,6 +341,9 @@ mod tests {
         assert_eq!(small.min, 512);
         assert!(small.max >= 1 << 20 && small.max <= (1 << 20) * 101 / 100);
         assert!(small.p50 >= 1000 && small.p50 <= 1010);
+        // The sum and mean are exact, though the histogram keeps 1 MiB only to 1%.
+        assert_eq!(small.sum, (512 + 512 + 1000 + 4096 + (1 << 20)) as f64);
+        assert_eq!(small.mean, small.sum / 5.0);
         // 512 is in [512, 1024); 1000 too; 4096 in [4096, 8192); 1 MiB in [1 MiB, 2 MiB).
         assert_eq!(small.buckets, vec![(1024, 3), (8192, 1), (2 << 20, 1)]);
         assert_eq!(s.by_stream[1].set.lifetime.count, 1);
@@ -357,11 +373,11 @@ mod tests {
                 (&mut stream1, stream == 1),
             ] {
                 if hit {
-                    record(&mut set.size, size);
+                    set.record(Kind::Size, size);
                     if latency > 0 {
-                        record(&mut set.latency, u64::from(latency));
+                        set.record(Kind::Latency, u64::from(latency));
                     }
-                    record(&mut set.lifetime, life);
+                    set.record(Kind::Lifetime, life);
                 }
             }
         }
@@ -387,9 +403,9 @@ mod tests {
             let pool = [PoolKey::Large, PoolKey::Small, PoolKey::Private(7)][i as usize % 3];
             h.record_alloc(pool, i % 4, 512 * (i + 1), 10 + i as u32);
             h.record_lifetime(pool, i % 4, 1_000 * i);
-            record(&mut direct.size, 512 * (i + 1));
-            record(&mut direct.latency, 10 + i);
-            record(&mut direct.lifetime, 1_000 * i);
+            direct.record(Kind::Size, 512 * (i + 1));
+            direct.record(Kind::Latency, 10 + i);
+            direct.record(Kind::Lifetime, 1_000 * i);
         }
         assert!(!h.staged.is_empty(), "some values are still staged");
         let staged = h.summary();
@@ -403,6 +419,6 @@ mod tests {
 
     #[test]
     fn an_empty_histogram_summarizes_to_zeros() {
-        assert_eq!(summarize(&new_histogram()), HistogramSummary::default());
+        assert_eq!(summarize(&new_histogram(), 0), HistogramSummary::default());
     }
 }

@@ -4,9 +4,11 @@
 //! OpenMetrics text format, which Prometheus scrapes). Names follow `torch.cuda.memory_stats()`:
 //! each stat array `X` becomes `allocview_X` (current) and `allocview_X_peak` gauges and
 //! `allocview_X_allocated` / `allocview_X_freed` counters, labelled by `device` and `pool`
-//! (`all`, `small_pool`, `large_pool`); the scalar counters, the histogram summaries (as
-//! gauges with a `quantile` label, per pool: `small_pool`, `large_pool` or `private_pool_ID`),
-//! dropped events per action, resyncs and OOM dumps follow.
+//! (`all`, `small_pool`, `large_pool`); the scalar counters follow. The size, lifetime and
+//! latency HdrHistograms of each pool (`small_pool`, `large_pool` or `private_pool_ID`) become
+//! Prometheus histograms (power-of-two buckets `le = 2^b - 1`, exact `_sum` and `_count`, so
+//! `histogram_quantile` and `rate` work across a fleet) plus `_quantile` gauges of their own
+//! finer quantiles; dropped events per action, resyncs and OOM dumps close the page.
 //! The HTTP side is `tiny_http` on one thread, so services need no async runtime; any path but
 //! `/metrics` gets a 404.
 
@@ -16,7 +18,10 @@ use std::sync::atomic::{AtomicI64, AtomicU64};
 use std::thread::JoinHandle;
 
 use allocview_alloc::caching::stats::StatType;
+use prometheus_client::collector::Collector;
 use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -34,7 +39,6 @@ pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 
 type Labels = Vec<(String, String)>;
 type GaugeFamily = Family<Labels, Gauge<i64, AtomicI64>>;
-type FloatGaugeFamily = Family<Labels, Gauge<f64, AtomicU64>>;
 type CounterFamily = Family<Labels, Counter<u64, AtomicU64>>;
 
 fn labels(pairs: &[(&str, &str)]) -> Labels {
@@ -48,8 +52,8 @@ fn labels(pairs: &[(&str, &str)]) -> Labels {
 struct Builder {
     registry: Registry,
     gauges: Vec<(String, GaugeFamily)>,
-    float_gauges: Vec<(String, FloatGaugeFamily)>,
     counters: Vec<(String, CounterFamily)>,
+    histograms: Vec<HistogramFamily>,
 }
 
 impl Builder {
@@ -80,19 +84,6 @@ impl Builder {
         fam.get_or_create(&l).set(v);
     }
 
-    fn float_gauge(&mut self, name: &str, help: &str, l: Labels, v: f64) {
-        let fam = match self.float_gauges.iter().find(|(n, _)| n == name) {
-            Some((_, f)) => f.clone(),
-            None => {
-                let f = FloatGaugeFamily::default();
-                self.registry.register(name, help, f.clone());
-                self.float_gauges.push((name.to_string(), f.clone()));
-                f
-            }
-        };
-        fam.get_or_create(&l).set(v);
-    }
-
     fn counter(&mut self, name: &str, help: &str, l: Labels, v: u64) {
         let fam = match self.counters.iter().find(|(n, _)| n == name) {
             Some((_, f)) => f.clone(),
@@ -106,7 +97,19 @@ impl Builder {
         fam.get_or_create(&l).inc_by(v);
     }
 
-    fn summary(&mut self, name: &str, help: &str, base: &[(&str, &str)], h: &HistogramSummary) {
+    /// A histogram as a Prometheus histogram (its power-of-two buckets, exact sum and count)
+    /// plus `{name}_quantile` gauges of its HdrHistogram quantiles (within 1%, finer than
+    /// the buckets; quantile `1` is the maximum).
+    fn histogram(&mut self, name: &str, help: &str, base: &[(&str, &str)], h: &HistogramSummary) {
+        let series = HistogramSeries::new(labels(base), h);
+        match self.histograms.iter_mut().find(|f| f.name == name) {
+            Some(f) => f.series.push(series),
+            None => self.histograms.push(HistogramFamily {
+                name: name.to_string(),
+                help: help.to_string(),
+                series: vec![series],
+            }),
+        }
         for (q, v) in [
             ("0.5", h.p50),
             ("0.9", h.p90),
@@ -115,15 +118,87 @@ impl Builder {
         ] {
             let mut l = labels(base);
             l.push(("quantile".into(), q.into()));
-            self.gauge(name, help, l, v as i64);
+            self.gauge(
+                &format!("{name}_quantile"),
+                &format!("{help}: quantiles since the agent started (HdrHistogram, within 1%)"),
+                l,
+                v as i64,
+            );
         }
-        self.gauge(
-            &format!("{name}_count"),
-            "Values recorded",
-            labels(base),
-            h.count as i64,
-        );
-        self.float_gauge(&format!("{name}_mean"), "Mean value", labels(base), h.mean);
+    }
+}
+
+/// One labelled series of a [`HistogramFamily`]: per-bucket counts, which the encoder makes
+/// cumulative.
+#[derive(Debug)]
+struct HistogramSeries {
+    labels: Labels,
+    sum: f64,
+    count: u64,
+    /// `(le, count)`: every power-of-two bucket from `le = 0` to the highest non-empty one,
+    /// then `+Inf`.
+    buckets: Vec<(f64, u64)>,
+}
+
+impl HistogramSeries {
+    /// The summary's buckets `[2^(b-1), 2^b)` of integer values, as `le = 2^b - 1`: exact,
+    /// where `le = 2^b` would count the values equal to `2^b` (the next bucket's) too. Empty
+    /// buckets below the highest are written as well, so the ladder only grows over time.
+    fn new(labels: Labels, h: &HistogramSummary) -> Self {
+        let mut buckets = Vec::new();
+        let mut inf = 0;
+        let mut next = h.buckets.iter().peekable();
+        for bit in 0..u64::BITS {
+            let Some(&&(ub, _)) = next.peek() else { break };
+            let bound = 1u64 << bit;
+            let n = if ub == bound {
+                next.next().map_or(0, |&(_, n)| n)
+            } else {
+                0
+            };
+            buckets.push(((bound - 1) as f64, n));
+        }
+        // A bucket past 2^63 (upper bound u64::MAX) is counted by +Inf alone.
+        for &(_, n) in next {
+            inf += n;
+        }
+        buckets.push((f64::INFINITY, inf));
+        HistogramSeries {
+            labels,
+            sum: h.sum,
+            count: h.count,
+            buckets,
+        }
+    }
+}
+
+/// Histogram series of one name, encoded by hand: `prometheus-client`'s own histogram keeps
+/// fixed buckets and observes values one by one, while these come ready from the aggregator.
+#[derive(Debug)]
+struct HistogramFamily {
+    name: String,
+    help: String,
+    series: Vec<HistogramSeries>,
+}
+
+/// The [`HistogramFamily`]s of one scrape, registered as a collector.
+#[derive(Debug)]
+struct Histograms(Vec<HistogramFamily>);
+
+impl Collector for Histograms {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        for f in &self.0 {
+            // The registry ends the other families' help with a full stop; these match.
+            let help = format!("{}.", f.help);
+            let mut family =
+                encoder.encode_descriptor(&f.name, &help, None, MetricType::Histogram)?;
+            for s in &f.series {
+                family
+                    .encode_family(&s.labels)?
+                    .encode_histogram::<NoLabelSet>(s.sum, s.count, &s.buckets, None)?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -143,8 +218,8 @@ pub fn render(state: &AgentState) -> String {
     let mut b = Builder {
         registry: Registry::default(),
         gauges: Vec::new(),
-        float_gauges: Vec::new(),
         counters: Vec::new(),
+        histograms: Vec::new(),
     };
     for d in &state.devices {
         let dev = d.device.to_string();
@@ -233,19 +308,19 @@ pub fn render(state: &AgentState) -> String {
         for ph in &d.histograms.by_pool {
             let pool = pool_label(ph.pool);
             let base = [("device", dev.as_str()), ("pool", pool.as_str())];
-            b.summary(
+            b.histogram(
                 "allocview_allocation_size_bytes",
                 "Requested size of allocations",
                 &base,
                 &ph.set.size,
             );
-            b.summary(
+            b.histogram(
                 "allocview_block_lifetime_nanoseconds",
                 "Time from allocation to free completion",
                 &base,
                 &ph.set.lifetime,
             );
-            b.summary(
+            b.histogram(
                 "allocview_allocator_latency_nanoseconds",
                 "Time the allocator call took, on the calls that measured it (a random sample)",
                 &base,
@@ -327,6 +402,8 @@ pub fn render(state: &AgentState) -> String {
         "Capacity of the event channel",
         p.channel_capacity as i64,
     );
+    b.registry
+        .register_collector(Box::new(Histograms(std::mem::take(&mut b.histograms))));
     let mut out = String::new();
     // Writing into a String cannot fail.
     let _ = encode(&mut out, &b.registry);

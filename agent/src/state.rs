@@ -228,8 +228,12 @@ pub struct HistogramSummary {
     pub min: u64,
     /// Largest value (0 when empty).
     pub max: u64,
-    /// Mean value.
+    /// Mean value (exact: `sum / count`).
     pub mean: f64,
+    /// Sum of the values recorded, kept exactly and given as a float (exact up to 2^53;
+    /// absent in files written before it was kept: 0).
+    #[serde(default)]
+    pub sum: f64,
     /// Median.
     pub p50: u64,
     /// 90th percentile.

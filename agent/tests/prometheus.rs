@@ -48,11 +48,22 @@ fn metrics_parse_as_prometheus_text_and_match_the_state() {
     let (status, body) = get(addr, "/metrics");
     assert_eq!(status, 200);
     let scrape = prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_string()))).unwrap();
-    // Every sample line parsed.
-    let sample_lines = body
+    // Every sample line parsed (the parser gathers a histogram's `_bucket` lines into one
+    // sample per label set).
+    let lines: Vec<&str> = body
         .lines()
         .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-        .count();
+        .collect();
+    let bucket_sets: std::collections::BTreeSet<String> = lines
+        .iter()
+        .filter(|l| l.contains("_bucket{"))
+        .map(|l| {
+            let (name, rest) = l.split_once('{').unwrap();
+            let labels = rest.split("le=").next().unwrap();
+            format!("{name}{labels}")
+        })
+        .collect();
+    let sample_lines = lines.iter().filter(|l| !l.contains("_bucket{")).count() + bucket_sets.len();
     if scrape.samples.len() != sample_lines {
         for l in body.lines().filter(|l| !l.starts_with('#')) {
             let name = l.split(['{', ' ']).next().unwrap();
@@ -119,11 +130,50 @@ fn metrics_parse_as_prometheus_text_and_match_the_state() {
         50.0
     );
     let p50 = find(
-        "allocview_allocation_size_bytes",
+        "allocview_allocation_size_bytes_quantile",
         &[("device", "0"), ("pool", "large_pool"), ("quantile", "0.5")],
     );
-    let half = (toy::TOY_SEGMENT / 2 - 100) as f64;
+    let requested = toy::TOY_SEGMENT / 2 - 100;
+    let half = requested as f64;
     assert!((p50 - half).abs() / half < 0.01, "p50 {p50} ~ {half}");
+    // The sizes as a Prometheus histogram: the exact sum, and cumulative power-of-two buckets
+    // `le = 2^b - 1` from 0 up to the one holding every request, then +Inf.
+    assert_eq!(
+        find(
+            "allocview_allocation_size_bytes_sum",
+            &[("device", "0"), ("pool", "large_pool")]
+        ),
+        (50 * requested) as f64
+    );
+    let sizes = scrape
+        .samples
+        .iter()
+        .find(|s| {
+            s.metric == "allocview_allocation_size_bytes"
+                && s.labels.get("pool") == Some("large_pool")
+        })
+        .unwrap_or_else(|| panic!("no size histogram in\n{body}"));
+    let prometheus_parse::Value::Histogram(buckets) = &sizes.value else {
+        panic!("not a histogram: {sizes:?}");
+    };
+    let holding = u64::BITS - requested.leading_zeros();
+    let expected: Vec<(f64, f64)> = (0..=holding)
+        .map(|b| {
+            let le = ((1u64 << b) - 1) as f64;
+            (le, if b == holding { 50.0 } else { 0.0 })
+        })
+        .chain([(f64::INFINITY, 50.0)])
+        .collect();
+    let got: Vec<(f64, f64)> = buckets.iter().map(|b| (b.less_than, b.count)).collect();
+    assert_eq!(got, expected);
+    // Lifetimes: one per free, each at least the bucket it is counted under.
+    assert_eq!(
+        find(
+            "allocview_block_lifetime_nanoseconds_count",
+            &[("device", "0"), ("pool", "large_pool")]
+        ),
+        20.0
+    );
     assert_eq!(
         find("allocview_device_total_memory_bytes", &[("device", "0")]),
         (80u64 << 30) as f64
