@@ -9,6 +9,7 @@ use allocview::demo::{Demo, DemoConfig};
 use allocview::source::file::FileSource;
 use allocview::state::timetravel::CHECKPOINT_EVERY;
 use allocview_agent::snapshot_file;
+use allocview_alloc::snapshot::BlockState;
 
 const GIB: u64 = 1 << 30;
 
@@ -66,6 +67,47 @@ fn an_oom_dump_opens_with_its_oom_diagnosis_and_what_ifs() {
     for i in [at, tt.len() / 2, (CHECKPOINT_EVERY + 3).min(tt.len())] {
         assert_eq!(tt.at(i), tt.at_by_full_replay(i));
     }
+    // Each stream's peak at every event is the highest of its allocated bytes in the states
+    // seen so far (the demo allocates on a second stream too).
+    let mut highest: std::collections::BTreeMap<u64, u64> = Default::default();
+    let mut streams_seen = std::collections::BTreeSet::new();
+    for i in 0..=tt.len() {
+        let moment = tt.moment(i);
+        let mut now: std::collections::BTreeMap<u64, u64> = Default::default();
+        for seg in &moment.segments {
+            let allocated: u64 = seg
+                .blocks
+                .iter()
+                .filter(|b| b.state == BlockState::ActiveAllocated)
+                .map(|b| b.size)
+                .sum();
+            *now.entry(seg.stream).or_default() += allocated;
+        }
+        for (stream, bytes) in now.into_iter().filter(|&(_, b)| b > 0) {
+            let h = highest.entry(stream).or_default();
+            *h = (*h).max(bytes);
+        }
+        if i == 0 {
+            // The trace starts from what was allocated then.
+            assert_eq!(
+                moment.stream_peaks,
+                highest.iter().map(|(&s, &b)| (s, b)).collect::<Vec<_>>()
+            );
+        }
+        let got: std::collections::BTreeMap<u64, u64> =
+            moment.stream_peaks.iter().copied().collect();
+        for (stream, peak) in &highest {
+            assert_eq!(got.get(stream), Some(peak), "stream {stream} at event {i}");
+        }
+        streams_seen.extend(got.keys().copied());
+    }
+    assert!(streams_seen.len() >= 2, "streams {streams_seen:?}");
+    // The streams view of the state at the OOM shows them.
+    let rows = pm.state_at(at).stream_rows();
+    assert!(
+        rows.iter()
+            .all(|r| r.peak.is_some_and(|p| p >= r.allocated))
+    );
 }
 
 #[test]

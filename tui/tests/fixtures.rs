@@ -112,6 +112,36 @@ fn every_fixture_opens_with_its_segments_and_time_travel_ends_on_the_file() {
             "{}",
             path.display()
         );
+        // The streams view gives each stream its peak over the trace (the file's whole-device
+        // peak when there is one stream), and says what window that peak covers.
+        let ui = UiState {
+            view: View::Streams,
+            ..UiState::default()
+        };
+        let mut buf = Buffer::empty(Rect::new(0, 0, 140, 36));
+        view::render(buf.area, &mut buf, &end, &ui);
+        let text = screen::text(&buf);
+        let rows = end.stream_rows();
+        for r in &rows {
+            let peak = r.peak.expect("a file's streams have peaks");
+            assert!(peak >= r.allocated, "{}", path.display());
+            let row = text
+                .lines()
+                .find(|l| l.contains(&format!(" s{} ", r.stream)))
+                .unwrap_or_else(|| panic!("no row for s{} in\n{text}", r.stream));
+            assert!(
+                row.contains(&allocview::units::bytes(peak)),
+                "{}: {row}",
+                path.display()
+            );
+        }
+        if let [only] = rows.as_slice() {
+            assert_eq!(only.peak, Some(totals.peak_allocated), "{}", path.display());
+        }
+        assert!(
+            text.contains("peak: highest allocated from the start of the recorded trace"),
+            "{text}"
+        );
         println!(
             "{}: {} segments, {} events",
             path.display(),

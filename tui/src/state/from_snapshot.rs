@@ -14,6 +14,7 @@ use allocview_alloc::snapshot::{Snapshot, TraceAction, TraceEntry, Value};
 
 use super::histogram::{HistogramUnit, Log2Histogram};
 use super::oom::OomReport;
+use super::streams;
 use super::timeline::{Sample, Timeline};
 use super::timetravel::{SMALL_SIZE, TimeTravel, Totals, is_segment_event};
 use super::{HistogramSummary, Mode, Source, State};
@@ -229,10 +230,12 @@ impl PostMortem {
     /// The dashboard state after `event` entries (clamped to the trace).
     pub fn state_at(&self, event: usize) -> State {
         let event = event.min(self.len());
-        let (segments, totals) = self.tt.at(event);
+        let moment = self.tt.moment(event);
+        let totals = moment.totals;
         let device = self.tt.device();
+        let streams = streams::from_segments_with_peaks(&moment.segments, &moment.stream_peaks);
         let snap = Snapshot {
-            segments,
+            segments: moment.segments,
             ..Snapshot::default()
         };
         let mut stats = DeviceStats::from_snapshot(&snap, device, self.max_split);
@@ -254,7 +257,7 @@ impl PostMortem {
             },
             stats,
             segments: snap.segments,
-            streams: Vec::new(),
+            streams,
             timeline,
             histograms: self.histograms.clone(),
             trace: self.trace.clone(),

@@ -88,6 +88,28 @@ pub fn from_segments(segments: &[SegmentInfo]) -> Vec<StreamRow> {
     rows.into_values().collect()
 }
 
+/// [`from_segments`] with each stream's peak allocated bytes from `peaks` (`(stream, peak)`,
+/// for a source that tracks them over a window, such as a file's trace): a stream missing
+/// there never held allocated bytes in the window (peak 0), and a stream that held some but
+/// has no segment left gets a row of its own.
+pub fn from_segments_with_peaks(segments: &[SegmentInfo], peaks: &[(u64, u64)]) -> Vec<StreamRow> {
+    let mut rows: BTreeMap<u64, StreamRow> = from_segments(segments)
+        .into_iter()
+        .map(|r| (r.stream, r))
+        .collect();
+    for &(stream, peak) in peaks {
+        rows.entry(stream).or_insert_with(|| StreamRow {
+            stream,
+            ..StreamRow::default()
+        });
+        rows.get_mut(&stream).expect("inserted above").peak = Some(peak);
+    }
+    for r in rows.values_mut() {
+        r.peak.get_or_insert(0);
+    }
+    rows.into_values().collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -126,6 +148,40 @@ mod tests {
         assert_eq!(
             rows[1].stranded_note(rows.len()).as_deref(),
             Some("1.00 GiB cached on s7")
+        );
+    }
+
+    #[test]
+    fn peaks_fill_every_row_and_keep_streams_that_left_no_segment() {
+        let a = segment(
+            0x1000,
+            0,
+            SegmentType::Large,
+            vec![block(
+                0x1000,
+                20 * MIB,
+                20 * MIB,
+                BlockState::ActiveAllocated,
+            )],
+        );
+        let b = segment(
+            0x9000_0000,
+            7,
+            SegmentType::Large,
+            vec![block(0x9000_0000, GIB, GIB, BlockState::Inactive)],
+        );
+        let rows = from_segments_with_peaks(&[a, b], &[(0, 30 * MIB), (3, 5 * MIB)]);
+        let got: Vec<(u64, u64, Option<u64>)> = rows
+            .iter()
+            .map(|r| (r.stream, r.reserved, r.peak))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (0, 20 * MIB, Some(30 * MIB)),
+                (3, 0, Some(5 * MIB)),
+                (7, GIB, Some(0))
+            ]
         );
     }
 

@@ -131,6 +131,28 @@ impl Totals {
 struct Memory {
     segments: BTreeMap<u64, Segment>,
     totals: Totals,
+    /// Allocated bytes per stream (of the segment holding the block), with the highest each
+    /// reached (the per-stream `peak_allocated`).
+    streams: BTreeMap<u64, StreamAllocated>,
+}
+
+/// Allocated bytes of one stream and their highest value so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+struct StreamAllocated {
+    now: u64,
+    peak: u64,
+}
+
+/// The reconstructed state after one event: what [`TimeTravel::moment`] returns.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Moment {
+    /// The segments then.
+    pub segments: Vec<SegmentInfo>,
+    /// The running totals then.
+    pub totals: Totals,
+    /// `(stream, peak)`: the highest allocated bytes of each stream that held any from the
+    /// start of the trace to then, ascending by stream.
+    pub stream_peaks: Vec<(u64, u64)>,
 }
 
 /// Size of a block serving `requested` bytes at `addr`, where the free space runs to `gap_end`.
@@ -154,6 +176,7 @@ impl Memory {
         let mut m = Memory {
             segments: BTreeMap::new(),
             totals: Totals::default(),
+            streams: BTreeMap::new(),
         };
         for s in segments {
             let mut seg = Segment {
@@ -169,7 +192,7 @@ impl Memory {
             for b in s.blocks.iter().filter(|b| b.state.is_active()) {
                 m.totals.active += b.size;
                 if b.state == BlockState::ActiveAllocated {
-                    m.totals.allocated += b.size;
+                    m.allocate(s.stream, b.size);
                 }
                 seg.blocks.insert(
                     b.address,
@@ -185,6 +208,37 @@ impl Memory {
         }
         m.totals.bump_peaks();
         m
+    }
+
+    /// Counts `size` more allocated bytes, on `stream` too.
+    fn allocate(&mut self, stream: u64, size: u64) {
+        self.totals.allocated += size;
+        let s = self.streams.entry(stream).or_default();
+        s.now += size;
+        s.peak = s.peak.max(s.now);
+    }
+
+    /// Counts `size` fewer allocated bytes, on `stream` too.
+    fn release(&mut self, stream: u64, size: u64) {
+        self.totals.allocated -= size;
+        if let Some(s) = self.streams.get_mut(&stream) {
+            s.now -= size;
+        }
+    }
+
+    /// Forgets the totals' counters and peaks: from here on they count from the current state.
+    fn restart_counting(&mut self) {
+        self.totals = Totals {
+            reserved: self.totals.reserved,
+            allocated: self.totals.allocated,
+            active: self.totals.active,
+            ..Totals::default()
+        };
+        self.totals.bump_peaks();
+        self.streams.retain(|_, s| s.now > 0);
+        for s in self.streams.values_mut() {
+            s.peak = s.now;
+        }
     }
 
     /// The segment whose range holds `addr`.
@@ -217,6 +271,7 @@ impl Memory {
             return None;
         }
         let size = size.unwrap_or_else(|| Memory::rule_size(seg, start, addr, requested));
+        let stream = seg.stream;
         seg.blocks.insert(
             addr,
             Block {
@@ -228,7 +283,7 @@ impl Memory {
         );
         self.totals.active += size;
         if state == BlockState::ActiveAllocated {
-            self.totals.allocated += size;
+            self.allocate(stream, size);
         }
         Some(size)
     }
@@ -237,9 +292,10 @@ impl Memory {
     fn remove_block(&mut self, addr: u64) -> Option<Block> {
         let (_, seg) = self.segment_at(addr)?;
         let b = seg.blocks.remove(&addr)?;
+        let stream = seg.stream;
         self.totals.active -= b.size;
         if b.state == BlockState::ActiveAllocated {
-            self.totals.allocated -= b.size;
+            self.release(stream, b.size);
         }
         Some(b)
     }
@@ -255,12 +311,13 @@ impl Memory {
         let size = b.size;
         let was = b.state;
         b.state = state;
+        let stream = seg.stream;
         match (was, state) {
             (BlockState::ActiveAllocated, BlockState::ActivePendingFree) => {
-                self.totals.allocated -= size
+                self.release(stream, size)
             }
             (BlockState::ActivePendingFree, BlockState::ActiveAllocated) => {
-                self.totals.allocated += size
+                self.allocate(stream, size)
             }
             _ => {}
         }
@@ -284,7 +341,7 @@ impl Memory {
                 for b in seg.blocks.values() {
                     self.totals.active -= b.size;
                     if b.state == BlockState::ActiveAllocated {
-                        self.totals.allocated -= b.size;
+                        self.release(seg.stream, b.size);
                     }
                 }
                 true
@@ -514,13 +571,7 @@ impl TimeTravel {
         for (i, e) in trace.iter().enumerate().rev() {
             alloc_sizes[i] = memory.undo(e);
         }
-        memory.totals = Totals {
-            reserved: memory.totals.reserved,
-            allocated: memory.totals.allocated,
-            active: memory.totals.active,
-            ..Totals::default()
-        };
-        memory.totals.bump_peaks();
+        memory.restart_counting();
         let interval = CHECKPOINT_EVERY.max(trace.len().div_ceil(MAX_CHECKPOINTS));
         let mut checkpoints = vec![memory.clone()];
         for (i, e) in trace.iter().enumerate() {
@@ -577,8 +628,18 @@ impl TimeTravel {
     /// The segments after `event` entries (0 = before the first; `len()` = the end), and the
     /// running totals there.
     pub fn at(&self, event: usize) -> (Vec<SegmentInfo>, Totals) {
+        let m = self.moment(event);
+        (m.segments, m.totals)
+    }
+
+    /// The state after `event` entries (as [`Self::at`]) with each stream's peak so far.
+    pub fn moment(&self, event: usize) -> Moment {
         let m = self.memory_at(event);
-        (m.to_segments(self.device), m.totals)
+        Moment {
+            segments: m.to_segments(self.device),
+            totals: m.totals,
+            stream_peaks: m.streams.iter().map(|(&s, a)| (s, a.peak)).collect(),
+        }
     }
 
     /// The same by replaying every event from the start, without checkpoints (the reference
@@ -718,6 +779,26 @@ mod tests {
         assert_eq!(end, snap.segments);
         assert_eq!(totals.mismatches, 0);
         assert_eq!(totals.peak_reserved, 22 * MIB);
+    }
+
+    #[test]
+    fn stream_peaks_follow_each_streams_allocated_bytes_through_the_trace() {
+        // The scenario with its second segment (and the 1000-byte block in it) on stream 7.
+        let mut snap = scenario();
+        for e in &mut snap.device_traces[0] {
+            if e.addr == 0x2000_0000 {
+                e.stream = 7;
+            }
+        }
+        let tt = TimeTravel::new(&snap, 0);
+        // Before the trace nothing is allocated; stream 0 peaks at 6 MiB after the second
+        // alloc, and keeps that peak after the free; stream 7 appears with its 1024-byte
+        // block and keeps its peak after its segment is gone.
+        assert!(tt.moment(0).stream_peaks.is_empty());
+        assert_eq!(tt.moment(3).stream_peaks, [(0, 6 * MIB)]);
+        assert_eq!(tt.moment(6).stream_peaks, [(0, 6 * MIB), (7, 1024)]);
+        assert_eq!(tt.moment(10).stream_peaks, [(0, 6 * MIB), (7, 1024)]);
+        assert_eq!(tt.moment(10).segments.len(), 1);
     }
 
     #[test]

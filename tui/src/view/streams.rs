@@ -9,7 +9,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Widget};
 
 use super::{left, put, right, theme};
-use crate::state::{State, UiState};
+use crate::state::{Mode, State, UiState};
 use crate::units;
 
 /// Width of the figure columns before the bar.
@@ -94,6 +94,19 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
         y += 1;
     }
     y += 1;
+    if matches!(state.mode, Mode::File { .. }) && !rows.is_empty() {
+        // A file's trace is a window: its peaks cannot see what came before it.
+        put(
+            buf,
+            inner,
+            y,
+            &Line::styled(
+                " peak: highest allocated from the start of the recorded trace to this event",
+                theme::dim(),
+            ),
+        );
+        y += 1;
+    }
     for r in &rows {
         if let Some(note) = r.stranded_note(rows.len()) {
             put(
