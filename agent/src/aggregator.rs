@@ -323,6 +323,9 @@ struct DeviceAgg {
     last_seq: u64,
     /// `last_seq` at the previous tick: equal means the device went quiet.
     last_seq_at_tick: u64,
+    /// The snapshot of the resync in progress (kept until its lost OOMs are recorded: the
+    /// first one's dump is this snapshot, the moment after them).
+    resync_snapshot: Option<Snapshot>,
 }
 
 impl DeviceAgg {
@@ -342,10 +345,12 @@ impl DeviceAgg {
             sent: Sent::default(),
             last_seq: 0,
             last_seq_at_tick: 0,
+            resync_snapshot: None,
         }
     }
 
-    /// Rebuilds the mirror from the provider; false when no consistent view was had.
+    /// Rebuilds the mirror from the provider: whether the view was consistent, and the
+    /// snapshot it was rebuilt from (`None`: no provider).
     ///
     /// A provider that gives the snapshot and its stats of one moment
     /// ([`SnapshotProvider::snapshot_with_stats`], the caching allocator) is consistent at
@@ -353,15 +358,16 @@ impl DeviceAgg {
     /// call changed the allocator in between, so the snapshot and the stats describe the same
     /// moment. With `rx` given, a fence then skips the events the snapshot already holds
     /// (everything up to the provider's `snapshot` marker).
-    fn resync(&mut self, rx: Option<&EventReceiver>) -> bool {
+    fn resync(&mut self, rx: Option<&EventReceiver>) -> (bool, Option<Snapshot>) {
         let Some(p) = self.provider.clone() else {
-            return false;
+            return (false, None);
         };
         if let Some((total, allowed)) = p.memory_info() {
             self.total_memory = total;
             self.allowed = allowed;
         }
-        for attempt in 1..=RESYNC_ATTEMPTS {
+        let mut attempt = 1;
+        loop {
             let from_ns = now_ns();
             let (snapshot, stats, consistent) = match p.snapshot_with_stats() {
                 Some((snapshot, stats)) => (snapshot, stats, true),
@@ -377,17 +383,17 @@ impl DeviceAgg {
             // Only this thread receives, so the channels hold at least this many events from
             // the snapshot's return on.
             let remaining = rx.map_or(0, EventReceiver::pending_events_bound);
-            if consistent || attempt == RESYNC_ATTEMPTS {
+            if consistent || attempt >= RESYNC_ATTEMPTS {
                 self.mirror.resync(&snapshot, stats);
                 self.fence = (rx.is_some() && p.marks_snapshots()).then_some(Fence {
                     from_ns,
                     to_ns,
                     remaining,
                 });
-                return consistent;
+                return (consistent, Some(snapshot));
             }
+            attempt += 1;
         }
-        false
     }
 
     /// Whether the fence swallows this event (it is already in the resync's snapshot). Sets
@@ -877,11 +883,13 @@ impl Aggregator {
             ));
             return rec;
         }
-        // The snapshot is taken now, the moment after the OOM; encoding and writing it happen
-        // on the dump thread.
-        let snapshot = match &d.provider {
-            Some(p) => p.snapshot(),
-            None => Snapshot {
+        // The snapshot is taken now, the moment after the OOM (or, for OOMs whose events were
+        // dropped, is the resync's, taken after them); encoding and writing it happen on the
+        // dump thread.
+        let snapshot = match (d.resync_snapshot.take(), &d.provider) {
+            (Some(resync), _) => resync,
+            (None, Some(p)) => p.snapshot(),
+            (None, None) => Snapshot {
                 segments: d.mirror.segments(),
                 ..Snapshot::default()
             },
@@ -1017,7 +1025,9 @@ impl Aggregator {
         for d in self.devices.values_mut() {
             if d.provider.is_some() {
                 any = true;
-                all_consistent &= d.resync(Some(&self.rx));
+                let (consistent, snapshot) = d.resync(Some(&self.rx));
+                all_consistent &= consistent;
+                d.resync_snapshot = snapshot;
             } else if dropped > 0 {
                 self.partial = true;
             }
@@ -1038,6 +1048,9 @@ impl Aggregator {
             );
         }
         self.record_lost_ooms();
+        for d in self.devices.values_mut() {
+            d.resync_snapshot = None;
+        }
     }
 
     /// Resolves the context ids noted since the last time, on every device.

@@ -328,3 +328,120 @@ fn a_flood_of_lost_ooms_keeps_the_same_bounded_list() {
     assert_eq!(kept, want);
     assert!(state.ooms.last().unwrap().event_lost);
 }
+
+/// A provider whose every snapshot holds one free 2 MiB segment at an address that says which
+/// call made it: `snapshot_with_stats` (the resync's) at `RESYNC_BASE + n * 2 MiB`, `snapshot`
+/// at `SNAPSHOT_BASE + n * 2 MiB`.
+#[derive(Default)]
+struct Tagging {
+    resyncs: std::sync::atomic::AtomicU64,
+    snapshots: std::sync::atomic::AtomicU64,
+}
+
+const RESYNC_BASE: u64 = 0x1_0000_0000;
+const SNAPSHOT_BASE: u64 = 0x2_0000_0000;
+
+fn free_segment(address: u64) -> Snapshot {
+    use allocview_alloc::snapshot::{BlockInfo, SegmentInfo, SegmentType, no_frames};
+    Snapshot {
+        segments: vec![SegmentInfo {
+            device: 0,
+            address,
+            total_size: 2 * MIB,
+            allocated_size: 0,
+            active_size: 0,
+            requested_size: 0,
+            stream: 0,
+            segment_type: SegmentType::Large,
+            segment_pool_id: (0, 0),
+            is_expandable: false,
+            frames: no_frames(),
+            blocks: vec![BlockInfo {
+                address,
+                size: 2 * MIB,
+                requested_size: 0,
+                state: BlockState::Inactive,
+                frames: no_frames(),
+                history: vec![],
+            }],
+        }],
+        ..Snapshot::default()
+    }
+}
+
+impl allocview_agent::provider::SnapshotProvider for Tagging {
+    fn device(&self) -> i32 {
+        0
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        let n = self
+            .snapshots
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        free_segment(SNAPSHOT_BASE + n * 2 * MIB)
+    }
+
+    fn device_stats(&self) -> allocview_alloc::caching::stats::DeviceStats {
+        Default::default()
+    }
+
+    fn snapshot_with_stats(
+        &self,
+    ) -> Option<(Snapshot, allocview_alloc::caching::stats::DeviceStats)> {
+        let n = self
+            .resyncs
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Some((free_segment(RESYNC_BASE + n * 2 * MIB), Default::default()))
+    }
+
+    fn reset_peak_stats(&self) {}
+}
+
+/// The snapshot in the JSON file of a record's dump.
+fn json_dump(paths: &[std::path::PathBuf]) -> Snapshot {
+    let path = paths
+        .iter()
+        .find(|p| p.extension().is_some_and(|e| e == "json"))
+        .unwrap_or_else(|| panic!("no JSON dump in {paths:?}"));
+    snapshot_file::load(path).unwrap()
+}
+
+#[test]
+fn a_lost_ooms_dump_is_the_resyncs_own_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let provider = Arc::new(Tagging::default());
+    let agent = toy::quiet_agent(dir.path(), 4)
+        .max_dumps(1_000)
+        .provider(provider.clone())
+        .spawn()
+        .unwrap();
+    let sink = agent.sink();
+    for i in 0..100u64 {
+        sink.publish(&Event {
+            requested: MIB * (i + 1),
+            ..Event::new(EventAction::Oom, 0, EventPool::Large, MIB, MIB)
+        });
+    }
+    agent.flush();
+    let state = agent.state();
+    let lost: Vec<_> = state.ooms.iter().filter(|o| o.event_lost).collect();
+    assert!(!lost.is_empty(), "the tiny channel dropped some");
+    let mut checked = 0;
+    for o in lost.iter().filter(|o| !o.dump_paths.is_empty()) {
+        let snap = json_dump(&o.dump_paths);
+        let addr = snap.segments[0].address;
+        assert!(
+            (RESYNC_BASE..SNAPSHOT_BASE).contains(&addr),
+            "OOM #{}: dump at {addr:#x} is not a resync's snapshot",
+            o.index
+        );
+        checked += 1;
+    }
+    assert!(checked > 0, "a lost OOM got a dump: {lost:?}");
+    // OOMs whose events arrived get a snapshot of their own moment.
+    for o in state.ooms.iter().filter(|o| !o.event_lost) {
+        let snap = json_dump(&o.dump_paths);
+        assert!(snap.segments[0].address >= SNAPSHOT_BASE);
+    }
+    agent.shutdown();
+}
