@@ -263,7 +263,7 @@ pub fn human(bytes: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use allocview_alloc::snapshot::{BlockInfo, SegmentType, TraceAction, no_frames};
+    use allocview_alloc::snapshot::{BlockInfo, SegmentType, TraceAction};
 
     const GIB: u64 = 1 << 30;
     const MIB: u64 = 1 << 20;
@@ -338,33 +338,14 @@ mod tests {
     fn facts_from_an_oom_entry_read_the_segments_at_that_point() {
         let seg = |blocks: Vec<(u64, BlockState)>| {
             let mut a = 0;
-            SegmentInfo {
-                device: 0,
-                address: 0,
-                total_size: blocks.iter().map(|b| b.0).sum(),
-                allocated_size: 0,
-                active_size: 0,
-                requested_size: 0,
-                stream: 0,
-                segment_type: SegmentType::Large,
-                segment_pool_id: (0, 0),
-                is_expandable: false,
-                frames: no_frames(),
-                blocks: blocks
-                    .into_iter()
-                    .map(|(size, state)| {
-                        a += size;
-                        BlockInfo {
-                            address: a - size,
-                            size,
-                            requested_size: size,
-                            state,
-                            frames: no_frames(),
-                            history: Vec::new(),
-                        }
-                    })
-                    .collect(),
-            }
+            let blocks = blocks
+                .into_iter()
+                .map(|(size, state)| {
+                    a += size;
+                    BlockInfo::new(a - size, size, size, state)
+                })
+                .collect();
+            SegmentInfo::tiled(0, 0, SegmentType::Large, blocks)
         };
         let segs = [
             seg(vec![

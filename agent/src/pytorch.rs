@@ -27,7 +27,7 @@ pub mod keys;
 use allocview_alloc::snapshot::Snapshot;
 use thiserror::Error;
 
-pub use encode::segment_sums;
+pub use allocview_alloc::snapshot::segment_sums;
 pub use error::PytorchError;
 
 use crate::pickle;

@@ -342,29 +342,15 @@ const RESYNC_BASE: u64 = 0x1_0000_0000;
 const SNAPSHOT_BASE: u64 = 0x2_0000_0000;
 
 fn free_segment(address: u64) -> Snapshot {
-    use allocview_alloc::snapshot::{BlockInfo, SegmentInfo, SegmentType, no_frames};
+    use allocview_alloc::snapshot::{BlockInfo, SegmentInfo, SegmentType};
+    let free = BlockInfo::new(address, 2 * MIB, 0, BlockState::Inactive);
     Snapshot {
-        segments: vec![SegmentInfo {
-            device: 0,
+        segments: vec![SegmentInfo::tiled(
             address,
-            total_size: 2 * MIB,
-            allocated_size: 0,
-            active_size: 0,
-            requested_size: 0,
-            stream: 0,
-            segment_type: SegmentType::Large,
-            segment_pool_id: (0, 0),
-            is_expandable: false,
-            frames: no_frames(),
-            blocks: vec![BlockInfo {
-                address,
-                size: 2 * MIB,
-                requested_size: 0,
-                state: BlockState::Inactive,
-                frames: no_frames(),
-                history: vec![],
-            }],
-        }],
+            0,
+            SegmentType::Large,
+            vec![free],
+        )],
         ..Snapshot::default()
     }
 }

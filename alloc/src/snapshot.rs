@@ -143,6 +143,20 @@ pub struct BlockInfo {
     pub history: Vec<BlockHistory>,
 }
 
+impl BlockInfo {
+    /// A block without frames or history.
+    pub fn new(address: u64, size: u64, requested_size: u64, state: BlockState) -> BlockInfo {
+        BlockInfo {
+            address,
+            size,
+            requested_size,
+            state,
+            frames: no_frames(),
+            history: Vec::new(),
+        }
+    }
+}
+
 /// One segment: a device allocation (or, for expandable segments, one contiguous mapped
 /// range) tiled by its blocks.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -172,6 +186,53 @@ pub struct SegmentInfo {
     pub frames: Frames,
     /// The blocks, in address order; they tile the segment.
     pub blocks: Vec<BlockInfo>,
+}
+
+/// A segment's `(allocated_size, active_size, requested_size)` from its blocks, as PyTorch
+/// computes them: allocated blocks' sizes, active blocks' sizes, allocated blocks' requested
+/// sizes.
+pub fn segment_sums(blocks: &[BlockInfo]) -> (u64, u64, u64) {
+    let mut allocated = 0u64;
+    let mut active = 0u64;
+    let mut requested = 0u64;
+    for b in blocks {
+        if b.state == BlockState::ActiveAllocated {
+            allocated = allocated.saturating_add(b.size);
+            requested = requested.saturating_add(b.requested_size);
+        }
+        if b.state.is_active() {
+            active = active.saturating_add(b.size);
+        }
+    }
+    (allocated, active, requested)
+}
+
+impl SegmentInfo {
+    /// A segment of device 0, in no private pool and not expandable, tiled by `blocks` (in
+    /// address order): its size and its allocated, active and requested totals follow from
+    /// them. The way tools and tests build one by hand.
+    pub fn tiled(
+        address: u64,
+        stream: u64,
+        segment_type: SegmentType,
+        blocks: Vec<BlockInfo>,
+    ) -> SegmentInfo {
+        let (allocated_size, active_size, requested_size) = segment_sums(&blocks);
+        SegmentInfo {
+            device: 0,
+            address,
+            total_size: blocks.iter().map(|b| b.size).sum(),
+            allocated_size,
+            active_size,
+            requested_size,
+            stream,
+            segment_type,
+            segment_pool_id: (0, 0),
+            is_expandable: false,
+            frames: no_frames(),
+            blocks,
+        }
+    }
 }
 
 /// What a trace entry records.

@@ -297,35 +297,6 @@ pub(crate) mod fixtures {
         kind: SegmentType,
         blocks: Vec<BlockInfo>,
     ) -> SegmentInfo {
-        let total_size = blocks.iter().map(|b| b.size).sum();
-        let allocated_size = blocks
-            .iter()
-            .filter(|b| b.state == BlockState::ActiveAllocated)
-            .map(|b| b.size)
-            .sum();
-        let active_size = blocks
-            .iter()
-            .filter(|b| b.state.is_active())
-            .map(|b| b.size)
-            .sum();
-        let requested_size = blocks
-            .iter()
-            .filter(|b| b.state == BlockState::ActiveAllocated)
-            .map(|b| b.requested_size)
-            .sum();
-        SegmentInfo {
-            device: 0,
-            address,
-            total_size,
-            allocated_size,
-            active_size,
-            requested_size,
-            stream,
-            segment_type: kind,
-            segment_pool_id: (0, 0),
-            is_expandable: false,
-            frames: allocview_alloc::snapshot::no_frames(),
-            blocks,
-        }
+        SegmentInfo::tiled(address, stream, kind, blocks)
     }
 }

@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 
 use allocview_alloc::snapshot::{
-    BlockInfo, BlockState, Frame, Frames, SegmentInfo, Snapshot, TraceAction, TraceEntry, Value,
+    BlockInfo, Frame, Frames, SegmentInfo, Snapshot, TraceAction, TraceEntry, Value, segment_sums,
 };
 
 use super::keys;
@@ -297,23 +297,4 @@ impl<'s> Encoder<'s> {
             }
         }
     }
-}
-
-/// A segment's `(allocated_size, active_size, requested_size)` from its blocks, as PyTorch
-/// computes them: allocated blocks' sizes, active blocks' sizes, allocated blocks' requested
-/// sizes.
-pub fn segment_sums(blocks: &[BlockInfo]) -> (u64, u64, u64) {
-    let mut allocated = 0u64;
-    let mut active = 0u64;
-    let mut requested = 0u64;
-    for b in blocks {
-        if b.state == BlockState::ActiveAllocated {
-            allocated = allocated.saturating_add(b.size);
-            requested = requested.saturating_add(b.requested_size);
-        }
-        if b.state.is_active() {
-            active = active.saturating_add(b.size);
-        }
-    }
-    (allocated, active, requested)
 }

@@ -332,7 +332,7 @@ fn block_address(segment: u64, tiled: u64, recorded: u64, legacy: bool) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use allocview_alloc::snapshot::{BlockInfo, BlockState, SegmentInfo, no_frames};
+    use allocview_alloc::snapshot::{BlockInfo, BlockState, SegmentInfo};
 
     const MIB: u64 = 1 << 20;
 
@@ -345,37 +345,16 @@ mod tests {
         let blocks: Vec<BlockInfo> = blocks
             .iter()
             .map(|&(size, state)| {
-                let b = BlockInfo {
-                    address: a,
-                    size,
-                    requested_size: size,
-                    state,
-                    frames: no_frames(),
-                    history: Vec::new(),
-                };
                 a += size;
-                b
+                BlockInfo::new(a - size, size, size, state)
             })
             .collect();
-        let total = a - address;
-        SegmentInfo {
-            device: 0,
-            address,
-            total_size: total,
-            allocated_size: 0,
-            active_size: 0,
-            requested_size: 0,
-            stream: 0,
-            segment_type: if total == SMALL_BUFFER {
-                SegmentType::Small
-            } else {
-                SegmentType::Large
-            },
-            segment_pool_id: (0, 0),
-            is_expandable: false,
-            frames: no_frames(),
-            blocks,
-        }
+        let kind = if a - address == SMALL_BUFFER {
+            SegmentType::Small
+        } else {
+            SegmentType::Large
+        };
+        SegmentInfo::tiled(address, 0, kind, blocks)
     }
 
     #[test]

@@ -61,25 +61,7 @@ pub fn segment(
         blocks.push(block(at, size, req, state));
         at += size;
     }
-    let sum = |f: &dyn Fn(&BlockInfo) -> bool, g: &dyn Fn(&BlockInfo) -> u64| -> u64 {
-        blocks.iter().filter(|b| f(b)).map(g).sum()
-    };
-    SegmentInfo {
-        device: 0,
-        address,
-        total_size: at - address,
-        allocated_size: sum(&|b| b.state == BlockState::ActiveAllocated, &|b| b.size),
-        active_size: sum(&|b| b.state.is_active(), &|b| b.size),
-        requested_size: sum(&|b| b.state == BlockState::ActiveAllocated, &|b| {
-            b.requested_size
-        }),
-        stream,
-        segment_type: kind,
-        segment_pool_id: (0, 0),
-        is_expandable: false,
-        frames: no_frames(),
-        blocks,
-    }
+    SegmentInfo::tiled(address, stream, kind, blocks)
 }
 
 pub fn segments() -> Vec<SegmentInfo> {
