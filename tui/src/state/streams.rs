@@ -117,8 +117,9 @@ mod tests {
     use crate::units::{GIB, MIB};
     use allocview_alloc::snapshot::SegmentType;
 
-    #[test]
-    fn rows_split_usage_by_the_segment_stream() {
+    /// A segment on stream 0 (20 MiB allocated, 2 MiB pending free) and a free 1 GiB one on
+    /// stream 7.
+    fn two_streams() -> [SegmentInfo; 2] {
         let a = segment(
             0x1000,
             0,
@@ -139,7 +140,12 @@ mod tests {
             SegmentType::Large,
             vec![block(0x9000_0000, GIB, GIB, BlockState::Inactive)],
         );
-        let rows = from_segments(&[a, b]);
+        [a, b]
+    }
+
+    #[test]
+    fn rows_split_usage_by_the_segment_stream() {
+        let rows = from_segments(&two_streams());
         assert_eq!(rows.len(), 2);
         assert_eq!(rows[0].allocated, 20 * MIB);
         assert_eq!(rows[0].pending_free, 2 * MIB);
@@ -153,24 +159,7 @@ mod tests {
 
     #[test]
     fn peaks_fill_every_row_and_keep_streams_that_left_no_segment() {
-        let a = segment(
-            0x1000,
-            0,
-            SegmentType::Large,
-            vec![block(
-                0x1000,
-                20 * MIB,
-                20 * MIB,
-                BlockState::ActiveAllocated,
-            )],
-        );
-        let b = segment(
-            0x9000_0000,
-            7,
-            SegmentType::Large,
-            vec![block(0x9000_0000, GIB, GIB, BlockState::Inactive)],
-        );
-        let rows = from_segments_with_peaks(&[a, b], &[(0, 30 * MIB), (3, 5 * MIB)]);
+        let rows = from_segments_with_peaks(&two_streams(), &[(0, 30 * MIB), (3, 5 * MIB)]);
         let got: Vec<(u64, u64, Option<u64>)> = rows
             .iter()
             .map(|r| (r.stream, r.reserved, r.peak))
@@ -178,7 +167,7 @@ mod tests {
         assert_eq!(
             got,
             [
-                (0, 20 * MIB, Some(30 * MIB)),
+                (0, 22 * MIB, Some(30 * MIB)),
                 (3, 0, Some(5 * MIB)),
                 (7, GIB, Some(0))
             ]
