@@ -11,11 +11,8 @@ use std::path::PathBuf;
 use allocview::source::file::FileSource;
 use allocview::state::from_snapshot::main_device;
 use allocview::state::{UiState, View};
-use allocview::view;
 use allocview_agent::snapshot_file;
 use allocview_alloc::snapshot::{BlockState, SegmentInfo};
-use ratatui::buffer::Buffer;
-use ratatui::layout::Rect;
 
 fn fixtures() -> Option<Vec<PathBuf>> {
     let dir = allocview_tests::fixtures::dir()?;
@@ -100,13 +97,7 @@ fn every_fixture_opens_with_its_segments_and_time_travel_ends_on_the_file() {
             );
         }
         // The segment view shows them.
-        let ui = UiState {
-            view: View::Segments,
-            ..UiState::default()
-        };
-        let mut buf = Buffer::empty(Rect::new(0, 0, 120, 36));
-        view::render(buf.area, &mut buf, &end, &ui);
-        let text = screen::text(&buf);
+        let text = screen::view_text(&end, View::Segments, UiState::default(), 120, 36);
         assert!(
             text.contains(&format!("Segments ({}", file_segments.len())),
             "{}",
@@ -114,13 +105,7 @@ fn every_fixture_opens_with_its_segments_and_time_travel_ends_on_the_file() {
         );
         // The streams view gives each stream its peak over the trace (the file's whole-device
         // peak when there is one stream), and says what window that peak covers.
-        let ui = UiState {
-            view: View::Streams,
-            ..UiState::default()
-        };
-        let mut buf = Buffer::empty(Rect::new(0, 0, 140, 36));
-        view::render(buf.area, &mut buf, &end, &ui);
-        let text = screen::text(&buf);
+        let text = screen::view_text(&end, View::Streams, UiState::default(), 140, 36);
         let rows = end.stream_rows();
         for r in &rows {
             let peak = r.peak.expect("a file's streams have peaks");
@@ -164,13 +149,10 @@ fn the_trace_context_column_shows_the_users_frame_not_the_allocators() {
         let src = FileSource::new(&path.display().to_string(), &snap);
         let state = src.post_mortem().state_at(3);
         let ui = UiState {
-            view: View::Trace,
             trace_row: Some(0),
             ..UiState::default()
         };
-        let mut buf = Buffer::empty(Rect::new(0, 0, 200, 20));
-        view::render(buf.area, &mut buf, &state, &ui);
-        let text = screen::text(&buf);
+        let text = screen::view_text(&state, View::Trace, ui, 200, 20);
         // Every alloc row names a Python file of the user's (`.py:`), never the unwinder.
         let alloc_rows: Vec<&str> = text.lines().filter(|l| l.contains(" alloc ")).collect();
         assert!(!alloc_rows.is_empty(), "{name}:\n{text}");

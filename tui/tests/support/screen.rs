@@ -1,7 +1,7 @@
 //! Drawing states into ratatui's `TestBackend` for render tests: a whole screen, its text, and
 //! the "renders at this size without panicking" pass.
 
-use allocview::state::{State, UiState};
+use allocview::state::{State, UiState, View};
 use allocview::view;
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
@@ -26,6 +26,14 @@ pub fn text(buf: &Buffer) -> String {
         })
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// The text of `view` of `state` drawn into a `w` x `h` buffer, the rest of `ui` as given.
+pub fn view_text(state: &State, view: View, ui: UiState, w: u16, h: u16) -> String {
+    let ui = UiState { view, ..ui };
+    let mut buf = Buffer::empty(Rect::new(0, 0, w, h));
+    view::render(buf.area, &mut buf, state, &ui);
+    text(&buf)
 }
 
 /// Renders `ui.view` of `state` at `w` x `h` every way the app does: the whole layout into a
