@@ -29,6 +29,7 @@ pub fn text(buf: &Buffer) -> String {
 }
 
 /// The text of `view` of `state` drawn into a `w` x `h` buffer, the rest of `ui` as given.
+#[allow(dead_code)] // Not every test that includes this module draws a single view.
 pub fn view_text(state: &State, view: View, ui: UiState, w: u16, h: u16) -> String {
     let ui = UiState { view, ..ui };
     let mut buf = Buffer::empty(Rect::new(0, 0, w, h));
