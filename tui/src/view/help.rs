@@ -23,7 +23,10 @@ pub const KEYS: [(&str, &str); 18] = [
     ("/", "filter the trace: alloc s1 >1MiB 0x7f..."),
     ("f", "segments: all / large / small"),
     ("z", "segments: zoom the selected segment (Esc back)"),
-    ("p", "pause updates; histograms: per pool / all"),
+    (
+        "p  Space",
+        "pause updates (histograms: Space; p per pool / all)",
+    ),
     ("r", "reset peak statistics"),
     ("s", "save a snapshot; histograms: per stream / all"),
     ("mouse", "wheel scrolls, click selects"),
