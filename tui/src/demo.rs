@@ -32,6 +32,9 @@ pub const HISTORY_ENTRIES: usize = 20_000;
 pub const AGENT_TICK: Duration = Duration::from_millis(100);
 /// Sleep between two allocator calls when paced for humans (about two steps a second).
 pub const HUMAN_PACE: Duration = Duration::from_millis(4);
+/// OOM dumps the demo's agent writes: the OOM scenario fails again every few steps, and each
+/// dump is a few MiB; the later OOMs' records say the limit was reached.
+pub const DEMO_MAX_DUMPS: u64 = 4;
 
 /// How to run the demo.
 #[derive(Debug, Clone)]
@@ -150,6 +153,7 @@ impl Demo {
             .provider(alloc.clone())
             .process_name("allocview demo")
             .tick(AGENT_TICK)
+            .max_dumps(DEMO_MAX_DUMPS)
             .sample_interval(cfg.sample_interval);
         builder = match &cfg.listen {
             Some(addr) => builder.listen(addr.clone()),

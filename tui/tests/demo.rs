@@ -44,6 +44,16 @@ fn an_oom_dump_opens_with_its_oom_diagnosis_and_what_ifs() {
     let mut demo = run(Scenario::Oom, 12, dir.path());
     let r = demo.report();
     assert!(r.ooms > 0, "the OOM scenario ran out of memory");
+    // Every OOM has its record; the dumps (a pickle and a JSON each) stop at the demo's limit.
+    let dumped = r.ooms.min(allocview::demo::DEMO_MAX_DUMPS);
+    assert_eq!(
+        r.dumps.len() as u64,
+        2 * dumped,
+        "{} OOMs: {:?}",
+        r.ooms,
+        r.dumps
+    );
+
     assert!(r.agent_matches_allocator, "{:?}", r.differing_keys);
     let dump = r
         .dumps
@@ -108,6 +118,18 @@ fn an_oom_dump_opens_with_its_oom_diagnosis_and_what_ifs() {
         rows.iter()
             .all(|r| r.peak.is_some_and(|p| p >= r.allocated))
     );
+}
+
+#[test]
+fn a_long_oom_run_writes_only_the_demos_few_dumps() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut demo = run(Scenario::Oom, 40, dir.path());
+    let r = demo.report();
+    let limit = allocview::demo::DEMO_MAX_DUMPS;
+    assert!(r.ooms > limit, "only {} OOMs in 40 steps", r.ooms);
+    assert_eq!(r.dumps.len() as u64, 2 * limit, "{:?}", r.dumps);
+    let files = std::fs::read_dir(dir.path()).unwrap().count() as u64;
+    assert_eq!(files, 2 * limit);
 }
 
 #[test]
