@@ -90,6 +90,8 @@ pub struct Report {
     pub scenario: String,
     /// The device the workload ran on (`simulated`, `CUDA device 0`).
     pub device: String,
+    /// The allocator's settings in PyTorch's syntax (empty: PyTorch's defaults).
+    pub settings: String,
     /// Steps completed.
     pub steps: u64,
     /// OOMs the workload met.
@@ -268,6 +270,7 @@ impl Demo {
                 Scenario::Oom => "oom".into(),
             },
             device: self.device.name(),
+            settings: self.alloc.config().to_conf_string(),
             steps: self.steps(),
             ooms: self.ooms(),
             seconds: self.started.elapsed().as_secs_f64(),
