@@ -138,7 +138,9 @@ pub struct ReplayArgs {
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
-    /// Write the replayed run as a PyTorch snapshot pickle.
+    /// Write a replayed run as a PyTorch snapshot pickle: the what-if run of the one
+    /// `--config`, one file per config (`F.1-SETTINGS.pickle`, ...) with several, else the
+    /// replay under the recorded settings.
     #[arg(long)]
     pub out: Option<PathBuf>,
 }
