@@ -193,6 +193,17 @@ impl App {
                     s.pop();
                 }
             }
+            Action::FilterClear => {
+                if let Some(s) = &mut self.ui.filter_input {
+                    s.clear();
+                }
+            }
+            Action::FilterDeleteWord => {
+                if let Some(s) = &mut self.ui.filter_input {
+                    let kept = s.trim_end().rfind(' ').map_or(0, |i| i + 1);
+                    s.truncate(kept);
+                }
+            }
             Action::FilterApply => {
                 let text = self.ui.filter_input.take().unwrap_or_default();
                 match TraceFilter::parse(&text) {

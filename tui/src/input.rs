@@ -63,6 +63,10 @@ pub enum Action {
     FilterChar(char),
     /// Delete the last character of the filter.
     FilterBackspace,
+    /// Ctrl-U while typing a filter: clears the line.
+    FilterClear,
+    /// Ctrl-W while typing a filter: deletes the last word.
+    FilterDeleteWord,
     /// Apply the typed filter.
     FilterApply,
     /// Cycle the segment list's pool filter.
@@ -104,6 +108,9 @@ pub fn key(k: KeyEvent, ui: &UiState, file_mode: bool) -> Option<Action> {
             KeyCode::Enter => Some(Action::FilterApply),
             KeyCode::Esc => Some(Action::Back),
             KeyCode::Backspace => Some(Action::FilterBackspace),
+            KeyCode::Char('u') if ctrl => Some(Action::FilterClear),
+            KeyCode::Char('w') if ctrl => Some(Action::FilterDeleteWord),
+            KeyCode::Char(_) if ctrl => None,
             KeyCode::Char(c) => Some(Action::FilterChar(c)),
             _ => None,
         };

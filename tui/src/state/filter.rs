@@ -1,11 +1,14 @@
-//! The trace filter typed after `/`: space-separated terms, all of which must match.
+//! The trace filter typed after `/`: space-separated terms. Terms of one kind are
+//! alternatives (`alloc free_requested`: either action; `s0 s1`: either stream), terms of
+//! different kinds must all match (`alloc s1 >1MiB`), and size bounds narrow each other
+//! (`>1MiB <4MiB`).
 //!
 //! | term | matches |
 //! |---|---|
 //! | `alloc`, `free`, `segment`, `oom`, any action name or prefix | entries whose action starts with it |
 //! | `s7`, `stream:7` | entries on stream 7 |
 //! | `>1MiB`, `<4KiB`, `1MiB..4MiB` | entries whose size is in range |
-//! | `0x7f3a2c400000` | entries at that address |
+//! | `0x7f3a2c400000`, `0x7f3a2c` | entries at that address, or whose address starts with those digits |
 
 use allocview_alloc::snapshot::{TraceAction, TraceEntry};
 
@@ -20,8 +23,14 @@ pub enum Term {
     Stream(u64),
     /// Sizes in `[lo, hi]`.
     Size(u64, u64),
-    /// One address.
-    Address(u64),
+    /// Addresses whose hex digits (without leading zeros) start with the `digits` digits of
+    /// `value` (all of an address's digits: that address).
+    Address {
+        /// The digits typed, as a number.
+        value: u64,
+        /// How many digits were typed (leading zeros dropped; at least 1).
+        digits: u32,
+    },
 }
 
 /// A parsed filter; empty matches everything.
@@ -50,6 +59,13 @@ fn size(term: &str, s: &str) -> Result<u64, FilterError> {
     })
 }
 
+/// Whether the hex digits of `addr` (without leading zeros) start with the `digits` digits
+/// of `value`.
+fn hex_prefix(addr: u64, value: u64, digits: u32) -> bool {
+    let len = (u64::BITS - addr.leading_zeros()).div_ceil(4).max(1);
+    len >= digits && addr >> (4 * (len - digits)) == value
+}
+
 impl TraceFilter {
     /// Parses a filter.
     ///
@@ -60,10 +76,18 @@ impl TraceFilter {
         for t in text.split_whitespace() {
             let lower = t.to_ascii_lowercase();
             let term = if let Some(hex) = lower.strip_prefix("0x") {
-                Term::Address(u64::from_str_radix(hex, 16).map_err(|_| FilterError {
-                    term: t.to_string(),
-                    why: "not a hex address".into(),
-                })?)
+                if hex.is_empty() || hex.len() > 16 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
+                    return Err(FilterError {
+                        term: t.to_string(),
+                        why: "not a hex address (or its first digits)".into(),
+                    });
+                }
+                let digits = hex.trim_start_matches('0');
+                Term::Address {
+                    // At most 16 hex digits: always a u64.
+                    value: u64::from_str_radix(hex, 16).unwrap_or(0),
+                    digits: digits.len().max(1) as u32,
+                }
             } else if let Some(n) = lower.strip_prefix("stream:").or_else(|| {
                 lower
                     .strip_prefix('s')
@@ -103,13 +127,24 @@ impl TraceFilter {
         self.terms.is_empty()
     }
 
-    /// Whether an entry passes.
+    /// Whether an entry passes: some term of each kind present matches (every size bound).
     pub fn matches(&self, e: &TraceEntry) -> bool {
-        self.terms.iter().all(|t| match t {
-            Term::Action(p) => e.action.as_str().starts_with(p.as_str()),
-            Term::Stream(s) => e.stream == *s,
+        let any = |kind: fn(&Term) -> bool, hit: &dyn Fn(&Term) -> bool| {
+            let mut of_kind = self.terms.iter().filter(|t| kind(t)).peekable();
+            of_kind.peek().is_none() || of_kind.any(hit)
+        };
+        any(
+            |t| matches!(t, Term::Action(_)),
+            &|t| matches!(t, Term::Action(p) if e.action.as_str().starts_with(p.as_str())),
+        ) && any(
+            |t| matches!(t, Term::Stream(_)),
+            &|t| matches!(t, Term::Stream(s) if e.stream == *s),
+        ) && any(
+            |t| matches!(t, Term::Address { .. }),
+            &|t| matches!(t, Term::Address { value, digits } if hex_prefix(e.addr, *value, *digits)),
+        ) && self.terms.iter().all(|t| match t {
             Term::Size(lo, hi) => (*lo..=*hi).contains(&e.size),
-            Term::Address(a) => e.addr == *a,
+            _ => true,
         })
     }
 }
@@ -133,6 +168,35 @@ mod tests {
             0,
             0
         )));
+    }
+
+    #[test]
+    fn terms_of_one_kind_are_alternatives_and_addresses_match_by_their_first_digits() {
+        let at = |action, addr, size, stream| TraceEntry::new(action, addr, size, stream);
+        let f = TraceFilter::parse("alloc free_requested s0 s1").unwrap();
+        assert!(f.matches(&at(TraceAction::Alloc, 0, 512, 1)));
+        assert!(f.matches(&at(TraceAction::FreeRequested, 0, 512, 0)));
+        assert!(!f.matches(&at(TraceAction::FreeCompleted, 0, 512, 0)));
+        assert!(!f.matches(&at(TraceAction::Alloc, 0, 512, 2)));
+        // Size bounds narrow each other.
+        let f = TraceFilter::parse(">1KiB <4KiB").unwrap();
+        assert!(f.matches(&at(TraceAction::Alloc, 0, 2048, 0)));
+        assert!(!f.matches(&at(TraceAction::Alloc, 0, 8192, 0)));
+        // The first digits of an address, or all of them.
+        let block = at(TraceAction::Alloc, 0x7fe6_0e20_0000, 512, 0);
+        for hit in ["0x7fe60e", "0x7FE60E200000", "0x7", "0x00007fe6"] {
+            assert!(TraceFilter::parse(hit).unwrap().matches(&block), "{hit}");
+        }
+        for miss in ["0x7fe60f", "0x7fe60e2000001", "0x8"] {
+            assert!(!TraceFilter::parse(miss).unwrap().matches(&block), "{miss}");
+        }
+        assert!(
+            TraceFilter::parse("0x0")
+                .unwrap()
+                .matches(&at(TraceAction::Oom, 0, 0, 0))
+        );
+        assert!(TraceFilter::parse("0x").is_err());
+        assert!(TraceFilter::parse("0x12345678901234567").is_err());
     }
 
     #[test]

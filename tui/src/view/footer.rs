@@ -26,7 +26,7 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
             Span::styled(" / ", theme::title()),
             Span::raw(text.clone()),
             Span::styled("█", Style::new().fg(theme::ACCENT)),
-            Span::styled("   Enter apply  Esc cancel", theme::dim()),
+            Span::styled("   Enter apply  Esc cancel  Ctrl-U clear", theme::dim()),
         ]);
         put(buf, area, 0, &line);
         return;
