@@ -288,6 +288,11 @@ mod tests {
             Some(Action::FilterApply)
         );
         assert_eq!(key(press(KeyCode::Esc), &ui, false), Some(Action::Back));
+        let ctrl = |c| KeyEvent::new(KeyCode::Char(c), KeyModifiers::CONTROL);
+        assert_eq!(key(ctrl('u'), &ui, false), Some(Action::FilterClear));
+        assert_eq!(key(ctrl('w'), &ui, false), Some(Action::FilterDeleteWord));
+        // Other control keys type nothing.
+        assert_eq!(key(ctrl('x'), &ui, false), None);
     }
 
     #[test]

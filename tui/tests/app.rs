@@ -167,6 +167,15 @@ fn the_trace_filter_is_typed_applied_and_cleared() {
     app.apply(Action::Back).unwrap();
     app.apply(Action::Back).unwrap();
     assert!(app.ui.trace_filter.is_empty());
+    // Ctrl-W deletes the last word, Ctrl-U the whole line.
+    app.apply(Action::StartFilter).unwrap();
+    for c in "alloc s0 ".chars() {
+        app.apply(Action::FilterChar(c)).unwrap();
+    }
+    app.apply(Action::FilterDeleteWord).unwrap();
+    assert_eq!(app.ui.filter_input.as_deref(), Some("alloc "));
+    app.apply(Action::FilterClear).unwrap();
+    assert_eq!(app.ui.filter_input.as_deref(), Some(""));
 }
 
 #[test]
