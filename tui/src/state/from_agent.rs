@@ -368,7 +368,10 @@ impl AgentAdapter {
         let t0 = agent.process.started_ns;
         let x = |t: u64| t.saturating_sub(t0) as f64 / NS_PER_S;
         let mut timeline = Timeline::default();
-        for s in &d.timeline {
+        // A sample timed before the process started summarizes no reading of its own (an
+        // older agent placed coarse windows there, holding the maximum seen since); drawn at
+        // x = 0 it would be a false spike and set the chart's scale, so it is left out.
+        for s in d.timeline.iter().filter(|s| s.time_ns >= t0) {
             timeline.push(Sample {
                 x: x(s.time_ns),
                 reserved: s.reserved,
@@ -522,6 +525,30 @@ mod tests {
                 frames: tag(name),
             })
             .collect()
+    }
+
+    #[test]
+    fn samples_timed_before_the_process_started_are_not_charted() {
+        let mut a = AgentState::default();
+        a.process.started_ns = 10_000_000_000;
+        a.time_ns = 12_000_000_000;
+        let mut d = DeviceState::default();
+        let sample = |time_ns, v| UsageSample {
+            time_ns,
+            allocated: v,
+            reserved: v,
+            active: v,
+        };
+        // Coarse windows opened before the start, holding the maximum seen since.
+        d.timeline.push(sample(4_400_000_000, 10 << 30));
+        d.timeline.push(sample(9_400_000_000, 10 << 30));
+        d.timeline.push(sample(10_150_000_000, 2 << 30));
+        d.timeline.push(sample(11_150_000_000, 8 << 30));
+        a.devices.push(d);
+        let s = AgentAdapter::new().state(&a, 0, &LiveInfo::default());
+        let xs: Vec<f64> = s.timeline.samples.iter().map(|s| s.x).collect();
+        assert_eq!(xs, vec![0.15, 1.15]);
+        assert_eq!(s.timeline.max_y(), 8 << 30);
     }
 
     #[test]
