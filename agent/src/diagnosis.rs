@@ -13,7 +13,11 @@
 //!    `expandable_segments:True`, or a `max_split_size_mb` that keeps large blocks whole);
 //! 2. **memory outside the allocator**: the device's used memory is mostly not reserved by this
 //!    allocator (another process, another allocator, the CUDA context);
-//! 3. **exhaustion**: the program's live tensors fill the memory it may use.
+//! 3. **fragmentation** too when the memory left beyond the live allocations (free bytes in the
+//!    segments plus the device's free bytes) would hold the request but no piece of it is
+//!    large enough: the free bytes of split segments cannot be given back to the device to
+//!    join its free bytes;
+//! 4. **exhaustion**: the program's live tensors fill the memory it may use.
 //!
 //! PyTorch's own message states the same facts (allocated, reserved but unallocated, device
 //! free); this module adds the largest free block and the stranded bytes, and
@@ -120,6 +124,20 @@ impl OomFacts {
     pub fn capacity(&self) -> u64 {
         self.allowed_max.unwrap_or(self.device_total)
     }
+
+    /// The memory left to this allocator beyond its live allocations: what it may use (less
+    /// what others hold on the device) minus what it has allocated. Free bytes in its segments
+    /// and free bytes on the device both count; whether one piece is large enough is another
+    /// matter.
+    pub fn free_for_allocator(&self) -> u64 {
+        let usable = if self.device_total == 0 {
+            self.capacity()
+        } else {
+            self.capacity()
+                .min(self.device_total.saturating_sub(self.outside()))
+        };
+        usable.saturating_sub(self.allocated)
+    }
 }
 
 /// The kind of OOM.
@@ -182,6 +200,7 @@ pub fn diagnose_under(f: &OomFacts, expandable_segments: bool) -> Diagnosis {
     let outside = f.outside();
     let capacity = f.capacity();
     let req = human(f.requested);
+    let free_for_allocator = f.free_for_allocator();
     let (kind, explanation) = if free_in_reserved >= f.requested {
         let where_ = if f.largest_free_block >= f.requested {
             format!(
@@ -214,6 +233,25 @@ pub fn diagnose_under(f: &OomFacts, expandable_segments: bool) -> Diagnosis {
                 human(outside),
                 human(f.device_total),
                 human(f.reserved),
+                human(f.device_free)
+            ),
+        )
+    } else if free_for_allocator >= f.requested {
+        // Enough memory in all, none of it in one piece: the free bytes of split segments
+        // cannot go back to the device to join its free bytes.
+        let cure = if expandable_segments {
+            "even with expandable segments the free pages are scattered between live blocks"
+        } else {
+            "expandable_segments:True would let the pieces be used together"
+        };
+        (
+            DiagnosisKind::Fragmentation,
+            format!(
+                "fragmentation: {} is free in all, more than the {req} asked for, but in                  pieces: {} reserved but free (largest block {}, {} stranded in split segments                  that cannot be given back) and {} free on the device; {cure}",
+                human(free_for_allocator),
+                human(free_in_reserved),
+                human(f.largest_free_block),
+                human(f.stranded_in_split_segments),
                 human(f.device_free)
             ),
         )
@@ -309,14 +347,49 @@ mod tests {
     #[test]
     fn live_allocations_filling_the_device_are_exhaustion() {
         let f = OomFacts {
-            allocated: 78 * GIB,
+            allocated: 78 * GIB + 512 * MIB,
             reserved: 79 * GIB,
             largest_free_block: 100 * MIB,
             ..facts()
         };
         let d = diagnose(&f);
         assert_eq!(d.kind, DiagnosisKind::Exhaustion);
-        assert!(d.explanation.contains("78.00 GiB"), "{}", d.explanation);
+        assert!(d.explanation.contains("78.50 GiB"), "{}", d.explanation);
+    }
+
+    #[test]
+    fn room_in_all_but_split_between_stranded_blocks_and_the_device_is_fragmentation() {
+        // The demo's OOM: 14.22 GiB live of 16 GiB leaves 1.78 GiB, more than the 1.11 GiB
+        // asked for, but 0.84 GiB of it is stranded in split segments and the device has
+        // only 0.94 GiB free.
+        let f = OomFacts {
+            requested: 1137 * MIB,
+            device_total: 16 * GIB,
+            device_free: 962 * MIB,
+            allowed_max: None,
+            allocated: 14561 * MIB,
+            reserved: 15422 * MIB,
+            largest_free_block: 300 * MIB,
+            stranded_in_split_segments: 841 * MIB,
+        };
+        let d = diagnose(&f);
+        assert_eq!(d.kind, DiagnosisKind::Fragmentation, "{}", d.explanation);
+        assert!(
+            d.explanation.contains("841.00 MiB stranded"),
+            "{}",
+            d.explanation
+        );
+        assert!(
+            d.explanation.contains("expandable_segments:True"),
+            "{}",
+            d.explanation
+        );
+        // With 200 MiB more live, it no longer fits in all: exhaustion.
+        let full = OomFacts {
+            allocated: f.allocated + 700 * MIB,
+            ..f
+        };
+        assert_eq!(diagnose(&full).kind, DiagnosisKind::Exhaustion);
     }
 
     #[test]

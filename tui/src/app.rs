@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use allocview_alloc::snapshot::TraceAction;
 use ratatui::Terminal;
 use ratatui::backend::Backend;
 use ratatui::crossterm::event;
@@ -158,7 +159,7 @@ impl App {
                 _ => {}
             },
             Action::Enter => match self.ui.view {
-                View::Trace => self.jump_to_block(),
+                View::Trace => self.jump_to_block()?,
                 View::Oom if self.file_mode() => self.jump_to_oom()?,
                 _ => self.ui.detail = !self.ui.detail,
             },
@@ -266,11 +267,25 @@ impl App {
         Ok(())
     }
 
-    fn jump_to_block(&mut self) {
+    /// The block of the selected trace row in the segment view. In a file, time travels to
+    /// the row's event first (as PyTorch's memory_viz does): to just after it, or just before
+    /// an event that removes its block or segment, so the block is there to see.
+    fn jump_to_block(&mut self) -> anyhow::Result<()> {
         let rows = self.state.trace_rows(&self.ui.trace_filter);
         let row = self.current_row();
-        let Some(&i) = rows.get(row) else { return };
-        let addr = self.state.trace[i].addr;
+        let Some(&i) = rows.get(row) else {
+            return Ok(());
+        };
+        let (addr, action) = (self.state.trace[i].addr, self.state.trace[i].action);
+        if self.file_mode() {
+            let removes = matches!(
+                action,
+                TraceAction::FreeCompleted | TraceAction::SegmentFree | TraceAction::SegmentUnmap
+            );
+            self.source
+                .seek(Seek::To(if removes { i } else { i + 1 }), &mut self.state)?;
+            self.ui.trace_row = Some(row);
+        }
         match self.state.find_block(addr) {
             Some((seg, block)) => {
                 self.ui.segment_filter = crate::state::ui::SegmentFilter::All;
@@ -285,6 +300,7 @@ impl App {
                 crate::units::address(addr)
             )),
         }
+        Ok(())
     }
 
     fn click(&mut self, x: u16, y: u16) {

@@ -76,7 +76,8 @@ pub struct DemoArgs {
     /// Simulated device memory (e.g. `16GiB`, `8000000000`).
     #[arg(long, default_value = "16GiB")]
     pub device_memory: String,
-    /// Allocator settings in PyTorch's syntax (`expandable_segments:True,...`).
+    /// Allocator settings in PyTorch's syntax (`expandable_segments:True,...`); default:
+    /// `$ALLOCVIEW_ALLOC_CONF`, else `$PYTORCH_CUDA_ALLOC_CONF`, else PyTorch's defaults.
     #[arg(long)]
     pub config: Option<String>,
     /// Workload.

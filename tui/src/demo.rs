@@ -32,6 +32,9 @@ pub const HISTORY_ENTRIES: usize = 20_000;
 pub const AGENT_TICK: Duration = Duration::from_millis(100);
 /// Sleep between two allocator calls when paced for humans (about two steps a second).
 pub const HUMAN_PACE: Duration = Duration::from_millis(4);
+/// OOM dumps the demo's agent writes: the OOM scenario fails again every few steps, and each
+/// dump is a few MiB; the later OOMs' records say the limit was reached.
+pub const DEMO_MAX_DUMPS: u64 = 4;
 
 /// How to run the demo.
 #[derive(Debug, Clone)]
@@ -87,6 +90,8 @@ pub struct Report {
     pub scenario: String,
     /// The device the workload ran on (`simulated`, `CUDA device 0`).
     pub device: String,
+    /// The allocator's settings in PyTorch's syntax (empty: PyTorch's defaults).
+    pub settings: String,
     /// Steps completed.
     pub steps: u64,
     /// OOMs the workload met.
@@ -150,6 +155,7 @@ impl Demo {
             .provider(alloc.clone())
             .process_name("allocview demo")
             .tick(AGENT_TICK)
+            .max_dumps(DEMO_MAX_DUMPS)
             .sample_interval(cfg.sample_interval);
         builder = match &cfg.listen {
             Some(addr) => builder.listen(addr.clone()),
@@ -264,6 +270,7 @@ impl Demo {
                 Scenario::Oom => "oom".into(),
             },
             device: self.device.name(),
+            settings: self.alloc.config().to_conf_string(),
             steps: self.steps(),
             ooms: self.ooms(),
             seconds: self.started.elapsed().as_secs_f64(),

@@ -151,14 +151,14 @@ pub fn key(k: KeyEvent, ui: &UiState, file_mode: bool) -> Option<Action> {
         KeyCode::Char('f') => Action::CycleSegmentFilter,
         KeyCode::Char('z') if ui.view == View::Segments => Action::ToggleZoom,
         // TUI.md: in the histogram view `p` / `s` switch the grouping (pause and save are on
-        // every other view).
+        // every other view; Space pauses on every view).
         KeyCode::Char('p') if ui.view == View::Histograms => {
             Action::HistogramsBy(HistogramGrouping::Pool)
         }
         KeyCode::Char('s') if ui.view == View::Histograms => {
             Action::HistogramsBy(HistogramGrouping::Stream)
         }
-        KeyCode::Char('p') => Action::TogglePause,
+        KeyCode::Char('p') | KeyCode::Char(' ') => Action::TogglePause,
         KeyCode::Char('r') => Action::ResetPeaks,
         KeyCode::Char('s') => Action::Save,
         _ => return None,
@@ -256,6 +256,13 @@ mod tests {
             key(press(KeyCode::Char('p')), &ui, false),
             Some(Action::TogglePause)
         );
+        // Space pauses and resumes everywhere, the histogram view included.
+        for ui in [&ui, &hist] {
+            assert_eq!(
+                key(press(KeyCode::Char(' ')), ui, false),
+                Some(Action::TogglePause)
+            );
+        }
         assert_eq!(key(press(KeyCode::End), &ui, false), Some(Action::Bottom));
     }
 

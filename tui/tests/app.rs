@@ -105,6 +105,45 @@ fn enter_in_the_trace_jumps_to_the_block() {
 }
 
 #[test]
+fn enter_on_an_earlier_trace_row_in_a_file_travels_to_its_event() {
+    // At the end every segment is gone; the rows still list the whole trace.
+    let (mut app, _d) = app(3);
+    assert!(app.state.segments.is_empty());
+    app.apply(Action::ShowView(View::Trace)).unwrap();
+    let rows = app.state.trace_rows(&app.ui.trace_filter);
+    let alloc = rows
+        .iter()
+        .position(|&i| app.state.trace[i].action == TraceAction::Alloc && i > 3)
+        .unwrap();
+    app.ui.trace_row = Some(alloc);
+    app.apply(Action::Enter).unwrap();
+    // Just after the allocation: its block is selected in the segment view.
+    let i = rows[alloc];
+    assert_eq!(event(&app), i + 1);
+    assert_eq!(app.ui.view, View::Segments);
+    let order = app.state.segment_order(app.ui.segment_filter);
+    let seg = &app.state.segments[order[app.ui.segment_row]];
+    let block = &seg.blocks[app.ui.block];
+    assert_eq!(block.address, app.state.trace[i].addr);
+    assert_eq!(block.state, BlockState::ActiveAllocated);
+    // A free_completed row goes to just before it, while the block is still there.
+    app.apply(Action::ShowView(View::Trace)).unwrap();
+    let free = rows
+        .iter()
+        .position(|&j| app.state.trace[j].action == TraceAction::FreeCompleted)
+        .unwrap();
+    app.ui.trace_row = Some(free);
+    app.apply(Action::Enter).unwrap();
+    let j = rows[free];
+    assert_eq!(event(&app), j);
+    assert_eq!(app.ui.view, View::Segments);
+    let order = app.state.segment_order(app.ui.segment_filter);
+    let seg = &app.state.segments[order[app.ui.segment_row]];
+    assert_eq!(seg.blocks[app.ui.block].address, app.state.trace[j].addr);
+    assert!(seg.blocks[app.ui.block].state.is_active());
+}
+
+#[test]
 fn the_trace_filter_is_typed_applied_and_cleared() {
     let (mut app, _d) = app(2);
     app.apply(Action::StartFilter).unwrap();

@@ -44,6 +44,16 @@ fn an_oom_dump_opens_with_its_oom_diagnosis_and_what_ifs() {
     let mut demo = run(Scenario::Oom, 12, dir.path());
     let r = demo.report();
     assert!(r.ooms > 0, "the OOM scenario ran out of memory");
+    // Every OOM has its record; the dumps (a pickle and a JSON each) stop at the demo's limit.
+    let dumped = r.ooms.min(allocview::demo::DEMO_MAX_DUMPS);
+    assert_eq!(
+        r.dumps.len() as u64,
+        2 * dumped,
+        "{} OOMs: {:?}",
+        r.ooms,
+        r.dumps
+    );
+
     assert!(r.agent_matches_allocator, "{:?}", r.differing_keys);
     let dump = r
         .dumps
@@ -108,6 +118,64 @@ fn an_oom_dump_opens_with_its_oom_diagnosis_and_what_ifs() {
         rows.iter()
             .all(|r| r.peak.is_some_and(|p| p >= r.allocated))
     );
+}
+
+#[test]
+fn a_long_oom_run_writes_only_the_demos_few_dumps() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut demo = run(Scenario::Oom, 40, dir.path());
+    let r = demo.report();
+    let limit = allocview::demo::DEMO_MAX_DUMPS;
+    assert!(r.ooms > limit, "only {} OOMs in 40 steps", r.ooms);
+    assert_eq!(r.dumps.len() as u64, 2 * limit, "{:?}", r.dumps);
+    let files = std::fs::read_dir(dir.path()).unwrap().count() as u64;
+    assert_eq!(files, 2 * limit);
+}
+
+/// `allocview demo --headless --seconds 0 --json` with `vars` set; its exit status, stdout and
+/// stderr.
+fn headless_with_env(vars: &[(&str, &str)]) -> (bool, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_allocview"));
+    cmd.current_dir(dir.path())
+        .args(["demo", "--headless", "--seconds", "0", "--json"])
+        .env_remove("ALLOCVIEW_ALLOC_CONF")
+        .env_remove("PYTORCH_CUDA_ALLOC_CONF");
+    for (k, v) in vars {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn the_demo_takes_its_allocator_settings_from_the_environment_as_embedders_do() {
+    let settings = |stdout: &str| -> String {
+        let v: serde_json::Value = serde_json::from_str(stdout).unwrap();
+        v["settings"].as_str().unwrap().to_string()
+    };
+    let (ok, out, err) = headless_with_env(&[]);
+    assert!(ok, "{err}");
+    assert_eq!(settings(&out), "");
+    let (ok, out, err) =
+        headless_with_env(&[("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")]);
+    assert!(ok, "{err}");
+    assert_eq!(settings(&out), "expandable_segments:True");
+    // allocview's own variable wins over PyTorch's.
+    let (ok, out, err) = headless_with_env(&[
+        ("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True"),
+        ("ALLOCVIEW_ALLOC_CONF", "max_split_size_mb:256"),
+    ]);
+    assert!(ok, "{err}");
+    assert_eq!(settings(&out), "max_split_size_mb:256");
+    // A bad string is an error that names the variable, not silently the defaults.
+    let (ok, _, err) = headless_with_env(&[("ALLOCVIEW_ALLOC_CONF", "bogus")]);
+    assert!(!ok);
+    assert!(err.contains("ALLOCVIEW_ALLOC_CONF=\"bogus\""), "{err}");
 }
 
 #[test]

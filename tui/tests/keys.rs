@@ -10,6 +10,7 @@ use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 /// How help writes a key.
 fn label(code: KeyCode) -> String {
     match code {
+        KeyCode::Char(' ') => "Space".into(),
         KeyCode::Char(c) => c.to_string(),
         KeyCode::Up => "↑".into(),
         KeyCode::Down => "↓".into(),

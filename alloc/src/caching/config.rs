@@ -252,10 +252,18 @@ impl AllocatorConfig {
     /// # Errors
     /// As [`parse`](Self::parse), for whichever variable was used.
     pub fn from_env() -> Result<AllocatorConfig, ConfigError> {
-        match std::env::var(ENV_VAR).or_else(|_| std::env::var(PYTORCH_ENV_VAR)) {
-            Ok(s) => AllocatorConfig::parse(&s),
-            Err(_) => Ok(AllocatorConfig::default()),
+        match AllocatorConfig::env_setting() {
+            Some((_, s)) => AllocatorConfig::parse(&s),
+            None => Ok(AllocatorConfig::default()),
         }
+    }
+
+    /// The variable [`from_env`](Self::from_env) reads and its value, if either is set: for
+    /// error messages that name where a bad setting came from.
+    pub fn env_setting() -> Option<(&'static str, String)> {
+        [ENV_VAR, PYTORCH_ENV_VAR]
+            .into_iter()
+            .find_map(|var| std::env::var(var).ok().map(|s| (var, s)))
     }
 
     /// PyTorch's `round_size`: the block size a request of `size` bytes gets.

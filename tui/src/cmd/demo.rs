@@ -38,9 +38,13 @@ pub fn config(args: &DemoArgs) -> anyhow::Result<DemoConfig> {
     if capacity == 0 {
         anyhow::bail!("--device-memory must be more than 0 bytes");
     }
-    let config = match &args.config {
-        Some(s) => AllocatorConfig::parse(s).with_context(|| format!("--config {s:?}"))?,
-        None => AllocatorConfig::default(),
+    // As an embedding program would: --config, else the environment's settings.
+    let config = match (&args.config, AllocatorConfig::env_setting()) {
+        (Some(s), _) => AllocatorConfig::parse(s).with_context(|| format!("--config {s:?}"))?,
+        (None, Some((var, s))) => {
+            AllocatorConfig::parse(&s).with_context(|| format!("{var}={s:?}"))?
+        }
+        (None, None) => AllocatorConfig::default(),
     };
     let metrics = match &args.metrics {
         Some(m) => Some(m.parse().with_context(|| {
@@ -71,9 +75,14 @@ pub fn report_text(r: &Report) -> String {
     let get = |k: &str| r.stats.get(k).copied().unwrap_or(0).max(0) as u64;
     let mut out = String::new();
     // Writing to a String cannot fail.
+    let settings = if r.settings.is_empty() {
+        "defaults"
+    } else {
+        &r.settings
+    };
     let _ = writeln!(
         out,
-        "allocview demo ({}, device: {}): {} steps in {:.1} s",
+        "allocview demo ({}, device: {}, settings: {settings}): {} steps in {:.1} s",
         r.scenario, r.device, r.steps, r.seconds
     );
     let _ = writeln!(

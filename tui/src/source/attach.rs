@@ -168,7 +168,7 @@ impl Source for AttachSource {
             Some(c) => {
                 c.pause(paused)?;
                 Ok(if paused {
-                    "paused (p resumes)"
+                    "paused (Space resumes)"
                 } else {
                     "resumed"
                 }

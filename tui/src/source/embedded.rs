@@ -94,7 +94,7 @@ impl Source for EmbeddedSource {
 
     fn set_paused(&mut self, paused: bool) -> anyhow::Result<String> {
         Ok(if paused {
-            "paused: the run goes on, the screen holds still (p resumes)".into()
+            "paused: the run goes on, the screen holds still (Space resumes)".into()
         } else {
             "resumed".into()
         })

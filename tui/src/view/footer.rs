@@ -17,7 +17,7 @@ pub const SLIDER_KEYS: &str = "◀ ▶ step  [ ] ±100  n next OOM  g segment ev
 pub const LIVE_KEYS: &str = "q quit  ? help  Tab/1-7 views  p pause  r reset peaks  s save";
 /// Keys shown on the histogram view, where `p` / `s` switch the grouping.
 pub const HISTOGRAM_KEYS: &str =
-    "q quit  ? help  Tab/1-7 views  p per pool  s per stream  ◀ ▶ group  r reset peaks";
+    "q quit  ? help  Tab/1-7 views  p per pool  s per stream  ◀ ▶ group  Space pause";
 
 /// Draws the footer.
 pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {

@@ -17,13 +17,16 @@ pub const KEYS: [(&str, &str); 18] = [
     ("← →  h l", "select block (segments), group (histograms)"),
     (
         "Enter",
-        "detail; trace: jump to the block; file OOM: go to it",
+        "detail; trace: its block at its event; file OOM: go to it",
     ),
     ("Esc", "back"),
     ("/", "filter the trace: alloc s1 >1MiB 0x7f..."),
     ("f", "segments: all / large / small"),
     ("z", "segments: zoom the selected segment (Esc back)"),
-    ("p", "pause updates; histograms: per pool / all"),
+    (
+        "p  Space",
+        "pause updates (histograms: Space; p per pool / all)",
+    ),
     ("r", "reset peak statistics"),
     ("s", "save a snapshot; histograms: per stream / all"),
     ("mouse", "wheel scrolls, click selects"),

@@ -46,20 +46,27 @@ fn value(unit: HistogramUnit, v: u64) -> String {
     }
 }
 
-/// Merges neighbouring buckets pairwise until at most `rows` remain.
-fn fit(mut buckets: Vec<Bucket>, rows: usize) -> Vec<Bucket> {
-    while buckets.len() > rows.max(1) {
-        buckets = buckets
-            .chunks(2)
-            .map(|c| Bucket {
-                lo: c[0].lo,
-                hi: c[c.len() - 1].hi,
-                count: c.iter().map(|b| b.count).sum(),
-            })
-            .collect();
+/// Merges runs of neighbouring buckets, each run as long as the others (the last one maybe
+/// shorter), so that at most `rows` remain. Each row is labelled with its lower bound and
+/// ends where the next begins, so the rows still read as one axis.
+fn fit(buckets: Vec<Bucket>, rows: usize) -> Vec<Bucket> {
+    let run = buckets.len().div_ceil(rows.max(1)).max(1);
+    if run == 1 {
+        return buckets;
     }
     buckets
+        .chunks(run)
+        .map(|c| Bucket {
+            lo: c[0].lo,
+            hi: c[c.len() - 1].hi,
+            count: c.iter().map(|b| b.count).sum(),
+        })
+        .collect()
 }
+
+/// Bar rows below which a histogram's buckets are not drawn: one bar of every value would
+/// read as a single bucket at its lower bound.
+const MIN_BAR_ROWS: usize = 2;
 
 fn render_one(area: Rect, buf: &mut Buffer, h: &HistogramSummary) {
     // The caching allocator measures its latency on a random sample of calls (one in 16 by
@@ -105,6 +112,17 @@ fn render_one(area: Rect, buf: &mut Buffer, h: &HistogramSummary) {
         2
     };
     let rows = inner.height.saturating_sub(stat_rows) as usize;
+    if rows < MIN_BAR_ROWS && h.buckets.len() > 1 {
+        if rows == 1 {
+            put(
+                buf,
+                inner,
+                stat_rows,
+                &Line::styled(" (a taller window shows the buckets)", theme::dim()),
+            );
+        }
+        return;
+    }
     let buckets = fit(h.buckets.clone(), rows);
     let most = buckets.iter().map(|b| b.count).max().unwrap_or(0).max(1);
     let count_width = units::count(most).len();
@@ -265,9 +283,67 @@ mod tests {
                 count: 1,
             })
             .collect();
-        let f = fit(b, 4);
-        assert_eq!(f.len(), 3);
-        assert_eq!(f.iter().map(|b| b.count).sum::<u64>(), 10);
-        assert_eq!(f[0].lo, 1);
+        let f = fit(b.clone(), 4);
+        // Runs of 3: [1, 8), [8, 64), [64, 512), [512, 1024).
+        let bounds: Vec<(u64, u64, u64)> = f.iter().map(|b| (b.lo, b.hi, b.count)).collect();
+        assert_eq!(
+            bounds,
+            [(1, 8, 3), (8, 64, 3), (64, 512, 3), (512, 1024, 1)]
+        );
+        assert_eq!(fit(b.clone(), 10).len(), 10);
+        assert_eq!(fit(b, 2).len(), 2);
+    }
+
+    /// A size histogram of ten log2 buckets from 1 KiB, one value each.
+    fn sizes() -> HistogramSummary {
+        HistogramSummary {
+            metric: "size".into(),
+            group: "all".into(),
+            unit: HistogramUnit::Bytes,
+            buckets: (10..20)
+                .map(|i| Bucket {
+                    lo: 1 << i,
+                    hi: 2 << i,
+                    count: 1,
+                })
+                .collect(),
+            count: 10,
+            p50: 1 << 15,
+            p90: 1 << 19,
+            p99: 1 << 19,
+            max: 1 << 19,
+        }
+    }
+
+    /// The panel drawn `height` rows tall (80 wide), as text.
+    fn panel(height: u16) -> String {
+        let mut buf = Buffer::empty(Rect::new(0, 0, 80, height));
+        render_one(buf.area, &mut buf, &sizes());
+        (0..height)
+            .map(|y| (0..80).map(|x| buf[(x, y)].symbol()).collect::<String>())
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    #[test]
+    fn a_panel_too_short_for_two_bars_draws_no_bar_of_every_value() {
+        // Borders and the percentile line leave one row: a single bar labelled 1 KiB would
+        // read as "every value is about 1 KiB".
+        let text = panel(4);
+        assert!(text.contains("a taller window shows the buckets"), "{text}");
+        assert!(!text.contains(theme::ALLOCATED_GLYPH), "{text}");
+        // Four rows: runs of three buckets, labelled by their lower bounds.
+        let text = panel(7);
+        let bars: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains(theme::ALLOCATED_GLYPH))
+            .collect();
+        assert_eq!(bars.len(), 4, "{text}");
+        for (bar, label) in bars
+            .iter()
+            .zip(["1.00 KiB", "8.00 KiB", "64.0 KiB", "512 KiB"])
+        {
+            assert!(bar.contains(label), "{bar} starts at {label}");
+        }
     }
 }
