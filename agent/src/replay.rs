@@ -26,9 +26,14 @@
 //! allocator's public contract, so it checks that contract rather than sharing its bugs.
 //!
 //! # What-if runs
-//! What-if runs begin from the live blocks alone, allocated under the run's settings: the
-//! recorded cache is the recorded settings' doing. Recorded `oom` entries are attempted again
-//! (a success is given back at once: the program never had that block).
+//! A what-if run begins from the same recorded state as the fidelity run (cache included) and
+//! follows the same segment placement hints, with its own settings from the first trace entry
+//! on: under the recording's own settings it reproduces the recorded column exactly, so any
+//! difference in another column is the settings' doing. Where the settings cannot hold the
+//! recorded segments (expandable segments against ordinary ones), the run begins from the live
+//! blocks alone and its column is marked ([`RunStart::LiveBlocksOnly`]). Recorded `oom`
+//! entries are attempted again (a success is given back at once: the program never had that
+//! block).
 
 pub mod bytes;
 pub mod engine;
@@ -44,14 +49,31 @@ use allocview_alloc::caching::AllocatorConfig;
 use allocview_alloc::snapshot::{Snapshot, TraceAction};
 
 pub use bytes::{BytesError, parse_bytes};
-pub use engine::{Placement, ReplayError, RunOptions, RunResult, recorded_config};
+pub use engine::{Placement, ReplayError, RunOptions, RunResult, carried_start, recorded_config};
 pub use initial::{InitialBlock, InitialSegment, InitialState};
-pub use report::{Divergence, Fidelity, InitialSummary, OomEvent, ReplayReport, RunFigures};
+pub use report::{
+    Divergence, Fidelity, InitialSummary, LIVE_BLOCKS_ONLY_MARK, OomEvent, ReplayReport,
+    RunFigures, RunStart,
+};
 pub use rmm::{RmmError, is_rmm_log, parse_rmm_log};
 pub use what_if::{WhatIfOutcome, what_if_avoided};
 
 /// Column label of the recorded run.
 pub const RECORDED_LABEL: &str = "recorded";
+
+/// Column label of a what-if run under an empty settings string: PyTorch's defaults (as with
+/// `PYTORCH_CUDA_ALLOC_CONF=""`).
+pub const DEFAULTS_LABEL: &str = "defaults";
+
+/// The column label of a what-if run under `config`: the string itself, or
+/// [`DEFAULTS_LABEL`] when it is empty.
+pub fn config_label(config: &str) -> String {
+    if config.trim().is_empty() {
+        DEFAULTS_LABEL.to_string()
+    } else {
+        config.trim().to_string()
+    }
+}
 
 /// A file replay cannot read.
 #[derive(Debug, thiserror::Error)]
@@ -97,7 +119,8 @@ pub struct ReplaySettings {
     pub configs: Vec<String>,
     /// Device capacity; `None`: the file's, else unlimited.
     pub device_memory: Option<u64>,
-    /// Keep the fidelity run's own trace for [`ReplayOutput::replayed`].
+    /// Keep each run's own trace, for [`ReplayOutput::replayed`] and
+    /// [`ReplayOutput::what_ifs`].
     pub keep_history: bool,
 }
 
@@ -109,6 +132,9 @@ pub struct ReplayOutput {
     /// The fidelity run as a snapshot (its final segments, and its trace with
     /// `keep_history`).
     pub replayed: Snapshot,
+    /// With `keep_history`, each what-if run as a snapshot (its settings, final segments and
+    /// trace), in the order of [`ReplaySettings::configs`]; empty otherwise.
+    pub what_ifs: Vec<Snapshot>,
 }
 
 /// Replays a snapshot's trace: the fidelity run, then one what-if run per config.
@@ -178,17 +204,21 @@ pub fn replay(
         .min_by_key(|o| o.index)
         .cloned();
     let mut runs = vec![recorded_run];
+    let mut what_ifs = Vec::new();
     for (i, (label, config)) in settings.configs.iter().zip(configs).enumerate() {
         let offset = entries.len() * (i + 1);
         let opts = RunOptions {
             config,
-            label: label.clone(),
+            label: config_label(label),
             device_memory,
             placement: Placement::Free,
-            keep_history: false,
+            keep_history: settings.keep_history,
         };
         let r = engine::run(snapshot, &opts, &mut |done| progress(offset + done, total))?;
         runs.push(r.figures);
+        if settings.keep_history {
+            what_ifs.push(r.snapshot.unwrap_or_default());
+        }
     }
     Ok(ReplayOutput {
         report: ReplayReport {
@@ -199,5 +229,6 @@ pub fn replay(
             runs,
         },
         replayed: base.snapshot.unwrap_or_default(),
+        what_ifs,
     })
 }

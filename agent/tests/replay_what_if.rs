@@ -2,8 +2,13 @@
 //! the device: built here as a `Snapshot` with a trace whose addresses follow the allocator's
 //! rules, so the fidelity run must reproduce every one of them.
 
+#[path = "support/snapshot_fixtures.rs"]
+mod support;
+
 use allocview_agent::diagnosis::{DiagnosisKind, what_if_avoided};
-use allocview_agent::replay::{self, Placement, RECORDED_LABEL, ReplaySettings, RunOptions};
+use allocview_agent::replay::{
+    self, Placement, RECORDED_LABEL, ReplaySettings, RunOptions, RunStart,
+};
 use allocview_alloc::caching::AllocatorConfig;
 use allocview_alloc::snapshot::{BlockState, Snapshot, TraceAction, TraceEntry};
 
@@ -169,4 +174,106 @@ fn a_file_without_a_trace_is_an_error() {
     .unwrap_err();
     assert!(err.to_string().contains("no allocation trace"), "{err}");
     assert!(what_if_avoided(&Snapshot::default(), GIB).is_empty());
+}
+
+/// Every real fixture with a trace, replayed with a what-if run under the file's own recorded
+/// settings: that column must equal the recorded one figure for figure (the same quantity,
+/// measured the same way, from the same starting state).
+#[test]
+fn a_what_if_under_the_recorded_settings_equals_the_recorded_column_for_every_fixture() {
+    let mut replayed = 0;
+    for name in support::FIXTURES {
+        let Some(bytes) = support::fixture_bytes(name) else {
+            return;
+        };
+        let snap = allocview_agent::snapshot_file::from_bytes(&bytes).unwrap();
+        let own = replay::recorded_config(&snap).unwrap().to_conf_string();
+        let settings = ReplaySettings {
+            configs: vec![own.clone()],
+            ..ReplaySettings::default()
+        };
+        let out = match replay::replay(&snap, &settings, &mut |_, _| {}) {
+            Ok(out) => out,
+            Err(replay::ReplayError::NoTrace) => continue,
+            Err(e) => panic!("{name}: {e}"),
+        };
+        let [recorded, what_if] = &out.report.runs[..] else {
+            panic!("{name}: two runs expected: {:?}", out.report.runs)
+        };
+        assert_eq!(what_if.start, RunStart::RecordedState, "{name}");
+        let figures = |r: &replay::RunFigures| {
+            (
+                r.peak_reserved,
+                r.peak_allocated,
+                r.peak_fragmentation,
+                r.device_mallocs,
+                r.ooms,
+            )
+        };
+        assert_eq!(
+            figures(what_if),
+            figures(recorded),
+            "{name} under `{own}`: {:?} vs {:?}",
+            what_if,
+            recorded
+        );
+        replayed += 1;
+    }
+    assert!(replayed >= 4, "only {replayed} fixtures had a trace");
+}
+
+/// Settings that cannot hold the recorded segments start from the live blocks alone, and the
+/// report says so instead of printing peaks that look comparable.
+#[test]
+fn a_what_if_that_cannot_hold_the_recorded_cache_is_marked_in_the_report() {
+    let Some(bytes) = support::fixture_bytes("legacy-2.0-history-format.pickle") else {
+        return;
+    };
+    let snap = allocview_agent::snapshot_file::from_bytes(&bytes).unwrap();
+    let settings = ReplaySettings {
+        configs: vec!["expandable_segments:True".into(), String::new()],
+        ..ReplaySettings::default()
+    };
+    let out = replay::replay(&snap, &settings, &mut |_, _| {}).unwrap();
+    let runs = &out.report.runs;
+    assert_eq!(runs[1].start, RunStart::LiveBlocksOnly);
+    assert_eq!(runs[2].label, replay::DEFAULTS_LABEL);
+    assert_eq!(runs[2].peak_reserved, runs[0].peak_reserved);
+    let text = out.report.to_text();
+    assert!(
+        text.contains("expandable_segments:True: the recorded segments cannot exist"),
+        "{text}"
+    );
+    assert!(!text.lines().next().unwrap_or("").is_empty());
+}
+
+#[test]
+fn with_history_each_what_if_run_is_kept_under_its_own_settings() {
+    let snap = fragmenting_trace();
+    let settings = ReplaySettings {
+        configs: vec!["expandable_segments:True".into()],
+        device_memory: Some(16 * GIB),
+        keep_history: true,
+    };
+    let out = replay::replay(&snap, &settings, &mut |_, _| {}).unwrap();
+    let [run] = &out.what_ifs[..] else {
+        panic!("one what-if snapshot expected")
+    };
+    let cfg = replay::recorded_config(run).unwrap();
+    assert!(cfg.expandable_segments());
+    assert!(
+        run.segments.iter().all(|s| s.is_expandable),
+        "{:?}",
+        run.segments
+    );
+    let maps = run.device_traces[0]
+        .iter()
+        .filter(|e| e.action == TraceAction::SegmentMap)
+        .count();
+    assert!(maps > 0);
+    assert!(
+        !run.device_traces[0]
+            .iter()
+            .any(|e| e.action == TraceAction::SegmentAlloc)
+    );
 }

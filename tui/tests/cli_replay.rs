@@ -158,3 +158,82 @@ fn replay_of_a_pytorch_snapshot_reports_full_fidelity_and_writes_the_replayed_ru
     assert_eq!(allocs, 36);
     assert_eq!(back.segments.len(), 9);
 }
+
+#[test]
+fn replay_out_writes_the_what_if_run_and_one_file_per_config_when_there_are_several() {
+    let Some(fixture) = allocview_tests::fixtures::fixture("small-97-events.pickle") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let out_path = dir.path().join("replayed.pickle");
+    let fixture = fixture.to_str().unwrap();
+    let out = allocview(&[
+        "replay",
+        fixture,
+        "--config",
+        "expandable_segments:True",
+        "--out",
+        out_path.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains(&format!(
+            "what-if run (expandable_segments:True) written to {}",
+            out_path.display()
+        )),
+        "{text}"
+    );
+    let back = allocview_agent::snapshot_file::load(&out_path).unwrap();
+    let settings = allocview_agent::replay::recorded_config(&back).unwrap();
+    assert!(settings.expandable_segments());
+    assert!(!back.segments.is_empty());
+    assert!(back.segments.iter().all(|s| s.is_expandable));
+    use allocview_alloc::snapshot::TraceAction;
+    let trace = &back.device_traces[0];
+    assert!(trace.iter().any(|e| e.action == TraceAction::SegmentMap));
+    assert!(!trace.iter().any(|e| e.action == TraceAction::SegmentAlloc));
+
+    // Two configs: one file each, named after its run; `""` is PyTorch's defaults.
+    let out = allocview(&[
+        "replay",
+        fixture,
+        "--config",
+        "expandable_segments:True",
+        "--config",
+        "",
+        "--out",
+        out_path.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let first = dir
+        .path()
+        .join("replayed.1-expandable_segments_True.pickle");
+    let second = dir.path().join("replayed.2-defaults.pickle");
+    assert!(
+        text.contains(&format!(
+            "what-if run (defaults) written to {}",
+            second.display()
+        )),
+        "{text}"
+    );
+    let header = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("recorded"))
+        .unwrap_or_else(|| panic!("no table header in:\n{text}"));
+    assert!(header.trim_end().ends_with("defaults"), "{header}");
+    let exp = allocview_agent::snapshot_file::load(&first).unwrap();
+    assert!(exp.segments.iter().all(|s| s.is_expandable));
+    let def = allocview_agent::snapshot_file::load(&second).unwrap();
+    assert!(!def.segments.is_empty());
+    assert!(def.segments.iter().all(|s| !s.is_expandable));
+}

@@ -1,14 +1,20 @@
 //! The replay engine: one run of a trace through a `CachingAllocator` on a `SimBackend`.
 //!
 //! Two placements:
-//! - [`Placement::Recorded`] (fidelity): the initial state is installed at its recorded
-//!   addresses, and before each allocation the trace shows causing a `segment_alloc`, the
-//!   simulated device is told to place the next segment at the recorded address. Replayed
-//!   addresses then compare directly with recorded ones, and the run reports how often they
-//!   agree ([`Fidelity`]).
-//! - [`Placement::Free`] (what-if): no hints; the initial live blocks are allocated under the
-//!   run's settings (the recorded cache is the old settings' doing, so it is not carried over),
-//!   and the allocator lays everything out by its own rules.
+//! - [`Placement::Recorded`] (fidelity): the run is checked against the recording: it reports
+//!   how often replayed addresses agree with recorded ones ([`Fidelity`]), and recorded `oom`
+//!   entries are diagnosed at the replay's state.
+//! - [`Placement::Free`] (what-if): no checks; recorded `oom` entries are attempted again.
+//!
+//! Both begin the same way (see [`carried_start`]): the initial state (segments, cached free
+//! blocks and live blocks) is installed at its recorded addresses, and before each allocation
+//! the trace shows causing a `segment_alloc` the simulated device is told to place the next
+//! segment at the recorded address (a hint the device takes only when that range is free). A
+//! what-if run under the recorded settings therefore makes the fidelity run's decisions, and
+//! its figures equal the recorded column's. Only where the run's settings cannot hold the
+//! recorded segments (ordinary segments recorded, expandable ones asked for, or the reverse)
+//! does a run begin from the live blocks alone, allocated under its settings
+//! ([`RunStart::LiveBlocksOnly`]); the report marks such a column.
 //!
 //! Either way frees go through an address map (recorded address -> replayed pointer).
 //! `free_requested`/`free_completed` pairs that another stream held apart are emulated with
@@ -32,7 +38,7 @@ use crate::addr_map::AddrMap;
 use crate::diagnosis::{OomFacts, diagnose_under, human};
 use crate::replay::initial::{InitialState, MIN_BLOCK_SIZE, SMALL_SIZE};
 use crate::replay::plan::{FreeRun, TracePlan};
-use crate::replay::report::{Divergence, Fidelity, InitialSummary, OomEvent, RunFigures};
+use crate::replay::report::{Divergence, Fidelity, InitialSummary, OomEvent, RunFigures, RunStart};
 
 /// Device capacity of a replay that must never run out for lack of device memory: 1 PiB, far
 /// beyond any recording, yet small enough that expandable segments (which reserve 1.125 x the
@@ -131,6 +137,18 @@ pub fn recorded_config(snapshot: &Snapshot) -> Result<AllocatorConfig, String> {
     AllocatorConfig::parse(&parts.join(",")).map_err(|e| e.to_string())
 }
 
+/// How a run under `config` begins, for a recording made under `recorded`: from the recorded
+/// state (segments, cache and live blocks at their recorded addresses) whenever `config` keeps
+/// segments of the same kind; a recording of ordinary segments cannot start as expandable
+/// segments (nor the reverse), so such a run begins from the live blocks alone.
+pub fn carried_start(recorded: &AllocatorConfig, config: &AllocatorConfig) -> RunStart {
+    if recorded.expandable_segments() == config.expandable_segments() {
+        RunStart::RecordedState
+    } else {
+        RunStart::LiveBlocksOnly
+    }
+}
+
 /// Index of the first device trace with entries (replay works on one device).
 pub fn trace_index(snapshot: &Snapshot) -> Option<usize> {
     snapshot.device_traces.iter().position(|t| !t.is_empty())
@@ -185,6 +203,8 @@ pub struct Replayer<'a> {
     warnings: Vec<String>,
     /// Warnings beyond [`MAX_WARNINGS`].
     suppressed_warnings: usize,
+    /// The recorded state was installed, and new segments follow the recorded addresses.
+    carried: bool,
 }
 
 impl<'a> Replayer<'a> {
@@ -250,6 +270,7 @@ impl<'a> Replayer<'a> {
                 peak_reserved: 0,
                 peak_allocated: 0,
                 peak_fragmentation: 0,
+                start: RunStart::RecordedState,
                 device_mallocs: 0,
                 ooms: 0,
                 first_oom: None,
@@ -259,13 +280,20 @@ impl<'a> Replayer<'a> {
             base_device_alloc: 0,
             warnings: Vec::new(),
             suppressed_warnings: 0,
+            carried: false,
         };
         for w in &initial.warnings {
             r.warn(w.clone());
         }
-        match opts.placement {
-            Placement::Recorded => r.install_recorded(&initial),
-            Placement::Free => r.install_free(&initial),
+        r.carried = carried_start(&recorded, &opts.config) == RunStart::RecordedState;
+        if r.carried {
+            r.install_recorded(&initial);
+        } else {
+            r.install_free(&initial);
+            // Only a recorded cache left behind makes the peaks incomparable.
+            if initial.reserved() > initial.allocated() {
+                r.figures.start = RunStart::LiveBlocksOnly;
+            }
         }
         r.base_device_alloc = r.alloc.device_stats().num_device_alloc;
         if opts.keep_history {
@@ -496,7 +524,9 @@ impl Replayer<'_> {
 
     fn replay_alloc(&mut self, index: usize, e: &TraceEntry, recorded_segment: Option<(u64, u64)>) {
         let recorded = self.opts.placement == Placement::Recorded;
-        if recorded && let Some((addr, _)) = recorded_segment {
+        if self.carried
+            && let Some((addr, _)) = recorded_segment
+        {
             self.sim.hint_next_segment(addr);
         }
         let before = self.device_allocs;
@@ -674,12 +704,13 @@ impl Replayer<'_> {
     }
 
     fn replay_free_run(&mut self, kind: FreeRun, entries: &[TraceEntry], index: usize) {
-        match (self.opts.placement, kind) {
-            (_, FreeRun::EmptyCache) => self.empty_cache(index),
-            (Placement::Free, FreeRun::Retry) => {}
-            (Placement::Recorded, FreeRun::Retry) => {
-                // The recording's device was full. When the replay's device has room, the
-                // allocator would not retry by itself: release the cache as the recording did.
+        match kind {
+            FreeRun::EmptyCache => self.empty_cache(index),
+            FreeRun::Retry => {
+                // The recording's device was full. When the replay's device has room (it
+                // lacks what else used the real device), the allocator would not retry by
+                // itself: release the cache as the recording did. What-if runs do the same, so
+                // a what-if under the recorded settings is the fidelity run.
                 let need = entries[index..]
                     .iter()
                     .find(|n| {

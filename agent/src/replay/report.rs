@@ -100,6 +100,25 @@ pub struct OomEvent {
     pub diagnosis: Diagnosis,
 }
 
+/// What a run began from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStart {
+    /// The recorded state at the first trace entry: segments, cached free blocks and live
+    /// blocks at their recorded addresses (the recording's own column, and every run whose
+    /// settings can hold those segments).
+    #[default]
+    RecordedState,
+    /// The live blocks alone, allocated afresh under the run's settings: the recorded segments
+    /// cannot exist under them (expandable segments against ordinary ones). The run's peaks
+    /// leave out the recorded cache, so they do not compare directly with the recorded
+    /// column's.
+    LiveBlocksOnly,
+}
+
+/// Marks the figures of a [`RunStart::LiveBlocksOnly`] column in the table.
+pub const LIVE_BLOCKS_ONLY_MARK: &str = "*";
+
 /// The figures of one run (the recording, or a replay under some settings).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunFigures {
@@ -113,6 +132,8 @@ pub struct RunFigures {
     pub peak_allocated: u64,
     /// Highest `reserved - allocated`.
     pub peak_fragmentation: u64,
+    /// What the run began from.
+    pub start: RunStart,
     /// Device allocations (segments, or page maps of expandable segments) during the trace.
     pub device_mallocs: u64,
     /// Allocations that failed.
@@ -210,6 +231,23 @@ impl ReplayReport {
         }
         out.push('\n');
         out.push_str(&self.table());
+        for run in self
+            .runs
+            .iter()
+            .filter(|r| r.start == RunStart::LiveBlocksOnly)
+        {
+            let _ = writeln!(
+                out,
+                "{LIVE_BLOCKS_ONLY_MARK} {}: the recorded segments cannot exist under these \
+                 settings, so the run began from the {} live blocks alone ({} allocated), \
+                 without the recorded cache ({} free); its peaks do not compare directly with \
+                 the recorded column's",
+                run.label,
+                self.initial.live_blocks,
+                human(self.initial.allocated),
+                human(self.initial.reserved.saturating_sub(self.initial.allocated))
+            );
+        }
         for run in &self.runs {
             if let Some(oom) = &run.first_oom {
                 let _ = writeln!(
@@ -228,9 +266,11 @@ impl ReplayReport {
     /// The runs as an aligned table, one column per run.
     pub fn table(&self) -> String {
         let rows: [Row; 5] = [
-            ("peak reserved", |r| human(r.peak_reserved)),
+            ("peak reserved", |r| marked(r, human(r.peak_reserved))),
             ("peak allocated", |r| human(r.peak_allocated)),
-            ("peak fragmentation", |r| human(r.peak_fragmentation)),
+            ("peak fragmentation", |r| {
+                marked(r, human(r.peak_fragmentation))
+            }),
             ("device mallocs", |r| r.device_mallocs.to_string()),
             ("OOMs", |r| r.ooms.to_string()),
         ];
@@ -271,6 +311,14 @@ impl ReplayReport {
     }
 }
 
+/// A peak as shown: with [`LIVE_BLOCKS_ONLY_MARK`] when the run left out the recorded cache.
+fn marked(run: &RunFigures, figure: String) -> String {
+    match run.start {
+        RunStart::RecordedState => figure,
+        RunStart::LiveBlocksOnly => format!("{figure}{LIVE_BLOCKS_ONLY_MARK}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -282,6 +330,7 @@ mod tests {
             peak_reserved: reserved,
             peak_allocated: reserved / 2,
             peak_fragmentation: reserved / 2,
+            start: RunStart::RecordedState,
             device_mallocs: 3,
             ooms,
             first_oom: None,

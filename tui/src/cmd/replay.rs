@@ -1,16 +1,19 @@
 //! `allocview replay FILE [--config STR]... [--device-memory BYTES] [--json] [--out OUT]`:
 //! replays a recorded trace through the caching allocator on a simulated device (fidelity to
 //! the recording, and what-if runs under other settings side by side). See
-//! `allocview_agent::replay`.
+//! `allocview_agent::replay`. `--out` writes the what-if run (one file per `--config` when there
+//! are several), or the replay under the recorded settings without `--config`.
 
 use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use allocview_agent::replay::{self, ReplaySettings};
+use allocview_agent::replay::{self, ReplayOutput, ReplaySettings};
 use allocview_agent::snapshot_file::{self, FileFormat};
+use allocview_alloc::snapshot::Snapshot;
 
 use crate::cli::ReplayArgs;
 
@@ -47,19 +50,75 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
     });
     bar.finish_and_clear();
     let output = output.with_context(|| format!("replaying {}", args.file.display()))?;
+    let mut written = Vec::new();
     if let Some(out) = &args.out {
-        snapshot_file::save(out, &output.replayed, FileFormat::Pickle)
-            .with_context(|| format!("writing {}", out.display()))?;
+        for (path, snapshot, what) in outputs(out, &args.config, &output) {
+            snapshot_file::save(&path, snapshot, FileFormat::Pickle)
+                .with_context(|| format!("writing {}", path.display()))?;
+            written.push(format!("{what} written to {}", path.display()));
+        }
     }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&output.report)?);
+        for line in &written {
+            eprintln!("{line}");
+        }
     } else {
         print!("{}", output.report.to_text());
-        if let Some(out) = &args.out {
-            println!("replayed run written to {}", out.display());
+        for line in &written {
+            println!("{line}");
         }
     }
     Ok(())
+}
+
+/// What `--out OUT` writes: without `--config`, the replay under the recorded settings to
+/// `OUT`; with one, that what-if run to `OUT`; with several, each what-if run to its own file,
+/// `OUT` with the run's number and settings before the extension (`OUT.1-SETTINGS.pickle`).
+/// Each with a description of the run for the message.
+fn outputs<'a>(
+    out: &Path,
+    configs: &[String],
+    output: &'a ReplayOutput,
+) -> Vec<(PathBuf, &'a Snapshot, String)> {
+    let describe = |config: &str| format!("what-if run ({})", replay::config_label(config));
+    match (configs, output.what_ifs.as_slice()) {
+        ([], _) => vec![(
+            out.to_path_buf(),
+            &output.replayed,
+            "replayed run (recorded settings)".to_string(),
+        )],
+        ([config], [run]) => vec![(out.to_path_buf(), run, describe(config))],
+        _ => configs
+            .iter()
+            .zip(&output.what_ifs)
+            .enumerate()
+            .map(|(i, (config, run))| (numbered(out, i + 1, config), run, describe(config)))
+            .collect(),
+    }
+}
+
+/// `OUT` with `N-SETTINGS` inserted before its extension, the settings reduced to letters,
+/// digits, `_`, `.` and `-` (others become `_`).
+fn numbered(out: &Path, n: usize, config: &str) -> PathBuf {
+    let settings: String = replay::config_label(config)
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let stem = out
+        .file_stem()
+        .map_or_else(|| "replayed".into(), |s| s.to_string_lossy().into_owned());
+    let name = match out.extension() {
+        Some(ext) => format!("{stem}.{n}-{settings}.{}", ext.to_string_lossy()),
+        None => format!("{stem}.{n}-{settings}"),
+    };
+    out.with_file_name(name)
 }
 
 /// A progress bar on stderr, hidden when stderr is not a terminal or the replay is short.

@@ -17,7 +17,7 @@ pub const KEYS: [(&str, &str); 18] = [
     ("← →  h l", "select block (segments), group (histograms)"),
     (
         "Enter",
-        "detail; trace: its block at its event; file OOM: go to it",
+        "detail; trace: its block, then; file OOM: go to it",
     ),
     ("Esc", "back"),
     ("/", "filter the trace: alloc s1 >1MiB 0x7f..."),
