@@ -19,8 +19,10 @@
 //! # Ok::<(), allocview_agent::client::ClientError>(())
 //! ```
 
-use std::io;
-use std::path::PathBuf;
+use std::io::{self, Read};
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::Duration;
 
@@ -55,6 +57,9 @@ pub enum ClientError {
         /// Why.
         source: io::Error,
     },
+    /// The unix address names something that is not a socket (a regular file, a folder).
+    #[error("cannot connect to unix:{}: it is not a socket", .0.display())]
+    NotASocket(PathBuf),
     /// A frame could not be read or written.
     #[error(transparent)]
     Protocol(#[from] ProtocolError),
@@ -136,7 +141,18 @@ impl AttachClient {
             addr: addr.to_string(),
             source,
         };
-        let mut input = Conn::connect(&addr).map_err(connect_err)?;
+        let mut input = match Conn::connect(&addr) {
+            Ok(c) => c,
+            Err(e) => {
+                // Connecting to a regular file is refused like a dead socket; say what it is.
+                if let ListenAddr::Unix(p) = &addr
+                    && std::fs::metadata(p).is_ok_and(|m| !m.file_type().is_socket())
+                {
+                    return Err(ClientError::NotASocket(p.clone()));
+                }
+                return Err(connect_err(e));
+            }
+        };
         input
             .set_read_timeout(Some(CONNECT_TIMEOUT))
             .map_err(connect_err)?;
@@ -318,16 +334,28 @@ impl Drop for AttachClient {
     }
 }
 
-/// The sockets in [`default_socket_dir`], newest first: candidates for `allocview --attach`
-/// without an address.
+/// The live agents' sockets in [`default_socket_dir`], newest first: candidates for
+/// `allocview --attach` without an address (see [`find_sockets_in`]).
 pub fn find_sockets() -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir(default_socket_dir()) else {
+    find_sockets_in(&default_socket_dir())
+}
+
+/// The live agents' sockets in `dir`, newest first.
+///
+/// A `.sock` entry counts when it is a socket that accepts a connection (or fails to in a way
+/// that does not prove it dead) and the process its name starts with (`<pid>.sock`,
+/// `<pid>-N.sock`) still exists. A socket whose connection is refused has nobody listening:
+/// its agent died without removing it (killed by a signal, say). Such a stale socket is left
+/// out and removed, the folder being the agents' own (0700); anything else is left alone.
+pub fn find_sockets_in(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
     let mut socks: Vec<(std::time::SystemTime, PathBuf)> = entries
         .flatten()
         .map(|e| e.path())
         .filter(|p| p.extension().is_some_and(|x| x == "sock"))
+        .filter(|p| is_live_socket(p))
         .map(|p| {
             let t = std::fs::metadata(&p)
                 .and_then(|m| m.modified())
@@ -337,4 +365,49 @@ pub fn find_sockets() -> Vec<PathBuf> {
         .collect();
     socks.sort_by(|a, b| b.cmp(a));
     socks.into_iter().map(|(_, p)| p).collect()
+}
+
+/// How long a discovery probe waits for a live agent's hello before hanging up.
+const PROBE_TIMEOUT: Duration = Duration::from_millis(200);
+
+/// Whether `path` is a socket an agent listens on; a stale one (connection refused) is removed.
+fn is_live_socket(path: &Path) -> bool {
+    let Ok(before) = std::fs::symlink_metadata(path) else {
+        return false;
+    };
+    if !before.file_type().is_socket() {
+        return false;
+    }
+    let pid_alive = socket_pid(path).map(process_exists);
+    match UnixStream::connect(path) {
+        Ok(mut s) => {
+            // Wait for the hello (the agent writes it at once) before hanging up, so the
+            // agent never writes to a connection already closed.
+            let _ = s.set_read_timeout(Some(PROBE_TIMEOUT));
+            let _ = s.read(&mut [0u8; 64]);
+            pid_alive != Some(false)
+        }
+        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+            // Remove it only if it is still the socket found above (an agent starting now
+            // replaces it with its own).
+            let same = std::fs::symlink_metadata(path)
+                .is_ok_and(|now| now.dev() == before.dev() && now.ino() == before.ino());
+            if same {
+                let _ = std::fs::remove_file(path);
+            }
+            false
+        }
+        Err(_) => pid_alive != Some(false),
+    }
+}
+
+/// The pid a default socket's name starts with (`<pid>.sock`, `<pid>-N.sock`).
+fn socket_pid(path: &Path) -> Option<u32> {
+    let stem = path.file_stem()?.to_str()?;
+    stem.split('-').next()?.parse().ok()
+}
+
+/// Whether process `pid` exists (true where `/proc` cannot tell).
+fn process_exists(pid: u32) -> bool {
+    !Path::new("/proc/self").exists() || Path::new("/proc").join(pid.to_string()).exists()
 }

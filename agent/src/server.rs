@@ -313,10 +313,21 @@ fn bind_unix(path: &Path) -> Result<Option<UnixListener>, ServerError> {
         if !meta.file_type().is_socket() {
             return Err(ServerError::NotASocket(path.to_path_buf()));
         }
-        if UnixStream::connect(path).is_ok() {
-            return Ok(None);
+        match UnixStream::connect(path) {
+            Ok(_) => return Ok(None),
+            // Refused: nobody listens, the socket outlived its agent (killed by a signal).
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                match std::fs::remove_file(path) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(io_err(path.display())(e)),
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            // A full backlog: an agent listens there, busy.
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+            Err(e) => return Err(io_err(path.display())(e)),
         }
-        std::fs::remove_file(path).map_err(io_err(path.display()))?;
     }
     let l = UnixListener::bind(path).map_err(io_err(path.display()))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(SOCKET_MODE))

@@ -168,7 +168,8 @@ pub struct PoolUsage {
 /// a peak is never averaged away).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UsageSample {
-    /// Start of the window, nanoseconds since the Unix epoch.
+    /// First reading of the window, nanoseconds since the Unix epoch (never earlier than the
+    /// data the sample summarizes).
     pub time_ns: u64,
     /// `allocated_bytes.all.current`.
     pub allocated: u64,

@@ -26,27 +26,36 @@ pub const MAX_SAMPLES: usize = TIERS[0].1 + TIERS[1].1 + TIERS[2].1;
 struct Tier {
     resolution_ns: u64,
     capacity: usize,
+    /// One sample per window, timed at the window's first reading (so never earlier than the
+    /// data it summarizes); the window's start is derived from that time.
     ring: VecDeque<UsageSample>,
 }
 
 impl Tier {
+    /// Start of the window holding `time_ns`.
+    fn window(&self, time_ns: u64) -> u64 {
+        time_ns - time_ns % self.resolution_ns
+    }
+
+    /// End (exclusive) of the window holding `time_ns`.
+    fn window_end(&self, time_ns: u64) -> u64 {
+        self.window(time_ns).saturating_add(self.resolution_ns)
+    }
+
     fn record(&mut self, s: UsageSample) {
-        let window = s.time_ns - s.time_ns % self.resolution_ns;
+        let window = self.window(s.time_ns);
         match self.ring.back_mut() {
-            Some(last) if last.time_ns == window => {
+            Some(last) if last.time_ns >= window && last.time_ns <= s.time_ns => {
                 last.allocated = last.allocated.max(s.allocated);
                 last.reserved = last.reserved.max(s.reserved);
                 last.active = last.active.max(s.active);
             }
-            Some(last) if last.time_ns > window => {}
+            Some(last) if last.time_ns > s.time_ns => {}
             _ => {
                 if self.ring.len() == self.capacity {
                     self.ring.pop_front();
                 }
-                self.ring.push_back(UsageSample {
-                    time_ns: window,
-                    ..s
-                });
+                self.ring.push_back(s);
             }
         }
     }
@@ -87,27 +96,36 @@ impl Timeline {
         }
     }
 
-    /// Every sample, oldest first: the coarse tiers where the finer ones no longer reach.
+    /// Every sample, oldest first, each instant covered once: the finest tier, preceded by each
+    /// coarser tier's windows holding readings the finer tiers no longer keep. Where such a
+    /// window reaches into the finer tiers' span, it stands for that stretch and the finer
+    /// samples inside it are left out, so the series is strictly increasing in time, starts at
+    /// the first reading still held, and no sample carries a maximum over readings taken after
+    /// the next sample's time.
     pub fn samples(&self) -> Vec<UsageSample> {
-        let mut out = Vec::new();
-        let mut horizon = u64::MAX;
-        let mut parts = Vec::new();
-        for t in &self.tiers {
-            let part: Vec<UsageSample> = t
+        let mut out: VecDeque<UsageSample> = self.tiers[0].ring.iter().copied().collect();
+        for t in &self.tiers[1..] {
+            let Some(first) = out.front().map(|s| s.time_ns) else {
+                break;
+            };
+            let older: Vec<UsageSample> = t
                 .ring
                 .iter()
-                .filter(|s| s.time_ns < horizon)
+                .take_while(|s| s.time_ns < first)
                 .copied()
                 .collect();
-            if let Some(first) = t.ring.front() {
-                horizon = horizon.min(first.time_ns);
+            let Some(last) = older.last() else {
+                continue;
+            };
+            let end = t.window_end(last.time_ns);
+            while out.front().is_some_and(|s| s.time_ns < end) {
+                out.pop_front();
             }
-            parts.push(part);
+            for s in older.into_iter().rev() {
+                out.push_front(s);
+            }
         }
-        for p in parts.into_iter().rev() {
-            out.extend(p);
-        }
-        out
+        out.into()
     }
 
     /// The finest tier's samples from `time_ns` on (the window being filled included).
@@ -120,7 +138,7 @@ impl Timeline {
             .collect()
     }
 
-    /// Start of the finest tier's newest window (0 when empty).
+    /// Time of the finest tier's newest sample (0 when empty).
     pub fn last_time(&self) -> u64 {
         self.tiers[0].ring.back().map_or(0, |s| s.time_ns)
     }
@@ -162,7 +180,8 @@ mod tests {
         tl.record(at(3, 5));
         tl.record(at(7, 9));
         tl.record(at(8, 2));
-        assert_eq!(tl.samples(), vec![at(0, 9)]);
+        // Timed at the window's first reading.
+        assert_eq!(tl.samples(), vec![at(3, 9)]);
     }
 
     #[test]
@@ -182,6 +201,37 @@ mod tests {
         assert_eq!(s[0].allocated, 59);
         // The finest tier keeps the last 600 readings one by one.
         assert_eq!(s[s.len() - 600].time_ns, n - 600);
+    }
+
+    #[test]
+    fn no_sample_is_timed_before_the_first_reading() {
+        // Windows are aligned on multiples of their resolution, so the coarse tiers' windows
+        // open before a first reading that falls mid-window; none of them may show up.
+        let mut tl = Timeline::new(10);
+        for t in (1_234..1_300).step_by(10) {
+            tl.record(at(t, t));
+        }
+        let s = tl.samples();
+        assert_eq!(s[0], at(1_234, 1_234));
+        assert_eq!(
+            s.iter().map(|s| s.time_ns).collect::<Vec<_>>(),
+            (1_234..1_300).step_by(10).collect::<Vec<_>>(),
+            "the fine tier alone while it still holds every reading"
+        );
+    }
+
+    #[test]
+    fn coarse_and_fine_samples_cover_each_instant_once() {
+        let mut tl = Timeline::new(1);
+        for t in 5..=705 {
+            tl.record(at(t, t));
+        }
+        // The fine tier keeps 106..=705; the 10-unit tier stands for what it lost, its window
+        // [100, 110) (first reading 100, maximum 109) replacing the fine samples 106..=109.
+        let mut want = vec![at(5, 9)];
+        want.extend((10..=100).step_by(10).map(|t| at(t, t + 9)));
+        want.extend((110..=705).map(|t| at(t, t)));
+        assert_eq!(tl.samples(), want);
     }
 
     #[test]

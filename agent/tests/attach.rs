@@ -399,6 +399,59 @@ fn listening_on_a_path_that_holds_a_file_refuses_and_leaves_the_file_alone() {
 }
 
 #[test]
+fn listening_where_a_dead_agent_left_its_socket_replaces_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("agent.sock");
+    // A listener dropped without removing its file: what a killed agent leaves behind.
+    drop(std::os::unix::net::UnixListener::bind(&sock).unwrap());
+    assert!(sock.exists());
+    let (_agent, addr) = unix_agent(dir.path());
+    AttachClient::connect(&addr, None).unwrap();
+}
+
+#[test]
+fn discovery_lists_live_agents_only_and_removes_stale_sockets() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_agent, _) = unix_agent(dir.path());
+    let live = dir.path().join("agent.sock");
+    // Left by an agent killed by a signal: nobody listens (connect is refused).
+    let stale = dir.path().join(format!("{}-2.sock", std::process::id()));
+    drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
+    // Named after a process that does not exist (beyond any pid_max).
+    let gone = dir.path().join("4000000000.sock");
+    let _held = std::os::unix::net::UnixListener::bind(&gone).unwrap();
+    // Not a socket at all.
+    let file = dir.path().join("notes.sock");
+    std::fs::write(&file, b"notes").unwrap();
+    assert_eq!(
+        allocview_agent::client::find_sockets_in(dir.path()),
+        vec![live.clone()]
+    );
+    assert!(!stale.exists(), "the stale socket is removed");
+    assert!(
+        gone.exists() && file.exists(),
+        "anything else is left alone"
+    );
+    AttachClient::connect(&format!("unix:{}", live.display()), None).unwrap();
+}
+
+#[test]
+fn attaching_to_a_file_that_is_not_a_socket_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("model.ckpt");
+    std::fs::write(&file, b"weights").unwrap();
+    let err = AttachClient::connect(&format!("unix:{}", file.display()), None).unwrap_err();
+    assert!(matches!(err, ClientError::NotASocket(_)), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "cannot connect to unix:{}: it is not a socket",
+            file.display()
+        )
+    );
+}
+
+#[test]
 fn a_paused_client_that_leaves_is_forgotten() {
     let dir = tempfile::tempdir().unwrap();
     let (agent, addr) = unix_agent(dir.path());

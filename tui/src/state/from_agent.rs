@@ -367,8 +367,14 @@ impl AgentAdapter {
         let now = agent.time_ns;
         let t0 = agent.process.started_ns;
         let x = |t: u64| t.saturating_sub(t0) as f64 / NS_PER_S;
-        let mut timeline = Timeline::default();
-        for s in &d.timeline {
+        let mut timeline = Timeline {
+            origin_us: (t0 > 0).then_some((t0 / NS_PER_US) as i64),
+            ..Timeline::default()
+        };
+        // A sample timed before the process started summarizes no reading of its own (an
+        // older agent placed coarse windows there, holding the maximum seen since); drawn at
+        // x = 0 it would be a false spike and set the chart's scale, so it is left out.
+        for s in d.timeline.iter().filter(|s| s.time_ns >= t0) {
             timeline.push(Sample {
                 x: x(s.time_ns),
                 reserved: s.reserved,
@@ -522,6 +528,85 @@ mod tests {
                 frames: tag(name),
             })
             .collect()
+    }
+
+    #[test]
+    fn samples_timed_before_the_process_started_are_not_charted() {
+        let mut a = AgentState::default();
+        a.process.started_ns = 10_000_000_000;
+        a.time_ns = 12_000_000_000;
+        let mut d = DeviceState::default();
+        let sample = |time_ns, v| UsageSample {
+            time_ns,
+            allocated: v,
+            reserved: v,
+            active: v,
+        };
+        // Coarse windows opened before the start, holding the maximum seen since.
+        d.timeline.push(sample(4_400_000_000, 10 << 30));
+        d.timeline.push(sample(9_400_000_000, 10 << 30));
+        d.timeline.push(sample(10_150_000_000, 2 << 30));
+        d.timeline.push(sample(11_150_000_000, 8 << 30));
+        a.devices.push(d);
+        let s = AgentAdapter::new().state(&a, 0, &LiveInfo::default());
+        let xs: Vec<f64> = s.timeline.samples.iter().map(|s| s.x).collect();
+        assert_eq!(xs, vec![0.15, 1.15]);
+        assert_eq!(s.timeline.max_y(), 8 << 30);
+    }
+
+    /// The time column of the trace view's row for the event at `addr`.
+    fn trace_time_of(state: &State, addr: u64) -> String {
+        use crate::view::testing::{buffer, rows};
+        let mut buf = buffer(100, 12);
+        let ui = crate::state::UiState::default();
+        crate::view::render_view(crate::state::View::Trace, buf.area, &mut buf, state, &ui);
+        let addr = crate::units::address(addr);
+        let row = rows(&buf)
+            .into_iter()
+            .find(|r| r.contains(&addr))
+            .unwrap_or_else(|| panic!("no row for {addr}"));
+        // Border, marker, then the right-aligned time.
+        row.chars()
+            .skip(2)
+            .take(8)
+            .collect::<String>()
+            .trim()
+            .to_string()
+    }
+
+    #[test]
+    fn live_trace_times_count_from_the_process_start_and_keep_as_older_events_roll_out() {
+        let mut a = AgentState::default();
+        a.process.started_ns = 10_000_000_000;
+        a.time_ns = 80_000_000_000;
+        let mut d = DeviceState::default();
+        d.timeline.push(UsageSample {
+            time_ns: 10_500_000_000,
+            ..UsageSample::default()
+        });
+        d.timeline.push(UsageSample {
+            time_ns: 76_000_000_000,
+            ..UsageSample::default()
+        });
+        d.recent.push(recent("alloc", 0x1000, 60_000_000_000));
+        d.recent.push(recent("alloc", 0x2000, 76_250_000_000));
+        a.devices.push(d);
+        let mut ad = AgentAdapter::new();
+        let s = ad.state(&a, 0, &LiveInfo::default());
+        // The chart's x is seconds since the process start; the trace counts from there too.
+        assert_eq!(s.timeline.samples[0].x, 0.5);
+        assert_eq!(trace_time_of(&s, 0x2000), "66.250 s");
+        assert_eq!(trace_time_of(&s, 0x1000), "50.000 s");
+        // The chart's axis is labelled from the same origin.
+        let mut buf = crate::view::testing::buffer(100, 30);
+        let ui = crate::state::UiState::default();
+        crate::view::render_view(crate::state::View::Overview, buf.area, &mut buf, &s, &ui);
+        let text = crate::view::testing::rows(&buf).join("\n");
+        assert!(text.contains("500 ms") && text.contains("66.0 s"), "{text}");
+        // The older event rolls out of the recent tail: the newer one keeps its time.
+        a.devices[0].recent.remove(0);
+        let s = ad.state(&a, 0, &LiveInfo::default());
+        assert_eq!(trace_time_of(&s, 0x2000), "66.250 s");
     }
 
     #[test]

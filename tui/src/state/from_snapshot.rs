@@ -113,6 +113,7 @@ impl PostMortem {
         };
         let mut timeline = Timeline {
             x_is_events: !timed,
+            origin_us: timed.then_some(t0),
             ..Timeline::default()
         };
         let mut event_x = Vec::with_capacity(trace.len() + 1);
@@ -409,6 +410,33 @@ mod tests {
         assert_eq!(find("lifetime", "stream 7").max, 9 * NS_PER_US);
         assert_eq!(find("lifetime", "large pool").count, 1);
         assert_eq!(find("lifetime", "stream 0").count, 0);
+    }
+
+    #[test]
+    fn file_trace_times_and_the_chart_count_from_the_first_event() {
+        use crate::view::testing::{buffer, rows};
+        let entry = |action, addr, t| TraceEntry {
+            time_us: Some(t),
+            ..TraceEntry::new(action, addr, 4 * MIB, 0)
+        };
+        let snap = Snapshot {
+            device_traces: vec![vec![
+                entry(TraceAction::SegmentAlloc, 0x7f00_0000_0000, 5_000_000),
+                entry(TraceAction::Alloc, 0x7f00_0000_0000, 7_500_000),
+            ]],
+            ..Snapshot::default()
+        };
+        let s = PostMortem::new("trace.pickle", &snap).state_at(2);
+        assert_eq!(s.timeline.origin_us, Some(5_000_000));
+        assert_eq!(s.timeline.samples.last().map(|s| s.x), Some(2.5));
+        let mut buf = buffer(100, 8);
+        let ui = crate::state::UiState::default();
+        crate::view::render_view(crate::state::View::Trace, buf.area, &mut buf, &s, &ui);
+        let text = rows(&buf).join("\n");
+        assert!(
+            text.contains("0.000 s") && text.contains("2.500 s"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -29,6 +29,10 @@ pub struct Timeline {
     pub x_is_events: bool,
     /// In file mode: the x of the current event (drawn as a cursor).
     pub cursor: Option<f64>,
+    /// When x counts seconds: the instant x = 0 stands for, in microseconds since the Unix
+    /// epoch (live: the process start as the agent reports it; file: the first trace event).
+    /// Trace times count from it too, so an event keeps its time and matches the chart.
+    pub origin_us: Option<i64>,
 }
 
 impl Timeline {

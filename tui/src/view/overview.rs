@@ -213,6 +213,9 @@ pub fn render_chart(area: Rect, buf: &mut Buffer, state: &State) {
     let x_label = |x: f64| {
         if t.x_is_events {
             units::count(x.max(0.0) as u64)
+        } else if t.origin_us.is_some() {
+            // Seconds since the origin (live: the process start), as the trace times.
+            units::elapsed(x)
         } else {
             units::elapsed(x - x0)
         }

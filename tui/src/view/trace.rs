@@ -37,6 +37,19 @@ fn context(e: &TraceEntry) -> String {
     crate::state::context::summary(&e.frames, e.user_metadata.as_deref())
 }
 
+/// Width of the time column's figure.
+const TIME_WIDTH: usize = 8;
+
+/// Seconds since the origin in at most [`TIME_WIDTH`] cells: milliseconds while they fit
+/// (`12.345 s`), fewer decimals further on (`1234.5 s`), then [`units::elapsed`] (`27.8 h`).
+fn time_column(secs: f64) -> String {
+    (0..=3)
+        .rev()
+        .map(|decimals| format!("{secs:.decimals$} s"))
+        .find(|s| s.chars().count() <= TIME_WIDTH)
+        .unwrap_or_else(|| units::elapsed(secs))
+}
+
 /// Draws the trace table.
 pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
     let rows = state.trace_rows(&ui.trace_filter);
@@ -82,11 +95,16 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
         .unwrap_or_else(|| state.default_trace_row(&rows))
         .min(rows.len() - 1);
     let offset = scroll_offset(selected, visible);
-    let t0 = state.trace.first().and_then(|e| e.time_us);
+    // The chart's origin (live: the process start), so an event keeps its time as older ones
+    // roll out of the recent tail; without one, the first entry's time.
+    let t0 = state
+        .timeline
+        .origin_us
+        .or_else(|| state.trace.first().and_then(|e| e.time_us));
     for (r, &i) in rows.iter().skip(offset).take(visible).enumerate() {
         let e = &state.trace[i];
         let time = match (e.time_us, t0) {
-            (Some(t), Some(t0)) => format!("{:.3} s", (t - t0) as f64 / US_PER_S),
+            (Some(t), Some(t0)) => time_column((t - t0) as f64 / US_PER_S),
             _ => format!("#{}", units::count(i as u64 + 1)),
         };
         let pool = if e.action == TraceAction::Oom || e.size > SMALL_SIZE {
@@ -102,7 +120,7 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
         }
         let marker = if current { "▶" } else { " " };
         let line = Line::from(vec![
-            Span::styled(format!("{}{} ", marker, right(&time, 8)), base),
+            Span::styled(format!("{}{} ", marker, right(&time, TIME_WIDTH)), base),
             Span::styled(
                 left(e.action.as_str(), 14),
                 if future {
@@ -124,5 +142,23 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
             ),
         ]);
         put(buf, inner, r as u16 + 1, &line);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trace_times_fit_their_column_however_long_the_process_runs() {
+        assert_eq!(time_column(66.25), "66.250 s");
+        assert_eq!(time_column(123.4567), "123.46 s");
+        assert_eq!(time_column(4_321.06), "4321.1 s");
+        assert_eq!(time_column(54_321.4), "54321 s");
+        assert_eq!(time_column(200_000.0), "200000 s");
+        assert!(time_column(1e7).ends_with(" h"), "{}", time_column(1e7));
+        for secs in [0.0, 99.9999, 999.996, 9_999.96, 99_999.6, 1e9] {
+            assert!(time_column(secs).chars().count() <= TIME_WIDTH, "{secs}");
+        }
     }
 }
