@@ -30,7 +30,13 @@ pub struct App {
     pub area: Rect,
     source: Box<dyn Source>,
     save_dir: PathBuf,
+    /// The last message the app put in the status line, and when: it gives the footer's keys
+    /// back after [`NOTICE_SHOWN`].
+    notice: Option<(String, Instant)>,
 }
+
+/// How long a message the app shows (a save, a reset, a pause) stays in the status line.
+pub const NOTICE_SHOWN: Duration = Duration::from_secs(6);
 
 impl App {
     /// An app over `source`; `s` saves snapshots into `save_dir`.
@@ -45,6 +51,7 @@ impl App {
             area: Rect::default(),
             source,
             save_dir,
+            notice: None,
         };
         app.source.poll(&mut app.state)?;
         Ok(app)
@@ -63,7 +70,24 @@ impl App {
         if !self.ui.paused && self.source.poll(&mut self.state)? {
             self.dirty = true;
         }
+        self.expire_notice(Instant::now());
         Ok(())
+    }
+
+    /// Clears the app's last message from the status line once it has been shown
+    /// [`NOTICE_SHOWN`] by `now` (a message the source put there since stays).
+    pub fn expire_notice(&mut self, now: Instant) {
+        let Some((text, since)) = &self.notice else {
+            return;
+        };
+        if now.saturating_duration_since(*since) < NOTICE_SHOWN {
+            return;
+        }
+        if self.state.status.as_ref() == Some(text) {
+            self.state.status = None;
+            self.dirty = true;
+        }
+        self.notice = None;
     }
 
     fn rows_in_view(&self) -> usize {
@@ -113,7 +137,9 @@ impl App {
     }
 
     fn status(&mut self, msg: impl Into<String>) {
-        self.state.status = Some(msg.into());
+        let msg = msg.into();
+        self.notice = Some((msg.clone(), Instant::now()));
+        self.state.status = Some(msg);
     }
 
     /// Applies one intent.

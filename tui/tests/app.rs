@@ -207,6 +207,23 @@ fn saving_writes_the_state_at_the_event() {
 }
 
 #[test]
+fn a_message_gives_the_footer_back_after_a_while() {
+    let (mut app, _d) = app(2);
+    app.apply(Action::Save).unwrap();
+    assert!(
+        app.state
+            .status
+            .as_deref()
+            .is_some_and(|s| s.starts_with("saved snapshot to"))
+    );
+    let now = std::time::Instant::now();
+    app.expire_notice(now);
+    assert!(app.state.status.is_some(), "shown for a while");
+    app.expire_notice(now + allocview::app::NOTICE_SHOWN);
+    assert_eq!(app.state.status, None);
+}
+
+#[test]
 fn quitting_sets_the_flag() {
     let (mut app, _d) = app(1);
     app.apply(Action::Quit).unwrap();
