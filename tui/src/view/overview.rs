@@ -98,34 +98,56 @@ fn memory_lines(state: &State, width: usize) -> Vec<Line<'static>> {
             theme::RESERVED,
         ),
     ];
+    // Each text line in words where it fits, else in short (the side panel beside it leaves
+    // 50 columns at 80).
+    let fit = |long: String, short: String| {
+        Line::raw(if long.chars().count() <= width {
+            long
+        } else {
+            short
+        })
+    };
     let src = &state.source;
     let limit = match src.total_memory {
         Some(total) => {
             let fraction = src.memory_fraction.unwrap_or(1.0);
-            let mut s = format!(
-                " limit     {} (fraction {fraction:.2})",
-                units::bytes((total as f64 * fraction) as u64)
-            );
-            if let Some(free) = src.device_free {
-                s.push_str(&format!("   device free {}", units::bytes(free)));
-            }
-            s
+            let limit = units::bytes((total as f64 * fraction) as u64);
+            let free = src.device_free.map(|f| {
+                (
+                    format!("   device free {}", units::bytes(f)),
+                    units::bytes(f),
+                )
+            });
+            fit(
+                format!(
+                    " limit     {limit} (fraction {fraction:.2}){}",
+                    free.as_ref().map_or("", |f| f.0.as_str())
+                ),
+                format!(
+                    " limit {limit} ×{fraction:.2}{}",
+                    free.as_ref()
+                        .map_or(String::new(), |f| format!(" · device free {}", f.1))
+                ),
+            )
         }
-        None => " limit     device size not recorded".to_string(),
+        None => Line::raw(" limit     device size not recorded"),
     };
-    lines.push(Line::raw(limit));
+    lines.push(limit);
     let f = state.fragmentation();
     let reserved = st.reserved_bytes.get(StatType::All).current.max(0) as u64;
-    lines.push(Line::raw(format!(
-        " fragmentation: {} cached but unallocated ({}),",
+    let (cached, share) = (
         units::bytes(f.cached_free),
-        units::percent(f.cached_free, reserved)
-    )));
-    lines.push(Line::raw(format!(
-        "   largest free block {}, {} stranded in split segments",
-        units::bytes(f.largest_free),
-        units::bytes(f.stranded)
-    )));
+        units::percent(f.cached_free, reserved),
+    );
+    lines.push(fit(
+        format!(" fragmentation: {cached} cached but unallocated ({share}),"),
+        format!(" fragmentation: {cached} cached unused ({share})"),
+    ));
+    let (largest, stranded) = (units::bytes(f.largest_free), units::bytes(f.stranded));
+    lines.push(fit(
+        format!("   largest free block {largest}, {stranded} stranded in split segments"),
+        format!("   largest free block {largest}, {stranded} stranded"),
+    ));
     lines
 }
 
