@@ -53,8 +53,9 @@ pub fn wrap(text: &str, width: usize) -> Vec<String> {
     out
 }
 
-/// The lines of one OOM's box, for a box `width` cells wide.
-pub fn lines(o: &OomReport, width: usize) -> Vec<Line<'static>> {
+/// The lines of one OOM's box, for a box `width` cells wide; `in_file`: the OOM is one of the
+/// file on screen (its snapshot is that file).
+pub fn lines(o: &OomReport, width: usize, in_file: bool) -> Vec<Line<'static>> {
     let mut v = vec![
         Line::raw(format!(" {}", o.request_line())),
         Line::raw(format!(" {}", o.memory_line())),
@@ -102,6 +103,14 @@ pub fn lines(o: &OomReport, width: usize) -> Vec<Line<'static>> {
         v.push(Line::styled(format!(" dump failed: {e}"), theme::alert()));
     }
     match &o.dump_path {
+        // An OOM of the file on screen: its snapshot is this file, at the OOM's event.
+        Some(_) if in_file && o.trace_index.is_some() => v.push(Line::styled(
+            format!(
+                " in this file at event {} (Enter goes there)",
+                o.trace_index.map_or(0, |i| i + 1)
+            ),
+            theme::dim(),
+        )),
         None if o.dump_pending => v.push(Line::styled(" snapshot: being written…", theme::dim())),
         Some(p) => v.push(Line::from(vec![
             Span::raw(" snapshot: "),
@@ -134,19 +143,23 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
         let block = Block::bordered().title(Span::styled(" OOM ", theme::title()));
         let inner = block.inner(area);
         block.render(area, buf);
-        put(buf, inner, 0, &Line::raw(" No OOM so far."));
-        put(
-            buf,
-            inner,
-            1,
-            &Line::styled(
-                " (allocview demo --scenario oom drives a run into one; in a file, n jumps to the next)",
-                theme::dim(),
-            ),
-        );
+        let (said, hint) = if matches!(state.mode, crate::state::Mode::File { .. }) {
+            (
+                " No OOM in this file's trace.",
+                " (allocview demo --scenario oom writes a file with some)",
+            )
+        } else {
+            (
+                " No OOM so far.",
+                " (allocview demo --scenario oom drives a run into one)",
+            )
+        };
+        put(buf, inner, 0, &Line::raw(said));
+        put(buf, inner, 1, &Line::styled(hint, theme::dim()));
         return;
     }
     let selected = ui.oom.min(state.ooms.len() - 1);
+    let in_file = matches!(state.mode, crate::state::Mode::File { .. });
     let mut y = area.y;
     for (i, o) in state.ooms.iter().enumerate().skip(selected) {
         if y >= area.bottom() {
@@ -168,7 +181,7 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
                 break;
             }
         }
-        let body = lines(o, area.width as usize);
+        let body = lines(o, area.width as usize, in_file);
         let h = (body.len() as u16 + 2).min(area.bottom() - y);
         let rect = Rect::new(area.x, y, area.width, h);
         let mut title = format!(" OOM #{}", o.number);
@@ -246,6 +259,37 @@ mod tests {
     }
 
     #[test]
+    fn a_files_oom_points_into_the_file_and_a_file_without_one_says_so() {
+        let mut state = State {
+            mode: crate::state::Mode::File {
+                name: "run.pickle".into(),
+                event: 3,
+                total: 9,
+            },
+            ..State::default()
+        };
+        let area = Rect::new(0, 0, 120, 20);
+        let draw = |state: &State| {
+            let mut buf = Buffer::empty(area);
+            render(area, &mut buf, state, &UiState::default());
+            rows(&buf).join("\n")
+        };
+        let t = draw(&state);
+        assert!(t.contains("No OOM in this file's trace."), "{t}");
+        state.ooms = vec![OomReport {
+            dump_path: Some("run.pickle".into()),
+            trace_index: Some(6),
+            ..OomReport::example(1)
+        }];
+        let t = draw(&state);
+        assert!(
+            t.contains("in this file at event 7 (Enter goes there)"),
+            "{t}"
+        );
+        assert!(!t.contains("open with"), "{t}");
+    }
+
+    #[test]
     fn the_explanation_wraps_inside_the_boxs_borders() {
         let o = OomReport {
             explanation: "fragmentation: 6.27 GiB is reserved but free, more than the 589.98 MiB \
@@ -263,7 +307,7 @@ mod tests {
         };
         for width in [40, 61, 100, 158] {
             let inner = width - 2;
-            let explanation: Vec<String> = lines(&o, width)
+            let explanation: Vec<String> = lines(&o, width, false)
                 .iter()
                 .map(|l| l.to_string())
                 .filter(|l| l.starts_with(EXPLANATION_INDENT))
