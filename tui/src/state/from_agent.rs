@@ -101,8 +101,14 @@ pub fn trace_entries<'a>(
         name => [TraceAction::parse(name), None],
     };
     actions.into_iter().flatten().map(move |action| {
+        // PyTorch records a block's requested size on its alloc and on both halves of its
+        // free; segment events carry the segment's size.
         let size = match action {
-            TraceAction::Alloc | TraceAction::FreeRequested => e.requested,
+            TraceAction::Alloc | TraceAction::FreeRequested | TraceAction::FreeCompleted
+                if e.requested != 0 =>
+            {
+                e.requested
+            }
             _ => e.size,
         };
         let mut entry = TraceEntry {
@@ -716,12 +722,21 @@ mod tests {
                 .map(|t| (t.action, t.addr, t.size, t.time_us))
                 .collect()
         };
+        // Both halves carry the requested size, as in PyTorch's own traces.
         assert_eq!(
             got("free"),
             vec![
                 (TraceAction::FreeRequested, 0x2000, 1000, Some(7)),
-                (TraceAction::FreeCompleted, 0x2000, 1024, Some(7)),
+                (TraceAction::FreeCompleted, 0x2000, 1000, Some(7)),
             ]
+        );
+        assert_eq!(
+            got("free_completed"),
+            vec![(TraceAction::FreeCompleted, 0x2000, 1000, Some(7))]
+        );
+        assert_eq!(
+            got("segment_free"),
+            vec![(TraceAction::SegmentFree, 0x2000, 1024, Some(7))]
         );
         assert_eq!(
             got("alloc"),
