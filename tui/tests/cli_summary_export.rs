@@ -247,3 +247,42 @@ fn a_pickle_export_refuses_segments_whose_blocks_do_not_tile() {
     assert!(err.contains("segments[1]") && err.contains("tile"), "{err}");
     assert!(!dir.path().join("out.pickle").exists());
 }
+
+#[test]
+fn export_refuses_an_output_name_whose_extension_names_the_other_format() {
+    let Some(p) = fixture("tiny-3-segments.pickle") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    for (to, name, other) in [
+        ("json", "out.pickle", "pickle"),
+        ("json", "OUT.PKL", "pickle"),
+        ("pickle", "out.json", "json"),
+    ] {
+        let out = dir.path().join(name);
+        let err = fails_cleanly(&run(&[
+            "export",
+            p.to_str().unwrap(),
+            "--to",
+            to,
+            "-o",
+            out.to_str().unwrap(),
+        ]));
+        assert!(
+            err.contains(name) && err.contains(&format!("--to {other}")),
+            "{err}"
+        );
+        assert!(!out.exists(), "{name} written");
+    }
+    // An extension naming no format is the user's choice.
+    let out = dir.path().join("out.snapshot");
+    ok(&run(&[
+        "export",
+        p.to_str().unwrap(),
+        "--to",
+        "json",
+        "-o",
+        out.to_str().unwrap(),
+    ]));
+    assert!(snapshot_file::load(&out).is_ok());
+}
