@@ -337,3 +337,15 @@ fn streams_are_named_as_on_the_dashboard_and_oom_times_say_their_origin() {
     assert!(!text.contains("(default)"), "{text}");
     assert!(text.contains("time since first OOM"), "{text}");
 }
+
+#[test]
+fn a_size_that_rounds_up_to_1024_of_a_unit_prints_in_the_next_unit() {
+    use allocview_agent::diagnosis::human;
+    use allocview_agent::summary::render::human_bytes;
+    assert_eq!(human((1 << 20) - 1), "1.00 MiB");
+    assert_eq!(human((1 << 30) - 1), "1.00 GiB");
+    assert_eq!(human((1 << 20) - 20 * 1024), "1004.00 KiB");
+    assert_eq!(human(1023), "1023 B");
+    assert_eq!(human_bytes((1 << 20) - 1), "1.0 MiB");
+    assert_eq!(human_bytes((1 << 20) - 60 * 1024), "964.0 KiB");
+}

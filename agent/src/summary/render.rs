@@ -21,7 +21,8 @@ pub fn human_bytes(n: u64) -> String {
     }
     let mut v = n as f64;
     let mut unit = 0;
-    while v >= UNIT_STEP && unit < UNITS.len() - 1 {
+    // A value that rounds to 1024.0 of a unit is 1.0 of the next (1048575 B is 1.0 MiB).
+    while (v >= UNIT_STEP || format!("{v:.1}") == "1024.0") && unit < UNITS.len() - 1 {
         v /= UNIT_STEP;
         unit += 1;
     }
