@@ -287,7 +287,8 @@ pub fn human(bytes: u64) -> String {
     const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
     let mut v = bytes as f64;
     let mut unit = 0;
-    while v >= 1024.0 && unit + 1 < UNITS.len() {
+    // A value that rounds to 1024.00 of a unit is 1.00 of the next (1048575 B is 1.00 MiB).
+    while (v >= 1024.0 || (unit > 0 && format!("{v:.2}") == "1024.00")) && unit + 1 < UNITS.len() {
         v /= 1024.0;
         unit += 1;
     }

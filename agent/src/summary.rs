@@ -12,10 +12,13 @@ pub mod render;
 
 use std::collections::BTreeMap;
 
-use allocview_alloc::caching::stats::DeviceStats;
-use allocview_alloc::caching::summary::format_memory_summary;
+use allocview_alloc::caching::stats::{DeviceStats, Stat, StatArray};
+use allocview_alloc::caching::summary::{HistoryColumns, format_memory_summary_with};
 use allocview_alloc::snapshot::{SegmentType, Snapshot, TraceAction, Value};
 use serde::Serialize;
+
+use crate::diagnosis::human;
+use crate::replay::{self, Placement, RunOptions};
 
 pub use fragmentation::Fragmentation;
 
@@ -56,9 +59,12 @@ pub struct DeviceSummary {
     pub total_memory: Option<u64>,
     /// Everything on this device.
     pub totals: Fragmentation,
-    /// PyTorch's `memory_summary()` text, recomputed from the snapshot (a snapshot holds no
-    /// history: peaks equal current figures, totals freed are 0).
+    /// PyTorch's `memory_summary()` text: current figures from the snapshot's segments; the
+    /// Peak Usage, Tot Alloc and Tot Freed columns from replaying the trace, or "not known"
+    /// (see [`window`](Self::window)).
     pub memory_summary: String,
+    /// What the peaks and totals of [`memory_summary`](Self::memory_summary) cover.
+    pub window: StatsWindow,
     /// The `current` figures of `torch.cuda.memory_stats()` the snapshot implies.
     pub memory_stats: BTreeMap<String, i64>,
     /// Fragmentation per pool.
@@ -75,6 +81,60 @@ pub struct DeviceSummary {
     pub actions: BTreeMap<String, u64>,
     /// The OOM entries of the trace.
     pub ooms: Vec<OomFact>,
+}
+
+/// What the history columns (Peak Usage, Tot Alloc, Tot Freed) of a device's memory summary
+/// cover.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum StatsWindow {
+    /// The trace window: the trace was replayed from the state at its first entry (the
+    /// replay reproduced the recording), so peaks and totals run from that entry to the last.
+    Trace {
+        /// Entries in the window.
+        entries: u64,
+        /// Microseconds from the first timed entry to the last, if times were recorded.
+        span_us: Option<i64>,
+        /// Peak allocated bytes over the window (what `allocview replay` reports).
+        peak_allocated: u64,
+        /// Peak reserved bytes over the window.
+        peak_reserved: u64,
+    },
+    /// Not known; the columns say "not known".
+    NotKnown {
+        /// Why.
+        why: String,
+    },
+}
+
+impl StatsWindow {
+    /// One line for the text output: which window the peaks and totals cover.
+    pub fn describe(&self) -> String {
+        match self {
+            StatsWindow::Trace {
+                entries,
+                span_us,
+                peak_allocated,
+                peak_reserved,
+            } => {
+                let span = span_us.map_or(String::new(), |us| {
+                    format!(", {:.3} s", us as f64 / render::US_PER_S)
+                });
+                format!(
+                    "Peak Usage, Tot Alloc and Tot Freed cover the trace window ({}{span}), \
+                     replayed from the state at its first entry (requested sizes are not \
+                     traced);\npeak allocated {} ({peak_allocated} B), peak reserved {} \
+                     ({peak_reserved} B); the table rounds down to whole units",
+                    render::counted(*entries, "entry", "entries"),
+                    human(*peak_allocated),
+                    human(*peak_reserved),
+                )
+            }
+            StatsWindow::NotKnown { why } => {
+                format!("Peak Usage, Tot Alloc and Tot Freed are not known: {why}")
+            }
+        }
+    }
 }
 
 /// Fragmentation of the small pool, the large pool, and the private pools (graph pools),
@@ -143,9 +203,10 @@ pub fn summarize(snapshot: &Snapshot) -> Summary {
     devices.sort_unstable();
     devices.dedup();
     let max_split = max_split_size(snapshot);
+    let replayed = replay_window(snapshot);
     let per_device: Vec<DeviceSummary> = devices
         .into_iter()
-        .map(|d| summarize_device(snapshot, d, max_split))
+        .map(|d| summarize_device(snapshot, d, max_split, &replayed))
         .collect();
     let mut all = Fragmentation::default();
     for d in &per_device {
@@ -165,7 +226,68 @@ pub fn summarize(snapshot: &Snapshot) -> Summary {
     }
 }
 
-fn summarize_device(snapshot: &Snapshot, device: i32, max_split: Option<u64>) -> DeviceSummary {
+/// The replayed trace's device, and its stats over the trace window or why they are unknown.
+type Replayed = Option<(i32, Result<DeviceStats, String>)>;
+
+/// Replays the (first) trace as `allocview replay` does (its fidelity run: the recorded
+/// settings, placement and device memory), for the stats over the trace window. `None` when
+/// the snapshot has no trace.
+fn replay_window(snapshot: &Snapshot) -> Replayed {
+    let trace = replay::engine::trace_index(snapshot)?;
+    let device = i32::try_from(trace).ok()?;
+    let result = (|| {
+        let config = replay::recorded_config(snapshot)
+            .map_err(|e| format!("the file's allocator settings do not parse ({e})"))?;
+        let opts = RunOptions {
+            config,
+            label: replay::RECORDED_LABEL.into(),
+            device_memory: snapshot.devices.iter().find_map(|d| d.total_memory),
+            placement: Placement::Recorded,
+            keep_history: false,
+        };
+        let run = replay::engine::run(snapshot, &opts, &mut |_| {}).map_err(|e| e.to_string())?;
+        if !run.fidelity.is_exact() || run.fidelity.final_state_matches == Some(false) {
+            return Err("replaying the trace did not reproduce the recording".to_string());
+        }
+        Ok(run.stats)
+    })();
+    Some((device, result))
+}
+
+/// `current` (with the oversize stats) from `snapshot`, everything else from `replayed`; a
+/// peak is never below its current figure.
+fn merge_history(current: &mut DeviceStats, replayed: &DeviceStats) {
+    fn stat(dst: &mut Stat, src: &Stat) {
+        dst.peak = src.peak.max(dst.current);
+        dst.allocated = src.allocated;
+        dst.freed = src.freed;
+    }
+    fn array(dst: &mut StatArray, src: &StatArray) {
+        for (d, s) in dst.0.iter_mut().zip(&src.0) {
+            stat(d, s);
+        }
+    }
+    let c = current;
+    let r = replayed;
+    array(&mut c.allocation, &r.allocation);
+    array(&mut c.segment, &r.segment);
+    array(&mut c.active, &r.active);
+    array(&mut c.inactive_split, &r.inactive_split);
+    array(&mut c.allocated_bytes, &r.allocated_bytes);
+    array(&mut c.reserved_bytes, &r.reserved_bytes);
+    array(&mut c.active_bytes, &r.active_bytes);
+    array(&mut c.inactive_split_bytes, &r.inactive_split_bytes);
+    array(&mut c.requested_bytes, &r.requested_bytes);
+    stat(&mut c.oversize_allocations, &r.oversize_allocations);
+    stat(&mut c.oversize_segments, &r.oversize_segments);
+}
+
+fn summarize_device(
+    snapshot: &Snapshot,
+    device: i32,
+    max_split: Option<u64>,
+    replayed: &Replayed,
+) -> DeviceSummary {
     let mut totals = Fragmentation::default();
     let mut pools = Pools::default();
     let mut streams: BTreeMap<u64, Fragmentation> = BTreeMap::new();
@@ -192,9 +314,37 @@ fn summarize_device(snapshot: &Snapshot, device: i32, max_split: Option<u64>) ->
     ]
     .iter()
     .all(|&v| v <= i64::MAX as u64);
-    let (memory_summary, memory_stats) = if fits {
-        let stats = DeviceStats::from_snapshot(snapshot, device, max_split);
-        (format_memory_summary(&stats, device), stats.currents())
+    let trace: &[_] = usize::try_from(device)
+        .ok()
+        .and_then(|i| snapshot.device_traces.get(i))
+        .map_or(&[], |t| t.as_slice());
+    let (memory_summary, memory_stats, window) = if fits {
+        let mut stats = DeviceStats::from_snapshot(snapshot, device, max_split);
+        let history = match replayed {
+            Some((d, Ok(r))) if *d == device => {
+                merge_history(&mut stats, r);
+                let times = trace.iter().filter_map(|e| e.time_us);
+                let span_us = times.clone().min().zip(times.max()).map(|(a, b)| b - a);
+                Ok(StatsWindow::Trace {
+                    entries: trace.len() as u64,
+                    span_us,
+                    peak_allocated: stats.allocated_bytes.0[0].peak.max(0) as u64,
+                    peak_reserved: stats.reserved_bytes.0[0].peak.max(0) as u64,
+                })
+            }
+            Some((d, Err(why))) if *d == device => Err(why.clone()),
+            _ if trace.is_empty() => Err("the snapshot holds no trace for this device".into()),
+            _ => Err("only the first device's trace is replayed".into()),
+        };
+        let (columns, window) = match history {
+            Ok(w) => (HistoryColumns::KnownExceptRequested, w),
+            Err(why) => (HistoryColumns::NotKnown, StatsWindow::NotKnown { why }),
+        };
+        (
+            format_memory_summary_with(&stats, device, columns),
+            stats.currents(),
+            window,
+        )
     } else {
         (
             format!(
@@ -202,12 +352,11 @@ fn summarize_device(snapshot: &Snapshot, device: i32, max_split: Option<u64>) ->
                  totals exceed the 64-bit signed counters PyTorch uses"
             ),
             BTreeMap::new(),
+            StatsWindow::NotKnown {
+                why: "the byte totals do not fit PyTorch's counters".into(),
+            },
         )
     };
-    let trace: &[_] = usize::try_from(device)
-        .ok()
-        .and_then(|i| snapshot.device_traces.get(i))
-        .map_or(&[], |t| t.as_slice());
     let mut actions: BTreeMap<String, u64> = TraceAction::ALL
         .iter()
         .map(|a| (a.as_str().to_string(), 0))
@@ -232,6 +381,7 @@ fn summarize_device(snapshot: &Snapshot, device: i32, max_split: Option<u64>) ->
         total_memory: meta.and_then(|m| m.total_memory),
         totals,
         memory_summary,
+        window,
         memory_stats,
         pools,
         streams: streams

@@ -253,3 +253,99 @@ fn sizes_beyond_pytorchs_counters_get_no_table_instead_of_wrapped_figures() {
     );
     let _ = sum.to_string();
 }
+
+/// The cells of the `Allocated memory` row: current, peak, total allocated, total freed.
+fn allocated_row(table: &str) -> Vec<String> {
+    let line = table
+        .lines()
+        .find(|l| l.contains("Allocated memory"))
+        .expect("an Allocated memory row");
+    line.split('|')
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .skip(1)
+        .map(String::from)
+        .collect()
+}
+
+#[test]
+fn peaks_and_totals_come_from_replaying_the_trace_and_agree_with_replay() {
+    let Some(bytes) = support::fixture_bytes("cs336-ctx256-forward-mixed.pickle") else {
+        return;
+    };
+    let snap = pytorch::from_pickle(&bytes).unwrap();
+    let s = summary::summarize(&snap);
+    let d = &s.devices[0];
+    let row = allocated_row(&d.memory_summary);
+    assert_ne!(row[0], row[1], "peak equals current: {row:?}");
+    assert_ne!(
+        row[3], "0 B",
+        "no frees over a trace with 1414 frees: {row:?}"
+    );
+    let replayed = allocview_agent::replay::replay(
+        &snap,
+        &allocview_agent::replay::ReplaySettings::default(),
+        &mut |_, _| {},
+    )
+    .unwrap();
+    let summary::StatsWindow::Trace {
+        entries,
+        peak_allocated,
+        peak_reserved,
+        ..
+    } = d.window
+    else {
+        panic!("window not known: {:?}", d.window);
+    };
+    assert_eq!(entries, 6587);
+    assert_eq!(peak_allocated, replayed.report.runs[0].peak_allocated);
+    assert_eq!(peak_reserved, replayed.report.runs[0].peak_reserved);
+    assert_eq!(row[1], format!("{} MiB", peak_allocated >> 20));
+    let text = s.to_string();
+    assert!(
+        text.contains("cover the trace window (6587 entries"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&allocview_agent::diagnosis::human(peak_allocated)),
+        "{text}"
+    );
+}
+
+#[test]
+fn without_a_trace_peaks_and_totals_are_not_known() {
+    let mut snap = rich_snapshot();
+    snap.device_traces.clear();
+    let s = summary::summarize(&snap);
+    let d = &s.devices[0];
+    let row = allocated_row(&d.memory_summary);
+    assert_eq!(row[1..], ["not known"; 3], "{}", d.memory_summary);
+    assert!(matches!(d.window, summary::StatsWindow::NotKnown { .. }));
+    let text = s.to_string();
+    assert!(
+        text.contains("Peak Usage, Tot Alloc and Tot Freed are not known"),
+        "{text}"
+    );
+}
+
+#[test]
+fn streams_are_named_as_on_the_dashboard_and_oom_times_say_their_origin() {
+    let s = summary::summarize(&rich_snapshot());
+    let text = s.to_string();
+    assert!(text.contains("\n  s0 "), "{text}");
+    assert!(text.contains(&format!("s{}", 0x5555_0000u64)), "{text}");
+    assert!(!text.contains("(default)"), "{text}");
+    assert!(text.contains("time since first OOM"), "{text}");
+}
+
+#[test]
+fn a_size_that_rounds_up_to_1024_of_a_unit_prints_in_the_next_unit() {
+    use allocview_agent::diagnosis::human;
+    use allocview_agent::summary::render::human_bytes;
+    assert_eq!(human((1 << 20) - 1), "1.00 MiB");
+    assert_eq!(human((1 << 30) - 1), "1.00 GiB");
+    assert_eq!(human((1 << 20) - 20 * 1024), "1004.00 KiB");
+    assert_eq!(human(1023), "1023 B");
+    assert_eq!(human_bytes((1 << 20) - 1), "1.0 MiB");
+    assert_eq!(human_bytes((1 << 20) - 60 * 1024), "964.0 KiB");
+}

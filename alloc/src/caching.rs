@@ -29,4 +29,4 @@ pub use context_table::CONTEXT_TABLE_CAPACITY;
 pub use error::{AllocError, OomInfo, OutOfMemory};
 pub use history::{ContextLevel, HistoryOptions};
 pub use pool::PoolId;
-pub use summary::format_memory_summary;
+pub use summary::{HistoryColumns, format_memory_summary, format_memory_summary_with};

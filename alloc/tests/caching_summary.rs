@@ -128,3 +128,29 @@ fn every_summary_line_is_75_columns_between_borders() {
     assert!(got.contains("CUDA OOMs: 0 "));
     assert!(got.contains("|      0 B   |"));
 }
+
+#[test]
+fn an_oom_message_for_one_byte_says_byte_not_bytes() {
+    use allocview_alloc::caching::OutOfMemory;
+    use allocview_alloc::caching::backend::StreamId;
+    let oom = |requested| OutOfMemory {
+        device: 0,
+        stream: StreamId::DEFAULT,
+        requested,
+        rounded: 512,
+        segment_size: 2 << 20,
+        device_total: 1 << 20,
+        device_free: 0,
+        allowed_max: None,
+        allocated: 0,
+        reserved: 0,
+        reserved_unallocated: 0,
+        largest_free_block: 0,
+        stranded_in_split_segments: 0,
+        expandable_segments: false,
+    };
+    let one = oom(1).to_string();
+    assert!(one.contains("(1 byte requested)"), "{one}");
+    let two = oom(2).to_string();
+    assert!(two.contains("(2 bytes requested)"), "{two}");
+}

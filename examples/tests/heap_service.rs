@@ -39,3 +39,41 @@ fn bad_arguments_are_reported_not_panicked_on() {
     );
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+#[test]
+fn help_prints_the_options_and_exits_0() {
+    for flag in ["--help", "-h"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_heap-service"))
+            .arg(flag)
+            .output()
+            .expect("run heap-service");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{flag}: {out:?}");
+        for option in [
+            "--seconds",
+            "--listen",
+            "--no-listen",
+            "--metrics",
+            "--help",
+        ] {
+            assert!(stdout.contains(option), "{flag}: {stdout}");
+        }
+    }
+}
+
+#[test]
+fn a_bad_argument_is_one_line_with_exit_code_2_and_no_backtrace() {
+    for args in [&["--frobnicate"][..], &["--seconds", "soon"], &["--listen"]] {
+        let out = Command::new(env!("CARGO_BIN_EXE_heap-service"))
+            .args(args)
+            .env("RUST_BACKTRACE", "1")
+            .output()
+            .expect("run heap-service");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{args:?}: {stderr}");
+        assert!(stderr.starts_with("heap-service: "), "{stderr}");
+        assert!(!stderr.contains("Stack backtrace"), "{stderr}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+}

@@ -247,3 +247,66 @@ fn a_pickle_export_refuses_segments_whose_blocks_do_not_tile() {
     assert!(err.contains("segments[1]") && err.contains("tile"), "{err}");
     assert!(!dir.path().join("out.pickle").exists());
 }
+
+#[test]
+fn export_refuses_an_output_name_whose_extension_names_the_other_format() {
+    let Some(p) = fixture("tiny-3-segments.pickle") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    for (to, name, other) in [
+        ("json", "out.pickle", "pickle"),
+        ("json", "OUT.PKL", "pickle"),
+        ("pickle", "out.json", "json"),
+    ] {
+        let out = dir.path().join(name);
+        let err = fails_cleanly(&run(&[
+            "export",
+            p.to_str().unwrap(),
+            "--to",
+            to,
+            "-o",
+            out.to_str().unwrap(),
+        ]));
+        assert!(
+            err.contains(name) && err.contains(&format!("--to {other}")),
+            "{err}"
+        );
+        assert!(!out.exists(), "{name} written");
+    }
+    // An extension naming no format is the user's choice.
+    let out = dir.path().join("out.snapshot");
+    ok(&run(&[
+        "export",
+        p.to_str().unwrap(),
+        "--to",
+        "json",
+        "-o",
+        out.to_str().unwrap(),
+    ]));
+    assert!(snapshot_file::load(&out).is_ok());
+}
+
+#[test]
+fn counts_of_one_take_the_singular_in_the_demo_report_and_sizes_round_up_a_unit() {
+    let report = allocview::demo::Report {
+        scenario: "training".into(),
+        device: "simulated".into(),
+        settings: String::new(),
+        steps: 1,
+        ooms: 0,
+        seconds: 0.5,
+        stats: Default::default(),
+        agent_matches_allocator: true,
+        differing_keys: Vec::new(),
+        dropped_events: 0,
+        resyncs: 0,
+        dumps: Vec::new(),
+        listen: None,
+    };
+    let text = allocview::cmd::demo::report_text(&report);
+    assert!(text.contains(": 1 step in"), "{text}");
+    let text = allocview::cmd::demo::report_text(&allocview::demo::Report { steps: 2, ..report });
+    assert!(text.contains(": 2 steps in"), "{text}");
+    assert_eq!(allocview::units::bytes((1 << 20) - 1), "1.00 MiB");
+}

@@ -27,6 +27,7 @@ use std::sync::Arc;
 
 use allocview_alloc::caching::backend::{DeviceBackend, DevicePtr, StreamId};
 use allocview_alloc::caching::sim::SimBackend;
+use allocview_alloc::caching::stats::DeviceStats;
 use allocview_alloc::caching::{
     AllocError, AllocatorConfig, CachingAllocator, ContextLevel, HistoryOptions,
 };
@@ -91,6 +92,10 @@ pub struct RunResult {
     /// The replayed run as a snapshot (final segments and, with `keep_history`, the trace);
     /// taken for fidelity runs of files with segments and whenever history is kept.
     pub snapshot: Option<Snapshot>,
+    /// The allocator's `memory_stats()` over the trace window: peaks and totals (allocated,
+    /// freed, counters) reset after the initial state was installed, so they cover the first
+    /// trace entry to the last.
+    pub stats: DeviceStats,
 }
 
 /// A replay failed to run (not an OOM: those are results).
@@ -295,6 +300,9 @@ impl<'a> Replayer<'a> {
                 r.figures.start = RunStart::LiveBlocksOnly;
             }
         }
+        // Peaks and totals cover the trace window, not the installation of its initial state.
+        r.alloc.reset_peak_stats();
+        r.alloc.reset_accumulated_stats();
         r.base_device_alloc = r.alloc.device_stats().num_device_alloc;
         if opts.keep_history {
             r.alloc.record_history(HistoryOptions {
@@ -368,7 +376,9 @@ impl<'a> Replayer<'a> {
             ));
         }
         self.initial.warnings = self.warnings;
+        let stats = self.alloc.device_stats();
         RunResult {
+            stats,
             figures: self.figures,
             fidelity: self.fidelity,
             initial: self.initial,

@@ -12,7 +12,7 @@ const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
 const UNIT_STEP: f64 = 1024.0;
 
 /// Microseconds per second, for trace times.
-const US_PER_S: f64 = 1e6;
+pub(crate) const US_PER_S: f64 = 1e6;
 
 /// `1536` -> `"1.5 KiB"`, `512` -> `"512 B"`.
 pub fn human_bytes(n: u64) -> String {
@@ -21,11 +21,17 @@ pub fn human_bytes(n: u64) -> String {
     }
     let mut v = n as f64;
     let mut unit = 0;
-    while v >= UNIT_STEP && unit < UNITS.len() - 1 {
+    // A value that rounds to 1024.0 of a unit is 1.0 of the next (1048575 B is 1.0 MiB).
+    while (v >= UNIT_STEP || format!("{v:.1}") == "1024.0") && unit < UNITS.len() - 1 {
         v /= UNIT_STEP;
         unit += 1;
     }
     format!("{v:.1} {}", UNITS[unit])
+}
+
+/// A stream as the dashboard names it: `s0` (the default stream), `s1`, ...
+pub fn stream_label(stream: u64) -> String {
+    format!("s{stream}")
 }
 
 /// `n` and the noun in the number it takes: "1 entry", "2 entries".
@@ -109,6 +115,9 @@ fn device_section(out: &mut String, d: &DeviceSummary) {
     for line in d.memory_summary.lines() {
         let _ = writeln!(out, "  {line}");
     }
+    for line in d.window.describe().lines() {
+        let _ = writeln!(out, "  {line}");
+    }
 
     let t = &d.totals;
     let _ = writeln!(
@@ -145,11 +154,7 @@ fn device_section(out: &mut String, d: &DeviceSummary) {
         .streams
         .iter()
         .map(|s| {
-            let mut r = vec![if s.stream == 0 {
-                "0 (default)".to_string()
-            } else {
-                format!("{:#x}", s.stream)
-            }];
+            let mut r = vec![stream_label(s.stream)];
             r.extend(frag_cells(&s.fragmentation));
             r
         })
@@ -205,14 +210,20 @@ fn device_section(out: &mut String, d: &DeviceSummary) {
                     },
                     human_bytes(o.requested),
                     human_bytes(o.device_free),
-                    format!("{:#x}", o.stream),
+                    stream_label(o.stream),
                 ]
             })
             .collect();
         table(
             out,
             "  ",
-            &["entry", "time", "requested", "device free", "stream"],
+            &[
+                "entry",
+                "time since first OOM",
+                "requested",
+                "device free",
+                "stream",
+            ],
             &rows,
         );
     }

@@ -91,10 +91,11 @@ impl fmt::Display for OutOfMemory {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "out of device memory: could not allocate {} ({} bytes requested) on device {} \
+            "out of device memory: could not allocate {} ({} {} requested) on device {} \
              stream {}. The device holds {} in total and reports {} free",
             format_size(self.rounded),
             self.requested,
+            if self.requested == 1 { "byte" } else { "bytes" },
             self.device,
             self.stream.0,
             format_size(self.device_total),

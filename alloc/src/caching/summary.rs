@@ -75,19 +75,57 @@ fn format_value(kind: Kind, v: i64, pref: i64) -> String {
     }
 }
 
-fn row(out: &mut Vec<String>, name: &str, kind: Kind, s: &Stat, pref: &Stat) {
-    out.push(format!(
-        " {name:<21} | {} | {} | {} | {} ",
-        format_value(kind, s.current, pref.current),
-        format_value(kind, s.peak, pref.peak),
-        format_value(kind, s.allocated, pref.allocated),
-        format_value(kind, s.freed, pref.freed),
-    ));
+/// What the Peak Usage, Tot Alloc and Tot Freed columns show.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HistoryColumns {
+    /// The stats' `peak`, `allocated` and `freed` figures.
+    Known,
+    /// As [`Known`](Self::Known), except for the Requested memory rows, which show
+    /// [`NOT_KNOWN`] (a replayed trace records rounded block sizes, not requested ones).
+    KnownExceptRequested,
+    /// [`NOT_KNOWN`] in each cell: the stats hold current figures only (a snapshot without a
+    /// trace), so no peak or total can be stated.
+    NotKnown,
+}
+
+/// The cell text of a figure that cannot be known.
+pub const NOT_KNOWN: &str = "not known";
+
+/// Width of a figure's cell (`format_size` and `format_count` both give this many characters).
+const CELL_WIDTH: usize = 10;
+
+fn row(
+    out: &mut Vec<String>,
+    name: &str,
+    kind: Kind,
+    (s, pref): (&Stat, &Stat),
+    history: HistoryColumns,
+) {
+    let cur = format_value(kind, s.current, pref.current);
+    let [peak, alloc, freed] = match history {
+        HistoryColumns::Known | HistoryColumns::KnownExceptRequested => [
+            format_value(kind, s.peak, pref.peak),
+            format_value(kind, s.allocated, pref.allocated),
+            format_value(kind, s.freed, pref.freed),
+        ],
+        HistoryColumns::NotKnown => [0; 3].map(|_| format!("{NOT_KNOWN:>w$}", w = CELL_WIDTH)),
+    };
+    out.push(format!(" {name:<21} | {cur} | {peak} | {alloc} | {freed} "));
 }
 
 /// The `torch.cuda.memory_summary(device)` table for these stats (not abbreviated), each line
 /// ending in a newline.
 pub fn format_memory_summary(stats: &DeviceStats, device: i32) -> String {
+    format_memory_summary_with(stats, device, HistoryColumns::Known)
+}
+
+/// [`format_memory_summary`], with the history columns (Peak Usage, Tot Alloc, Tot Freed)
+/// shown as `history` says.
+pub fn format_memory_summary_with(
+    stats: &DeviceStats,
+    device: i32,
+    history: HistoryColumns,
+) -> String {
     let metrics: [(&StatArray, &str, Kind); 9] = [
         (&stats.allocated_bytes, "Allocated memory", Kind::Size),
         (&stats.active_bytes, "Active memory", Kind::Size),
@@ -122,20 +160,27 @@ pub fn format_memory_summary(stats: &DeviceStats, device: i32) -> String {
     for (arr, name, kind) in metrics {
         lines.push(rule.clone());
         let all = arr.get(StatType::All);
-        row(&mut lines, name, kind, all, all);
+        let history = if history == HistoryColumns::KnownExceptRequested
+            && std::ptr::eq(arr, &stats.requested_bytes)
+        {
+            HistoryColumns::NotKnown
+        } else {
+            history
+        };
+        row(&mut lines, name, kind, (all, all), history);
         row(
             &mut lines,
             "      from large pool",
             kind,
-            arr.get(StatType::LargePool),
-            all,
+            (arr.get(StatType::LargePool), all),
+            history,
         );
         row(
             &mut lines,
             "      from small pool",
             kind,
-            arr.get(StatType::SmallPool),
-            all,
+            (arr.get(StatType::SmallPool), all),
+            history,
         );
     }
     for (s, name) in [
@@ -143,7 +188,7 @@ pub fn format_memory_summary(stats: &DeviceStats, device: i32) -> String {
         (&stats.oversize_segments, "Oversize GPU segments"),
     ] {
         lines.push(rule.clone());
-        row(&mut lines, name, Kind::Count, s, s);
+        row(&mut lines, name, Kind::Count, (s, s), history);
     }
     lines.push(double);
     let mut out = String::with_capacity(lines.len() * (SUMMARY_WIDTH + 3));

@@ -12,7 +12,8 @@
 //! ```
 //!
 //! Options: `--seconds N` (default 10), `--listen ADDR` (`unix:PATH` or `HOST:PORT`; default
-//! the agent's, from `ALLOCVIEW_ADDR`), `--no-listen`, `--metrics HOST:PORT`.
+//! the agent's, from `ALLOCVIEW_ADDR`), `--no-listen`, `--metrics HOST:PORT`, `--help`. A bad
+//! argument is one line on stderr and exit code 2; a failure while running, exit code 1.
 
 #![forbid(unsafe_code)]
 
@@ -40,22 +41,51 @@ const WORKERS: usize = 2;
 /// How often the service reports.
 const REPORT_EVERY: Duration = Duration::from_secs(1);
 
+/// `--help`.
+const USAGE: &str = "\
+heap-service: a service that watches its own heap through an in-process allocview agent
+
+Usage: heap-service [OPTIONS]
+
+Options:
+  --seconds N         how long to serve (default 10)
+  --listen ADDR       where attach clients connect: unix:PATH or HOST:PORT
+                      (default: the agent's, from ALLOCVIEW_ADDR)
+  --no-listen         serve no attach clients
+  --metrics HOST:PORT serve Prometheus metrics there
+  -h, --help          print this help
+";
+
+/// Exit code of a bad command line (as clap uses).
+const EXIT_USAGE: i32 = 2;
+/// Exit code of a failure while running.
+const EXIT_FAILURE: i32 = 1;
+
+/// What the command line asks for.
+enum Command {
+    /// Print [`USAGE`].
+    Help,
+    /// Run the service.
+    Run(Options),
+}
+
 struct Options {
     seconds: u64,
     listen: Option<Option<String>>,
     metrics: Option<SocketAddr>,
 }
 
-fn parse_options() -> anyhow::Result<Options> {
+fn parse_options(args: impl IntoIterator<Item = String>) -> anyhow::Result<Command> {
     let mut options = Options {
         seconds: 10,
         listen: Some(None),
         metrics: None,
     };
-    let mut args = std::env::args().skip(1);
+    let mut args = args.into_iter();
     while let Some(arg) = args.next() {
         let mut value = |name: &str| args.next().with_context(|| format!("{name} needs a value"));
         match arg.as_str() {
+            "-h" | "--help" => return Ok(Command::Help),
             "--seconds" => {
                 let v = value("--seconds")?;
                 options.seconds = v
@@ -73,11 +103,11 @@ fn parse_options() -> anyhow::Result<Options> {
             }
             other => bail!(
                 "unknown argument {other:?} (expected --seconds N, --listen ADDR, --no-listen, \
-                 --metrics HOST:PORT)"
+                 --metrics HOST:PORT, --help)"
             ),
         }
     }
-    Ok(options)
+    Ok(Command::Run(options))
 }
 
 /// One made-up request: split a payload into words, count them, keep the top few.
@@ -99,8 +129,26 @@ fn serve(request: u64, cache: &mut VecDeque<(u64, Vec<(String, usize)>)>) {
     cache.push_back((request, black_box(top)));
 }
 
-fn main() -> anyhow::Result<()> {
-    let options = parse_options()?;
+fn main() {
+    let options = match parse_options(std::env::args().skip(1)) {
+        Ok(Command::Help) => {
+            print!("{USAGE}");
+            return;
+        }
+        Ok(Command::Run(options)) => options,
+        Err(e) => {
+            eprintln!("heap-service: {e:#} (see --help)");
+            std::process::exit(EXIT_USAGE);
+        }
+    };
+    // Errors print as one line (never `Debug`, which would add a backtrace).
+    if let Err(e) = run(&options) {
+        eprintln!("heap-service: {e:#}");
+        std::process::exit(EXIT_FAILURE);
+    }
+}
+
+fn run(options: &Options) -> anyhow::Result<()> {
     // After dropped events the agent takes the heap's own counters (a resync).
     let mut builder = Agent::builder()
         .process_name("heap-service")

@@ -82,8 +82,12 @@ pub fn report_text(r: &Report) -> String {
     };
     let _ = writeln!(
         out,
-        "allocview demo ({}, device: {}, settings: {settings}): {} steps in {:.1} s",
-        r.scenario, r.device, r.steps, r.seconds
+        "allocview demo ({}, device: {}, settings: {settings}): {} {} in {:.1} s",
+        r.scenario,
+        r.device,
+        r.steps,
+        if r.steps == 1 { "step" } else { "steps" },
+        r.seconds
     );
     let _ = writeln!(
         out,

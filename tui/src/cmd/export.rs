@@ -2,6 +2,11 @@
 //! and allocview's JSON. A pickle export is consistent the way PyTorch's tools check it: every
 //! segment's blocks tile it (checked; an input that does not is refused), and its allocated,
 //! active and requested sizes are the sums of its blocks (recomputed on write).
+//!
+//! An output name whose extension names the other format (`--to json -o out.pickle`) is
+//! refused before anything is read or written: a file's name never lies about its format.
+
+use std::path::Path;
 
 use allocview_agent::pytorch;
 use allocview_agent::snapshot_file::{self, FileFormat};
@@ -15,6 +20,23 @@ use crate::cli::{ExportArgs, ExportFormat};
 /// The input cannot be read, its segments do not tile (pickle export), or the output cannot be
 /// written.
 pub fn run(args: &ExportArgs) -> anyhow::Result<()> {
+    let wanted = match args.to {
+        ExportFormat::Json => FileFormat::Json,
+        ExportFormat::Pickle => FileFormat::Pickle,
+    };
+    if let Some(named) = format_named_by(&args.out)
+        && named != wanted
+    {
+        anyhow::bail!(
+            "{}: the extension says {} but --to {} was given; name the output `.{}` or pass \
+             --to {}",
+            args.out.display(),
+            format_name(named),
+            cli_name(wanted),
+            wanted.extension(),
+            cli_name(named),
+        );
+    }
     let snapshot = load_snapshot(&args.input)?;
     let format = match args.to {
         ExportFormat::Json => FileFormat::Json,
@@ -35,12 +57,40 @@ pub fn run(args: &ExportArgs) -> anyhow::Result<()> {
         "wrote {} ({} bytes, {}): {} segments, {} trace entries",
         args.out.display(),
         bytes,
-        match format {
-            FileFormat::Json => "allocview JSON",
-            FileFormat::Pickle => "PyTorch pickle",
-        },
+        format_name(format),
         snapshot.segments.len(),
         snapshot.device_traces.iter().map(Vec::len).sum::<usize>()
     );
     Ok(())
+}
+
+/// Extensions that name a PyTorch pickle.
+const PICKLE_EXTENSIONS: [&str; 2] = ["pickle", "pkl"];
+
+/// The format an output file's extension names (case-insensitive), if it names one.
+fn format_named_by(path: &Path) -> Option<FileFormat> {
+    let ext = path.extension()?.to_str()?.to_ascii_lowercase();
+    if ext == FileFormat::Json.extension() {
+        Some(FileFormat::Json)
+    } else if PICKLE_EXTENSIONS.contains(&ext.as_str()) {
+        Some(FileFormat::Pickle)
+    } else {
+        None
+    }
+}
+
+/// A format in words.
+fn format_name(f: FileFormat) -> &'static str {
+    match f {
+        FileFormat::Json => "allocview JSON",
+        FileFormat::Pickle => "PyTorch pickle",
+    }
+}
+
+/// A format as `--to` spells it.
+fn cli_name(f: FileFormat) -> &'static str {
+    match f {
+        FileFormat::Json => "json",
+        FileFormat::Pickle => "pickle",
+    }
 }
