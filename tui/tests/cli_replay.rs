@@ -41,6 +41,17 @@ fn allocview(args: &[&str]) -> std::process::Output {
         .expect("allocview runs")
 }
 
+/// `allocview ARGS`'s stdout, after checking that it succeeded.
+fn allocview_ok(args: &[&str]) -> Vec<u8> {
+    let out = allocview(args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
 #[test]
 fn replay_compares_two_configs_side_by_side_with_the_recording_first() {
     let dir = tempfile::tempdir().unwrap();
@@ -58,13 +69,8 @@ fn replay_compares_two_configs_side_by_side_with_the_recording_first() {
         "max_split_size_mb:200",
     ];
 
-    let out = allocview(&[&common[..], &["--json"]].concat());
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let stdout = allocview_ok(&[&common[..], &["--json"]].concat());
+    let json: serde_json::Value = serde_json::from_slice(&stdout).unwrap();
     let runs = json["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 3);
     assert_eq!(runs[0]["label"], "recorded");
@@ -81,13 +87,8 @@ fn replay_compares_two_configs_side_by_side_with_the_recording_first() {
     assert_eq!(json["events"], 20);
     assert_eq!(json["device_memory"], 1u64 << 30);
 
-    let out = allocview(&common);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).unwrap();
+    let stdout = allocview_ok(&common);
+    let text = String::from_utf8(stdout).unwrap();
     let header = text
         .lines()
         .find(|l| l.contains("recorded") && l.contains("expandable_segments:True"))
@@ -123,18 +124,13 @@ fn replay_of_a_pytorch_snapshot_reports_full_fidelity_and_writes_the_replayed_ru
     };
     let dir = tempfile::tempdir().unwrap();
     let out_path = dir.path().join("replayed.pickle");
-    let out = allocview(&[
+    let stdout = allocview_ok(&[
         "replay",
         fixture.to_str().unwrap(),
         "--out",
         out_path.to_str().unwrap(),
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).unwrap();
+    let text = String::from_utf8(stdout).unwrap();
     assert!(
         text.contains("36/36 allocations at the recorded address (100.0%)"),
         "{text}"
@@ -167,7 +163,7 @@ fn replay_out_writes_the_what_if_run_and_one_file_per_config_when_there_are_seve
     let dir = tempfile::tempdir().unwrap();
     let out_path = dir.path().join("replayed.pickle");
     let fixture = fixture.to_str().unwrap();
-    let out = allocview(&[
+    let stdout = allocview_ok(&[
         "replay",
         fixture,
         "--config",
@@ -175,12 +171,7 @@ fn replay_out_writes_the_what_if_run_and_one_file_per_config_when_there_are_seve
         "--out",
         out_path.to_str().unwrap(),
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).unwrap();
+    let text = String::from_utf8(stdout).unwrap();
     assert!(
         text.contains(&format!(
             "what-if run (expandable_segments:True) written to {}",
@@ -199,7 +190,7 @@ fn replay_out_writes_the_what_if_run_and_one_file_per_config_when_there_are_seve
     assert!(!trace.iter().any(|e| e.action == TraceAction::SegmentAlloc));
 
     // Two configs: one file each, named after its run; `""` is PyTorch's defaults.
-    let out = allocview(&[
+    let stdout = allocview_ok(&[
         "replay",
         fixture,
         "--config",
@@ -209,12 +200,7 @@ fn replay_out_writes_the_what_if_run_and_one_file_per_config_when_there_are_seve
         "--out",
         out_path.to_str().unwrap(),
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).unwrap();
+    let text = String::from_utf8(stdout).unwrap();
     let first = dir
         .path()
         .join("replayed.1-expandable_segments_True.pickle");

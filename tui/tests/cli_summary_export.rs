@@ -1,5 +1,6 @@
 //! `allocview summary` and `allocview export`, through the real binary.
 
+use std::path::Path;
 use std::process::{Command, Output};
 
 use allocview_agent::snapshot_file;
@@ -9,6 +10,18 @@ const BIN: &str = env!("CARGO_BIN_EXE_allocview");
 
 fn run(args: &[&str]) -> Output {
     Command::new(BIN).args(args).output().expect("binary runs")
+}
+
+/// `allocview export INPUT --to FORMAT -o OUT`.
+fn export(input: &Path, to: &str, out: &Path) -> Output {
+    run(&[
+        "export",
+        input.to_str().unwrap(),
+        "--to",
+        to,
+        "-o",
+        out.to_str().unwrap(),
+    ])
 }
 
 fn stdout(o: &Output) -> String {
@@ -115,22 +128,8 @@ fn export_converts_both_ways_without_loss() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("snap.json");
     let pickle = dir.path().join("snap.pickle");
-    ok(&run(&[
-        "export",
-        p.to_str().unwrap(),
-        "--to",
-        "json",
-        "-o",
-        json.to_str().unwrap(),
-    ]));
-    ok(&run(&[
-        "export",
-        json.to_str().unwrap(),
-        "--to",
-        "pickle",
-        "-o",
-        pickle.to_str().unwrap(),
-    ]));
+    ok(&export(&p, "json", &json));
+    ok(&export(&json, "pickle", &pickle));
     let original = snapshot_file::load(&p).unwrap();
     assert_eq!(snapshot_file::load(&json).unwrap(), original);
     assert_eq!(snapshot_file::load(&pickle).unwrap(), original);
@@ -194,14 +193,7 @@ fn bad_files_exit_1_with_a_message_naming_the_problem() {
 
     let newer = dir.path().join("newer.json");
     std::fs::write(&newer, br#"{"format":"allocview-snapshot","version":7}"#).unwrap();
-    let err = fails_cleanly(&run(&[
-        "export",
-        newer.to_str().unwrap(),
-        "--to",
-        "pickle",
-        "-o",
-        dir.path().join("x.pickle").to_str().unwrap(),
-    ]));
+    let err = fails_cleanly(&export(&newer, "pickle", &dir.path().join("x.pickle")));
     assert!(err.contains("version 7"), "{err}");
 
     if let Some(p) = fixture("small-97-events.pickle") {
@@ -214,14 +206,11 @@ fn bad_files_exit_1_with_a_message_naming_the_problem() {
             "{err}"
         );
 
-        let err = fails_cleanly(&run(&[
-            "export",
-            p.to_str().unwrap(),
-            "--to",
+        let err = fails_cleanly(&export(
+            &p,
             "json",
-            "-o",
-            dir.path().join("no/such/dir/out.json").to_str().unwrap(),
-        ]));
+            &dir.path().join("no/such/dir/out.json"),
+        ));
         assert!(err.contains("out.json"), "{err}");
     }
 }
@@ -236,14 +225,7 @@ fn a_pickle_export_refuses_segments_whose_blocks_do_not_tile() {
     s.segments[1].blocks[0].address += 512;
     let broken = dir.path().join("broken.json");
     snapshot_file::save(&broken, &s, snapshot_file::FileFormat::Json).unwrap();
-    let err = fails_cleanly(&run(&[
-        "export",
-        broken.to_str().unwrap(),
-        "--to",
-        "pickle",
-        "-o",
-        dir.path().join("out.pickle").to_str().unwrap(),
-    ]));
+    let err = fails_cleanly(&export(&broken, "pickle", &dir.path().join("out.pickle")));
     assert!(err.contains("segments[1]") && err.contains("tile"), "{err}");
     assert!(!dir.path().join("out.pickle").exists());
 }
@@ -260,14 +242,7 @@ fn export_refuses_an_output_name_whose_extension_names_the_other_format() {
         ("pickle", "out.json", "json"),
     ] {
         let out = dir.path().join(name);
-        let err = fails_cleanly(&run(&[
-            "export",
-            p.to_str().unwrap(),
-            "--to",
-            to,
-            "-o",
-            out.to_str().unwrap(),
-        ]));
+        let err = fails_cleanly(&export(&p, to, &out));
         assert!(
             err.contains(name) && err.contains(&format!("--to {other}")),
             "{err}"
@@ -276,14 +251,7 @@ fn export_refuses_an_output_name_whose_extension_names_the_other_format() {
     }
     // An extension naming no format is the user's choice.
     let out = dir.path().join("out.snapshot");
-    ok(&run(&[
-        "export",
-        p.to_str().unwrap(),
-        "--to",
-        "json",
-        "-o",
-        out.to_str().unwrap(),
-    ]));
+    ok(&export(&p, "json", &out));
     assert!(snapshot_file::load(&out).is_ok());
 }
 
