@@ -1,6 +1,7 @@
 //! What a snapshot says, in figures: per device, PyTorch's `memory_summary()` table recomputed
 //! from the segments and blocks ([`DeviceStats::from_snapshot`] formatted by
-//! [`format_memory_summary`]), and allocview's additions: fragmentation per pool and per stream
+//! [`format_memory_summary_with`], its peaks and totals from replaying the trace), and
+//! allocview's additions: fragmentation per pool and per stream
 //! ([`Fragmentation`]), the OOM entries of the trace with their facts, the trace length and
 //! whether its ring overflowed, and how many entries of each action the trace holds.
 //!
