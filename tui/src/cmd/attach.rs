@@ -22,14 +22,14 @@ pub const TICK: Duration = Duration::from_millis(100);
 const HEADLESS_LINE_EVERY: Duration = Duration::from_secs(1);
 
 /// The address to attach to: the one given, else `$ALLOCVIEW_ADDR`, else the only socket in
-/// the default folder.
+/// the default folder (`sockets` lists them, probing each: called only when needed).
 ///
 /// # Errors
 /// No address and no socket, or several sockets (listed, to choose from).
 pub fn resolve(
     given: Option<&str>,
     env: Option<String>,
-    sockets: &[PathBuf],
+    sockets: impl FnOnce() -> Vec<PathBuf>,
 ) -> anyhow::Result<String> {
     if let Some(a) = given.filter(|a| !a.trim().is_empty()) {
         return Ok(a.trim().to_string());
@@ -37,7 +37,7 @@ pub fn resolve(
     if let Some(a) = env.filter(|a| !a.trim().is_empty()) {
         return Ok(a.trim().to_string());
     }
-    match sockets {
+    match sockets().as_slice() {
         [] => anyhow::bail!(
             "no allocview agent found: no socket in {} and ${ADDR_ENV} is not set; give an \
              address (allocview --attach unix:PATH or HOST:PORT) or start one \
@@ -140,7 +140,7 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
     let addr = resolve(
         cli.attach.as_deref(),
         std::env::var(ADDR_ENV).ok(),
-        &client::find_sockets(),
+        client::find_sockets,
     )?;
     let token = std::env::var(TOKEN_ENV).ok().filter(|t| !t.is_empty());
     if cli.headless {
@@ -162,14 +162,17 @@ mod tests {
     fn the_address_comes_from_the_flag_then_the_environment_then_the_only_socket() {
         let socks = [PathBuf::from("/tmp/a.sock")];
         assert_eq!(
-            resolve(Some("unix:/x.sock"), Some("h:1".into()), &socks).unwrap(),
+            resolve(Some("unix:/x.sock"), Some("h:1".into()), || socks.to_vec()).unwrap(),
             "unix:/x.sock"
         );
         assert_eq!(
-            resolve(Some(""), Some("h:1".into()), &socks).unwrap(),
+            resolve(Some(""), Some("h:1".into()), || socks.to_vec()).unwrap(),
             "h:1"
         );
-        assert_eq!(resolve(None, None, &socks).unwrap(), "unix:/tmp/a.sock");
+        assert_eq!(
+            resolve(None, None, || socks.to_vec()).unwrap(),
+            "unix:/tmp/a.sock"
+        );
     }
 
     #[test]
@@ -190,10 +193,12 @@ mod tests {
 
     #[test]
     fn no_socket_or_several_are_clear_errors() {
-        let e = resolve(None, None, &[]).unwrap_err().to_string();
+        let e = resolve(None, None, Vec::new).unwrap_err().to_string();
         assert!(e.contains("no allocview agent found"), "{e}");
         let two = [PathBuf::from("/tmp/a.sock"), PathBuf::from("/tmp/b.sock")];
-        let e = resolve(None, None, &two).unwrap_err().to_string();
+        let e = resolve(None, None, || two.to_vec())
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("2 agents are listening") && e.contains("unix:/tmp/b.sock"),
             "{e}"
