@@ -19,9 +19,8 @@
 //! # Ok::<(), allocview_agent::client::ClientError>(())
 //! ```
 
-use std::io::{self, Read};
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
-use std::os::unix::net::UnixStream;
+use std::io;
+use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::Duration;
@@ -32,7 +31,9 @@ use crossbeam_channel::{Receiver, RecvTimeoutError};
 use crate::protocol::{
     self, ClientFrame, MAGIC, MAX_SERVER_FRAME, PROTOCOL_VERSION, ProtocolError, ServerFrame,
 };
-use crate::server::{BadAddress, Conn, ListenAddr};
+use crate::server::{
+    BadAddress, Conn, ListenAddr, SocketProbe, default_socket_pid, probe_unix_socket,
+};
 use crate::state::AgentState;
 
 pub use crate::server::default_socket_dir;
@@ -367,44 +368,13 @@ pub fn find_sockets_in(dir: &Path) -> Vec<PathBuf> {
     socks.into_iter().map(|(_, p)| p).collect()
 }
 
-/// How long a discovery probe waits for a live agent's hello before hanging up.
-const PROBE_TIMEOUT: Duration = Duration::from_millis(200);
-
 /// Whether `path` is a socket an agent listens on; a stale one (connection refused) is removed.
 fn is_live_socket(path: &Path) -> bool {
-    let Ok(before) = std::fs::symlink_metadata(path) else {
-        return false;
-    };
-    if !before.file_type().is_socket() {
-        return false;
+    let pid_alive = || default_socket_pid(path).map(process_exists) != Some(false);
+    match probe_unix_socket(path) {
+        SocketProbe::Live | SocketProbe::Busy | SocketProbe::Failed(_) => pid_alive(),
+        SocketProbe::Absent | SocketProbe::NotASocket | SocketProbe::Stale => false,
     }
-    let pid_alive = socket_pid(path).map(process_exists);
-    match UnixStream::connect(path) {
-        Ok(mut s) => {
-            // Wait for the hello (the agent writes it at once) before hanging up, so the
-            // agent never writes to a connection already closed.
-            let _ = s.set_read_timeout(Some(PROBE_TIMEOUT));
-            let _ = s.read(&mut [0u8; 64]);
-            pid_alive != Some(false)
-        }
-        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
-            // Remove it only if it is still the socket found above (an agent starting now
-            // replaces it with its own).
-            let same = std::fs::symlink_metadata(path)
-                .is_ok_and(|now| now.dev() == before.dev() && now.ino() == before.ino());
-            if same {
-                let _ = std::fs::remove_file(path);
-            }
-            false
-        }
-        Err(_) => pid_alive != Some(false),
-    }
-}
-
-/// The pid a default socket's name starts with (`<pid>.sock`, `<pid>-N.sock`).
-fn socket_pid(path: &Path) -> Option<u32> {
-    let stem = path.file_stem()?.to_str()?;
-    stem.split('-').next()?.parse().ok()
 }
 
 /// Whether process `pid` exists (true where `/proc` cannot tell).

@@ -305,34 +305,91 @@ fn io_err(addr: impl fmt::Display) -> impl FnOnce(io::Error) -> ServerError {
     move |source| ServerError::Io { addr, source }
 }
 
+/// What a probe found at a unix socket path.
+#[derive(Debug)]
+pub(crate) enum SocketProbe {
+    /// Nothing there.
+    Absent,
+    /// Something other than a socket (a user's file named by mistake): not ours to touch.
+    NotASocket,
+    /// An agent listens (its hello was read, or the wait for it is over).
+    Live,
+    /// An agent listens there, busy (its backlog is full).
+    Busy,
+    /// Nobody listens (refused): the socket outlived its agent, killed by a signal, say. It
+    /// was removed, if it was still the socket probed.
+    Stale,
+    /// The probe failed otherwise.
+    Failed(io::Error),
+}
+
+/// How long a probe waits for a live agent's hello before hanging up.
+const PROBE_TIMEOUT: Duration = Duration::from_millis(200);
+
+/// Probes `path` (see [`SocketProbe`]); removes a stale socket.
+pub(crate) fn probe_unix_socket(path: &Path) -> SocketProbe {
+    let before = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return SocketProbe::Absent,
+        Err(e) => return SocketProbe::Failed(e),
+    };
+    if !before.file_type().is_socket() {
+        return SocketProbe::NotASocket;
+    }
+    match UnixStream::connect(path) {
+        Ok(mut s) => {
+            // Wait for the hello (the agent writes it at once) before hanging up, so the
+            // agent never writes to a connection already closed.
+            let _ = s.set_read_timeout(Some(PROBE_TIMEOUT));
+            let _ = s.read(&mut [0u8; 64]);
+            SocketProbe::Live
+        }
+        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+            // Remove it only if it is still the socket found above (an agent starting now
+            // replaces it with its own).
+            let same = std::fs::symlink_metadata(path)
+                .is_ok_and(|now| now.dev() == before.dev() && now.ino() == before.ino());
+            if same {
+                let _ = std::fs::remove_file(path);
+            }
+            SocketProbe::Stale
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => SocketProbe::Absent,
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => SocketProbe::Busy,
+        Err(e) => SocketProbe::Failed(e),
+    }
+}
+
 /// Binds a unix socket, replacing a stale one; `Ok(None)` when a live agent holds the path.
 fn bind_unix(path: &Path) -> Result<Option<UnixListener>, ServerError> {
-    if let Ok(meta) = std::fs::symlink_metadata(path) {
+    match probe_unix_socket(path) {
+        SocketProbe::Absent | SocketProbe::Stale => {}
         // Only a stale socket is ours to replace: anything else at the path (a typo in
         // ALLOCVIEW_ADDR naming a user's file) is left alone.
-        if !meta.file_type().is_socket() {
-            return Err(ServerError::NotASocket(path.to_path_buf()));
-        }
-        match UnixStream::connect(path) {
-            Ok(_) => return Ok(None),
-            // Refused: nobody listens, the socket outlived its agent (killed by a signal).
-            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
-                match std::fs::remove_file(path) {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                    Err(e) => return Err(io_err(path.display())(e)),
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            // A full backlog: an agent listens there, busy.
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
-            Err(e) => return Err(io_err(path.display())(e)),
-        }
+        SocketProbe::NotASocket => return Err(ServerError::NotASocket(path.to_path_buf())),
+        SocketProbe::Live | SocketProbe::Busy => return Ok(None),
+        SocketProbe::Failed(e) => return Err(io_err(path.display())(e)),
     }
     let l = UnixListener::bind(path).map_err(io_err(path.display()))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(SOCKET_MODE))
         .map_err(io_err(path.display()))?;
     Ok(Some(l))
+}
+
+/// The name of a default socket: `<pid>.sock`, or `<pid>-N.sock` for the process's `n`th
+/// agent.
+fn default_socket_name(pid: u32, n: u32) -> String {
+    if n == 1 {
+        format!("{pid}.sock")
+    } else {
+        format!("{pid}-{n}.sock")
+    }
+}
+
+/// The pid a [`default_socket_name`] starts with.
+pub(crate) fn default_socket_pid(path: &Path) -> Option<u32> {
+    let stem = path.file_stem()?.to_str()?;
+    stem.split('-').next()?.parse().ok()
 }
 
 /// The default socket path for this process (`<pid>.sock`, or `<pid>-N.sock` when another
@@ -341,12 +398,7 @@ fn bind_default(pid: u32) -> Result<(PathBuf, UnixListener), ServerError> {
     let dir = default_socket_dir();
     ensure_private_dir(&dir).map_err(io_err(dir.display()))?;
     for n in 1.. {
-        let name = if n == 1 {
-            format!("{pid}.sock")
-        } else {
-            format!("{pid}-{n}.sock")
-        };
-        let path = dir.join(name);
+        let path = dir.join(default_socket_name(pid, n));
         if let Some(l) = bind_unix(&path)? {
             return Ok((path, l));
         }
