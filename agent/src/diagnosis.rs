@@ -284,18 +284,29 @@ pub fn diagnose_under(f: &OomFacts, expandable_segments: bool) -> Diagnosis {
 
 /// A byte count in binary units with two decimals (`1.50 GiB`, `512 B`).
 pub fn human(bytes: u64) -> String {
-    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    human_with(bytes, 2)
+}
+
+/// Binary units, each 1024 times the previous.
+const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+
+/// Bytes per step of [`UNITS`].
+const UNIT_STEP: f64 = 1024.0;
+
+/// A byte count in binary units with `decimals` decimals (`512 B` below 1 KiB). A value that
+/// would round to 1024 of a unit is given in the next (1048575 B is `1.00 MiB`).
+pub fn human_with(bytes: u64, decimals: i32) -> String {
+    let rounds_up_at = UNIT_STEP - 0.5 / 10f64.powi(decimals);
     let mut v = bytes as f64;
     let mut unit = 0;
-    // A value that rounds to 1024.00 of a unit is 1.00 of the next (1048575 B is 1.00 MiB).
-    while (v >= 1024.0 || (unit > 0 && format!("{v:.2}") == "1024.00")) && unit + 1 < UNITS.len() {
-        v /= 1024.0;
+    while (v >= UNIT_STEP || (unit > 0 && v >= rounds_up_at)) && unit + 1 < UNITS.len() {
+        v /= UNIT_STEP;
         unit += 1;
     }
     if unit == 0 {
         format!("{bytes} B")
     } else {
-        format!("{v:.2} {}", UNITS[unit])
+        format!("{v:.*} {}", decimals as usize, UNITS[unit])
     }
 }
 

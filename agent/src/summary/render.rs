@@ -5,28 +5,12 @@ use std::fmt::{self, Write as _};
 
 use super::{DeviceSummary, Fragmentation, Summary};
 
-/// Binary units, each 1024 times the previous.
-const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-
-/// Bytes per step of [`UNITS`].
-const UNIT_STEP: f64 = 1024.0;
-
 /// Microseconds per second, for trace times.
 pub(crate) const US_PER_S: f64 = 1e6;
 
 /// `1536` -> `"1.5 KiB"`, `512` -> `"512 B"`.
 pub fn human_bytes(n: u64) -> String {
-    if n < UNIT_STEP as u64 {
-        return format!("{n} B");
-    }
-    let mut v = n as f64;
-    let mut unit = 0;
-    // A value that rounds to 1024.0 of a unit is 1.0 of the next (1048575 B is 1.0 MiB).
-    while (v >= UNIT_STEP || format!("{v:.1}") == "1024.0") && unit < UNITS.len() - 1 {
-        v /= UNIT_STEP;
-        unit += 1;
-    }
-    format!("{v:.1} {}", UNITS[unit])
+    crate::diagnosis::human_with(n, 1)
 }
 
 /// A stream as the dashboard names it: `s0` (the default stream), `s1`, ...
