@@ -161,22 +161,16 @@ pub fn replay(
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let recorded = recorded_config(snapshot).map_err(|message| ReplayError::Config {
-        config: "allocator_settings of the file".into(),
-        message,
-    })?;
-    let device_memory = settings
-        .device_memory
-        .or_else(|| snapshot.devices.iter().find_map(|d| d.total_memory));
+    let fidelity_opts =
+        RunOptions::fidelity(snapshot, settings.device_memory, settings.keep_history).map_err(
+            |message| ReplayError::Config {
+                config: "allocator_settings of the file".into(),
+                message,
+            },
+        )?;
+    let device_memory = fidelity_opts.device_memory;
     let total = entries.len() * (1 + configs.len());
 
-    let fidelity_opts = RunOptions {
-        config: recorded,
-        label: RECORDED_LABEL.into(),
-        device_memory,
-        placement: Placement::Recorded,
-        keep_history: settings.keep_history,
-    };
     let base = engine::run(snapshot, &fidelity_opts, &mut |done| progress(done, total))?;
     let mut recorded_run = base.figures.clone();
     // The baseline column is the recording itself: its device mallocs and OOMs as recorded,

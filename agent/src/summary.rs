@@ -13,13 +13,13 @@ pub mod render;
 
 use std::collections::BTreeMap;
 
-use allocview_alloc::caching::stats::{DeviceStats, Stat, StatArray};
+use allocview_alloc::caching::stats::{DeviceStats, Stat};
 use allocview_alloc::caching::summary::{HistoryColumns, format_memory_summary_with};
 use allocview_alloc::snapshot::{SegmentType, Snapshot, TraceAction, Value};
 use serde::Serialize;
 
 use crate::diagnosis::human;
-use crate::replay::{self, Placement, RunOptions};
+use crate::replay::{self, RunOptions};
 
 pub use fragmentation::Fragmentation;
 
@@ -237,17 +237,10 @@ fn replay_window(snapshot: &Snapshot) -> Replayed {
     let trace = replay::engine::trace_index(snapshot)?;
     let device = i32::try_from(trace).ok()?;
     let result = (|| {
-        let config = replay::recorded_config(snapshot)
+        let opts = RunOptions::fidelity(snapshot, None, false)
             .map_err(|e| format!("the file's allocator settings do not parse ({e})"))?;
-        let opts = RunOptions {
-            config,
-            label: replay::RECORDED_LABEL.into(),
-            device_memory: snapshot.devices.iter().find_map(|d| d.total_memory),
-            placement: Placement::Recorded,
-            keep_history: false,
-        };
         let run = replay::engine::run(snapshot, &opts, &mut |_| {}).map_err(|e| e.to_string())?;
-        if !run.fidelity.is_exact() || run.fidelity.final_state_matches == Some(false) {
+        if !run.fidelity.reproduced() {
             return Err("replaying the trace did not reproduce the recording".to_string());
         }
         Ok(run.stats)
@@ -263,24 +256,14 @@ fn merge_history(current: &mut DeviceStats, replayed: &DeviceStats) {
         dst.allocated = src.allocated;
         dst.freed = src.freed;
     }
-    fn array(dst: &mut StatArray, src: &StatArray) {
+    let mut r = replayed.clone();
+    for (dst, src) in current.arrays_mut().into_iter().zip(r.arrays_mut()) {
         for (d, s) in dst.0.iter_mut().zip(&src.0) {
             stat(d, s);
         }
     }
-    let c = current;
-    let r = replayed;
-    array(&mut c.allocation, &r.allocation);
-    array(&mut c.segment, &r.segment);
-    array(&mut c.active, &r.active);
-    array(&mut c.inactive_split, &r.inactive_split);
-    array(&mut c.allocated_bytes, &r.allocated_bytes);
-    array(&mut c.reserved_bytes, &r.reserved_bytes);
-    array(&mut c.active_bytes, &r.active_bytes);
-    array(&mut c.inactive_split_bytes, &r.inactive_split_bytes);
-    array(&mut c.requested_bytes, &r.requested_bytes);
-    stat(&mut c.oversize_allocations, &r.oversize_allocations);
-    stat(&mut c.oversize_segments, &r.oversize_segments);
+    stat(&mut current.oversize_allocations, &r.oversize_allocations);
+    stat(&mut current.oversize_segments, &r.oversize_segments);
 }
 
 fn summarize_device(

@@ -76,6 +76,28 @@ pub struct RunOptions {
     pub keep_history: bool,
 }
 
+impl RunOptions {
+    /// The fidelity run's options: the file's recorded settings, recorded placement, and
+    /// `device_memory` (else the file's device size).
+    ///
+    /// # Errors
+    /// The file's allocator settings do not parse (the message says why).
+    pub fn fidelity(
+        snapshot: &Snapshot,
+        device_memory: Option<u64>,
+        keep_history: bool,
+    ) -> Result<RunOptions, String> {
+        Ok(RunOptions {
+            config: recorded_config(snapshot)?,
+            label: crate::replay::RECORDED_LABEL.into(),
+            device_memory: device_memory
+                .or_else(|| snapshot.devices.iter().find_map(|d| d.total_memory)),
+            placement: Placement::Recorded,
+            keep_history,
+        })
+    }
+}
+
 /// What one replay produced.
 #[derive(Debug, Clone)]
 pub struct RunResult {

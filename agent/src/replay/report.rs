@@ -42,6 +42,12 @@ impl Fidelity {
         self.allocs == self.allocs_at_recorded_address
             && self.segment_allocs == self.segment_allocs_of_recorded_size
     }
+
+    /// Whether the replay reproduced the recording: every allocation and segment allocation
+    /// matched, and the final state too where the file has one to compare with.
+    pub fn reproduced(&self) -> bool {
+        self.is_exact() && self.final_state_matches != Some(false)
+    }
 }
 
 /// `part/whole NOUN WHAT (P%)`, or `no NOUN in the trace` when `whole` is 0.

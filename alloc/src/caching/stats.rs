@@ -189,7 +189,7 @@ impl DeviceStats {
     }
 
     /// The nine stat arrays (every field but the single counters), to change alike.
-    pub(crate) fn arrays_mut(&mut self) -> [&mut StatArray; 9] {
+    pub fn arrays_mut(&mut self) -> [&mut StatArray; 9] {
         [
             &mut self.allocation,
             &mut self.segment,
