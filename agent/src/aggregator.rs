@@ -992,14 +992,15 @@ impl Aggregator {
             ..rec.clone()
         };
         self.keep_oom(rec);
-        let forgotten = forgotten_oom_indices(last);
-        for index in first + 1..=last {
-            if !forgotten.as_ref().is_some_and(|f| f.contains(&index)) {
-                self.keep_oom(OomRecord {
-                    index,
-                    ..other.clone()
-                });
-            }
+        // The indices outside the forgotten gap (none: an empty gap past the last).
+        let (gap_from, gap_to) =
+            forgotten_oom_indices(last).map_or((last + 1, last), |f| (*f.start(), *f.end()));
+        let kept = (first + 1..=last.min(gap_from - 1)).chain((first + 1).max(gap_to + 1)..=last);
+        for index in kept {
+            self.keep_oom(OomRecord {
+                index,
+                ..other.clone()
+            });
         }
     }
 

@@ -47,7 +47,7 @@ use allocview_alloc::event::{
     Event, EventAction, EventPool, FLAG_EXPANDABLE, FLAG_OVERSIZE, FLAG_PRIVATE_POOL,
 };
 use allocview_alloc::snapshot::{
-    BlockInfo, BlockState, Frames, SegmentInfo, SegmentType, Snapshot, no_frames,
+    BlockInfo, BlockState, Frames, SegmentInfo, SegmentType, Snapshot, no_frames, segment_sums,
 };
 
 use crate::addr_map::AddrMap;
@@ -1079,13 +1079,6 @@ impl DeviceMirror {
                 };
                 for i in self.chain(si) {
                     let b = &self.blocks[i];
-                    if b.state == BlockState::ActiveAllocated {
-                        info.allocated_size += b.size;
-                        info.requested_size += b.requested;
-                    }
-                    if b.state.is_active() {
-                        info.active_size += b.size;
-                    }
                     info.blocks.push(BlockInfo {
                         address: b.addr,
                         size: b.size,
@@ -1095,6 +1088,8 @@ impl DeviceMirror {
                         history: Vec::new(),
                     });
                 }
+                (info.allocated_size, info.active_size, info.requested_size) =
+                    segment_sums(&info.blocks);
                 info
             })
             .collect()

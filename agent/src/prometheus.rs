@@ -110,6 +110,9 @@ impl Builder {
                 series: vec![series],
             }),
         }
+        let quantiles = format!("{name}_quantile");
+        let quantiles_help =
+            format!("{help}: quantiles since the agent started (HdrHistogram, within 1%)");
         for (q, v) in [
             ("0.5", h.p50),
             ("0.9", h.p90),
@@ -118,12 +121,7 @@ impl Builder {
         ] {
             let mut l = labels(base);
             l.push(("quantile".into(), q.into()));
-            self.gauge(
-                &format!("{name}_quantile"),
-                &format!("{help}: quantiles since the agent started (HdrHistogram, within 1%)"),
-                l,
-                v as i64,
-            );
+            self.gauge(&quantiles, &quantiles_help, l, v as i64);
         }
     }
 }
