@@ -108,21 +108,16 @@ impl Timeline {
             let Some(first) = out.front().map(|s| s.time_ns) else {
                 break;
             };
-            let older: Vec<UsageSample> = t
-                .ring
-                .iter()
-                .take_while(|s| s.time_ns < first)
-                .copied()
-                .collect();
-            let Some(last) = older.last() else {
+            let older = t.ring.iter().take_while(|s| s.time_ns < first).count();
+            let Some(last) = older.checked_sub(1).map(|i| t.ring[i]) else {
                 continue;
             };
             let end = t.window_end(last.time_ns);
             while out.front().is_some_and(|s| s.time_ns < end) {
                 out.pop_front();
             }
-            for s in older.into_iter().rev() {
-                out.push_front(s);
+            for s in t.ring.iter().take(older).rev() {
+                out.push_front(*s);
             }
         }
         out.into()
