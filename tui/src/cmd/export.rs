@@ -27,37 +27,32 @@ pub fn run(args: &ExportArgs) -> anyhow::Result<()> {
     if let Some(named) = format_named_by(&args.out)
         && named != wanted
     {
+        // `--to` spells each format as its extension.
+        let (to, other) = (wanted.extension(), named.extension());
         anyhow::bail!(
-            "{}: the extension says {} but --to {} was given; name the output `.{}` or pass \
-             --to {}",
+            "{}: the extension says {} but --to {to} was given; name the output `.{to}` or pass \
+             --to {other}",
             args.out.display(),
             format_name(named),
-            cli_name(wanted),
-            wanted.extension(),
-            cli_name(named),
         );
     }
     let snapshot = load_snapshot(&args.input)?;
-    let format = match args.to {
-        ExportFormat::Json => FileFormat::Json,
-        ExportFormat::Pickle => {
-            pytorch::check_tiling(&snapshot).map_err(|e| {
-                anyhow::anyhow!(
-                    "{}: cannot export as a PyTorch pickle, blocks must tile their segment: {e}",
-                    args.input.display()
-                )
-            })?;
-            FileFormat::Pickle
-        }
-    };
-    snapshot_file::save(&args.out, &snapshot, format)
+    if wanted == FileFormat::Pickle {
+        pytorch::check_tiling(&snapshot).map_err(|e| {
+            anyhow::anyhow!(
+                "{}: cannot export as a PyTorch pickle, blocks must tile their segment: {e}",
+                args.input.display()
+            )
+        })?;
+    }
+    snapshot_file::save(&args.out, &snapshot, wanted)
         .map_err(|e| anyhow::anyhow!("cannot write {e}"))?;
     let bytes = std::fs::metadata(&args.out).map(|m| m.len()).unwrap_or(0);
     eprintln!(
         "wrote {} ({} bytes, {}): {} segments, {} trace entries",
         args.out.display(),
         bytes,
-        format_name(format),
+        format_name(wanted),
         snapshot.segments.len(),
         snapshot.device_traces.iter().map(Vec::len).sum::<usize>()
     );
@@ -84,13 +79,5 @@ fn format_name(f: FileFormat) -> &'static str {
     match f {
         FileFormat::Json => "allocview JSON",
         FileFormat::Pickle => "PyTorch pickle",
-    }
-}
-
-/// A format as `--to` spells it.
-fn cli_name(f: FileFormat) -> &'static str {
-    match f {
-        FileFormat::Json => "json",
-        FileFormat::Pickle => "pickle",
     }
 }

@@ -129,23 +129,22 @@ impl TraceFilter {
 
     /// Whether an entry passes: some term of each kind present matches (every size bound).
     pub fn matches(&self, e: &TraceEntry) -> bool {
-        let any = |kind: fn(&Term) -> bool, hit: &dyn Fn(&Term) -> bool| {
-            let mut of_kind = self.terms.iter().filter(|t| kind(t)).peekable();
-            of_kind.peek().is_none() || of_kind.any(hit)
-        };
-        any(
-            |t| matches!(t, Term::Action(_)),
-            &|t| matches!(t, Term::Action(p) if e.action.as_str().starts_with(p.as_str())),
-        ) && any(
-            |t| matches!(t, Term::Stream(_)),
-            &|t| matches!(t, Term::Stream(s) if e.stream == *s),
-        ) && any(
-            |t| matches!(t, Term::Address { .. }),
-            &|t| matches!(t, Term::Address { value, digits } if hex_prefix(e.addr, *value, *digits)),
-        ) && self.terms.iter().all(|t| match t {
-            Term::Size(lo, hi) => (*lo..=*hi).contains(&e.size),
-            _ => true,
-        })
+        // Per kind (action, stream, address): whether the filter has a term of it, and
+        // whether one of them matched.
+        let mut seen = [false; 3];
+        let mut hit = [false; 3];
+        for t in &self.terms {
+            let (kind, matched) = match t {
+                Term::Size(lo, hi) if !(*lo..=*hi).contains(&e.size) => return false,
+                Term::Size(..) => continue,
+                Term::Action(p) => (0, e.action.as_str().starts_with(p.as_str())),
+                Term::Stream(s) => (1, e.stream == *s),
+                Term::Address { value, digits } => (2, hex_prefix(e.addr, *value, *digits)),
+            };
+            seen[kind] = true;
+            hit[kind] |= matched;
+        }
+        seen.iter().zip(hit).all(|(&s, h)| !s || h)
     }
 }
 

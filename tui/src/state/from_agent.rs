@@ -305,11 +305,15 @@ impl SnapshotFrames {
     /// The entries are updated in place, copied first only when something matches and `trace`
     /// is shared.
     pub fn fill_trace(&self, trace: &mut Arc<[TraceEntry]>) {
-        if !trace.iter().any(|e| self.trace_context(e).is_some()) {
+        if self.traces.is_empty() {
             return;
         }
-        // Unique (as the adapter makes it): in place; shared: copied once.
-        for e in Arc::make_mut(trace).iter_mut() {
+        let Some(first) = trace.iter().position(|e| self.trace_context(e).is_some()) else {
+            return;
+        };
+        // Unique (as the adapter makes it): in place; shared: copied once. Entries before the
+        // first match were looked up already.
+        for e in &mut Arc::make_mut(trace)[first..] {
             if let Some((frames, meta)) = self.trace_context(e) {
                 e.frames = Arc::clone(frames);
                 if e.user_metadata.is_none() {
@@ -509,12 +513,11 @@ mod tests {
     /// A small-pool segment at 0x1000 of blocks of `size` bytes for `requested`, at the given
     /// addresses and states, without frames (as the agent's mirror sends them).
     fn bare_segment(size: u64, requested: u64, blocks: &[(u64, BlockState)]) -> SegmentInfo {
-        use crate::state::fixtures::{block, segment};
+        use crate::state::fixtures::segment;
         let blocks = blocks
             .iter()
-            .map(|&(address, state)| allocview_alloc::snapshot::BlockInfo {
-                frames: no_frames(),
-                ..block(address, size, requested, state)
+            .map(|&(address, state)| {
+                allocview_alloc::snapshot::BlockInfo::new(address, size, requested, state)
             })
             .collect();
         segment(

@@ -98,11 +98,12 @@ pub fn from_segments_with_peaks(segments: &[SegmentInfo], peaks: &[(u64, u64)]) 
         .map(|r| (r.stream, r))
         .collect();
     for &(stream, peak) in peaks {
-        rows.entry(stream).or_insert_with(|| StreamRow {
-            stream,
-            ..StreamRow::default()
-        });
-        rows.get_mut(&stream).expect("inserted above").peak = Some(peak);
+        rows.entry(stream)
+            .or_insert_with(|| StreamRow {
+                stream,
+                ..StreamRow::default()
+            })
+            .peak = Some(peak);
     }
     for r in rows.values_mut() {
         r.peak.get_or_insert(0);

@@ -102,22 +102,21 @@ pub fn lines(o: &OomReport, width: usize, in_file: bool) -> Vec<Line<'static>> {
     if let Some(e) = &o.dump_error {
         v.push(Line::styled(format!(" dump failed: {e}"), theme::alert()));
     }
-    match &o.dump_path {
+    match (&o.dump_path, o.trace_index) {
         // An OOM of the file on screen: its snapshot is this file, at the OOM's event.
-        Some(_) if in_file && o.trace_index.is_some() => v.push(Line::styled(
-            format!(
-                " in this file at event {} (Enter goes there)",
-                o.trace_index.map_or(0, |i| i + 1)
-            ),
+        (Some(_), Some(i)) if in_file => v.push(Line::styled(
+            format!(" in this file at event {} (Enter goes there)", i + 1),
             theme::dim(),
         )),
-        None if o.dump_pending => v.push(Line::styled(" snapshot: being written…", theme::dim())),
-        Some(p) => v.push(Line::from(vec![
+        (None, _) if o.dump_pending => {
+            v.push(Line::styled(" snapshot: being written…", theme::dim()))
+        }
+        (Some(p), _) => v.push(Line::from(vec![
             Span::raw(" snapshot: "),
             Span::styled(p.clone(), Style::new().fg(theme::ACCENT)),
             Span::styled(format!(" (open with: allocview open {p})"), theme::dim()),
         ])),
-        None => v.push(Line::styled(" snapshot: none written", theme::dim())),
+        (None, _) => v.push(Line::styled(" snapshot: none written", theme::dim())),
     }
     let (stack, _) = crate::state::context::user_stack(&o.frames);
     if !stack.is_empty() {
@@ -139,11 +138,12 @@ fn forgotten_between(state: &State, prev: u64, next: u64) -> Option<(u64, u64)> 
 
 /// Draws the OOM list, the selected one first.
 pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
+    let in_file = matches!(state.mode, crate::state::Mode::File { .. });
     if state.ooms.is_empty() {
         let block = Block::bordered().title(Span::styled(" OOM ", theme::title()));
         let inner = block.inner(area);
         block.render(area, buf);
-        let (said, hint) = if matches!(state.mode, crate::state::Mode::File { .. }) {
+        let (said, hint) = if in_file {
             (
                 " No OOM in this file's trace.",
                 " (allocview demo --scenario oom writes a file with some)",
@@ -159,15 +159,13 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
         return;
     }
     let selected = ui.oom.min(state.ooms.len() - 1);
-    let in_file = matches!(state.mode, crate::state::Mode::File { .. });
     let mut y = area.y;
     for (i, o) in state.ooms.iter().enumerate().skip(selected) {
         if y >= area.bottom() {
             break;
         }
-        if let Some((from, to)) = i
-            .checked_sub(1)
-            .filter(|_| i > selected)
+        if let Some((from, to)) = (i > selected)
+            .then(|| i - 1)
             .and_then(|p| forgotten_between(state, state.ooms[p].number, o.number))
         {
             let gap = format!(

@@ -112,22 +112,13 @@ fn memory_lines(state: &State, width: usize) -> Vec<Line<'static>> {
         Some(total) => {
             let fraction = src.memory_fraction.unwrap_or(1.0);
             let limit = units::bytes((total as f64 * fraction) as u64);
-            let free = src.device_free.map(|f| {
-                (
-                    format!("   device free {}", units::bytes(f)),
-                    units::bytes(f),
-                )
+            let free = src.device_free.map(units::bytes);
+            let (long_free, short_free) = free.map_or((String::new(), String::new()), |f| {
+                (format!("   device free {f}"), format!(" · device free {f}"))
             });
             fit(
-                format!(
-                    " limit     {limit} (fraction {fraction:.2}){}",
-                    free.as_ref().map_or("", |f| f.0.as_str())
-                ),
-                format!(
-                    " limit {limit} ×{fraction:.2}{}",
-                    free.as_ref()
-                        .map_or(String::new(), |f| format!(" · device free {}", f.1))
-                ),
+                format!(" limit     {limit} (fraction {fraction:.2}){long_free}"),
+                format!(" limit {limit} ×{fraction:.2}{short_free}"),
             )
         }
         None => Line::raw(" limit     device size not recorded"),

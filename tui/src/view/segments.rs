@@ -653,10 +653,13 @@ mod tests {
             Frame::new("forward", "/home/me/model.py", 88),
             Frame::new("<module>", "/home/me/train.py", 130),
         ]);
-        let mut without = block(2 * MIB, MIB, MIB, BlockState::ActiveAllocated);
-        without.frames = allocview_alloc::snapshot::no_frames();
-        let mut free = block(3 * MIB, MIB, 0, BlockState::Inactive);
-        free.frames = allocview_alloc::snapshot::no_frames();
+        let without = allocview_alloc::snapshot::BlockInfo::new(
+            2 * MIB,
+            MIB,
+            MIB,
+            BlockState::ActiveAllocated,
+        );
+        let free = allocview_alloc::snapshot::BlockInfo::new(3 * MIB, MIB, 0, BlockState::Inactive);
         let seg = segment(0, 0, SegmentType::Large, vec![with, without, free]);
         assert_eq!(
             frame_lines(&seg, 0),
