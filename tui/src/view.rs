@@ -154,4 +154,17 @@ pub(crate) mod testing {
     pub fn buffer(w: u16, h: u16) -> Buffer {
         Buffer::empty(Rect::new(0, 0, w, h))
     }
+
+    /// `view` of `state` (the default UI otherwise) drawn `w` x `h`, one line a row.
+    pub fn view_text(
+        view: crate::state::View,
+        state: &crate::state::State,
+        w: u16,
+        h: u16,
+    ) -> String {
+        let mut buf = buffer(w, h);
+        let ui = crate::state::UiState::default();
+        super::render_view(view, buf.area, &mut buf, state, &ui);
+        rows(&buf).join("\n")
+    }
 }

@@ -565,13 +565,10 @@ mod tests {
 
     /// The time column of the trace view's row for the event at `addr`.
     fn trace_time_of(state: &State, addr: u64) -> String {
-        use crate::view::testing::{buffer, rows};
-        let mut buf = buffer(100, 12);
-        let ui = crate::state::UiState::default();
-        crate::view::render_view(crate::state::View::Trace, buf.area, &mut buf, state, &ui);
+        let text = crate::view::testing::view_text(crate::state::View::Trace, state, 100, 12);
         let addr = crate::units::address(addr);
-        let row = rows(&buf)
-            .into_iter()
+        let row = text
+            .lines()
             .find(|r| r.contains(&addr))
             .unwrap_or_else(|| panic!("no row for {addr}"));
         // Border, marker, then the right-aligned time.
@@ -607,10 +604,7 @@ mod tests {
         assert_eq!(trace_time_of(&s, 0x2000), "66.250 s");
         assert_eq!(trace_time_of(&s, 0x1000), "50.000 s");
         // The chart's axis is labelled from the same origin.
-        let mut buf = crate::view::testing::buffer(100, 30);
-        let ui = crate::state::UiState::default();
-        crate::view::render_view(crate::state::View::Overview, buf.area, &mut buf, &s, &ui);
-        let text = crate::view::testing::rows(&buf).join("\n");
+        let text = crate::view::testing::view_text(crate::state::View::Overview, &s, 100, 30);
         assert!(text.contains("500 ms") && text.contains("66.0 s"), "{text}");
         // The older event rolls out of the recent tail: the newer one keeps its time.
         a.devices[0].recent.remove(0);

@@ -414,7 +414,7 @@ mod tests {
 
     #[test]
     fn file_trace_times_and_the_chart_count_from_the_first_event() {
-        use crate::view::testing::{buffer, rows};
+        use crate::view::testing::view_text;
         let entry = |action, addr, t| TraceEntry {
             time_us: Some(t),
             ..TraceEntry::new(action, addr, 4 * MIB, 0)
@@ -429,10 +429,7 @@ mod tests {
         let s = PostMortem::new("trace.pickle", &snap).state_at(2);
         assert_eq!(s.timeline.origin_us, Some(5_000_000));
         assert_eq!(s.timeline.samples.last().map(|s| s.x), Some(2.5));
-        let mut buf = buffer(100, 8);
-        let ui = crate::state::UiState::default();
-        crate::view::render_view(crate::state::View::Trace, buf.area, &mut buf, &s, &ui);
-        let text = rows(&buf).join("\n");
+        let text = view_text(crate::state::View::Trace, &s, 100, 8);
         assert!(
             text.contains("0.000 s") && text.contains("2.500 s"),
             "{text}"

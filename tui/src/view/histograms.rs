@@ -317,12 +317,9 @@ mod tests {
 
     /// The panel drawn `height` rows tall (80 wide), as text.
     fn panel(height: u16) -> String {
-        let mut buf = Buffer::empty(Rect::new(0, 0, 80, height));
+        let mut buf = crate::view::testing::buffer(80, height);
         render_one(buf.area, &mut buf, &sizes());
-        (0..height)
-            .map(|y| (0..80).map(|x| buf[(x, y)].symbol()).collect::<String>())
-            .collect::<Vec<_>>()
-            .join("\n")
+        crate::view::testing::rows(&buf).join("\n")
     }
 
     #[test]

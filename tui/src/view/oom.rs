@@ -211,7 +211,8 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::view::testing::rows;
+    use crate::state::View;
+    use crate::view::testing::view_text;
 
     #[test]
     fn a_pending_dump_a_lost_event_and_forgotten_records_are_said() {
@@ -226,12 +227,7 @@ mod tests {
         };
         state.ooms = vec![OomReport::example(16), lost];
         state.ooms_total = 300;
-        let area = Rect::new(0, 0, 120, 30);
-        let draw = |state: &State| {
-            let mut buf = Buffer::empty(area);
-            render(area, &mut buf, state, &UiState::default());
-            rows(&buf).join("\n")
-        };
+        let draw = |state: &State| view_text(View::Oom, state, 120, 30);
         let t = draw(&state);
         assert!(
             t.contains(
@@ -266,12 +262,7 @@ mod tests {
             },
             ..State::default()
         };
-        let area = Rect::new(0, 0, 120, 20);
-        let draw = |state: &State| {
-            let mut buf = Buffer::empty(area);
-            render(area, &mut buf, state, &UiState::default());
-            rows(&buf).join("\n")
-        };
+        let draw = |state: &State| view_text(View::Oom, state, 120, 20);
         let t = draw(&state);
         assert!(t.contains("No OOM in this file's trace."), "{t}");
         state.ooms = vec![OomReport {
