@@ -167,6 +167,14 @@ fn a_dump_never_replaces_an_earlier_one_of_the_same_name() {
 }
 
 /// An agent over the toy allocator whose tick never comes: only flushes fold events in.
+/// The indices of the OOM records kept out of `n`: the first and the latest.
+fn kept_indices(n: u64) -> Vec<u64> {
+    use allocview_agent::state::{OOM_KEEP_FIRST, OOM_KEEP_LATEST};
+    (1..=OOM_KEEP_FIRST as u64)
+        .chain(n - OOM_KEEP_LATEST as u64 + 1..=n)
+        .collect()
+}
+
 fn toy_agent(toy: &Arc<toy::Toy>, dir: &std::path::Path, capacity: usize, dumps: u64) -> Agent {
     let agent = toy::quiet_agent(dir, capacity)
         .max_dumps(dumps)
@@ -262,10 +270,7 @@ fn lost_ooms_are_put_on_the_device_whose_event_was_dropped() {
     let sink = agent.sink();
     for i in 0..100u64 {
         let device = if i % 2 == 0 { 0 } else { 3 };
-        sink.publish(&Event {
-            requested: MIB,
-            ..Event::new(EventAction::Oom, device, EventPool::Large, MIB, MIB)
-        });
+        sink.publish(&toy::oom_event(device, MIB));
     }
     agent.flush();
     let state = agent.state();
@@ -298,10 +303,7 @@ fn an_oom_storm_keeps_the_first_and_the_latest_records_and_counts_every_one() {
     assert_eq!(state.pipeline.dropped_total, 0);
     assert_eq!(state.pipeline.ooms_total, n);
     let kept: Vec<u64> = state.ooms.iter().map(|o| o.index).collect();
-    let want: Vec<u64> = (1..=OOM_KEEP_FIRST as u64)
-        .chain(n - OOM_KEEP_LATEST as u64 + 1..=n)
-        .collect();
-    assert_eq!(kept, want);
+    assert_eq!(kept, kept_indices(n));
     // Each record is the OOM of its index.
     assert!(state.ooms.iter().all(|o| o.requested == o.index));
     assert_eq!(state.ooms[0].dump_paths.len(), 2);
@@ -309,7 +311,6 @@ fn an_oom_storm_keeps_the_first_and_the_latest_records_and_counts_every_one() {
 
 #[test]
 fn a_flood_of_lost_ooms_keeps_the_same_bounded_list() {
-    use allocview_agent::state::{OOM_KEEP_FIRST, OOM_KEEP_LATEST};
     let toy = toy::Toy::new();
     let dir = tempfile::tempdir().unwrap();
     let agent = toy_agent(&toy, dir.path(), 4, 1);
@@ -322,10 +323,7 @@ fn a_flood_of_lost_ooms_keeps_the_same_bounded_list() {
     assert_eq!(state.pipeline.ooms_total, n);
     assert_eq!(state.devices[0].stats.num_ooms, n as i64);
     let kept: Vec<u64> = state.ooms.iter().map(|o| o.index).collect();
-    let want: Vec<u64> = (1..=OOM_KEEP_FIRST as u64)
-        .chain(n - OOM_KEEP_LATEST as u64 + 1..=n)
-        .collect();
-    assert_eq!(kept, want);
+    assert_eq!(kept, kept_indices(n));
     assert!(state.ooms.last().unwrap().event_lost);
 }
 

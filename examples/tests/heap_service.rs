@@ -1,14 +1,20 @@
 //! Runs the heap service briefly, without a listener, and checks that the heap's figures and
 //! the agent's (folded from the published events) both show the service's work.
 
-use std::process::Command;
+use std::process::{Command, Output};
+
+/// `heap-service ARGS` run with `env` set, to its end.
+fn heap_service(args: &[&str], env: &[(&str, &str)]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_heap-service"))
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .expect("run heap-service")
+}
 
 #[test]
 fn the_heap_service_reports_its_heap_through_the_agent() {
-    let out = Command::new(env!("CARGO_BIN_EXE_heap-service"))
-        .args(["--seconds", "1", "--no-listen"])
-        .output()
-        .expect("run heap-service");
+    let out = heap_service(&["--seconds", "1", "--no-listen"], &[]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
@@ -27,10 +33,7 @@ fn the_heap_service_reports_its_heap_through_the_agent() {
 
 #[test]
 fn bad_arguments_are_reported_not_panicked_on() {
-    let out = Command::new(env!("CARGO_BIN_EXE_heap-service"))
-        .args(["--seconds", "soon"])
-        .output()
-        .expect("run heap-service");
+    let out = heap_service(&["--seconds", "soon"], &[]);
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -43,10 +46,7 @@ fn bad_arguments_are_reported_not_panicked_on() {
 #[test]
 fn help_prints_the_options_and_exits_0() {
     for flag in ["--help", "-h"] {
-        let out = Command::new(env!("CARGO_BIN_EXE_heap-service"))
-            .arg(flag)
-            .output()
-            .expect("run heap-service");
+        let out = heap_service(&[flag], &[]);
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(out.status.success(), "{flag}: {out:?}");
         for option in [
@@ -64,11 +64,7 @@ fn help_prints_the_options_and_exits_0() {
 #[test]
 fn a_bad_argument_is_one_line_with_exit_code_2_and_no_backtrace() {
     for args in [&["--frobnicate"][..], &["--seconds", "soon"], &["--listen"]] {
-        let out = Command::new(env!("CARGO_BIN_EXE_heap-service"))
-            .args(args)
-            .env("RUST_BACKTRACE", "1")
-            .output()
-            .expect("run heap-service");
+        let out = heap_service(args, &[("RUST_BACKTRACE", "1")]);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
         assert_eq!(stderr.trim_end().lines().count(), 1, "{args:?}: {stderr}");

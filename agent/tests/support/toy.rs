@@ -29,6 +29,21 @@ pub fn quiet_agent(dir: &std::path::Path, capacity: usize) -> AgentBuilder {
 /// Segment size of the toy (every segment holds up to two blocks).
 pub const TOY_SEGMENT: u64 = 4 << 20;
 
+/// An `oom` event on `device` for a request of `requested` bytes, with 1 MiB free on the
+/// device.
+pub fn oom_event(device: i16, requested: u64) -> Event {
+    Event {
+        requested,
+        ..Event::new(
+            EventAction::Oom,
+            device,
+            EventPool::Large,
+            1 << 20,
+            requested,
+        )
+    }
+}
+
 struct Inner {
     truth: DeviceMirror,
     next_addr: u64,
@@ -161,13 +176,7 @@ impl Toy {
     /// A failed request of `requested` bytes: publishes an `oom` event.
     pub fn oom(&self, requested: u64) {
         let mut g = self.inner.lock().unwrap();
-        self.emit(
-            &mut g,
-            Event {
-                requested,
-                ..Event::new(EventAction::Oom, 0, EventPool::Large, 1 << 20, requested)
-            },
-        );
+        self.emit(&mut g, oom_event(0, requested));
     }
 
     /// Makes the next snapshot publish an OOM just before its marker.
@@ -194,13 +203,7 @@ impl SnapshotProvider for Toy {
         let mut g = self.inner.lock().unwrap();
         let segments = g.truth.segments();
         if self.oom_in_next_snapshot.swap(false, Ordering::Relaxed) {
-            self.emit(
-                &mut g,
-                Event {
-                    requested: 3 << 30,
-                    ..Event::new(EventAction::Oom, 0, EventPool::Large, 1 << 20, 3 << 30)
-                },
-            );
+            self.emit(&mut g, oom_event(0, 3 << 30));
         }
         self.emit(
             &mut g,
