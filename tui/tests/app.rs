@@ -121,8 +121,7 @@ fn enter_on_an_earlier_trace_row_in_a_file_travels_to_its_event() {
     let i = rows[alloc];
     assert_eq!(event(&app), i + 1);
     assert_eq!(app.ui.view, View::Segments);
-    let order = app.state.segment_order(app.ui.segment_filter);
-    let seg = &app.state.segments[order[app.ui.segment_row]];
+    let seg = &app.state.segments[app.state.selected_segment(&app.ui).unwrap()];
     let block = &seg.blocks[app.ui.block];
     assert_eq!(block.address, app.state.trace[i].addr);
     assert_eq!(block.state, BlockState::ActiveAllocated);
@@ -137,8 +136,7 @@ fn enter_on_an_earlier_trace_row_in_a_file_travels_to_its_event() {
     let j = rows[free];
     assert_eq!(event(&app), j);
     assert_eq!(app.ui.view, View::Segments);
-    let order = app.state.segment_order(app.ui.segment_filter);
-    let seg = &app.state.segments[order[app.ui.segment_row]];
+    let seg = &app.state.segments[app.state.selected_segment(&app.ui).unwrap()];
     assert_eq!(seg.blocks[app.ui.block].address, app.state.trace[j].addr);
     assert!(seg.blocks[app.ui.block].state.is_active());
 }
