@@ -56,6 +56,16 @@ pub struct OomReport {
 }
 
 impl OomReport {
+    /// The diagnosis as the OOM view heads it (`FRAGMENTATION`), or `NOT KNOWN` when the
+    /// OOM's event was lost with its request.
+    pub fn diagnosis_label(&self) -> String {
+        if self.event_lost {
+            "NOT KNOWN".into()
+        } else {
+            self.diagnosis.as_str().to_uppercase()
+        }
+    }
+
     /// The first line: `tried to allocate 1.50 GiB (rounded 1.50 GiB, segment 1.50 GiB)`.
     pub fn request_line(&self) -> String {
         if self.event_lost {

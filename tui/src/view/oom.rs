@@ -68,14 +68,7 @@ pub fn lines(o: &OomReport, width: usize, in_file: bool) -> Vec<Line<'static>> {
     }
     v.push(Line::from(vec![
         Span::raw(" diagnosis: "),
-        Span::styled(
-            if o.event_lost {
-                "NOT KNOWN".into()
-            } else {
-                o.diagnosis.as_str().to_uppercase()
-            },
-            theme::alert(),
-        ),
+        Span::styled(o.diagnosis_label(), theme::alert()),
     ]));
     // Inside the box's two borders, after the indent.
     for w in wrap(
