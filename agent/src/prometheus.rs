@@ -473,7 +473,7 @@ fn serve(server: &tiny_http::Server, agg: &AggregatorHandle) {
     for req in server.incoming_requests() {
         let path = req.url().split('?').next().unwrap_or("").to_string();
         let resp = if path == METRICS_PATH && *req.method() == tiny_http::Method::Get {
-            match agg.state() {
+            match agg.metrics_state() {
                 Some(state) => {
                     let header = tiny_http::Header::from_bytes("Content-Type", CONTENT_TYPE)
                         .expect("a valid header");
