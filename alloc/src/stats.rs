@@ -115,7 +115,7 @@ mod tests {
         assert_eq!(HumanBytes((1 << 30) - 1).to_string(), "1.00 GiB");
         assert_eq!(HumanBytes((1 << 40) - 1).to_string(), "1.00 TiB");
         assert_eq!(HumanBytes((1 << 60) - 1).to_string(), "1.00 EiB");
-        // 1023.95 KiB rounds to 1024.0 (to even or up): the next unit. Just below stays.
+        // 1023.9502 KiB rounds to 1024.0: the next unit. 1023.9492 KiB stays.
         assert_eq!(HumanBytes(1_048_525).to_string(), "1.0 MiB");
         assert_eq!(HumanBytes(1_048_524).to_string(), "1023.9 KiB");
         // 1023.996 GiB rounds to 1024.00 at two decimals.
