@@ -1,7 +1,9 @@
 //! Prometheus exposition of the agent's figures: `GET /metrics` on an optional HTTP listener.
 //!
-//! The text is produced by the Prometheus project's own Rust client (`prometheus-client`,
-//! OpenMetrics text format, which Prometheus scrapes). Names follow `torch.cuda.memory_stats()`:
+//! The text is written by the Prometheus project's own Rust client's encoder
+//! (`prometheus-client`, OpenMetrics text format, which Prometheus scrapes), from one collector
+//! that lists the families and their label sets in a fixed order, so that a scrape of the same
+//! state is the same text (diffable). Names follow `torch.cuda.memory_stats()`:
 //! each stat array `X` becomes `allocview_X` (current) and `allocview_X_peak` gauges and
 //! `allocview_X_allocated` / `allocview_X_freed` counters, labelled by `device` and `pool`
 //! (`all`, `small_pool`, `large_pool`); the scalar counters follow. The size, lifetime and
@@ -14,17 +16,13 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, AtomicU64};
 use std::thread::JoinHandle;
 
 use allocview_alloc::caching::stats::StatType;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::text::encode;
-use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
+use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use crate::agent::AgentError;
@@ -38,8 +36,6 @@ pub const METRICS_PATH: &str = "/metrics";
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 type Labels = Vec<(String, String)>;
-type GaugeFamily = Family<Labels, Gauge<i64, AtomicI64>>;
-type CounterFamily = Family<Labels, Counter<u64, AtomicU64>>;
 
 fn labels(pairs: &[(&str, &str)]) -> Labels {
     pairs
@@ -48,68 +44,96 @@ fn labels(pairs: &[(&str, &str)]) -> Labels {
         .collect()
 }
 
-/// Families registered on first use, so the encoder sees each name once.
-struct Builder {
-    registry: Registry,
-    gauges: Vec<(String, GaugeFamily)>,
-    counters: Vec<(String, CounterFamily)>,
-    histograms: Vec<HistogramFamily>,
+/// One sample of a [`MetricFamily`].
+#[derive(Debug)]
+enum Sample {
+    /// A gauge's value.
+    Gauge(i64),
+    /// A counter's total.
+    Counter(u64),
+    /// A histogram's buckets, sum and count.
+    Histogram(HistogramSeries),
 }
 
-impl Builder {
-    /// A metric without labels (written without braces, which some parsers need).
+impl Sample {
+    fn encode(&self, metric: &mut MetricEncoder) -> Result<(), std::fmt::Error> {
+        match self {
+            Sample::Gauge(v) => metric.encode_gauge(v),
+            Sample::Counter(v) => metric.encode_counter::<NoLabelSet, _, u64>(v, None),
+            Sample::Histogram(h) => {
+                metric.encode_histogram::<NoLabelSet>(h.sum, h.count, &h.buckets, None)
+            }
+        }
+    }
+}
+
+/// The samples of one metric name, in the order the page adds them: `None` labels for a metric
+/// without any (written without braces, which some parsers need).
+#[derive(Debug)]
+struct MetricFamily {
+    name: String,
+    help: String,
+    kind: MetricType,
+    samples: Vec<(Option<Labels>, Sample)>,
+}
+
+/// The page of one scrape, families and their samples in the order they were added, so that
+/// two scrapes of the same state are the same text (`prometheus-client`'s `Family` keeps its
+/// label sets in a hash map and writes them in no fixed order).
+#[derive(Debug, Default)]
+struct Page(Vec<MetricFamily>);
+
+impl Page {
+    /// The family `name`, added (with `help`) on first use.
+    fn family(&mut self, name: &str, help: &str, kind: MetricType) -> &mut MetricFamily {
+        let i = match self.0.iter().position(|f| f.name == name) {
+            Some(i) => i,
+            None => {
+                self.0.push(MetricFamily {
+                    name: name.to_string(),
+                    help: help.to_string(),
+                    kind,
+                    samples: Vec::new(),
+                });
+                self.0.len() - 1
+            }
+        };
+        &mut self.0[i]
+    }
+
+    fn add(&mut self, name: &str, help: &str, labels: Option<Labels>, sample: Sample) {
+        let kind = match sample {
+            Sample::Gauge(_) => MetricType::Gauge,
+            Sample::Counter(_) => MetricType::Counter,
+            Sample::Histogram(_) => MetricType::Histogram,
+        };
+        self.family(name, help, kind).samples.push((labels, sample));
+    }
+
+    /// A gauge without labels.
     fn plain_gauge(&mut self, name: &str, help: &str, v: i64) {
-        let g = Gauge::<i64, AtomicI64>::default();
-        g.set(v);
-        self.registry.register(name, help, g);
+        self.add(name, help, None, Sample::Gauge(v));
     }
 
     /// A counter without labels.
     fn plain_counter(&mut self, name: &str, help: &str, v: u64) {
-        let c = Counter::<u64, AtomicU64>::default();
-        c.inc_by(v);
-        self.registry.register(name, help, c);
+        self.add(name, help, None, Sample::Counter(v));
     }
 
     fn gauge(&mut self, name: &str, help: &str, l: Labels, v: i64) {
-        let fam = match self.gauges.iter().find(|(n, _)| n == name) {
-            Some((_, f)) => f.clone(),
-            None => {
-                let f = GaugeFamily::default();
-                self.registry.register(name, help, f.clone());
-                self.gauges.push((name.to_string(), f.clone()));
-                f
-            }
-        };
-        fam.get_or_create(&l).set(v);
+        self.add(name, help, Some(l), Sample::Gauge(v));
     }
 
     fn counter(&mut self, name: &str, help: &str, l: Labels, v: u64) {
-        let fam = match self.counters.iter().find(|(n, _)| n == name) {
-            Some((_, f)) => f.clone(),
-            None => {
-                let f = CounterFamily::default();
-                self.registry.register(name, help, f.clone());
-                self.counters.push((name.to_string(), f.clone()));
-                f
-            }
-        };
-        fam.get_or_create(&l).inc_by(v);
+        self.add(name, help, Some(l), Sample::Counter(v));
     }
 
     /// A histogram as a Prometheus histogram (its power-of-two buckets, exact sum and count)
     /// plus `{name}_quantile` gauges of its HdrHistogram quantiles (within 1%, finer than
     /// the buckets; quantile `1` is the maximum).
     fn histogram(&mut self, name: &str, help: &str, base: &[(&str, &str)], h: &HistogramSummary) {
-        let series = HistogramSeries::new(labels(base), h);
-        match self.histograms.iter_mut().find(|f| f.name == name) {
-            Some(f) => f.series.push(series),
-            None => self.histograms.push(HistogramFamily {
-                name: name.to_string(),
-                help: help.to_string(),
-                series: vec![series],
-            }),
-        }
+        let series = HistogramSeries::new(h);
+        self.add(name, help, Some(labels(base)), Sample::Histogram(series));
         let quantiles = format!("{name}_quantile");
         let quantiles_help =
             format!("{help}: quantiles since the agent started (HdrHistogram, within 1%)");
@@ -126,11 +150,9 @@ impl Builder {
     }
 }
 
-/// One labelled series of a [`HistogramFamily`]: per-bucket counts, which the encoder makes
-/// cumulative.
+/// One labelled histogram series: per-bucket counts, which the encoder makes cumulative.
 #[derive(Debug)]
 struct HistogramSeries {
-    labels: Labels,
     sum: f64,
     count: u64,
     /// `(le, count)`: every power-of-two bucket from `le = 0` to the highest non-empty one,
@@ -142,7 +164,7 @@ impl HistogramSeries {
     /// The summary's buckets `[2^(b-1), 2^b)` of integer values, as `le = 2^b - 1`: exact,
     /// where `le = 2^b` would count the values equal to `2^b` (the next bucket's) too. Empty
     /// buckets below the highest are written as well, so the ladder only grows over time.
-    fn new(labels: Labels, h: &HistogramSummary) -> Self {
+    fn new(h: &HistogramSummary) -> Self {
         let mut buckets = Vec::new();
         let mut inf = 0;
         let mut next = h.buckets.iter().peekable();
@@ -162,7 +184,6 @@ impl HistogramSeries {
         }
         buckets.push((f64::INFINITY, inf));
         HistogramSeries {
-            labels,
             sum: h.sum,
             count: h.count,
             buckets,
@@ -170,30 +191,19 @@ impl HistogramSeries {
     }
 }
 
-/// Histogram series of one name, encoded by hand: `prometheus-client`'s own histogram keeps
-/// fixed buckets and observes values one by one, while these come ready from the aggregator.
-#[derive(Debug)]
-struct HistogramFamily {
-    name: String,
-    help: String,
-    series: Vec<HistogramSeries>,
-}
-
-/// The [`HistogramFamily`]s of one scrape, registered as a collector.
-#[derive(Debug)]
-struct Histograms(Vec<HistogramFamily>);
-
-impl Collector for Histograms {
+/// The page is written by `prometheus-client`'s encoder as one collector: its families keep the
+/// order they were added in.
+impl Collector for Page {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         for f in &self.0 {
-            // The registry ends the other families' help with a full stop; these match.
+            // As the registry writes help texts: ending with a full stop.
             let help = format!("{}.", f.help);
-            let mut family =
-                encoder.encode_descriptor(&f.name, &help, None, MetricType::Histogram)?;
-            for s in &f.series {
-                family
-                    .encode_family(&s.labels)?
-                    .encode_histogram::<NoLabelSet>(s.sum, s.count, &s.buckets, None)?;
+            let mut family = encoder.encode_descriptor(&f.name, &help, None, f.kind)?;
+            for (labels, sample) in &f.samples {
+                match labels {
+                    Some(l) => sample.encode(&mut family.encode_family(l)?)?,
+                    None => sample.encode(&mut family)?,
+                }
             }
         }
         Ok(())
@@ -213,12 +223,7 @@ fn pool_label(pool: PoolKey) -> String {
 
 /// The state in the OpenMetrics text format.
 pub fn render(state: &AgentState) -> String {
-    let mut b = Builder {
-        registry: Registry::default(),
-        gauges: Vec::new(),
-        counters: Vec::new(),
-        histograms: Vec::new(),
-    };
+    let mut b = Page::default();
     for d in &state.devices {
         let dev = d.device.to_string();
         for (name, arr) in d.stats.arrays() {
@@ -400,11 +405,11 @@ pub fn render(state: &AgentState) -> String {
         "Capacity of the event channel",
         p.channel_capacity as i64,
     );
-    b.registry
-        .register_collector(Box::new(Histograms(std::mem::take(&mut b.histograms))));
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(b));
     let mut out = String::new();
     // Writing into a String cannot fail.
-    let _ = encode(&mut out, &b.registry);
+    let _ = encode(&mut out, &registry);
     out
 }
 
@@ -473,7 +478,7 @@ fn serve(server: &tiny_http::Server, agg: &AggregatorHandle) {
     for req in server.incoming_requests() {
         let path = req.url().split('?').next().unwrap_or("").to_string();
         let resp = if path == METRICS_PATH && *req.method() == tiny_http::Method::Get {
-            match agg.state() {
+            match agg.metrics_state() {
                 Some(state) => {
                     let header = tiny_http::Header::from_bytes("Content-Type", CONTENT_TYPE)
                         .expect("a valid header");

@@ -190,6 +190,16 @@ fn metrics_parse_as_prometheus_text_and_match_the_state() {
         ["all", "large_pool", "small_pool"]
     );
 
+    // A scrape copies only what it shows (not the segment map, timeline or recent events),
+    // and loses none of it: the body is the text the whole state renders to, families and
+    // label sets in the same order every time.
+    let state = agent.state();
+    assert!(!state.devices[0].segments.is_empty());
+    assert_eq!(
+        get(addr, "/metrics").1,
+        allocview_agent::prometheus::render(&state)
+    );
+
     let (status, _) = get(addr, "/other");
     assert_eq!(status, 404);
     agent.shutdown();
