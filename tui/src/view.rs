@@ -38,8 +38,8 @@ pub const FOOTER_ROWS: u16 = 1;
 /// The narrowest screen drawn: the tab line, every tab whole and clickable (its width is
 /// checked against [`header::tab_label`] in the tests).
 pub const MIN_WIDTH: u16 = 74;
-/// The lowest screen drawn: the header, the overview at its tallest (device panels, the host
-/// heap box and a chart with room for its dots) and the footer.
+/// The lowest screen drawn: the header, the overview (its device panels and a chart with room
+/// for its dots) and the footer.
 pub const MIN_HEIGHT: u16 = HEADER_ROWS + overview::MIN_ROWS + FOOTER_ROWS;
 
 /// The three regions of the screen.
@@ -99,9 +99,9 @@ pub fn too_small(area: Rect) -> bool {
     area.width < MIN_WIDTH || area.height < MIN_HEIGHT
 }
 
-/// The message of a screen too small to draw: `terminal too small: 80x20, needs at least
-/// 74x23`, shorter where that does not fit the width (`terminal too small: 40x12, needs
-/// 74x23`, then `too small: 30x9 < 74x23`).
+/// The message of a screen too small to draw: `terminal too small: 80x16, needs at least
+/// 74x18`, shorter where that does not fit the width (`terminal too small: 40x12, needs
+/// 74x18`, then `too small: 30x9 < 74x18`).
 pub fn too_small_message(area: Rect) -> String {
     let (w, h) = (area.width, area.height);
     [

@@ -38,8 +38,9 @@ pub const HOST_ROWS: u16 = 5;
 /// Rows the usage chart needs to show anything: its borders, the x axis and its labels, and
 /// two rows of dots.
 pub const MIN_CHART_ROWS: u16 = 6;
-/// Rows the overview needs at its tallest: the device panels, the host heap box and a chart.
-pub const MIN_ROWS: u16 = TOP_ROWS + HOST_ROWS + MIN_CHART_ROWS;
+/// Rows the overview needs: the device panels and a chart (a host heap box beside a device
+/// takes its rows from the chart).
+pub const MIN_ROWS: u16 = TOP_ROWS + MIN_CHART_ROWS;
 
 fn gauge(label: &str, stat: &Stat, scale: u64, width: usize, color: Color) -> Line<'static> {
     let value = stat.current.max(0) as u64;
