@@ -106,14 +106,26 @@ pub(crate) struct ClientSlot {
 pub(crate) enum Command {
     /// Drain everything published so far, resync if needed, then answer.
     Flush(Sender<()>),
-    /// A consistent copy of the state.
-    State(Sender<AgentState>),
+    /// A consistent copy of the state, whole or only what `/metrics` shows.
+    State(Sender<AgentState>, StateScope),
     /// A new client: send it the full state, then updates.
     AddClient(ClientSlot),
     /// Reset the agent's own peaks (devices without a provider).
     ResetPeaks,
     /// Drain, send the last update and stop.
     Shutdown,
+}
+
+/// How much of the state a [`Command::State`] copies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StateScope {
+    /// Everything: segments, streams, pools, timeline, recent events and their frames, OOMs.
+    Full,
+    /// What [`prometheus::render`](crate::prometheus::render) reads: per device its index,
+    /// memory, stats and histograms; the host counters; the pipeline. The segment map, streams,
+    /// pools, timeline, recent events and OOM records stay empty, so a scrape neither copies
+    /// the mirror nor resolves frames on the aggregator's thread.
+    Metrics,
 }
 
 /// A handle to talk to the aggregator thread.
@@ -133,8 +145,18 @@ impl AggregatorHandle {
 
     /// A consistent copy of the state, `None` when the aggregator is gone.
     pub fn state(&self) -> Option<AgentState> {
+        self.state_of(StateScope::Full)
+    }
+
+    /// A consistent copy of what `/metrics` shows ([`StateScope::Metrics`]), `None` when the
+    /// aggregator is gone.
+    pub fn metrics_state(&self) -> Option<AgentState> {
+        self.state_of(StateScope::Metrics)
+    }
+
+    fn state_of(&self, scope: StateScope) -> Option<AgentState> {
         let (tx, rx) = crossbeam_channel::bounded(1);
-        if !self.send(Command::State(tx)) {
+        if !self.send(Command::State(tx, scope)) {
             return None;
         }
         rx.recv().ok()
@@ -458,7 +480,17 @@ impl DeviceAgg {
         self.contexts.frames_of(recent.iter().map(|e| e.context))
     }
 
-    fn state(&self) -> DeviceState {
+    fn state(&self, scope: StateScope) -> DeviceState {
+        if scope == StateScope::Metrics {
+            return DeviceState {
+                device: self.mirror.device(),
+                total_memory: self.total_memory,
+                allowed_memory: self.allowed,
+                stats: self.mirror.stats().clone(),
+                histograms: self.hist.summary(),
+                ..DeviceState::default()
+            };
+        }
         let recent = self.recent_since(0);
         DeviceState {
             contexts: self.contexts_of(&recent),
@@ -648,10 +680,12 @@ impl Aggregator {
                         self.settle_dumps(true);
                         let _ = reply.send(());
                     }
-                    Command::State(reply) => {
+                    Command::State(reply, scope) => {
                         self.drain();
-                        self.resolve_contexts();
-                        let _ = reply.send(self.state());
+                        if scope == StateScope::Full {
+                            self.resolve_contexts();
+                        }
+                        let _ = reply.send(self.state(scope));
                     }
                     Command::AddClient(slot) => self.add_client(slot),
                     Command::ResetPeaks => {
@@ -1125,20 +1159,23 @@ impl Aggregator {
         }
     }
 
-    fn state(&self) -> AgentState {
+    fn state(&self, scope: StateScope) -> AgentState {
         AgentState {
             process: self.cfg.process.clone(),
-            devices: self.devices.values().map(DeviceAgg::state).collect(),
+            devices: self.devices.values().map(|d| d.state(scope)).collect(),
             host: self.host,
             pipeline: self.pipeline(),
-            ooms: self.ooms.clone(),
+            ooms: match scope {
+                StateScope::Full => self.ooms.clone(),
+                StateScope::Metrics => Vec::new(),
+            },
             time_ns: now_ns(),
         }
     }
 
     fn full_frame(&self) -> Option<Encoded> {
         let frame = ServerFrame::Full {
-            state: Box::new(self.state()),
+            state: Box::new(self.state(StateScope::Full)),
         };
         match encode_frame(&frame) {
             Ok(bytes) => Some(Arc::new(bytes)),

@@ -3,7 +3,7 @@
 
 #![forbid(unsafe_code)]
 
-pub mod addr_map;
+pub use allocview_alloc::addr_map;
 pub mod agent;
 pub mod aggregator;
 pub mod client;

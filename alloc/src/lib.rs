@@ -15,6 +15,7 @@
 // This crate is where allocview's unsafe code lives; the workspace denies it elsewhere.
 #![allow(unsafe_code)]
 
+pub mod addr_map;
 pub mod allocator;
 pub mod attributes;
 pub mod caching;

@@ -9,10 +9,10 @@
 //! consumes the tracker: ownership does the ref count's job.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::ptr::NonNull;
 use std::sync::{Mutex, MutexGuard};
 
+use crate::addr_map::BuildAddrHasher;
 use crate::allocator::{AllocError, Allocator};
 use crate::attributes::AllocationAttributes;
 use crate::stats::AllocatorStats;
@@ -25,31 +25,9 @@ struct Chunk {
     id: u64,
 }
 
-/// Hashes addresses with one multiplication (Fibonacci hashing): addresses are already
-/// unique, and SipHash's resistance to chosen keys buys nothing here but time.
-#[derive(Debug, Default)]
-struct AddressHasher(u64);
-
-/// 2^64 divided by the golden ratio, the multiplier of Fibonacci hashing.
-const FIBONACCI_MULTIPLIER: u64 = 0x9E37_79B9_7F4A_7C15;
-
-impl Hasher for AddressHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(FIBONACCI_MULTIPLIER);
-        }
-    }
-    fn write_usize(&mut self, addr: usize) {
-        self.0 = (addr as u64).wrapping_mul(FIBONACCI_MULTIPLIER);
-    }
-}
-
 #[derive(Debug, Default)]
 struct State {
-    in_use: HashMap<usize, Chunk, BuildHasherDefault<AddressHasher>>,
+    in_use: HashMap<usize, Chunk, BuildAddrHasher>,
     /// Bytes allocated and not yet freed.
     allocated: usize,
     /// Highest `allocated`.

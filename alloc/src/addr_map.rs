@@ -1,8 +1,8 @@
 //! Hash maps and sets keyed by device addresses (or other integers no attacker chooses), with
 //! a hasher made for them.
 //!
-//! The mirror looks an address up for nearly every event and replay for nearly every trace
-//! entry; the standard library's SipHash is built to resist adversarial keys, which these do
+//! The tracking allocator looks an address up on every free, the agent's mirror for nearly
+//! every event and replay for nearly every trace entry; the standard library's SipHash is built to resist adversarial keys, which these do
 //! not need, and costs more than the rest of an event. Addresses are multiples of 512, so the
 //! hasher multiplies by a 64-bit odd constant (Fibonacci hashing, Knuth TAOCP vol. 3, 6.4) and
 //! folds the high bits down, which spreads the low zero bits across the whole word.
@@ -35,13 +35,22 @@ impl Hasher for AddrHasher {
         let x = (self.0 ^ n).wrapping_mul(FIBONACCI);
         self.0 = x ^ (x >> 32);
     }
+
+    #[inline]
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
 }
 
+/// The [`BuildHasher`](std::hash::BuildHasher) of [`AddrHasher`], for maps with other key types
+/// (host pointers as `usize`).
+pub type BuildAddrHasher = BuildHasherDefault<AddrHasher>;
+
 /// A map from addresses.
-pub type AddrMap<V> = HashMap<u64, V, BuildHasherDefault<AddrHasher>>;
+pub type AddrMap<V> = HashMap<u64, V, BuildAddrHasher>;
 
 /// A set of addresses.
-pub type AddrSet = HashSet<u64, BuildHasherDefault<AddrHasher>>;
+pub type AddrSet = HashSet<u64, BuildAddrHasher>;
 
 #[cfg(test)]
 mod tests {
@@ -61,5 +70,19 @@ mod tests {
         let mut m: AddrMap<u32> = AddrMap::default();
         m.insert(base, 1);
         assert_eq!(m.get(&base), Some(&1));
+    }
+
+    #[test]
+    fn a_usize_key_hashes_as_the_same_u64() {
+        let hash = |f: &dyn Fn(&mut AddrHasher)| {
+            let mut h = AddrHasher::default();
+            f(&mut h);
+            h.finish()
+        };
+        let addr = 0x7f12_3456_7a00_usize;
+        assert_eq!(
+            hash(&|h| h.write_usize(addr)),
+            hash(&|h| h.write_u64(addr as u64))
+        );
     }
 }
