@@ -74,8 +74,49 @@ pub enum ListenAddr {
 
 /// An address string that is not `unix:PATH`, a path, or `HOST:PORT`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("bad attach address {0:?}: expected unix:PATH, a path, or HOST:PORT")]
-pub struct BadAddress(pub String);
+#[error("bad attach address {addr:?}: {why}")]
+pub struct BadAddress {
+    /// The address as given.
+    pub addr: String,
+    /// What is wrong with it.
+    pub why: String,
+}
+
+/// What [`BadAddress`] says of an address whose form is not recognised.
+const ADDRESS_FORMS: &str = "expected unix:PATH, a path, or HOST:PORT";
+
+impl BadAddress {
+    fn new(addr: &str, why: impl Into<String>) -> BadAddress {
+        BadAddress {
+            addr: addr.into(),
+            why: why.into(),
+        }
+    }
+
+    /// Why `HOST:PORT`-like text `s` is not an address: its port, its host, or its form.
+    fn of_tcp(addr: &str, s: &str) -> BadAddress {
+        let Some((host, port)) = s.rsplit_once(':') else {
+            return BadAddress::new(addr, ADDRESS_FORMS);
+        };
+        if host.is_empty() {
+            return BadAddress::new(
+                addr,
+                format!("no host before :{port} (for example 127.0.0.1:{port})"),
+            );
+        }
+        match port.parse::<u64>() {
+            Ok(p) if p > u64::from(u16::MAX) => BadAddress::new(
+                addr,
+                format!("port {p} is out of range (0 to {})", u16::MAX),
+            ),
+            Ok(_) => BadAddress::new(addr, format!("cannot resolve the host {host:?}")),
+            Err(_) => BadAddress::new(
+                addr,
+                format!("the port {port:?} is not a number ({ADDRESS_FORMS})"),
+            ),
+        }
+    }
+}
 
 impl FromStr for ListenAddr {
     type Err = BadAddress;
@@ -84,7 +125,7 @@ impl FromStr for ListenAddr {
         let s = s.trim();
         if let Some(path) = s.strip_prefix("unix:") {
             if path.is_empty() {
-                return Err(BadAddress(s.into()));
+                return Err(BadAddress::new(s, "no path after unix:"));
             }
             return Ok(ListenAddr::Unix(PathBuf::from(path)));
         }
@@ -100,7 +141,7 @@ impl FromStr for ListenAddr {
             .ok()
             .and_then(|mut it| it.next())
             .map(ListenAddr::Tcp)
-            .ok_or_else(|| BadAddress(s.into()))
+            .ok_or_else(|| BadAddress::of_tcp(s, s_tcp))
     }
 }
 

@@ -683,6 +683,26 @@ fn a_non_loopback_listener_without_a_token_is_refused_before_binding() {
 }
 
 #[test]
+fn a_bad_address_says_what_is_wrong_with_it() {
+    use allocview_agent::server::ListenAddr;
+    for (addr, says) in [
+        ("127.0.0.1:99999", "port 99999 is out of range (0 to 65535)"),
+        ("localhost:http", "the port \"http\" is not a number"),
+        (":9000", "no host before :9000"),
+        ("unix:", "no path after unix:"),
+        ("nonsense", "expected unix:PATH, a path, or HOST:PORT"),
+    ] {
+        let err = addr.parse::<ListenAddr>().unwrap_err();
+        assert_eq!(err.addr, addr);
+        let text = err.to_string();
+        assert!(
+            text.starts_with(&format!("bad attach address {addr:?}: ")) && text.contains(says),
+            "{addr}: {text}"
+        );
+    }
+}
+
+#[test]
 fn an_empty_token_is_refused_not_taken_for_a_token() {
     // An empty token would let a client that sends an empty token in.
     for addr in ["0.0.0.0:0", "127.0.0.1:0"] {
