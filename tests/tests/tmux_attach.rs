@@ -15,8 +15,20 @@ fn socket() -> (tempfile::TempDir, String) {
 }
 
 fn serve(addr: &str) -> Child {
+    serve_for(addr, 120)
+}
+
+/// A headless demo serving at `addr` for `seconds`, then shutting its agent down.
+fn serve_for(addr: &str, seconds: u32) -> Child {
     let child = Command::new(tmux::binary())
-        .args(["demo", "--headless", "--seconds", "120", "--listen", addr])
+        .args([
+            "demo",
+            "--headless",
+            "--seconds",
+            &seconds.to_string(),
+            "--listen",
+            addr,
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -53,6 +65,25 @@ fn attach_shows_the_live_process_and_reconnects_when_it_goes() {
     // A new agent at the same address: the view reconnects to it.
     let again = serve(&addr);
     s.wait_for(&["● live", &format!("pid {} allocview demo", again.0.id())]);
+    s.quit_cleanly();
+}
+
+#[test]
+fn when_the_agent_shuts_down_the_view_says_why_while_it_reconnects() {
+    if !tmux::available("when_the_agent_shuts_down_the_view_says_why_while_it_reconnects") {
+        return;
+    }
+    let (_dir, addr) = socket();
+    let _demo = serve_for(&addr, 4);
+    let cmd = format!("{} --attach {addr}", tmux::binary().display());
+    let s = Session::start(&cmd, 120, 36);
+    s.wait_for(&["● live"]);
+    // The demo ends and its agent says goodbye; the reconnect attempts that follow fail on
+    // the removed socket, and the footer keeps the goodbye's reason beside their error.
+    s.wait_for(&[
+        "◌ reconnecting (",
+        "disconnected: agent shutting down; reconnecting",
+    ]);
     s.quit_cleanly();
 }
 

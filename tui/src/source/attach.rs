@@ -31,6 +31,10 @@ pub struct AttachSource {
     adapter: AgentAdapter,
     attempts: u32,
     next_retry: Instant,
+    /// Why the last connection ended (the agent's goodbye, or the error), shown while
+    /// reconnecting: a failed reconnect's own error ("No such file or directory" once the
+    /// agent's socket is gone) says less.
+    ended: Option<String>,
     /// The frames of the last snapshot received.
     frames: Option<SnapshotFrames>,
     next_frames: Instant,
@@ -55,6 +59,7 @@ impl AttachSource {
             adapter: AgentAdapter::new(),
             attempts: 0,
             next_retry: Instant::now(),
+            ended: None,
             frames: None,
             next_frames: Instant::now(),
             rate_hz: None,
@@ -64,7 +69,8 @@ impl AttachSource {
         })
     }
 
-    fn lost(&mut self) {
+    fn lost(&mut self, why: String) {
+        self.ended = Some(why);
         self.client = None;
         self.attempts = self.attempts.max(1);
         self.next_retry = Instant::now() + RECONNECT_EVERY;
@@ -99,6 +105,7 @@ impl Source for AttachSource {
                 Ok(c) => {
                     self.client = Some(c);
                     self.attempts = 0;
+                    self.ended = None;
                     self.refresh(state);
                     state.status = Some(format!("reconnected to {}", self.addr));
                     return Ok(true);
@@ -107,19 +114,22 @@ impl Source for AttachSource {
                     self.attempts += 1;
                     self.next_retry = Instant::now() + RECONNECT_EVERY;
                     state.mode = Mode::Reconnecting(self.attempts);
-                    state.status = Some(format!("{e}"));
+                    state.status = Some(match &self.ended {
+                        Some(why) => format!("{why}; reconnecting: {e}"),
+                        None => e.to_string(),
+                    });
                     return Ok(true);
                 }
             }
         }
         let mut changed = false;
-        let mut lost = false;
+        let mut lost = None;
         if Instant::now() >= self.next_frames
             && let Some(c) = &mut self.client
         {
             self.next_frames = Instant::now() + FRAMES_EVERY;
-            if c.request_snapshot().is_err() {
-                lost = true;
+            if let Err(e) = c.request_snapshot() {
+                lost = Some(e.to_string());
             }
         }
         for _ in 0..MAX_UPDATES_PER_POLL {
@@ -146,14 +156,15 @@ impl Source for AttachSource {
                     changed = true;
                 }
                 Err(ClientError::Timeout) => break,
-                Err(_) => {
-                    lost = true;
+                Err(e) => {
+                    lost = Some(e.to_string());
                     break;
                 }
             }
         }
-        if lost {
-            self.lost();
+        if let Some(why) = lost {
+            state.status = Some(why.clone());
+            self.lost(why);
             state.mode = Mode::Reconnecting(self.attempts);
             return Ok(true);
         }
