@@ -739,22 +739,31 @@ impl Replayer<'_> {
         match kind {
             FreeRun::EmptyCache => self.empty_cache(index),
             FreeRun::Retry => {
-                // The recording's device was full. When the replay's device has room (it
-                // lacks what else used the real device), the allocator would not retry by
-                // itself: release the cache as the recording did. What-if runs do the same, so
-                // a what-if under the recorded settings is the fidelity run.
-                let need = entries[index..]
-                    .iter()
-                    .find(|n| {
-                        !matches!(
-                            n.action,
-                            TraceAction::SegmentFree | TraceAction::SegmentUnmap
-                        )
-                    })
-                    .map_or(0, |n| n.size);
-                let free = self.sim.mem_get_info().map_or(0, |(f, _)| f);
-                if free >= need {
-                    self.empty_cache(index);
+                let next = entries[index..].iter().find(|n| {
+                    !matches!(
+                        n.action,
+                        TraceAction::SegmentFree | TraceAction::SegmentUnmap
+                    )
+                });
+                match next {
+                    // The allocator released its cache and the allocation still failed (spec
+                    // "Malloc" 5(d), then 6). No replayed `malloc` follows to retry by itself:
+                    // a fidelity run only diagnoses a recorded `oom`, and a what-if run
+                    // attempts it on the state the recording reached. So release the cache
+                    // here, whatever room the replay's device has.
+                    Some(n) if n.action == TraceAction::Oom => self.empty_cache(index),
+                    // The retry made room for a new segment. When the replay's device has
+                    // room (it lacks what else used the real device), the allocator would not
+                    // retry by itself: release the cache as the recording did; otherwise the
+                    // replayed `malloc` retries on its own. What-if runs do the same, so a
+                    // what-if under the recorded settings is the fidelity run.
+                    _ => {
+                        let need = next.map_or(0, |n| n.size);
+                        let free = self.sim.mem_get_info().map_or(0, |(f, _)| f);
+                        if free >= need {
+                            self.empty_cache(index);
+                        }
+                    }
                 }
             }
         }
