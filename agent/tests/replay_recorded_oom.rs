@@ -57,8 +57,11 @@ fn actions(snap: &Snapshot) -> Vec<TraceAction> {
     snap.device_traces[0].iter().map(|e| e.action).collect()
 }
 
-/// (address, size) of each segment, with each block's (size, active).
-fn layout(snap: &Snapshot) -> Vec<(u64, u64, Vec<(u64, bool)>)> {
+/// A segment's address and size, with each block's size and whether it is active.
+type SegmentLayout = (u64, u64, Vec<(u64, bool)>);
+
+/// Each segment's [`SegmentLayout`], in the snapshot's order.
+fn layout(snap: &Snapshot) -> Vec<SegmentLayout> {
     snap.segments
         .iter()
         .map(|seg| {

@@ -19,9 +19,11 @@
 //! Either way frees go through an address map (recorded address -> replayed pointer).
 //! `free_requested`/`free_completed` pairs that another stream held apart are emulated with
 //! `record_stream` on a helper stream whose work completes at the recorded `free_completed`
-//! (see [`TracePlan`]); runs of `segment_free` become `empty_cache` calls unless they were the
-//! allocator's own retry; recorded `oom` entries are diagnosed at the replay's state (fidelity)
-//! or attempted again (what-if).
+//! (see [`TracePlan`]); runs of `segment_free` become `empty_cache` calls, except a retry before
+//! a new segment when the replay's device is as full as the recording's (the replayed `malloc`
+//! then retries by itself); a run before a recorded `oom` always releases the cache, as the
+//! allocator did before giving up; recorded `oom` entries are diagnosed at the replay's state
+//! (fidelity) or attempted again (what-if).
 
 use std::sync::Arc;
 
