@@ -63,6 +63,21 @@ pub enum AgentError {
         /// Why.
         message: String,
     },
+    /// The token given to the builder is empty: a client sending an empty token would match
+    /// it, which on a non-loopback address is as good as no token.
+    #[error(
+        "the attach token is empty: give a non-empty token, or no_token() to require none (loopback and unix sockets only)"
+    )]
+    EmptyToken,
+    /// Two registered providers report the same device: the agent would fold two allocators'
+    /// events into one device's figures.
+    #[error(
+        "two providers report device {0}: register one allocator per device index (for simulated devices, SimBackend::builder().device(n))"
+    )]
+    DuplicateDevice(i32),
+    /// The OOM dump folder's path names something that is not a folder.
+    #[error("cannot write OOM dumps into {0}: it is not a folder")]
+    DumpDirNotAFolder(PathBuf),
     /// A thread could not be started.
     #[error("cannot start the {what} thread: {source}")]
     Thread {
@@ -149,7 +164,12 @@ impl AgentBuilder {
         self
     }
 
-    /// Folder for OOM dumps (default: `ALLOCVIEW_DUMP_DIR`, else `./allocview-dumps`).
+    /// Folder for OOM dumps (default: `ALLOCVIEW_DUMP_DIR`, else `./allocview-dumps`). It is
+    /// created at the first OOM, not before, so a process that never runs out of memory leaves
+    /// no folder behind; [`spawn`](Self::spawn) refuses a path that names something other than
+    /// a folder, and a folder that cannot be created or written then is counted in
+    /// [`PipelineStats::dump_failures`](crate::state::PipelineStats::dump_failures), its reason
+    /// kept in the OOM record's `dump_error` and logged with `tracing`.
     pub fn dump_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.dump_dir = Some(dir.into());
         self
@@ -177,13 +197,17 @@ impl AgentBuilder {
         self
     }
 
-    /// Serves Prometheus metrics at `http://addr/metrics`.
+    /// Serves Prometheus metrics at `http://addr/metrics`. The endpoint has no
+    /// authentication, as is usual for Prometheus targets: on an address other hosts reach,
+    /// they can read the figures (not the segment map, frames or snapshots, which only the
+    /// attach protocol serves).
     pub fn metrics(mut self, addr: SocketAddr) -> Self {
         self.metrics = Some(addr);
         self
     }
 
-    /// Registers an allocator the agent may ask for snapshots and stats (one per device).
+    /// Registers an allocator the agent may ask for snapshots and stats: one per device
+    /// ([`spawn`](Self::spawn) refuses two with the same [`device`](SnapshotProvider::device)).
     pub fn provider(mut self, p: Arc<dyn SnapshotProvider>) -> Self {
         self.providers.push(p);
         self
@@ -211,7 +235,8 @@ impl AgentBuilder {
         self
     }
 
-    /// The token clients must present (default: `ALLOCVIEW_TOKEN`).
+    /// The token clients must present (default: `ALLOCVIEW_TOKEN`, when set and not empty).
+    /// [`spawn`](Self::spawn) refuses an empty one.
     pub fn token(mut self, token: impl Into<String>) -> Self {
         self.token = Token::Given(token.into());
         self
@@ -257,13 +282,24 @@ impl AgentBuilder {
     ///
     /// # Errors
     /// A bad address, a listener that cannot bind (or a non-loopback TCP address without a
-    /// token), or a thread that cannot start.
+    /// token), an empty token, two providers of one device, a dump folder path that names a
+    /// file, or a thread that cannot start.
     pub fn spawn(self) -> Result<Agent, AgentError> {
         let token = match self.token {
             Token::Env => std::env::var(TOKEN_ENV).ok().filter(|t| !t.is_empty()),
+            Token::Given(t) if t.is_empty() => return Err(AgentError::EmptyToken),
             Token::Given(t) => Some(t),
             Token::None => None,
         };
+        let mut devices: Vec<i32> = self.providers.iter().map(|p| p.device()).collect();
+        devices.sort_unstable();
+        if let Some(w) = devices.windows(2).find(|w| w[0] == w[1]) {
+            return Err(AgentError::DuplicateDevice(w[0]));
+        }
+        let dump_dir = self.dump_dir.unwrap_or_else(aggregator::default_dump_dir);
+        if dump_dir.exists() && !dump_dir.is_dir() {
+            return Err(AgentError::DumpDirNotAFolder(dump_dir));
+        }
         let listen = match &self.listen {
             Listen::Off => None,
             Listen::DefaultSocket => Some(None),
@@ -286,7 +322,7 @@ impl AgentBuilder {
             process: process.clone(),
             providers: self.providers.clone(),
             host: self.host.clone(),
-            dumper: OomDumper::new(self.dump_dir.unwrap_or_else(aggregator::default_dump_dir)),
+            dumper: OomDumper::new(dump_dir),
             max_dumps: self.max_dumps,
         };
         let (handle, join) = aggregator::spawn(cfg, rx).map_err(|source| AgentError::Thread {

@@ -2,7 +2,7 @@
 //! the `DeviceStats` PyTorch's rules derive from it.
 //!
 //! The caching allocator publishes one event per trace entry, so replaying them against a model
-//! of its segments reproduces its bookkeeping (`docs/caching-allocator-spec.md`, "DeviceStats"):
+//! of its segments reproduces its bookkeeping (PyTorch's `DeviceStats`, as `allocview_alloc::caching` keeps them):
 //!
 //! - `segment_alloc` adds a segment made of one free block (`segment`, `reserved_bytes`,
 //!   `num_device_alloc`, `oversize_segments` up); `segment_free` removes it.

@@ -6,13 +6,18 @@
 //! state is the same text (diffable). Names follow `torch.cuda.memory_stats()`:
 //! each stat array `X` becomes `allocview_X` (current) and `allocview_X_peak` gauges and
 //! `allocview_X_allocated` / `allocview_X_freed` counters, labelled by `device` and `pool`
-//! (`all`, `small_pool`, `large_pool`); the scalar counters follow. The size, lifetime and
-//! latency HdrHistograms of each pool (`small_pool`, `large_pool` or `private_pool_ID`) become
-//! Prometheus histograms (power-of-two buckets `le = 2^b - 1`, exact `_sum` and `_count`, so
-//! `histogram_quantile` and `rate` work across a fleet) plus `_quantile` gauges of their own
+//! (`all`, `small_pool`, `large_pool`; `all` is the sum of the other two); the scalar counters
+//! follow. The size, lifetime and latency HdrHistograms of each pool (`small_pool`,
+//! `large_pool` or `private_pool_ID`) become Prometheus histograms
+//! (`allocview_allocation_size_bytes`, `allocview_block_lifetime_seconds`,
+//! `allocview_allocator_latency_seconds`: times in seconds, as Prometheus names them) on a fixed
+//! ladder of power-of-two buckets per metric (`le = 2^b - 1` of the recorded integers, exact;
+//! the same buckets in every series and process, so `sum by (le)` and `histogram_quantile`
+//! work across a fleet), with exact `_sum` and `_count`, plus `_quantile` gauges of their own
 //! finer quantiles; dropped events per action, resyncs and OOM dumps close the page.
-//! The HTTP side is `tiny_http` on one thread, so services need no async runtime; any path but
-//! `/metrics` gets a 404.
+//! The HTTP side is `tiny_http` on one thread, so services need no async runtime; `GET` and
+//! `HEAD` of `/metrics` are answered, any other path gets a 404. There is no authentication
+//! (as usual for Prometheus targets): the page holds figures, not frames or snapshots.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -49,6 +54,8 @@ fn labels(pairs: &[(&str, &str)]) -> Labels {
 enum Sample {
     /// A gauge's value.
     Gauge(i64),
+    /// A gauge's value in a unit with fractions (seconds).
+    GaugeF64(f64),
     /// A counter's total.
     Counter(u64),
     /// A histogram's buckets, sum and count.
@@ -59,6 +66,7 @@ impl Sample {
     fn encode(&self, metric: &mut MetricEncoder) -> Result<(), std::fmt::Error> {
         match self {
             Sample::Gauge(v) => metric.encode_gauge(v),
+            Sample::GaugeF64(v) => metric.encode_gauge(v),
             Sample::Counter(v) => metric.encode_counter::<NoLabelSet, _, u64>(v, None),
             Sample::Histogram(h) => {
                 metric.encode_histogram::<NoLabelSet>(h.sum, h.count, &h.buckets, None)
@@ -103,7 +111,7 @@ impl Page {
 
     fn add(&mut self, name: &str, help: &str, labels: Option<Labels>, sample: Sample) {
         let kind = match sample {
-            Sample::Gauge(_) => MetricType::Gauge,
+            Sample::Gauge(_) | Sample::GaugeF64(_) => MetricType::Gauge,
             Sample::Counter(_) => MetricType::Counter,
             Sample::Histogram(_) => MetricType::Histogram,
         };
@@ -128,11 +136,19 @@ impl Page {
         self.add(name, help, Some(l), Sample::Counter(v));
     }
 
-    /// A histogram as a Prometheus histogram (its power-of-two buckets, exact sum and count)
-    /// plus `{name}_quantile` gauges of its HdrHistogram quantiles (within 1%, finer than
-    /// the buckets; quantile `1` is the maximum).
-    fn histogram(&mut self, name: &str, help: &str, base: &[(&str, &str)], h: &HistogramSummary) {
-        let series = HistogramSeries::new(h);
+    /// A histogram as a Prometheus histogram (the metric's [`Ladder`] of power-of-two
+    /// buckets, exact sum and count) plus `{name}_quantile` gauges of its HdrHistogram
+    /// quantiles (within 1%, finer than the buckets; quantile `1` is the maximum), in the
+    /// ladder's unit.
+    fn histogram(
+        &mut self,
+        name: &str,
+        help: &str,
+        base: &[(&str, &str)],
+        ladder: Ladder,
+        h: &HistogramSummary,
+    ) {
+        let series = HistogramSeries::new(h, ladder);
         self.add(name, help, Some(labels(base)), Sample::Histogram(series));
         let quantiles = format!("{name}_quantile");
         let quantiles_help =
@@ -145,46 +161,84 @@ impl Page {
         ] {
             let mut l = labels(base);
             l.push(("quantile".into(), q.into()));
-            self.gauge(&quantiles, &quantiles_help, l, v as i64);
+            self.add(
+                &quantiles,
+                &quantiles_help,
+                Some(l),
+                Sample::GaugeF64(v as f64 * ladder.scale),
+            );
         }
     }
 }
+
+/// The fixed buckets of one histogram metric: `le = (2^b - 1) * scale` for `b` in
+/// `first..=last`, then `+Inf`. Every series of a metric, in every process, has the same
+/// buckets, so that `sum by (le)` over pools, devices or a fleet adds like to like and
+/// `histogram_quantile` sees a monotonic ladder.
+#[derive(Debug, Clone, Copy)]
+struct Ladder {
+    /// The first bucket, `le = 2^first - 1`, holds every value below `2^first`.
+    first: u32,
+    /// The last finite bucket, `le = 2^last - 1`; larger values are counted by `+Inf`.
+    last: u32,
+    /// The unit of the exposed values per unit of the recorded ones (`1e-9`: nanoseconds
+    /// recorded, seconds exposed, as Prometheus names time).
+    scale: f64,
+}
+
+/// Allocation sizes in bytes: below 512 B (the smallest block) up to 1 TiB, 32 buckets.
+const SIZE_LADDER: Ladder = Ladder {
+    first: 9,
+    last: 40,
+    scale: 1.0,
+};
+/// Block lifetimes in seconds: below 1 µs (2^10 ns) up to 9.8 hours (2^45 ns), 36 buckets.
+const LIFETIME_LADDER: Ladder = Ladder {
+    first: 10,
+    last: 45,
+    scale: 1e-9,
+};
+/// Allocator latencies in seconds: below 32 ns up to 134 ms (2^27 ns), 23 buckets.
+const LATENCY_LADDER: Ladder = Ladder {
+    first: 5,
+    last: 27,
+    scale: 1e-9,
+};
 
 /// One labelled histogram series: per-bucket counts, which the encoder makes cumulative.
 #[derive(Debug)]
 struct HistogramSeries {
     sum: f64,
     count: u64,
-    /// `(le, count)`: every power-of-two bucket from `le = 0` to the highest non-empty one,
-    /// then `+Inf`.
+    /// `(le, count)`: the ladder's buckets, then `+Inf`.
     buckets: Vec<(f64, u64)>,
 }
 
 impl HistogramSeries {
-    /// The summary's buckets `[2^(b-1), 2^b)` of integer values, as `le = 2^b - 1`: exact,
-    /// where `le = 2^b` would count the values equal to `2^b` (the next bucket's) too. Empty
-    /// buckets below the highest are written as well, so the ladder only grows over time.
-    fn new(h: &HistogramSummary) -> Self {
-        let mut buckets = Vec::new();
-        let mut inf = 0;
-        let mut next = h.buckets.iter().peekable();
-        for bit in 0..u64::BITS {
-            let Some(&&(ub, _)) = next.peek() else { break };
-            let bound = 1u64 << bit;
-            let n = if ub == bound {
-                next.next().map_or(0, |&(_, n)| n)
+    /// The summary's buckets `[2^(b-1), 2^b)` of integer values, as `le = 2^b - 1` (exact,
+    /// where `le = 2^b` would count the values equal to `2^b`, the next bucket's, too), put
+    /// on the ladder: those below its first bucket into the first, those above its last into
+    /// `+Inf`.
+    fn new(h: &HistogramSummary, ladder: Ladder) -> Self {
+        let finite = (ladder.last - ladder.first + 1) as usize;
+        let mut counts = vec![0u64; finite + 1];
+        for &(ub, n) in &h.buckets {
+            // The top bucket's upper bound is u64::MAX (past 2^63): +Inf.
+            let b = if ub.is_power_of_two() {
+                ub.trailing_zeros()
             } else {
-                0
+                u64::BITS
             };
-            buckets.push(((bound - 1) as f64, n));
+            let i = (b.saturating_sub(ladder.first) as usize).min(finite);
+            counts[i] += n;
         }
-        // A bucket past 2^63 (upper bound u64::MAX) is counted by +Inf alone.
-        for &(_, n) in next {
-            inf += n;
-        }
-        buckets.push((f64::INFINITY, inf));
+        let buckets = (ladder.first..=ladder.last)
+            .map(|b| ((1u64 << b) - 1) as f64 * ladder.scale)
+            .chain([f64::INFINITY])
+            .zip(counts)
+            .collect();
         HistogramSeries {
-            sum: h.sum,
+            sum: h.sum * ladder.scale,
             count: h.count,
             buckets,
         }
@@ -210,6 +264,22 @@ impl Collector for Page {
     }
 }
 
+/// What a `torch.cuda.memory_stats()` stat array counts, for help texts.
+fn stat_meaning(name: &str) -> &'static str {
+    match name {
+        "allocation" => "Allocated blocks (a count)",
+        "allocated_bytes" => "Bytes in allocated blocks (rounded sizes)",
+        "requested_bytes" => "Bytes the callers asked for in allocated blocks (before rounding)",
+        "active" => "Active blocks: allocated, or freed while a stream still uses them (a count)",
+        "active_bytes" => "Bytes in active blocks",
+        "inactive_split" => "Free blocks inside partly used segments (a count)",
+        "inactive_split_bytes" => "Bytes in free blocks inside partly used segments",
+        "segment" => "Segments reserved from the device (a count)",
+        "reserved_bytes" => "Bytes reserved from the device (segments)",
+        _ => "Allocator figure",
+    }
+}
+
 /// The `pool` label of a histogram's pool, in the stat arrays' words: `small_pool`,
 /// `large_pool`, and `private_pool_ID` for a private pool (which the stat arrays count inside
 /// the other two), so one query selects a pool across every family.
@@ -227,12 +297,16 @@ pub fn render(state: &AgentState) -> String {
     for d in &state.devices {
         let dev = d.device.to_string();
         for (name, arr) in d.stats.arrays() {
+            let what = stat_meaning(name);
             for t in StatType::ALL {
                 let l = labels(&[("device", &dev), ("pool", t.key())]);
                 let s = arr.get(t);
                 b.gauge(
                     &format!("allocview_{name}"),
-                    &format!("{name} now (torch.cuda.memory_stats {name}.*.current)"),
+                    &format!(
+                        "{what} now (torch.cuda.memory_stats {name}.*.current); pool=\"all\" is \
+                         small_pool plus large_pool, so sum one or the other, not both"
+                    ),
                     l.clone(),
                     s.current,
                 );
@@ -279,19 +353,22 @@ pub fn render(state: &AgentState) -> String {
         ] {
             b.counter(name, help, l.clone(), v.max(0) as u64);
         }
-        for (name, stat) in [
-            ("allocview_oversize_allocations", &s.oversize_allocations),
-            ("allocview_oversize_segments", &s.oversize_segments),
+        for (name, help, stat) in [
+            (
+                "allocview_oversize_allocations",
+                "Allocated blocks of at least max_split_size",
+                &s.oversize_allocations,
+            ),
+            (
+                "allocview_oversize_segments",
+                "Segments of at least max_split_size",
+                &s.oversize_segments,
+            ),
         ] {
-            b.gauge(
-                name,
-                "Oversize blocks or segments now",
-                l.clone(),
-                stat.current,
-            );
+            b.gauge(name, &format!("{help} now"), l.clone(), stat.current);
             b.gauge(
                 &format!("{name}_peak"),
-                "Highest since the last peak reset",
+                &format!("{help}: the most since the last peak reset"),
                 l.clone(),
                 stat.peak,
             );
@@ -315,18 +392,21 @@ pub fn render(state: &AgentState) -> String {
                 "allocview_allocation_size_bytes",
                 "Requested size of allocations",
                 &base,
+                SIZE_LADDER,
                 &ph.set.size,
             );
             b.histogram(
-                "allocview_block_lifetime_nanoseconds",
+                "allocview_block_lifetime_seconds",
                 "Time from allocation to free completion",
                 &base,
+                LIFETIME_LADDER,
                 &ph.set.lifetime,
             );
             b.histogram(
-                "allocview_allocator_latency_nanoseconds",
+                "allocview_allocator_latency_seconds",
                 "Time the allocator call took, on the calls that measured it (a random sample)",
                 &base,
+                LATENCY_LADDER,
                 &ph.set.latency,
             );
         }
@@ -477,7 +557,11 @@ impl Drop for MetricsServer {
 fn serve(server: &tiny_http::Server, agg: &AggregatorHandle) {
     for req in server.incoming_requests() {
         let path = req.url().split('?').next().unwrap_or("").to_string();
-        let resp = if path == METRICS_PATH && *req.method() == tiny_http::Method::Get {
+        // HEAD gets GET's headers without the body (tiny_http leaves it out).
+        let method = req.method();
+        let resp = if path == METRICS_PATH
+            && (*method == tiny_http::Method::Get || *method == tiny_http::Method::Head)
+        {
             match agg.metrics_state() {
                 Some(state) => {
                     let header = tiny_http::Header::from_bytes("Content-Type", CONTENT_TYPE)
@@ -495,5 +579,24 @@ fn serve(server: &tiny_http::Server, agg: &AggregatorHandle) {
         if let Err(e) = req.respond(resp) {
             tracing::debug!(error = %e, "metrics client went away");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use allocview_alloc::caching::stats::DeviceStats;
+
+    #[test]
+    fn every_stat_array_has_a_help_text_of_its_own() {
+        let stats = DeviceStats::default();
+        let meanings: Vec<&str> = stats
+            .arrays()
+            .iter()
+            .map(|(n, _)| stat_meaning(n))
+            .collect();
+        let distinct: std::collections::BTreeSet<&&str> = meanings.iter().collect();
+        assert_eq!(distinct.len(), meanings.len(), "{meanings:?}");
+        assert!(!meanings.contains(&stat_meaning("no such stat")));
     }
 }

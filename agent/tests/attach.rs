@@ -683,6 +683,16 @@ fn a_non_loopback_listener_without_a_token_is_refused_before_binding() {
 }
 
 #[test]
+fn an_empty_token_is_refused_not_taken_for_a_token() {
+    // An empty token would let a client that sends an empty token in.
+    for addr in ["0.0.0.0:0", "127.0.0.1:0"] {
+        let err = Agent::builder().listen(addr).token("").spawn().unwrap_err();
+        assert!(matches!(err, AgentError::EmptyToken), "{addr}: {err}");
+        assert!(err.to_string().contains("token is empty"), "{err}");
+    }
+}
+
+#[test]
 fn the_default_socket_is_0600_in_a_0700_folder_and_removed_on_shutdown() {
     let agent = Agent::builder()
         .listen_default_socket()

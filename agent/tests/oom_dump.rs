@@ -5,7 +5,7 @@ mod toy;
 
 use std::sync::Arc;
 
-use allocview_agent::agent::Agent;
+use allocview_agent::agent::{Agent, AgentError};
 use allocview_agent::snapshot_file::{self, FileFormat};
 use allocview_alloc::caching::backend::StreamId;
 use allocview_alloc::caching::history::HistoryOptions;
@@ -116,6 +116,55 @@ fn a_dump_folder_that_cannot_be_created_is_an_error_counted_not_a_panic() {
     alloc.malloc(MIB, StreamId(0)).unwrap();
     agent.flush();
     assert_eq!(agent.state().devices[0].stats.allocation.0[0].current, 1);
+}
+
+#[test]
+fn a_dump_folder_path_that_names_a_file_is_refused_at_spawn() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("file");
+    std::fs::write(&file, b"not a folder").unwrap();
+    let err = Agent::builder()
+        .no_listen()
+        .dump_dir(&file)
+        .spawn()
+        .unwrap_err();
+    assert!(
+        matches!(&err, AgentError::DumpDirNotAFolder(p) if *p == file),
+        "{err}"
+    );
+    assert!(err.to_string().contains("it is not a folder"), "{err}");
+}
+
+#[test]
+fn two_providers_of_one_device_are_refused_at_spawn() {
+    let on = |device: i32| {
+        let dev = Arc::new(
+            SimBackend::builder()
+                .capacity(64 * MIB)
+                .device(device)
+                .build(),
+        );
+        Arc::new(CachingAllocator::new(dev, AllocatorConfig::default()))
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let err = Agent::builder()
+        .no_listen()
+        .dump_dir(dir.path())
+        .provider(on(0))
+        .provider(on(1))
+        .provider(on(0))
+        .spawn()
+        .unwrap_err();
+    assert!(matches!(err, AgentError::DuplicateDevice(0)), "{err}");
+    assert!(err.to_string().contains("device 0"), "{err}");
+    let agent = Agent::builder()
+        .no_listen()
+        .dump_dir(dir.path())
+        .provider(on(0))
+        .provider(on(1))
+        .spawn()
+        .unwrap();
+    agent.shutdown();
 }
 
 #[test]

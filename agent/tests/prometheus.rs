@@ -11,11 +11,15 @@ use allocview_agent::agent::Agent;
 use allocview_alloc::event::{Event, EventAction, EventPool};
 
 fn get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    request(addr, "GET", path)
+}
+
+fn request(addr: std::net::SocketAddr, method: &str, path: &str) -> (u16, String) {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
     )
     .unwrap();
     let mut resp = String::new();
@@ -27,6 +31,7 @@ fn get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
 
 #[test]
 fn metrics_parse_as_prometheus_text_and_match_the_state() {
+    let started = std::time::Instant::now();
     let dir = tempfile::tempdir().unwrap();
     let toy = toy::Toy::new();
     let agent = Agent::builder()
@@ -136,8 +141,9 @@ fn metrics_parse_as_prometheus_text_and_match_the_state() {
     let requested = toy::TOY_SEGMENT / 2 - 100;
     let half = requested as f64;
     assert!((p50 - half).abs() / half < 0.01, "p50 {p50} ~ {half}");
-    // The sizes as a Prometheus histogram: the exact sum, and cumulative power-of-two buckets
-    // `le = 2^b - 1` from 0 up to the one holding every request, then +Inf.
+    // The sizes as a Prometheus histogram: the exact sum, and the fixed ladder of cumulative
+    // power-of-two buckets `le = 2^b - 1`, from 511 (everything below 512 B) to 1 TiB - 1,
+    // then +Inf.
     assert_eq!(
         find(
             "allocview_allocation_size_bytes_sum",
@@ -157,22 +163,52 @@ fn metrics_parse_as_prometheus_text_and_match_the_state() {
         panic!("not a histogram: {sizes:?}");
     };
     let holding = u64::BITS - requested.leading_zeros();
-    let expected: Vec<(f64, f64)> = (0..=holding)
+    let expected: Vec<(f64, f64)> = (9..=40)
         .map(|b| {
             let le = ((1u64 << b) - 1) as f64;
-            (le, if b == holding { 50.0 } else { 0.0 })
+            (le, if b >= holding { 50.0 } else { 0.0 })
         })
         .chain([(f64::INFINITY, 50.0)])
         .collect();
     let got: Vec<(f64, f64)> = buckets.iter().map(|b| (b.less_than, b.count)).collect();
     assert_eq!(got, expected);
-    // Lifetimes: one per free, each at least the bucket it is counted under.
+    // Every series of a histogram metric has the metric's fixed buckets, whatever values it
+    // holds, so that sums over pools, devices and processes add like to like.
+    for (metric, first, last, scale) in [
+        ("allocview_allocation_size_bytes", 9, 40, 1.0),
+        ("allocview_block_lifetime_seconds", 10, 45, 1e-9),
+        ("allocview_allocator_latency_seconds", 5, 27, 1e-9),
+    ] {
+        let ladder: Vec<f64> = (first..=last)
+            .map(|b| ((1u64 << b) - 1) as f64 * scale)
+            .chain([f64::INFINITY])
+            .collect();
+        let mut series = 0;
+        for s in scrape.samples.iter().filter(|s| s.metric == metric) {
+            let prometheus_parse::Value::Histogram(b) = &s.value else {
+                panic!("{metric} is not a histogram: {s:?}");
+            };
+            let got: Vec<f64> = b.iter().map(|b| b.less_than).collect();
+            assert_eq!(got, ladder, "{metric} {:?}", s.labels);
+            series += 1;
+        }
+        assert!(series > 0, "no {metric} in\n{body}");
+    }
+    // Lifetimes, in seconds: one per free, and their sum below the test's running time.
     assert_eq!(
         find(
-            "allocview_block_lifetime_nanoseconds_count",
+            "allocview_block_lifetime_seconds_count",
             &[("device", "0"), ("pool", "large_pool")]
         ),
         20.0
+    );
+    let lifetimes = find(
+        "allocview_block_lifetime_seconds_sum",
+        &[("device", "0"), ("pool", "large_pool")],
+    );
+    assert!(
+        lifetimes > 0.0 && lifetimes < 20.0 * started.elapsed().as_secs_f64(),
+        "{lifetimes}"
     );
     assert_eq!(
         find("allocview_device_total_memory_bytes", &[("device", "0")]),
@@ -199,6 +235,9 @@ fn metrics_parse_as_prometheus_text_and_match_the_state() {
         get(addr, "/metrics").1,
         allocview_agent::prometheus::render(&state)
     );
+
+    // HEAD, as uptime checkers send it: GET's status without the page.
+    assert_eq!(request(addr, "HEAD", "/metrics"), (200, String::new()));
 
     let (status, _) = get(addr, "/other");
     assert_eq!(status, 404);

@@ -320,6 +320,22 @@ fn without_a_trace_peaks_and_totals_are_not_known() {
     let d = &s.devices[0];
     let row = allocated_row(&d.memory_summary);
     assert_eq!(row[1..], ["not known"; 3], "{}", d.memory_summary);
+    // The OOM and retry counts are totals too: not 0, which would claim there were none.
+    let counters = d
+        .memory_summary
+        .lines()
+        .find(|l| l.contains("CUDA OOMs"))
+        .unwrap();
+    assert!(
+        counters.contains("CUDA OOMs: not known") && counters.contains("retries: not known"),
+        "{counters}"
+    );
+    let widths: std::collections::BTreeSet<usize> = d
+        .memory_summary
+        .lines()
+        .map(|l| l.chars().count())
+        .collect();
+    assert_eq!(widths.len(), 1, "{}", d.memory_summary);
     assert!(matches!(d.window, summary::StatsWindow::NotKnown { .. }));
     let text = s.to_string();
     assert!(

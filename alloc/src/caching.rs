@@ -1,11 +1,12 @@
-//! PyTorch's CUDA caching allocator, rule for rule (`docs/caching-allocator-spec.md`).
+//! PyTorch's CUDA caching allocator, rule for rule (PyTorch 2.x's
+//! `c10/cuda/CUDACachingAllocator.cpp`; the [`allocator`] module says how, and where it differs).
 //!
 //! [`CachingAllocator`] is the allocator; [`AllocatorConfig`] its settings (PyTorch's
 //! `PYTORCH_CUDA_ALLOC_CONF` syntax); [`format_memory_summary`] renders `DeviceStats` as
 //! `torch.cuda.memory_summary()` does.
 
 mod addr_table;
-mod allocator;
+pub mod allocator;
 pub mod backend;
 mod block;
 pub mod config;

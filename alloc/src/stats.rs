@@ -41,7 +41,10 @@ impl fmt::Display for AllocatorStats {
 
 /// A byte count shown in binary units: `512 B`, `1.5 KiB`, `64.0 MiB`, `2.00 GiB`.
 ///
-/// Values under 1 KiB print exactly; larger ones with one decimal (two from GiB up).
+/// Values under 1 KiB print exactly; larger ones with one decimal (two from GiB up), in the
+/// largest unit the value reaches, like TensorFlow's `strings::HumanReadableNumBytes`. Unlike
+/// it, a value that would round to 1024 of a unit moves to the next one (`1048575` bytes is
+/// `1.0 MiB`, never `1024.0 KiB`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct HumanBytes(pub u64);
 
@@ -51,9 +54,27 @@ const UNITS: [&str; 7] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
 /// Ratio between consecutive units.
 const UNIT_STEP: f64 = 1024.0;
 
+/// Index in [`UNITS`] of the first unit shown with [`WIDE_DECIMALS`] (GiB).
+const FIRST_WIDE_UNIT: usize = 3;
+
+/// Decimals shown for KiB and MiB.
+const NARROW_DECIMALS: usize = 1;
+
+/// Decimals shown from [`FIRST_WIDE_UNIT`] up.
+const WIDE_DECIMALS: usize = 2;
+
+/// Decimals shown for the unit at `unit` in [`UNITS`].
+fn decimals(unit: usize) -> usize {
+    if unit >= FIRST_WIDE_UNIT {
+        WIDE_DECIMALS
+    } else {
+        NARROW_DECIMALS
+    }
+}
+
 impl fmt::Display for HumanBytes {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.0 < 1024 {
+        if (self.0 as f64) < UNIT_STEP {
             return write!(f, "{} B", self.0);
         }
         let mut value = self.0 as f64;
@@ -62,8 +83,14 @@ impl fmt::Display for HumanBytes {
             value /= UNIT_STEP;
             unit += 1;
         }
-        let precision = if unit >= 3 { 2 } else { 1 };
-        write!(f, "{value:.precision$} {}", UNITS[unit])
+        let mut text = format!("{value:.*}", decimals(unit));
+        // Rounding can carry up to the next unit (1023.96 KiB -> "1024.0"): show that unit.
+        if text.parse::<f64>().is_ok_and(|shown| shown >= UNIT_STEP) && unit + 1 < UNITS.len() {
+            value /= UNIT_STEP;
+            unit += 1;
+            text = format!("{value:.*}", decimals(unit));
+        }
+        write!(f, "{text} {}", UNITS[unit])
     }
 }
 
@@ -80,6 +107,35 @@ mod tests {
         assert_eq!(HumanBytes(64 << 20).to_string(), "64.0 MiB");
         assert_eq!(HumanBytes(3 << 30).to_string(), "3.00 GiB");
         assert_eq!(HumanBytes(u64::MAX).to_string(), "16.00 EiB");
+    }
+
+    #[test]
+    fn a_value_that_rounds_to_1024_of_a_unit_shows_the_next_unit() {
+        assert_eq!(HumanBytes((1 << 20) - 1).to_string(), "1.0 MiB");
+        assert_eq!(HumanBytes((1 << 30) - 1).to_string(), "1.00 GiB");
+        assert_eq!(HumanBytes((1 << 40) - 1).to_string(), "1.00 TiB");
+        assert_eq!(HumanBytes((1 << 60) - 1).to_string(), "1.00 EiB");
+        // 1023.9502 KiB rounds to 1024.0: the next unit. 1023.9492 KiB stays.
+        assert_eq!(HumanBytes(1_048_525).to_string(), "1.0 MiB");
+        assert_eq!(HumanBytes(1_048_524).to_string(), "1023.9 KiB");
+        // 1023.996 GiB rounds to 1024.00 at two decimals.
+        let just_under_tib = (1u64 << 40) - (1 << 30) / 250;
+        assert_eq!(HumanBytes(just_under_tib).to_string(), "1.00 TiB");
+        assert_eq!(
+            HumanBytes((1 << 40) - (1 << 30) / 50).to_string(),
+            "1023.98 GiB"
+        );
+    }
+
+    #[test]
+    fn no_value_shows_1024_of_a_unit() {
+        for shift in [10u32, 20, 30, 40, 50, 60] {
+            for below in 0..2048u64 {
+                let n = (1u64 << shift).saturating_sub(below);
+                let text = HumanBytes(n).to_string();
+                assert!(!text.starts_with("1024"), "{n} shows as {text}");
+            }
+        }
     }
 
     #[test]

@@ -279,6 +279,9 @@ impl App {
                 self.source.seek(s, &mut self.state)?;
                 // The trace view follows the new position.
                 self.ui.trace_row = None;
+                if s == Seek::NextOom {
+                    self.select_oom_at_cursor();
+                }
             }
             Action::Click { x, y } => self.click(x, y),
             Action::Resize => {}
@@ -289,6 +292,18 @@ impl App {
     fn show(&mut self, v: View) {
         self.ui.view = v;
         self.ui.detail = false;
+    }
+
+    /// After `n` moved to an OOM's event: selects that OOM, so the OOM view (which lists from
+    /// the selected one down) scrolls to it.
+    fn select_oom_at_cursor(&mut self) {
+        let Some(cursor) = self.state.trace_cursor else {
+            return;
+        };
+        let at = |o: &crate::state::OomReport| o.trace_index.is_some_and(|i| i + 1 == cursor);
+        if let Some(i) = self.state.ooms.iter().position(at) {
+            self.ui.oom = i;
+        }
     }
 
     /// In a file: moves to the selected OOM's event and shows the segments then.
@@ -341,6 +356,10 @@ impl App {
     }
 
     fn click(&mut self, x: u16, y: u16) {
+        if view::too_small(self.area) {
+            // Only the too-small message is on screen.
+            return;
+        }
         if let Some(v) = view::tab_at(self.area, x, y) {
             self.show(v);
             return;

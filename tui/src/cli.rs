@@ -7,14 +7,14 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// allocview: see what your memory allocators are doing, live or after the fact.
 #[derive(Debug, Parser)]
-#[command(name = "allocview", version, about, long_about = None)]
+#[command(name = "allocview", version, about, long_about = None, after_help = MAIN_EXAMPLES)]
 pub struct Cli {
     /// Attach to a live process's agent: `unix:PATH`, a socket path, or `HOST:PORT`
     /// (default: $ALLOCVIEW_ADDR, else the only socket in the default folder).
     #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "")]
     pub attach: Option<String>,
 
-    /// With --attach: run without a terminal.
+    /// With --attach: run without a terminal (print the state as text or JSON).
     #[arg(long, requires = "attach")]
     pub headless: bool,
 
@@ -35,18 +35,25 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// A simulated training run on a simulated GPU, shown live.
+    #[command(after_help = DEMO_EXAMPLES)]
     Demo(DemoArgs),
     /// Post-mortem of a snapshot file (PyTorch pickle or allocview JSON), with time travel.
+    #[command(after_help = OPEN_EXAMPLES)]
     Open(OpenArgs),
     /// PyTorch's memory summary of a snapshot file, plus fragmentation and OOM facts.
+    #[command(after_help = SUMMARY_EXAMPLES)]
     Summary(SummaryArgs),
     /// Replay a recorded trace through the caching allocator, optionally under other settings.
+    #[command(after_help = REPLAY_EXAMPLES)]
     Replay(ReplayArgs),
-    /// Convert a snapshot between formats.
+    /// Convert a snapshot between allocview JSON and PyTorch's pickle.
+    #[command(after_help = EXPORT_EXAMPLES)]
     Export(ExportArgs),
     /// Benchmarks of allocview's own paths against baselines, in one run.
+    #[command(after_help = BENCH_NOTES)]
     Bench(BenchArgs),
-    /// Render every view of a demo run to SVG and PNG.
+    /// Render every view of a seeded demo run to SVG and PNG.
+    #[command(after_help = SCREENSHOT_EXAMPLES)]
     Screenshot(ScreenshotArgs),
 }
 
@@ -73,12 +80,13 @@ pub enum Scenario {
 /// `allocview demo`.
 #[derive(Debug, Args)]
 pub struct DemoArgs {
-    /// Simulated device memory (e.g. `16GiB`, `8000000000`).
-    #[arg(long, default_value = "16GiB")]
+    /// Simulated device memory (e.g. `16GiB`, `512MiB`, `8000000000`); ignored with
+    /// `--backend cuda`.
+    #[arg(long, value_name = "SIZE", default_value = "16GiB")]
     pub device_memory: String,
     /// Allocator settings in PyTorch's syntax (`expandable_segments:True,...`); default:
     /// `$ALLOCVIEW_ALLOC_CONF`, else `$PYTORCH_CUDA_ALLOC_CONF`, else PyTorch's defaults.
-    #[arg(long)]
+    #[arg(long, value_name = "SETTINGS")]
     pub config: Option<String>,
     /// Workload.
     #[arg(long, value_enum, default_value_t = Scenario::Train)]
@@ -86,20 +94,21 @@ pub struct DemoArgs {
     /// Device backend.
     #[arg(long, value_enum, default_value_t = Backend::Sim)]
     pub backend: Backend,
-    /// Run without a terminal.
+    /// Run without a terminal, then print a report.
     #[arg(long)]
     pub headless: bool,
-    /// With --headless: how long to run.
+    /// With --headless: how many seconds to run.
     #[arg(long, default_value_t = 5.0)]
     pub seconds: f64,
-    /// With --headless: print JSON.
+    /// With --headless: print the report as JSON.
     #[arg(long)]
     pub json: bool,
-    /// Also serve attach clients here (`unix:PATH`, a path, or `127.0.0.1:PORT`).
-    #[arg(long)]
+    /// Also serve attach clients here (`unix:PATH`, a path, or `127.0.0.1:PORT`), for
+    /// `allocview --attach ADDR` from another terminal.
+    #[arg(long, value_name = "ADDR")]
     pub listen: Option<String>,
-    /// Serve Prometheus metrics on this address (`127.0.0.1:9400`).
-    #[arg(long)]
+    /// Serve Prometheus metrics at `http://ADDR/metrics` (e.g. `127.0.0.1:9400`).
+    #[arg(long, value_name = "ADDR")]
     pub metrics: Option<String>,
     /// Random seed of the workload.
     #[arg(long, default_value_t = 42)]
@@ -109,16 +118,18 @@ pub struct DemoArgs {
 /// `allocview open FILE`.
 #[derive(Debug, Args)]
 pub struct OpenArgs {
-    /// Snapshot file (PyTorch pickle or allocview JSON).
+    /// Snapshot file: a PyTorch `torch.cuda.memory._dump_snapshot` pickle, an OOM dump, or
+    /// allocview JSON.
     pub file: PathBuf,
 }
 
 /// `allocview summary FILE`.
 #[derive(Debug, Args)]
 pub struct SummaryArgs {
-    /// Snapshot file (PyTorch pickle or allocview JSON).
+    /// Snapshot file: a PyTorch `torch.cuda.memory._dump_snapshot` pickle, an OOM dump, or
+    /// allocview JSON.
     pub file: PathBuf,
-    /// Print JSON.
+    /// Print JSON instead of the table.
     #[arg(long)]
     pub json: bool,
 }
@@ -126,22 +137,26 @@ pub struct SummaryArgs {
 /// `allocview replay FILE`.
 #[derive(Debug, Args)]
 pub struct ReplayArgs {
-    /// A PyTorch snapshot with a trace, allocview JSON, or an RMM log (CSV).
+    /// A PyTorch snapshot recorded with `_record_memory_history` (so it has a trace),
+    /// allocview JSON, or an RMM log (CSV).
     pub file: PathBuf,
-    /// Allocator settings to replay under; repeat to compare several side by side.
-    #[arg(long)]
+    /// Allocator settings to replay under, in PyTorch's syntax
+    /// (`expandable_segments:True,max_split_size_mb:256`); repeat to compare several side by
+    /// side. Without it, only the replay under the recorded settings runs.
+    #[arg(long, value_name = "SETTINGS")]
     pub config: Vec<String>,
-    /// Device capacity for the replay (default: what the file says, else enough to never OOM
-    /// for lack of device memory).
-    #[arg(long)]
+    /// Device capacity for the replay (e.g. `80GiB`; default: what the file says, else enough
+    /// to never OOM for lack of device memory).
+    #[arg(long, value_name = "SIZE")]
     pub device_memory: Option<String>,
-    /// Print JSON.
+    /// Print JSON instead of the table.
     #[arg(long)]
     pub json: bool,
-    /// Write a replayed run as a PyTorch snapshot pickle: the what-if run of the one
-    /// `--config`, one file per config (`F.1-SETTINGS.pickle`, ...) with several, else the
-    /// replay under the recorded settings.
-    #[arg(long)]
+    /// Write a replayed run as a PyTorch snapshot pickle (for `allocview open` or PyTorch's
+    /// viewers): with one `--config`, its what-if run; with several, one file per config
+    /// (`what-if.pickle` becomes `what-if.1-SETTINGS.pickle`, `what-if.2-SETTINGS.pickle`, ...);
+    /// without `--config`, the replay under the recorded settings.
+    #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
 }
 
@@ -154,15 +169,15 @@ pub enum ExportFormat {
     Pickle,
 }
 
-/// `allocview export IN --to FORMAT -o OUT`.
+/// `allocview export IN [--to FORMAT] -o OUT`.
 #[derive(Debug, Args)]
 pub struct ExportArgs {
-    /// Input snapshot file.
+    /// Input snapshot file (PyTorch pickle or allocview JSON).
     pub input: PathBuf,
-    /// Output format.
+    /// Output format (default: the one OUT's extension names: `.json`, or `.pickle`/`.pkl`).
     #[arg(long, value_enum)]
-    pub to: ExportFormat,
-    /// Output file.
+    pub to: Option<ExportFormat>,
+    /// Output file; without --to, its extension (`.json`, `.pickle`, `.pkl`) picks the format.
     #[arg(short, long)]
     pub out: PathBuf,
 }
@@ -170,12 +185,13 @@ pub struct ExportArgs {
 /// `allocview bench`.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// Only benchmarks whose name contains this.
+    /// Only benchmarks whose name contains this (e.g. `caching`, `agent.publish`).
     pub filter: Option<String>,
-    /// Print JSON.
+    /// Print JSON instead of the table.
     #[arg(long)]
     pub json: bool,
-    /// Seconds per measurement.
+    /// About how many seconds each side (allocview's and the baseline's) of each benchmark
+    /// runs.
     #[arg(long, default_value_t = 1.0)]
     pub seconds: f64,
 }
@@ -183,7 +199,7 @@ pub struct BenchArgs {
 /// `allocview screenshot`.
 #[derive(Debug, Args)]
 pub struct ScreenshotArgs {
-    /// Output folder.
+    /// Output folder (created if missing).
     #[arg(long, default_value = "screenshots")]
     pub out: PathBuf,
     /// Terminal width in cells.
@@ -193,3 +209,76 @@ pub struct ScreenshotArgs {
     #[arg(long, default_value_t = 36)]
     pub height: u16,
 }
+
+/// Examples under `allocview --help`.
+const MAIN_EXAMPLES: &str = "\
+Examples:
+  allocview demo                           A simulated training run, live (q quits, ? help)
+  allocview summary oom.pickle             PyTorch's memory summary of a _dump_snapshot file
+  allocview open oom.pickle                The dashboard over that file, with time travel
+  allocview replay oom.pickle --config expandable_segments:True
+                                           Would expandable segments have avoided the OOM?
+  allocview --attach unix:/tmp/train.sock  A live process that embeds the agent
+
+Run `allocview COMMAND --help` for a command's options.";
+
+/// Examples under `allocview demo --help`.
+const DEMO_EXAMPLES: &str = "\
+Examples:
+  allocview demo
+  allocview demo --scenario oom --device-memory 8GiB
+  allocview demo --config expandable_segments:True --listen unix:/tmp/demo.sock
+  allocview demo --headless --seconds 10 --json";
+
+/// Examples under `allocview open --help`.
+const OPEN_EXAMPLES: &str = "\
+Record the file in PyTorch with
+  torch.cuda.memory._record_memory_history(max_entries=100_000)
+  ...
+  torch.cuda.memory._dump_snapshot(\"oom.pickle\")
+
+Examples:
+  allocview open oom.pickle
+
+Keys: ,/. (or ←/→ outside Segments and Histograms) step through the trace, [/] ±100,
+n next OOM, g next segment event, Home/End first/last; 1-7 or Tab views, ? help, q quit.";
+
+/// Examples under `allocview summary --help`.
+const SUMMARY_EXAMPLES: &str = "\
+Examples:
+  allocview summary oom.pickle             A torch.cuda.memory._dump_snapshot file
+  allocview summary allocview-dumps/oom-0000-pid4242.json --json";
+
+/// Examples under `allocview replay --help`.
+const REPLAY_EXAMPLES: &str = "\
+Examples:
+  allocview replay oom.pickle
+  allocview replay oom.pickle --config \"expandable_segments:True\"
+  allocview replay oom.pickle --config expandable_segments:True --config max_split_size_mb:256
+  allocview replay oom.pickle --config \"expandable_segments:True\" --out what-if.pickle";
+
+/// Examples under `allocview export --help`.
+const EXPORT_EXAMPLES: &str = "\
+Examples:
+  allocview export oom.pickle -o oom.json         The format from the extension
+  allocview export oom.json -o oom.pickle         Opens in PyTorch's own viewers
+  allocview export oom.pickle --to json -o oom.snapshot";
+
+/// Notes under `allocview bench --help`.
+const BENCH_NOTES: &str = "\
+Environment:
+  ALLOCVIEW_FIXTURES  Folder of PyTorch snapshot fixtures (or the fixture file itself) that
+                      snapshot.load and replay.throughput read; default:
+                      ../shared/fixtures/pytorch-snapshots. Without the file those two are
+                      listed as skipped. snapshot.load's baseline also needs python3.
+
+Examples:
+  allocview bench
+  allocview bench caching --seconds 3
+  ALLOCVIEW_FIXTURES=/data/pytorch-snapshots allocview bench snapshot.load --json";
+
+/// Examples under `allocview screenshot --help`.
+const SCREENSHOT_EXAMPLES: &str = "\
+Examples:
+  allocview screenshot --out screenshots/
+  allocview screenshot --out /tmp/shots --width 160 --height 48";

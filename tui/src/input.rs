@@ -147,6 +147,8 @@ pub fn key(k: KeyEvent, ui: &UiState, file_mode: bool) -> Option<Action> {
         KeyCode::Char('[') if file_mode => Action::Seek(Seek::By(-BIG_STEP)),
         KeyCode::Char(']') if file_mode => Action::Seek(Seek::By(BIG_STEP)),
         KeyCode::Char('n') if file_mode => Action::Seek(Seek::NextOom),
+        // Live, the OOM view's `n` selects the next OOM listed.
+        KeyCode::Char('n') if ui.view == View::Oom => Action::Move(1),
         KeyCode::Char('g') if file_mode => Action::Seek(Seek::NextSegmentEvent),
         KeyCode::Home if file_mode => Action::Seek(Seek::First),
         KeyCode::End if file_mode => Action::Seek(Seek::Last),

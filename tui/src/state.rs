@@ -258,6 +258,12 @@ impl State {
             || self.stats.allocation.get(StatType::All).allocated > 0
     }
 
+    /// Whether the process is watched for its host heap only: a host heap and nothing of a
+    /// device (the device views have nothing to show; the overview shows the host heap).
+    pub fn is_host_only(&self) -> bool {
+        self.host.is_some() && !self.has_device_data()
+    }
+
     /// Whether the picture is known to be partial (drops, resyncs or a lost trace).
     pub fn is_partial(&self) -> bool {
         self.source.dropped > 0 || self.source.resyncs > 0

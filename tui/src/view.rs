@@ -4,7 +4,12 @@
 //!
 //! Screen layout: a two-line header (mode, process, device, drops; then the tabs), the view,
 //! and a one-line footer (file slider, filter prompt, status, or key hints). The help overlay
-//! draws on top.
+//! draws on top. A screen smaller than [`MIN_WIDTH`] x [`MIN_HEIGHT`] (where the tabs or the
+//! overview's panels would be cut) gets one line saying so instead, and the dashboard comes
+//! back as soon as the terminal is large enough again.
+//!
+//! A process watched for its host heap only (no device allocator) has its heap on the
+//! overview; the device views say so rather than draw empty tables.
 
 pub mod footer;
 pub mod header;
@@ -21,7 +26,8 @@ pub mod trace;
 use ratatui::Frame;
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Constraint, Layout, Rect};
-use ratatui::text::Line;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Widget};
 
 use crate::state::{State, UiState, View};
 
@@ -29,6 +35,12 @@ use crate::state::{State, UiState, View};
 pub const HEADER_ROWS: u16 = 2;
 /// Rows of the footer.
 pub const FOOTER_ROWS: u16 = 1;
+/// The narrowest screen drawn: the tab line, every tab whole and clickable (its width is
+/// checked against [`header::tab_label`] in the tests).
+pub const MIN_WIDTH: u16 = 74;
+/// The lowest screen drawn: the header, the overview (its device panels and a chart with room
+/// for its dots) and the footer.
+pub const MIN_HEIGHT: u16 = HEADER_ROWS + overview::MIN_ROWS + FOOTER_ROWS;
 
 /// The three regions of the screen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,6 +80,10 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
     if area.is_empty() {
         return;
     }
+    if too_small(area) {
+        render_too_small(area, buf);
+        return;
+    }
     let r = regions(area);
     header::render(r.header, buf, state, ui);
     render_view(ui.view, r.body, buf, state, ui);
@@ -77,8 +93,46 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
     }
 }
 
-/// Draws one view's body.
+/// Whether `area` is below [`MIN_WIDTH`] x [`MIN_HEIGHT`], where the screen is one line
+/// saying so.
+pub fn too_small(area: Rect) -> bool {
+    area.width < MIN_WIDTH || area.height < MIN_HEIGHT
+}
+
+/// The message of a screen too small to draw: `terminal too small: 80x16, needs at least
+/// 74x18`, shorter where that does not fit the width (`terminal too small: 40x12, needs
+/// 74x18`, then `too small: 30x9 < 74x18`).
+pub fn too_small_message(area: Rect) -> String {
+    let (w, h) = (area.width, area.height);
+    [
+        format!("terminal too small: {w}x{h}, needs at least {MIN_WIDTH}x{MIN_HEIGHT}"),
+        format!("terminal too small: {w}x{h}, needs {MIN_WIDTH}x{MIN_HEIGHT}"),
+        format!("too small: {w}x{h} < {MIN_WIDTH}x{MIN_HEIGHT}"),
+    ]
+    .into_iter()
+    .find(|m| m.chars().count() <= w as usize)
+    .unwrap_or_else(|| format!("{w}x{h} < {MIN_WIDTH}x{MIN_HEIGHT}"))
+}
+
+/// Draws the too-small message on the middle row of `area`, centred.
+fn render_too_small(area: Rect, buf: &mut Buffer) {
+    let msg = too_small_message(area);
+    let pad = (area.width as usize).saturating_sub(msg.chars().count()) / 2;
+    let line = Line::styled(format!("{}{msg}", " ".repeat(pad)), theme::alert());
+    put(buf, area, area.height / 2, &line);
+}
+
+/// What the device views say for a process watched for its host heap only.
+pub const NO_DEVICE: &str =
+    "no device allocator in this process: its host heap is on the Overview (1)";
+
+/// Draws one view's body; for a host-only process ([`State::is_host_only`]), every view but
+/// the overview is a box saying there is no device.
 pub fn render_view(view: View, area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
+    if view != View::Overview && state.is_host_only() {
+        render_no_device(view, area, buf);
+        return;
+    }
     match view {
         View::Overview => overview::render(area, buf, state, ui),
         View::Segments => segments::render(area, buf, state, ui),
@@ -88,6 +142,20 @@ pub fn render_view(view: View, area: Rect, buf: &mut Buffer, state: &State, ui: 
         View::Trace => trace::render(area, buf, state, ui),
         View::Oom => oom::render(area, buf, state, ui),
     }
+}
+
+/// The box of a device view for a host-only process: the view's title and [`NO_DEVICE`].
+fn render_no_device(view: View, area: Rect, buf: &mut Buffer) {
+    let block =
+        Block::bordered().title(Span::styled(format!(" {} ", view.title()), theme::title()));
+    let inner = block.inner(area);
+    block.render(area, buf);
+    put(
+        buf,
+        inner,
+        0,
+        &Line::styled(format!(" {NO_DEVICE}"), theme::dim()),
+    );
 }
 
 /// Writes `line` on row `row` of `area`, clipped to it; rows outside are ignored.
@@ -120,6 +188,9 @@ pub fn left(s: &str, width: usize) -> String {
 
 /// The view a click at row `y` of the tab line selects (`None` when the click is elsewhere).
 pub fn tab_at(area: Rect, x: u16, y: u16) -> Option<View> {
+    if too_small(area) {
+        return None;
+    }
     let r = regions(area);
     if r.header.height < HEADER_ROWS || y != r.header.y + 1 {
         return None;

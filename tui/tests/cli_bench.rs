@@ -218,3 +218,15 @@ fn replay_throughput_is_measured_per_trace_event_against_a_bare_replay() {
         rows[0]
     );
 }
+
+#[test]
+fn help_documents_the_fixtures_variable() {
+    let o = allocview(&["bench", "--help"], &[]);
+    assert!(o.status.success(), "stderr: {}", stderr(&o));
+    let help = stdout(&o);
+    assert!(help.contains("ALLOCVIEW_FIXTURES"), "{help}");
+    assert!(
+        help.contains("snapshot.load") && help.contains("replay.throughput"),
+        "{help}"
+    );
+}

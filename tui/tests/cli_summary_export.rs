@@ -255,6 +255,89 @@ fn export_refuses_an_output_name_whose_extension_names_the_other_format() {
     assert!(snapshot_file::load(&out).is_ok());
 }
 
+/// `allocview export INPUT -o OUT`, the format left to OUT's extension.
+fn export_by_extension(input: &Path, out: &Path) -> Output {
+    run(&[
+        "export",
+        input.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ])
+}
+
+/// The format of the file at `path`, read from its bytes.
+fn format_of_file(path: &Path) -> Option<snapshot_file::FileFormat> {
+    snapshot_file::detect(&std::fs::read(path).unwrap())
+}
+
+#[test]
+fn export_without_to_takes_the_format_from_the_output_extension() {
+    use snapshot_file::FileFormat::{Json, Pickle};
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.json");
+    let snapshot = allocview_alloc::snapshot::Snapshot::default();
+    snapshot_file::save(&input, &snapshot, Json).unwrap();
+    for (name, format) in [
+        ("out.pickle", Pickle),
+        ("OUT.PKL", Pickle),
+        ("out.Json", Json),
+    ] {
+        let out = dir.path().join(name);
+        let o = export_by_extension(&input, &out);
+        ok(&o);
+        assert_eq!(format_of_file(&out), Some(format), "{name}");
+        assert_eq!(snapshot_file::load(&out).unwrap(), snapshot, "{name}");
+    }
+
+    // --to still decides where given, and may name an extension-less or unknown output.
+    let out = dir.path().join("out.snapshot");
+    ok(&export(&input, "pickle", &out));
+    assert_eq!(format_of_file(&out), Some(Pickle));
+
+    // A real PyTorch file, through both inferred conversions, loses nothing.
+    if let Some(p) = fixture("tiny-3-segments.pickle") {
+        let json = dir.path().join("tiny.json");
+        let pickle = dir.path().join("tiny.pkl");
+        ok(&export_by_extension(&p, &json));
+        ok(&export_by_extension(&json, &pickle));
+        assert_eq!(format_of_file(&json), Some(Json));
+        assert_eq!(format_of_file(&pickle), Some(Pickle));
+        let original = snapshot_file::load(&p).unwrap();
+        assert_eq!(snapshot_file::load(&pickle).unwrap(), original);
+    }
+}
+
+#[test]
+fn export_without_to_refuses_an_output_extension_naming_no_format_and_lists_the_known_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.json");
+    let snapshot = allocview_alloc::snapshot::Snapshot::default();
+    snapshot_file::save(&input, &snapshot, snapshot_file::FileFormat::Json).unwrap();
+    for (name, says) in [
+        ("out.snapshot", "`.snapshot` names no format"),
+        ("out", "no extension"),
+    ] {
+        let out = dir.path().join(name);
+        let err = fails_cleanly(&export_by_extension(&input, &out));
+        assert!(err.contains(name) && err.contains(says), "{err}");
+        assert!(err.contains(".json, .pickle or .pkl"), "{err}");
+        assert!(err.contains("--to json|pickle"), "{err}");
+        assert!(!out.exists(), "{name} written");
+    }
+}
+
+#[test]
+fn export_help_says_the_extension_picks_the_format() {
+    let o = run(&["export", "--help"]);
+    ok(&o);
+    let help = stdout(&o);
+    assert!(help.contains("OUT's extension names"), "{help}");
+    assert!(
+        help.contains("allocview export oom.pickle -o oom.json"),
+        "{help}"
+    );
+}
+
 #[test]
 fn counts_of_one_take_the_singular_in_the_demo_report_and_sizes_round_up_a_unit() {
     let report = allocview::demo::Report {

@@ -121,7 +121,7 @@ fn narrow_overviews_drop_the_counters_before_the_numbers() {
     let state = support::live_state();
     let ui = UiState::default();
     let wide = text(screen(&state, &ui, 80, 24).backend().buffer());
-    let narrow = text(screen(&state, &ui, 60, 24).backend().buffer());
+    let narrow = text(screen(&state, &ui, view::MIN_WIDTH, 24).backend().buffer());
     assert!(wide.contains("Counters"));
     assert!(!narrow.contains("Counters"));
     for w in ["peak", "342 MiB", "16.0 GiB", "largest free block"] {
@@ -333,4 +333,121 @@ fn histograms_per_pool_screen() {
     };
     let t = screen(&support::live_state(), &ui, 120, 36);
     insta::assert_snapshot!(t.backend());
+}
+
+/// The rows of a screen with something on them.
+fn non_blank_rows(all: &str) -> Vec<&str> {
+    all.lines().filter(|l| !l.trim().is_empty()).collect()
+}
+
+#[test]
+fn a_terminal_below_the_smallest_layout_gets_one_line_saying_so() {
+    let (w, h) = (view::MIN_WIDTH, view::MIN_HEIGHT);
+    let state = support::live_state();
+    for (sw, sh, says) in [
+        (40, 12, "terminal too small: 40x12, needs 74x18".to_string()),
+        (
+            w - 1,
+            h,
+            format!("terminal too small: {}x{h}, needs at least {w}x{h}", w - 1),
+        ),
+        (
+            w,
+            h - 1,
+            format!("terminal too small: {w}x{}, needs at least {w}x{h}", h - 1),
+        ),
+        (26, 5, "too small: 26x5 < 74x18".to_string()),
+    ] {
+        for view in View::ALL {
+            for help in [false, true] {
+                let ui = UiState {
+                    view,
+                    help,
+                    ..UiState::default()
+                };
+                let all = text(screen(&state, &ui, sw, sh).backend().buffer());
+                let rows = non_blank_rows(&all);
+                assert_eq!(rows.len(), 1, "{sw}x{sh} {view:?}:\n{all}");
+                assert_eq!(rows[0].trim(), says, "{sw}x{sh} {view:?}:\n{all}");
+            }
+        }
+    }
+    // At the smallest size every tab is whole, and the overview draws its device panels and
+    // its chart's dots.
+    let all = text(screen(&state, &UiState::default(), w, h).backend().buffer());
+    let tabs = View::ALL
+        .map(view::header::tab_label)
+        .join(&" ".repeat(view::header::TAB_GAP as usize));
+    assert!(all.contains(&format!(" {tabs}")), "{all}");
+    for word in ["Memory", "Over time"] {
+        assert!(all.contains(word), "lacks {word:?}:\n{all}");
+    }
+    assert!(
+        all.contains('⠒') || all.contains('⣀'),
+        "no chart dots:\n{all}"
+    );
+    assert!(!all.contains("too small"), "{all}");
+}
+
+#[test]
+fn at_80x24_the_dashboard_draws_normally() {
+    let state = support::live_state();
+    for view in View::ALL {
+        let ui = UiState {
+            view,
+            ..UiState::default()
+        };
+        let all = text(screen(&state, &ui, 80, 24).backend().buffer());
+        assert!(!all.contains("too small"), "{view:?}:\n{all}");
+        assert!(all.contains(" allocview  ● live"), "{all}");
+        assert!(all.contains("7 OOM"), "{all}");
+        assert!(non_blank_rows(&all).len() > 10, "{view:?}:\n{all}");
+    }
+}
+
+#[test]
+fn a_host_only_process_gets_a_line_in_each_device_view_pointing_to_the_overview() {
+    let state = support::host_only_state(30);
+    for view in View::ALL {
+        let ui = UiState {
+            view,
+            ..UiState::default()
+        };
+        let all = text(screen(&state, &ui, 120, 40).backend().buffer());
+        if view == View::Overview {
+            assert!(all.contains("Host heap over time"), "{all}");
+            assert!(!all.contains(view::NO_DEVICE), "{all}");
+            continue;
+        }
+        assert!(
+            all.contains("no device allocator in this process"),
+            "{view:?}:\n{all}"
+        );
+        assert!(all.contains(view::NO_DEVICE), "{view:?}:\n{all}");
+        assert!(
+            all.contains(&format!("┌ {} ", view.title())),
+            "{view:?}:\n{all}"
+        );
+        // No empty tables or boxes in its place.
+        for empty in [
+            "no segments",
+            "no streams",
+            "no values recorded",
+            "no trace recorded",
+            "No OOM so far",
+            "pool           segments",
+        ] {
+            assert!(!all.contains(empty), "{view:?} shows {empty:?}:\n{all}");
+        }
+    }
+    // With a device too, the device views are back.
+    let mut both = support::live_state();
+    both.host = Some(support::host_heap(30));
+    let ui = UiState {
+        view: View::Segments,
+        ..UiState::default()
+    };
+    let all = text(screen(&both, &ui, 120, 40).backend().buffer());
+    assert!(!all.contains(view::NO_DEVICE), "{all}");
+    assert!(all.contains("Segments (4, by size)"), "{all}");
 }

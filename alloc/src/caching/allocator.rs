@@ -1,7 +1,7 @@
 //! `CachingAllocator`: PyTorch's CUDA caching allocator over any [`DeviceBackend`].
 //!
-//! The algorithm is `docs/caching-allocator-spec.md`, which restates PyTorch 2.x's
-//! `DeviceCachingAllocator` (c10/cuda/CUDACachingAllocator.cpp) rule by rule: requests round up
+//! The algorithm is PyTorch 2.x's `DeviceCachingAllocator` (c10/cuda/CUDACachingAllocator.cpp),
+//! rule by rule: requests round up
 //! ([`AllocatorConfig::round_size`]), go to the small pool (rounded size up to 1 MiB) or the
 //! large pool, and take the best-fitting cached block of the same stream, ordered by
 //! `(stream, size, address)`; when none fits, a new segment comes from the device (2 MiB for
@@ -22,7 +22,7 @@
 //! # Events
 //! With an event sink set ([`CachingAllocator::set_event_sink`]), every call makes the events
 //! below, in the order the allocator did the work, and gathers them under the lock into a batch
-//! that goes to [`EventSink::publish_batch`](crate::event::EventSink::publish_batch) still under
+//! that goes to [`EventSink::publish_batch`] still under
 //! the lock (so events of different threads never interleave out of order). A batch is
 //! published at the end of a call when it has fewer than two free places left (it holds
 //! [`MAX_BATCH`](crate::event::MAX_BATCH) = 32), when the call started 1 ms or more after the
@@ -482,7 +482,7 @@ impl<B: DeviceBackend> CachingAllocator<B> {
         self.lock().free_callbacks.push(Arc::new(f));
     }
 
-    /// Sets (or removes) the sink events are published to (see the module docs). Events
+    /// Sets (or removes) the sink events are published to (see the [module docs](self)). Events
     /// gathered for the previous sink are published to it first.
     pub fn set_event_sink(&self, sink: Option<Arc<dyn EventSink>>) {
         let mut st = self.lock();
@@ -491,7 +491,7 @@ impl<B: DeviceBackend> CachingAllocator<B> {
     }
 
     /// Publishes the events gathered for the sink now, without waiting for the batch to fill
-    /// or age (see the module docs). Call it before reading an observer's figures that must
+    /// or age (see the [module docs](self)). Call it before reading an observer's figures that must
     /// include every call made so far; dropping the allocator does it too.
     pub fn flush_events(&self) {
         self.lock().flush_batch();
@@ -508,7 +508,7 @@ impl<B: DeviceBackend> CachingAllocator<B> {
     /// For an observer checking on an allocator that went quiet (the agent's aggregator does,
     /// once a tick, for a provider whose device sent nothing since the last tick). The lock is
     /// taken only when the allocator [`holds_events`](Self::holds_events): taking it from
-    /// another thread ends the lock's bias to the allocating thread (see the module docs),
+    /// another thread ends the lock's bias to the allocating thread (see the [module docs](self)),
     /// about 2 ns on a cached pair here.
     pub fn try_flush_events(&self) -> bool {
         if !self.holds_events() {

@@ -113,6 +113,21 @@ fn row(
     out.push(format!(" {name:<21} | {cur} | {peak} | {alloc} | {freed} "));
 }
 
+/// The header's OOM and retry counts, which are totals since the start like the history
+/// columns: [`NOT_KNOWN`] where those are (the line keeps PyTorch's width).
+fn counters_line(stats: &DeviceStats, history: HistoryColumns) -> String {
+    match history {
+        HistoryColumns::Known | HistoryColumns::KnownExceptRequested => format!(
+            "  {:9} CUDA OOMs: {:<12} | {:6} cudaMalloc retries: {:<8}  ",
+            "", stats.num_ooms, "", stats.num_alloc_retries
+        ),
+        HistoryColumns::NotKnown => format!(
+            "  {:9} CUDA OOMs: {:<12} | {:5} cudaMalloc retries: {:<9}  ",
+            "", NOT_KNOWN, "", NOT_KNOWN
+        ),
+    }
+}
+
 /// The `torch.cuda.memory_summary(device)` table for these stats (not abbreviated), each line
 /// ending in a newline.
 pub fn format_memory_summary(stats: &DeviceStats, device: i32) -> String {
@@ -150,10 +165,7 @@ pub fn format_memory_summary_with(
             "", device
         ),
         rule.clone(),
-        format!(
-            "  {:9} CUDA OOMs: {:<12} | {:6} cudaMalloc retries: {:<8}  ",
-            "", stats.num_ooms, "", stats.num_alloc_retries
-        ),
+        counters_line(stats, history),
         double.clone(),
         "        Metric         | Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  ".to_string(),
     ];

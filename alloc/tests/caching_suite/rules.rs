@@ -1,7 +1,7 @@
 //! The caching allocator's rules, written once for any [`DeviceBackend`].
 //!
 //! Each rule takes a [`Make`] (an allocator over a fresh device, with a settings string in
-//! `PYTORCH_CUDA_ALLOC_CONF` syntax) and checks one part of `docs/caching-allocator-spec.md`
+//! `PYTORCH_CUDA_ALLOC_CONF` syntax) and checks one part of PyTorch's caching allocator (`c10/cuda/CUDACachingAllocator.cpp`)
 //! with numbers worked out by hand. Only what every device shares is used: no capacity, fault
 //! injection or stream-work controls (those are `SimBackend`'s, in `caching_rules.rs`), and
 //! addresses are compared as offsets within their segment (a real driver places segments

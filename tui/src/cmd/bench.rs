@@ -9,6 +9,12 @@
 //! `{name, allocview_ns, baseline_ns, ratio, goal, met, baseline, notes}`. A benchmark that
 //! cannot run here (no fixture, no Python) is listed as skipped with the reason.
 //!
+//! `snapshot.load` and `replay.throughput` read the largest real PyTorch snapshot fixture
+//! ([`snapshot::LARGEST_FIXTURE`]) from the folder named by the environment variable
+//! `ALLOCVIEW_FIXTURES` ([`snapshot::FIXTURES_ENV`]; it may also name the file itself), else
+//! from [`snapshot::DEFAULT_FIXTURES`] relative to the current folder; without it they are
+//! skipped, and the note says which path was tried. `allocview bench --help` says the same.
+//!
 //! The same comparisons, with criterion's statistics, are the crates' `cargo bench` targets.
 
 pub mod agent;
@@ -260,6 +266,18 @@ mod tests {
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].verdict(), "skipped");
         assert!(out[0].notes[0].contains("unsafe"));
+    }
+
+    #[test]
+    fn the_help_names_the_fixtures_variable_and_its_default() {
+        use clap::CommandFactory;
+        let mut cli = crate::cli::Cli::command();
+        let bench = cli
+            .find_subcommand_mut("bench")
+            .expect("a bench subcommand");
+        let help = bench.render_help().to_string();
+        assert!(help.contains(snapshot::FIXTURES_ENV), "{help}");
+        assert!(help.contains(snapshot::DEFAULT_FIXTURES), "{help}");
     }
 
     #[test]

@@ -18,7 +18,7 @@ use allocview_alloc::snapshot::{
     Frames, SegmentInfo, Snapshot, TraceAction, TraceEntry, no_frames,
 };
 
-use super::histogram::{Bucket, HistogramSummary, HistogramUnit};
+use super::histogram::{Bucket, HistogramSummary, HistogramUnit, log2_buckets, log2_index};
 use super::host::{HostHeap, HostSample};
 use super::oom::OomReport;
 use super::streams::StreamRow;
@@ -54,16 +54,10 @@ pub struct AgentAdapter {
     host: Option<HostHeap>,
 }
 
-/// A log2 bucket list from the agent's `(upper_bound, count)` pairs.
+/// A log2 bucket list from the agent's `(upper_bound, count)` pairs of non-empty buckets,
+/// the empty ones between filled in ([`log2_buckets`]).
 fn buckets(pairs: &[(u64, u64)]) -> Vec<Bucket> {
-    pairs
-        .iter()
-        .map(|&(hi, count)| Bucket {
-            lo: if hi <= 1 { 0 } else { hi / 2 },
-            hi,
-            count,
-        })
-        .collect()
+    log2_buckets(pairs.iter().map(|&(hi, count)| (log2_index(hi), count)))
 }
 
 fn summaries(set: &HistogramSet, group: &str, out: &mut Vec<HistogramSummary>) {

@@ -2,7 +2,9 @@
 //!
 //! Live sources send summaries computed from the agent's HdrHistograms; for snapshot files
 //! [`Log2Histogram`] builds them from the trace (allocation sizes, and lifetimes from an
-//! `alloc` to the `free_completed` of the same address).
+//! `alloc` to the `free_completed` of the same address). Both make their buckets with
+//! [`log2_buckets`]: the agent sends only non-empty buckets, and the empty ones between are
+//! filled in as 0 rows there, as a file's are.
 
 /// What a histogram's values measure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,7 +35,8 @@ pub struct HistogramSummary {
     pub group: String,
     /// Unit of the values.
     pub unit: HistogramUnit,
-    /// Non-empty buckets in increasing order (empty buckets between them included).
+    /// Buckets in increasing order from the lowest non-empty one to the highest, the empty
+    /// ones between included ([`log2_buckets`]).
     pub buckets: Vec<Bucket>,
     /// Values recorded.
     pub count: u64,
@@ -49,6 +52,44 @@ pub struct HistogramSummary {
 
 /// Number of log2 buckets (values up to 2^64).
 const LOG2_BUCKETS: usize = 65;
+
+/// The log2 bucket of index `i` with `count` values: `[2^(i-1), 2^i)`, index 0 holding 0 and
+/// the last one ending at `u64::MAX`.
+fn log2_bucket(i: usize, count: u64) -> Bucket {
+    Bucket {
+        lo: if i == 0 { 0 } else { 1u64 << (i - 1).min(63) },
+        hi: if i >= 64 { u64::MAX } else { 1u64 << i },
+        count,
+    }
+}
+
+/// The index of the log2 bucket whose upper bound is `hi` (the agent's `(upper_bound, count)`
+/// form: a power of two, or `u64::MAX` for the last bucket).
+pub fn log2_index(hi: u64) -> usize {
+    if hi == u64::MAX {
+        LOG2_BUCKETS - 1
+    } else {
+        (hi.max(1).trailing_zeros() as usize).min(LOG2_BUCKETS - 1)
+    }
+}
+
+/// The bucket list every histogram is drawn from, given `(index, count)` per log2 bucket (see
+/// [`log2_index`]; any order, empty ones and repeats allowed): every bucket from the lowest to
+/// the highest non-empty one, those between with no values as 0, so file and live histograms
+/// read the same way.
+pub fn log2_buckets(counts: impl IntoIterator<Item = (usize, u64)>) -> Vec<Bucket> {
+    let mut all = [0u64; LOG2_BUCKETS];
+    for (i, n) in counts {
+        all[i.min(LOG2_BUCKETS - 1)] += n;
+    }
+    let (Some(first), Some(last)) = (
+        all.iter().position(|&c| c > 0),
+        all.iter().rposition(|&c| c > 0),
+    ) else {
+        return Vec::new();
+    };
+    (first..=last).map(|i| log2_bucket(i, all[i])).collect()
+}
 
 /// A small exact-count histogram over log2 buckets, with values kept for percentiles.
 #[derive(Debug, Clone, Default)]
@@ -87,18 +128,7 @@ impl Log2Histogram {
             let rank = ((p * self.values.len() as f64).ceil() as usize).clamp(1, self.values.len());
             self.values[rank - 1]
         };
-        let first = self.counts.iter().position(|&c| c > 0);
-        let last = self.counts.iter().rposition(|&c| c > 0);
-        let buckets = match (first, last) {
-            (Some(f), Some(l)) => (f..=l)
-                .map(|i| Bucket {
-                    lo: if i == 0 { 0 } else { 1u64 << (i - 1) },
-                    hi: if i >= 64 { u64::MAX } else { 1u64 << i },
-                    count: self.counts[i],
-                })
-                .collect(),
-            _ => Vec::new(),
-        };
+        let buckets = log2_buckets(self.counts.iter().copied().enumerate());
         HistogramSummary {
             metric: metric.to_string(),
             group: group.to_string(),

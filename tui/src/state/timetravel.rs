@@ -18,7 +18,7 @@
 //! Block sizes unknown to the file (blocks freed before the end and allocated before the trace
 //! began) follow the allocator's rules: the request rounded up to 512 bytes, extended to the
 //! next block when the remainder is too small to split (small pool: below 512 bytes; large
-//! pool: at most 1 MiB), as in `caching-allocator-spec.md`.
+//! pool: at most 1 MiB), as in PyTorch's caching allocator.
 //!
 //! Only free space is implicit: a segment keeps its active blocks (allocated or pending free);
 //! the gaps between them are the free blocks (free neighbours always merge).

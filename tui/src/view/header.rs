@@ -72,7 +72,7 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
         (None, Some(t)) => dev.push_str(&format!(" ({})", units::bytes(t))),
         (None, None) => {}
     }
-    if state.host.is_some() && !state.has_device_data() {
+    if state.is_host_only() {
         // A process watched for its host heap only: no device to name.
         dev = "  host heap".to_string();
     }

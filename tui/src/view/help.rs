@@ -9,7 +9,7 @@ use super::{left, put, theme};
 use crate::state::{Mode, State};
 
 /// Every key and what it does; the time-travel keys only apply to files.
-pub const KEYS: [(&str, &str); 18] = [
+pub const KEYS: [(&str, &str); 19] = [
     ("q  Ctrl-C", "quit"),
     ("?", "this help (Esc closes)"),
     ("Tab  Shift-Tab  1-7", "switch view"),
@@ -32,7 +32,8 @@ pub const KEYS: [(&str, &str); 18] = [
     ("mouse", "wheel scrolls, click selects"),
     ("◀ ▶  , .  < >", "file: previous / next event"),
     ("[ ]", "file: 100 events back / forward"),
-    ("n  g", "file: next OOM / next segment event"),
+    ("n", "next OOM (OOM view; file: go to its event)"),
+    ("g", "file: next segment event"),
     ("Home End", "first / last row; file: first / last event"),
 ];
 

@@ -6,7 +6,8 @@
 //! in use against their peak, allocations, frees and the total allocated. A process with no
 //! device data (a Rust service whose only instrumented allocator is the host heap) gets the
 //! host box in place of the device panels, and the host heap over time as its chart when there
-//! are samples for it.
+//! are samples for it. A snapshot file without a trace has nothing over time: its chart box
+//! says why.
 
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -17,8 +18,9 @@ use ratatui::widgets::{Axis, Block, Chart, Dataset, GraphType, Widget};
 
 use allocview_alloc::caching::stats::{Stat, StatType};
 
+use super::trace::{NO_TRACE, RECORD_HISTORY};
 use super::{put, right, theme};
-use crate::state::{HostHeap, State, UiState};
+use crate::state::{HostHeap, Mode, State, UiState};
 use crate::units;
 
 /// Width of the counters panel.
@@ -33,6 +35,12 @@ const LABEL: usize = 11;
 const FIGURE: usize = 9;
 /// Rows of the host heap box (3 rows of figures and the borders).
 pub const HOST_ROWS: u16 = 5;
+/// Rows the usage chart needs to show anything: its borders, the x axis and its labels, and
+/// two rows of dots.
+pub const MIN_CHART_ROWS: u16 = 6;
+/// Rows the overview needs: the device panels and a chart (a host heap box beside a device
+/// takes its rows from the chart).
+pub const MIN_ROWS: u16 = TOP_ROWS + MIN_CHART_ROWS;
 
 fn gauge(label: &str, stat: &Stat, scale: u64, width: usize, color: Color) -> Line<'static> {
     let value = stat.current.max(0) as u64;
@@ -170,7 +178,8 @@ fn counter_lines(state: &State, width: usize) -> Vec<Line<'static>> {
         .collect()
 }
 
-/// Draws the usage chart into `area` (with its border).
+/// Draws the usage chart into `area` (with its border); for a file without a trace, why there
+/// is none.
 pub fn render_chart(area: Rect, buf: &mut Buffer, state: &State) {
     let t = &state.timeline;
     let title = Line::from(vec![
@@ -186,6 +195,27 @@ pub fn render_chart(area: Rect, buf: &mut Buffer, state: &State) {
     let block = Block::bordered().title(title);
     if area.height < 3 || area.width < 10 {
         block.render(area, buf);
+        return;
+    }
+    if matches!(state.mode, Mode::File { .. }) && state.trace.is_empty() {
+        // A snapshot without a trace has one point in time: nothing to draw over time.
+        let inner = block.inner(area);
+        block.render(area, buf);
+        let text = format!(
+            "{NO_TRACE} in this file: usage over time needs a snapshot taken while \
+             {RECORD_HISTORY} is on"
+        );
+        for (i, l) in super::oom::wrap(&text, inner.width.saturating_sub(2) as usize)
+            .into_iter()
+            .enumerate()
+        {
+            put(
+                buf,
+                inner,
+                i as u16,
+                &Line::styled(format!(" {l}"), theme::dim()),
+            );
+        }
         return;
     }
     if t.samples.is_empty() {
@@ -309,7 +339,7 @@ pub fn render_host_chart(area: Rect, buf: &mut Buffer, h: &HostHeap) {
 
 /// Draws the overview.
 pub fn render(area: Rect, buf: &mut Buffer, state: &State, _ui: &UiState) {
-    if let Some(h) = state.host.as_ref().filter(|_| !state.has_device_data()) {
+    if let Some(h) = state.host.as_ref().filter(|_| state.is_host_only()) {
         let [top, chart] =
             Layout::vertical([Constraint::Length(HOST_ROWS), Constraint::Min(0)]).areas(area);
         render_host(top, buf, h);

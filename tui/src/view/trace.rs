@@ -18,6 +18,10 @@ use crate::units;
 
 /// Microseconds per second.
 const US_PER_S: f64 = 1e6;
+/// What the views say where there is no trace.
+pub const NO_TRACE: &str = "no trace recorded";
+/// The PyTorch call that makes a snapshot carry a trace.
+pub const RECORD_HISTORY: &str = "torch.cuda.memory._record_memory_history()";
 
 fn action_style(a: TraceAction) -> Style {
     match a {
@@ -82,11 +86,25 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
     put(buf, inner, 0, &Line::styled(head, theme::title()));
     if rows.is_empty() {
         let msg = if state.trace.is_empty() {
-            " no trace recorded"
+            if matches!(state.mode, crate::state::Mode::File { .. }) {
+                format!("{NO_TRACE} in this file: PyTorch records one while {RECORD_HISTORY} is on")
+            } else {
+                NO_TRACE.to_string()
+            }
         } else {
-            " no entry matches the filter (/ to change it)"
+            "no entry matches the filter (/ to change it)".to_string()
         };
-        put(buf, inner, 1, &Line::styled(msg, theme::dim()));
+        for (i, l) in super::oom::wrap(&msg, inner.width.saturating_sub(2) as usize)
+            .iter()
+            .enumerate()
+        {
+            put(
+                buf,
+                inner,
+                i as u16 + 1,
+                &Line::styled(format!(" {l}"), theme::dim()),
+            );
+        }
         return;
     }
     let visible = inner.height.saturating_sub(1) as usize;
