@@ -1,5 +1,6 @@
 //! Replay of an OOM dump recorded with full history: before reporting an OOM the caching
-//! allocator releases its cached segments and retries (spec "Malloc" 5(d)), so the trace has
+//! allocator releases its cached segments and retries (`release_cached_blocks` in PyTorch's
+//! CUDACachingAllocator.cpp; spec "Malloc" 5(d)), so the trace has
 //! `segment_free` entries directly before the `oom`. The recording is made here by a
 //! `CachingAllocator` on a `SimBackend` with history on; the fidelity replay must release the
 //! same segments, end with the recorded segments, and so give `summary` its peaks.

@@ -748,7 +748,8 @@ impl Replayer<'_> {
                     )
                 });
                 match next {
-                    // The allocator released its cache and the allocation still failed (spec
+                    // The allocator released its cache (release_cached_blocks in PyTorch's
+                    // CUDACachingAllocator.cpp) and the allocation still failed (spec
                     // "Malloc" 5(d), then 6). No replayed `malloc` follows to retry by itself:
                     // a fidelity run only diagnoses a recorded `oom`, and a what-if run
                     // attempts it on the state the recording reached. So release the cache
