@@ -19,9 +19,11 @@
 //! Either way frees go through an address map (recorded address -> replayed pointer).
 //! `free_requested`/`free_completed` pairs that another stream held apart are emulated with
 //! `record_stream` on a helper stream whose work completes at the recorded `free_completed`
-//! (see [`TracePlan`]); runs of `segment_free` become `empty_cache` calls unless they were the
-//! allocator's own retry; recorded `oom` entries are diagnosed at the replay's state (fidelity)
-//! or attempted again (what-if).
+//! (see [`TracePlan`]); runs of `segment_free` become `empty_cache` calls, except a retry before
+//! a new segment when the replay's device is as full as the recording's (the replayed `malloc`
+//! then retries by itself); a run before a recorded `oom` always releases the cache, as the
+//! allocator did before giving up; recorded `oom` entries are diagnosed at the replay's state
+//! (fidelity) or attempted again (what-if).
 
 use std::sync::Arc;
 
@@ -739,22 +741,32 @@ impl Replayer<'_> {
         match kind {
             FreeRun::EmptyCache => self.empty_cache(index),
             FreeRun::Retry => {
-                // The recording's device was full. When the replay's device has room (it
-                // lacks what else used the real device), the allocator would not retry by
-                // itself: release the cache as the recording did. What-if runs do the same, so
-                // a what-if under the recorded settings is the fidelity run.
-                let need = entries[index..]
-                    .iter()
-                    .find(|n| {
-                        !matches!(
-                            n.action,
-                            TraceAction::SegmentFree | TraceAction::SegmentUnmap
-                        )
-                    })
-                    .map_or(0, |n| n.size);
-                let free = self.sim.mem_get_info().map_or(0, |(f, _)| f);
-                if free >= need {
-                    self.empty_cache(index);
+                let next = entries[index..].iter().find(|n| {
+                    !matches!(
+                        n.action,
+                        TraceAction::SegmentFree | TraceAction::SegmentUnmap
+                    )
+                });
+                match next {
+                    // The allocator released its cache (release_cached_blocks in PyTorch's
+                    // CUDACachingAllocator.cpp) and the allocation still failed (spec
+                    // "Malloc" 5(d), then 6). No replayed `malloc` follows to retry by itself:
+                    // a fidelity run only diagnoses a recorded `oom`, and a what-if run
+                    // attempts it on the state the recording reached. So release the cache
+                    // here, whatever room the replay's device has.
+                    Some(n) if n.action == TraceAction::Oom => self.empty_cache(index),
+                    // The retry made room for a new segment. When the replay's device has
+                    // room (it lacks what else used the real device), the allocator would not
+                    // retry by itself: release the cache as the recording did; otherwise the
+                    // replayed `malloc` retries on its own. What-if runs do the same, so a
+                    // what-if under the recorded settings is the fidelity run.
+                    _ => {
+                        let need = next.map_or(0, |n| n.size);
+                        let free = self.sim.mem_get_info().map_or(0, |(f, _)| f);
+                        if free >= need {
+                            self.empty_cache(index);
+                        }
+                    }
                 }
             }
         }
