@@ -307,6 +307,12 @@ fn summarize_device(
         let history = match replayed {
             Some((d, Ok(r))) if *d == device => {
                 merge_history(&mut stats, r);
+                // The replay diagnoses the recorded OOMs rather than counting them: each left
+                // one `oom` entry in the trace.
+                stats.num_ooms = trace
+                    .iter()
+                    .filter(|e| e.action == TraceAction::Oom)
+                    .count() as i64;
                 let times = trace.iter().filter_map(|e| e.time_us);
                 let span_us = times.clone().min().zip(times.max()).map(|(a, b)| b - a);
                 Ok(StatsWindow::Trace {

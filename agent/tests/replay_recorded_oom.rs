@@ -157,6 +157,17 @@ fn the_replayed_stats_over_the_trace_equal_the_recording_and_summary_knows_the_p
         }
         other => panic!("summary does not know the peaks: {other:?}"),
     }
+    // The memory summary's header counts the trace's OOM; a replay cannot tell retries apart.
+    let text = &summary.devices[0].memory_summary;
+    let counters = text.lines().find(|l| l.contains("CUDA OOMs")).unwrap();
+    assert!(
+        counters.contains("CUDA OOMs: 1 ") && counters.contains("cudaMalloc retries: not known"),
+        "{counters}"
+    );
+    assert_eq!(
+        counters.chars().count(),
+        text.lines().next().unwrap().chars().count()
+    );
 }
 
 #[test]

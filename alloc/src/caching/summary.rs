@@ -80,8 +80,10 @@ fn format_value(kind: Kind, v: i64, pref: i64) -> String {
 pub enum HistoryColumns {
     /// The stats' `peak`, `allocated` and `freed` figures.
     Known,
-    /// As [`Known`](Self::Known), except for the Requested memory rows, which show
-    /// [`NOT_KNOWN`] (a replayed trace records rounded block sizes, not requested ones).
+    /// As [`Known`](Self::Known), except for the Requested memory rows and the cudaMalloc
+    /// retries, which show [`NOT_KNOWN`]: figures from a replayed trace, which records rounded
+    /// block sizes, not requested ones, and cannot tell a retry after emptying the cache from
+    /// other releases of cached segments.
     KnownExceptRequested,
     /// [`NOT_KNOWN`] in each cell: the stats hold current figures only (a snapshot without a
     /// trace), so no peak or total can be stated.
@@ -114,18 +116,25 @@ fn row(
 }
 
 /// The header's OOM and retry counts, which are totals since the start like the history
-/// columns: [`NOT_KNOWN`] where those are (the line keeps PyTorch's width).
+/// columns: [`NOT_KNOWN`] where those are, and the retries of a replayed trace (see
+/// [`HistoryColumns::KnownExceptRequested`]). The line keeps PyTorch's width.
 fn counters_line(stats: &DeviceStats, history: HistoryColumns) -> String {
-    match history {
-        HistoryColumns::Known | HistoryColumns::KnownExceptRequested => format!(
-            "  {:9} CUDA OOMs: {:<12} | {:6} cudaMalloc retries: {:<8}  ",
-            "", stats.num_ooms, "", stats.num_alloc_retries
+    let (ooms, retries) = match history {
+        HistoryColumns::Known => (
+            stats.num_ooms.to_string(),
+            stats.num_alloc_retries.to_string(),
         ),
-        HistoryColumns::NotKnown => format!(
-            "  {:9} CUDA OOMs: {:<12} | {:5} cudaMalloc retries: {:<9}  ",
-            "", NOT_KNOWN, "", NOT_KNOWN
-        ),
-    }
+        HistoryColumns::KnownExceptRequested => (stats.num_ooms.to_string(), NOT_KNOWN.to_string()),
+        HistoryColumns::NotKnown => (NOT_KNOWN.to_string(), NOT_KNOWN.to_string()),
+    };
+    // PyTorch's spacing, one column of it given to a count of 9 characters.
+    let gap = if retries.len() > 8 { 5 } else { 6 };
+    format!(
+        "  {:9} CUDA OOMs: {ooms:<12} | {:gap$} cudaMalloc retries: {retries:<w$}  ",
+        "",
+        "",
+        w = 14 - gap
+    )
 }
 
 /// The `torch.cuda.memory_summary(device)` table for these stats (not abbreviated), each line
