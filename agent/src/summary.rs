@@ -163,7 +163,8 @@ pub struct StreamFragmentation {
 /// One OOM entry of a trace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct OomFact {
-    /// Index of the entry in the device's trace.
+    /// Index of the entry in the device's trace, from 0 (the text shows it from 1, as the
+    /// dashboard numbers entries).
     pub index: usize,
     /// When, in microseconds since the epoch, if recorded.
     pub time_us: Option<i64>,

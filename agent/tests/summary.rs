@@ -207,6 +207,9 @@ fn pools_streams_ooms_and_ring_overflow_are_reported() {
 
     let text = s.to_string();
     assert!(text.contains("OOMs: 1"), "{text}");
+    // The OOM's row names its trace entry from 1, as the dashboard numbers entries.
+    let row = format!("#{} ", d1.ooms[0].index + 1);
+    assert!(text.contains(&row), "{row} in {text}");
     assert!(text.contains("8.0 GiB"), "{text}");
     assert!(text.contains("17 older entries were lost"), "{text}");
     assert!(text.contains("total memory 80.0 GiB"), "{text}");

@@ -73,7 +73,7 @@ fn percent(part: u64, whole: u64) -> f64 {
 /// The first point where a replay differs from its recording.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Divergence {
-    /// Index of the trace entry.
+    /// Index of the trace entry, from 0 (the text shows it from 1, as the dashboard does).
     pub index: usize,
     /// Its action (`alloc`, `segment_alloc`, ...).
     pub action: String,
@@ -90,7 +90,12 @@ impl fmt::Display for Divergence {
         write!(
             f,
             "event {} ({}): expected {}, got {} ({})",
-            self.index, self.action, self.expected, self.got, self.why
+            // Trace entries count from 1 in text, as the dashboard numbers them.
+            self.index + 1,
+            self.action,
+            self.expected,
+            self.got,
+            self.why
         )
     }
 }
@@ -98,7 +103,7 @@ impl fmt::Display for Divergence {
 /// One OOM a run met.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OomEvent {
-    /// Index of the trace entry whose allocation failed.
+    /// Index of the trace entry whose allocation failed, from 0 (the text shows it from 1).
     pub index: usize,
     /// Bytes asked for (unrounded).
     pub requested: u64,
@@ -260,7 +265,7 @@ impl ReplayReport {
                     out,
                     "{}: first OOM at event {} ({} requested): {}",
                     run.label,
-                    oom.index,
+                    oom.index + 1,
                     human(oom.requested),
                     oom.diagnosis.explanation
                 );

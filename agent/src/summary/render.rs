@@ -185,7 +185,8 @@ fn device_section(out: &mut String, d: &DeviceSummary) {
             .iter()
             .map(|o| {
                 vec![
-                    format!("#{}", o.index),
+                    // Trace entries count from 1, as the dashboard numbers them.
+                    format!("#{}", o.index + 1),
                     match (o.time_us, first_time) {
                         (Some(t), Some(t0)) => {
                             format!("+{:.3} s", t.saturating_sub(t0) as f64 / US_PER_S)
