@@ -7,6 +7,7 @@
 //! ```
 //! use std::sync::Arc;
 //! use allocview_agent::agent::Agent;
+//! use allocview_alloc::caching::stats::StatType;
 //! use allocview_alloc::event::{Event, EventAction, EventPool};
 //!
 //! let dir = tempfile::tempdir().unwrap();
@@ -18,7 +19,8 @@
 //! let sink = agent.sink();
 //! sink.publish(&Event::new(EventAction::SegmentAlloc, 0, EventPool::Large, 0x1000_0000, 20 << 20));
 //! agent.flush();
-//! assert_eq!(agent.state().devices[0].stats.reserved_bytes.0[0].current, 20 << 20);
+//! let stats = &agent.state().devices[0].stats;
+//! assert_eq!(stats.reserved_bytes.get(StatType::All).current, 20 << 20);
 //! agent.shutdown();
 //! ```
 
