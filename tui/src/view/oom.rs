@@ -104,11 +104,17 @@ pub fn lines(o: &OomReport, width: usize, in_file: bool) -> Vec<Line<'static>> {
         (None, _) if o.dump_pending => {
             v.push(Line::styled(" snapshot: being written…", theme::dim()))
         }
-        (Some(p), _) => v.push(Line::from(vec![
-            Span::raw(" snapshot: "),
-            Span::styled(p.clone(), Style::new().fg(theme::ACCENT)),
-            Span::styled(format!(" (open with: allocview open {p})"), theme::dim()),
-        ])),
+        // The command on a line of its own: beside the path it was cut off at 120 columns.
+        (Some(p), _) => {
+            v.push(Line::from(vec![
+                Span::raw(" snapshot: "),
+                Span::styled(p.clone(), Style::new().fg(theme::ACCENT)),
+            ]));
+            v.push(Line::styled(
+                format!("   open with: allocview open {p}"),
+                theme::dim(),
+            ));
+        }
         (None, _) => v.push(Line::styled(" snapshot: none written", theme::dim())),
     }
     let (stack, _) = crate::state::context::user_stack(&o.frames);
@@ -269,6 +275,24 @@ mod tests {
             "{t}"
         );
         assert!(!t.contains("open with"), "{t}");
+    }
+
+    #[test]
+    fn a_live_ooms_open_command_is_whole_at_120_columns() {
+        let path = "/var/tmp/embed-tour/allocview-dumps/oom-0001-pid31683.pickle";
+        let state = State {
+            ooms: vec![OomReport {
+                dump_path: Some(path.into()),
+                ..OomReport::example(1)
+            }],
+            ..State::default()
+        };
+        let t = view_text(View::Oom, &state, 120, 30);
+        assert!(t.contains(&format!("snapshot: {path}")), "{t}");
+        assert!(
+            t.contains(&format!("open with: allocview open {path}")),
+            "{t}"
+        );
     }
 
     #[test]
