@@ -247,7 +247,9 @@ pub fn diagnose_under(f: &OomFacts, expandable_segments: bool) -> Diagnosis {
         (
             DiagnosisKind::Fragmentation,
             format!(
-                "fragmentation: {} is free in all, more than the {req} asked for, but in                  pieces: {} reserved but free (largest block {}, {} stranded in split segments                  that cannot be given back) and {} free on the device; {cure}",
+                "fragmentation: {} is free in all, more than the {req} asked for, but in \
+                 pieces: {} reserved but free (largest block {}, {} stranded in split segments \
+                 that cannot be given back) and {} free on the device; {cure}",
                 human(free_for_allocator),
                 human(free_in_reserved),
                 human(f.largest_free_block),
@@ -386,6 +388,12 @@ mod tests {
         };
         let d = diagnose(&f);
         assert_eq!(d.kind, DiagnosisKind::Fragmentation, "{}", d.explanation);
+        // One sentence, words one space apart (a broken line continuation left runs of them).
+        assert!(
+            d.explanation.contains("but in pieces: ") && !d.explanation.contains("  "),
+            "{}",
+            d.explanation
+        );
         assert!(
             d.explanation.contains("841.00 MiB stranded"),
             "{}",

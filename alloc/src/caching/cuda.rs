@@ -231,7 +231,8 @@ impl CudaBackend {
         };
         if len == 0 || !(in_segment || mapped()) {
             return Err(DeviceError::Invalid(format!(
-                "{what}({ptr:#x}, {len}): not inside one live segment or mapped range of this                  backend"
+                "{what}({ptr:#x}, {len}): not inside one live segment or mapped range of this \
+                 backend"
             )));
         }
         Ok(tables)
