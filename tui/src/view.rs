@@ -26,6 +26,7 @@ pub mod trace;
 use ratatui::Frame;
 use ratatui::buffer::Buffer;
 use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::Style;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Widget};
 
@@ -163,6 +164,42 @@ pub fn put(buf: &mut Buffer, area: Rect, row: u16, line: &Line<'_>) {
     let area = area.intersection(buf.area);
     if row < area.height {
         buf.set_line(area.x, area.y + row, line, area.width);
+    }
+}
+
+/// Splits `text` into lines of at most `width` characters at spaces.
+pub fn wrap(text: &str, width: usize) -> Vec<String> {
+    let width = width.max(10);
+    let mut out = Vec::new();
+    let mut line = String::new();
+    for word in text.split_whitespace() {
+        if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > width {
+            out.push(std::mem::take(&mut line));
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    if !line.is_empty() {
+        out.push(line);
+    }
+    out
+}
+
+/// Writes `text` wrapped to `area`'s width (less a margin cell each side) from `first_row`
+/// down, each line after a space, in `style`.
+pub fn put_wrapped(buf: &mut Buffer, area: Rect, first_row: u16, text: &str, style: Style) {
+    for (i, l) in wrap(text, area.width.saturating_sub(2) as usize)
+        .iter()
+        .enumerate()
+    {
+        put(
+            buf,
+            area,
+            first_row + i as u16,
+            &Line::styled(format!(" {l}"), style),
+        );
     }
 }
 

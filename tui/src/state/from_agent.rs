@@ -363,11 +363,11 @@ impl AgentAdapter {
 
     /// The dashboard state for `device` of `agent` (the first device when it is absent).
     pub fn state(&mut self, agent: &AgentState, device: i32, info: &LiveInfo) -> State {
-        let mut d = agent
+        let empty = DeviceState::default();
+        let d = agent
             .device(device)
             .or_else(|| agent.devices.first())
-            .cloned()
-            .unwrap_or_default();
+            .unwrap_or(&empty);
         let now = agent.time_ns;
         let t0 = agent.process.started_ns;
         let x = |t: u64| t.saturating_sub(t0) as f64 / NS_PER_S;
@@ -388,18 +388,13 @@ impl AgentAdapter {
         }
         // An OOM of no known device (its event was dropped) shows on every device.
         let on_device = |o: &&OomRecord| o.device == d.device || o.device < 0;
-        let ooms: Vec<OomReport> = agent
+        let (ooms, oom_x): (Vec<OomReport>, Vec<f64>) = agent
             .ooms
             .iter()
             .filter(on_device)
-            .map(oom_report)
-            .collect();
-        timeline.ooms = agent
-            .ooms
-            .iter()
-            .filter(on_device)
-            .map(|o| x(o.time_ns))
-            .collect();
+            .map(|o| (oom_report(o), x(o.time_ns)))
+            .unzip();
+        timeline.ooms = oom_x;
         let mut histograms = Vec::new();
         summaries(&d.histograms.all, "all", &mut histograms);
         for p in &d.histograms.by_pool {
@@ -418,8 +413,8 @@ impl AgentAdapter {
             .iter()
             .flat_map(|e| trace_entries(e, d.context_frames(e.context)))
             .collect();
-        let mut segments = std::mem::take(&mut d.segments);
-        fill_block_frames_from_recent(&mut segments, &d);
+        let mut segments = d.segments.clone();
+        fill_block_frames_from_recent(&mut segments, d);
         let total = (d.total_memory > 0).then_some(d.total_memory);
         let host = agent.host.as_ref().map(|h| {
             let heap = self.host.get_or_insert_with(HostHeap::default);
@@ -454,7 +449,7 @@ impl AgentAdapter {
                 trace_overflow: 0,
             },
             stats: d.stats.clone(),
-            streams: self.streams(&d, now, t0),
+            streams: self.streams(d, now, t0),
             segments,
             timeline,
             histograms,

@@ -7,7 +7,7 @@ use ratatui::style::Style;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Widget};
 
-use super::{put, theme};
+use super::{put, theme, wrap};
 use crate::state::{OomReport, State, UiState};
 use crate::units;
 
@@ -31,26 +31,6 @@ pub fn clock(time_us: i64) -> String {
         day / 60 % 60,
         day % 60
     )
-}
-
-/// Splits `text` into lines of at most `width` characters at spaces.
-pub fn wrap(text: &str, width: usize) -> Vec<String> {
-    let width = width.max(10);
-    let mut out = Vec::new();
-    let mut line = String::new();
-    for word in text.split_whitespace() {
-        if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > width {
-            out.push(std::mem::take(&mut line));
-        }
-        if !line.is_empty() {
-            line.push(' ');
-        }
-        line.push_str(word);
-    }
-    if !line.is_empty() {
-        out.push(line);
-    }
-    out
 }
 
 /// The lines of one OOM's box, for a box `width` cells wide; `in_file`: the OOM is one of the
@@ -163,9 +143,8 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
         if y >= area.bottom() {
             break;
         }
-        if let Some((from, to)) = (i > selected)
-            .then(|| i - 1)
-            .and_then(|p| forgotten_between(state, state.ooms[p].number, o.number))
+        if i > selected
+            && let Some((from, to)) = forgotten_between(state, state.ooms[i - 1].number, o.number)
         {
             let gap = format!(
                 " … OOMs #{from} to #{to} are not kept (the agent keeps the first {} and the latest {})",

@@ -205,17 +205,7 @@ pub fn render_chart(area: Rect, buf: &mut Buffer, state: &State) {
             "{NO_TRACE} in this file: usage over time needs a snapshot taken while \
              {RECORD_HISTORY} is on"
         );
-        for (i, l) in super::oom::wrap(&text, inner.width.saturating_sub(2) as usize)
-            .into_iter()
-            .enumerate()
-        {
-            put(
-                buf,
-                inner,
-                i as u16,
-                &Line::styled(format!(" {l}"), theme::dim()),
-            );
-        }
+        super::put_wrapped(buf, inner, 0, &text, theme::dim());
         return;
     }
     if t.samples.is_empty() {

@@ -94,17 +94,7 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
         } else {
             "no entry matches the filter (/ to change it)".to_string()
         };
-        for (i, l) in super::oom::wrap(&msg, inner.width.saturating_sub(2) as usize)
-            .iter()
-            .enumerate()
-        {
-            put(
-                buf,
-                inner,
-                i as u16 + 1,
-                &Line::styled(format!(" {l}"), theme::dim()),
-            );
-        }
+        super::put_wrapped(buf, inner, 1, &msg, theme::dim());
         return;
     }
     let visible = inner.height.saturating_sub(1) as usize;
