@@ -289,27 +289,14 @@ pub fn human(bytes: u64) -> String {
     human_with(bytes, 2)
 }
 
-/// Binary units, each 1024 times the previous.
-const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+/// Units [`human_with`] goes up to: `B` to `PiB`.
+const UNITS: usize = 6;
 
-/// Bytes per step of [`UNITS`].
-const UNIT_STEP: f64 = 1024.0;
-
-/// A byte count in binary units with `decimals` decimals (`512 B` below 1 KiB). A value that
-/// would round to 1024 of a unit is given in the next (1048575 B is `1.00 MiB`).
+/// A byte count in binary units with `decimals` decimals (`512 B` below 1 KiB), up to PiB. A
+/// value that would round to 1024 of a unit is given in the next (1048575 B is `1.00 MiB`).
 pub fn human_with(bytes: u64, decimals: i32) -> String {
-    let rounds_up_at = UNIT_STEP - 0.5 / 10f64.powi(decimals);
-    let mut v = bytes as f64;
-    let mut unit = 0;
-    while (v >= UNIT_STEP || (unit > 0 && v >= rounds_up_at)) && unit + 1 < UNITS.len() {
-        v /= UNIT_STEP;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{v:.*} {}", decimals as usize, UNITS[unit])
-    }
+    let decimals = decimals.max(0) as usize;
+    allocview_alloc::stats::binary_size(bytes, UNITS, |_| decimals)
 }
 
 #[cfg(test)]

@@ -74,23 +74,29 @@ fn decimals(unit: usize) -> usize {
 
 impl fmt::Display for HumanBytes {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if (self.0 as f64) < UNIT_STEP {
-            return write!(f, "{} B", self.0);
-        }
-        let mut value = self.0 as f64;
-        let mut unit = 0;
-        while value >= UNIT_STEP && unit + 1 < UNITS.len() {
-            value /= UNIT_STEP;
-            unit += 1;
-        }
-        let mut text = format!("{value:.*}", decimals(unit));
-        // Rounding can carry up to the next unit (1023.96 KiB -> "1024.0"): show that unit.
-        if text.parse::<f64>().is_ok_and(|shown| shown >= UNIT_STEP) && unit + 1 < UNITS.len() {
-            value /= UNIT_STEP;
-            unit += 1;
-            text = format!("{value:.*}", decimals(unit));
-        }
-        write!(f, "{text} {}", UNITS[unit])
+        f.write_str(&binary_size(self.0, UNITS.len(), decimals))
+    }
+}
+
+/// `bytes` in the largest of the first `units` (at least 1) of `B`, `KiB`, ... `EiB` that it
+/// reaches, with `decimals(unit)` decimals (`unit` indexing that list), and exact below 1 KiB:
+/// `512 B`, `1.5 KiB`. A value that would round to 1024 of a unit is given in the next
+/// (1048575 bytes is `1.0 MiB` with one decimal, never `1024.0 KiB`).
+pub fn binary_size(bytes: u64, units: usize, decimals: impl Fn(usize) -> usize) -> String {
+    let units = units.clamp(1, UNITS.len());
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while unit + 1 < units
+        && (value >= UNIT_STEP
+            || (unit > 0 && value >= UNIT_STEP - 0.5 / 10f64.powi(decimals(unit) as i32)))
+    {
+        value /= UNIT_STEP;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.*} {}", decimals(unit), UNITS[unit])
     }
 }
 
