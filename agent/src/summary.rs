@@ -257,14 +257,16 @@ fn merge_history(current: &mut DeviceStats, replayed: &DeviceStats) {
         dst.allocated = src.allocated;
         dst.freed = src.freed;
     }
-    let mut r = replayed.clone();
-    for (dst, src) in current.arrays_mut().into_iter().zip(r.arrays_mut()) {
+    for (dst, (_, src)) in current.arrays_mut().into_iter().zip(replayed.arrays()) {
         for (d, s) in dst.0.iter_mut().zip(&src.0) {
             stat(d, s);
         }
     }
-    stat(&mut current.oversize_allocations, &r.oversize_allocations);
-    stat(&mut current.oversize_segments, &r.oversize_segments);
+    stat(
+        &mut current.oversize_allocations,
+        &replayed.oversize_allocations,
+    );
+    stat(&mut current.oversize_segments, &replayed.oversize_segments);
 }
 
 fn summarize_device(
@@ -303,6 +305,23 @@ fn summarize_device(
         .ok()
         .and_then(|i| snapshot.device_traces.get(i))
         .map_or(&[], |t| t.as_slice());
+    let mut actions: BTreeMap<String, u64> = TraceAction::ALL
+        .iter()
+        .map(|a| (a.as_str().to_string(), 0))
+        .collect();
+    let mut ooms = Vec::new();
+    for (index, e) in trace.iter().enumerate() {
+        *actions.entry(e.action.as_str().to_string()).or_default() += 1;
+        if e.action == TraceAction::Oom {
+            ooms.push(OomFact {
+                index,
+                time_us: e.time_us,
+                requested: e.size,
+                device_free: e.addr,
+                stream: e.stream,
+            });
+        }
+    }
     let (memory_summary, memory_stats, window) = if fits {
         let mut stats = DeviceStats::from_snapshot(snapshot, device, max_split);
         let history = match replayed {
@@ -310,10 +329,7 @@ fn summarize_device(
                 merge_history(&mut stats, r);
                 // The replay diagnoses the recorded OOMs rather than counting them: each left
                 // one `oom` entry in the trace.
-                stats.num_ooms = trace
-                    .iter()
-                    .filter(|e| e.action == TraceAction::Oom)
-                    .count() as i64;
+                stats.num_ooms = ooms.len() as i64;
                 let times = trace.iter().filter_map(|e| e.time_us);
                 let span_us = times.clone().min().zip(times.max()).map(|(a, b)| b - a);
                 Ok(StatsWindow::Trace {
@@ -348,23 +364,6 @@ fn summarize_device(
             },
         )
     };
-    let mut actions: BTreeMap<String, u64> = TraceAction::ALL
-        .iter()
-        .map(|a| (a.as_str().to_string(), 0))
-        .collect();
-    let mut ooms = Vec::new();
-    for (index, e) in trace.iter().enumerate() {
-        *actions.entry(e.action.as_str().to_string()).or_default() += 1;
-        if e.action == TraceAction::Oom {
-            ooms.push(OomFact {
-                index,
-                time_us: e.time_us,
-                requested: e.size,
-                device_free: e.addr,
-                stream: e.stream,
-            });
-        }
-    }
     let meta = snapshot.devices.iter().find(|m| m.device == device);
     let trace_overflow = meta.map_or(0, |m| m.trace_overflow);
     DeviceSummary {

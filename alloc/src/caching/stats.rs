@@ -188,18 +188,19 @@ impl DeviceStats {
         ]
     }
 
-    /// The nine stat arrays (every field but the single counters), to change alike.
+    /// The nine stat arrays (every field but the single counters), to change alike, in the
+    /// order of [`arrays`](Self::arrays) (so the two zip array to array).
     pub fn arrays_mut(&mut self) -> [&mut StatArray; 9] {
         [
-            &mut self.allocation,
-            &mut self.segment,
             &mut self.active,
-            &mut self.inactive_split,
-            &mut self.allocated_bytes,
-            &mut self.reserved_bytes,
             &mut self.active_bytes,
+            &mut self.allocated_bytes,
+            &mut self.allocation,
+            &mut self.inactive_split,
             &mut self.inactive_split_bytes,
             &mut self.requested_bytes,
+            &mut self.reserved_bytes,
+            &mut self.segment,
         ]
     }
 
@@ -346,6 +347,16 @@ mod tests {
         assert_eq!(s.peak, 8);
         s.reset_accumulated();
         assert_eq!((s.allocated, s.freed), (0, 0));
+    }
+
+    #[test]
+    fn arrays_and_arrays_mut_list_the_arrays_in_one_order() {
+        let mut stats = DeviceStats::default();
+        for (i, a) in stats.arrays_mut().into_iter().enumerate() {
+            a.0[0].current = i as i64;
+        }
+        let order: Vec<i64> = stats.arrays().iter().map(|(_, a)| a.0[0].current).collect();
+        assert_eq!(order, (0..9).collect::<Vec<i64>>());
     }
 
     #[test]
