@@ -174,8 +174,8 @@ impl DumpWriter {
         }
     }
 
-    /// Starts the writing thread; false when none can be started.
-    fn start_thread(&mut self) -> bool {
+    /// Starts the writing thread; where none can be started, dumps are written inline.
+    fn start_thread(&mut self) {
         let (jobs, rx) = crossbeam_channel::unbounded::<DumpJob>();
         let (done_tx, done) = crossbeam_channel::unbounded();
         let (dumper, pid, write) = (self.dumper.clone(), self.pid, Arc::clone(&self.write));
@@ -199,12 +199,10 @@ impl DumpWriter {
         match spawned {
             Ok(join) => {
                 self.thread = Some(DumpThread { jobs, done, join });
-                true
             }
             Err(err) => {
                 tracing::warn!(%err, "no thread for OOM dumps: they are written inline");
                 self.inline = true;
-                false
             }
         }
     }

@@ -162,7 +162,7 @@ fn hint_slot(pool: PoolKey, stream: u64) -> usize {
         PoolKey::Large => 1,
         PoolKey::Private(id) => id.wrapping_add(2),
     };
-    let h = (stream ^ p.rotate_left(32)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let h = (stream ^ p.rotate_left(32)).wrapping_mul(crate::addr_map::FIBONACCI);
     (h >> (u64::BITS - PAIR_HINTS.trailing_zeros())) as usize
 }
 

@@ -10,8 +10,8 @@
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 
-/// 2^64 / golden ratio, odd: the multiplier of Fibonacci hashing.
-const FIBONACCI: u64 = 0x9E37_79B9_7F4A_7C15;
+/// 2^64 / golden ratio, odd: the multiplier of Fibonacci hashing (Knuth TAOCP vol. 3, 6.4).
+pub const FIBONACCI: u64 = 0x9E37_79B9_7F4A_7C15;
 
 /// A hasher for `u64` keys (other keys hash byte by byte through the same mix).
 #[derive(Debug, Clone, Copy, Default)]

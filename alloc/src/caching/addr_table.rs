@@ -11,14 +11,13 @@
 //! and goes without touching the table. The next insertion moves the slot's entry into the
 //! table, so every entry is in exactly one of the two places.
 
+use crate::addr_map::FIBONACCI;
 use crate::caching::block::BlockId;
 
 /// Marks an empty slot (no block starts at the top address of the space).
 const EMPTY: u64 = u64::MAX;
 /// Slots at creation.
 const INITIAL_SLOTS: usize = 2048;
-/// 2^64 / golden ratio: Fibonacci hashing's multiplier.
-const FIB: u64 = 0x9E37_79B9_7F4A_7C15;
 /// Addresses are multiples of the 512-byte minimum block: the low 9 bits carry nothing.
 const ADDR_SHIFT: u32 = 9;
 
@@ -57,7 +56,7 @@ impl AddrTable {
 
     #[inline(always)]
     fn home(&self, key: u64) -> usize {
-        ((key >> ADDR_SHIFT).wrapping_mul(FIB) >> self.shift) as usize
+        ((key >> ADDR_SHIFT).wrapping_mul(FIBONACCI) >> self.shift) as usize
     }
 
     /// The slot holding `key`, if any.

@@ -400,13 +400,19 @@ impl<B: DeviceBackend> CachingAllocator<B> {
     /// total memory and trace overflow. Records a `snapshot` trace entry (seen in the next
     /// snapshot's trace, as in PyTorch).
     pub fn snapshot(&self) -> Snapshot {
-        self.snapshot_with_stats().0
+        self.snapshot_and(|_| ()).0
     }
 
     /// [`snapshot`](Self::snapshot) and [`device_stats`](Self::device_stats) taken under one
     /// hold of the lock, so both describe the same moment: the one of the `snapshot` event it
     /// publishes (what an agent resynchronises from while other threads keep allocating).
     pub fn snapshot_with_stats(&self) -> (Snapshot, DeviceStats) {
+        self.snapshot_and(DeviceCachingAllocator::stats)
+    }
+
+    /// A [`snapshot`](Self::snapshot) and what `also` reads of the state under the same hold
+    /// of the lock, after the snapshot's trace entry and event.
+    fn snapshot_and<T>(&self, also: impl FnOnce(&DeviceCachingAllocator) -> T) -> (Snapshot, T) {
         let total_memory = self.backend.mem_get_info().ok().map(|(_, t)| t);
         let mut st = self.lock();
         st.begin_call(None);
@@ -422,7 +428,7 @@ impl<B: DeviceBackend> CachingAllocator<B> {
         );
         st.emit_plain(EventAction::Snapshot, StreamId::DEFAULT);
         st.end_call();
-        let stats = st.stats();
+        let also = also(&st);
         let device = st.device;
         let mut device_traces = vec![Vec::new(); device.max(0) as usize];
         device_traces.push(trace);
@@ -437,7 +443,7 @@ impl<B: DeviceBackend> CachingAllocator<B> {
                 trace_overflow: overflow,
             }],
         };
-        (snapshot, stats)
+        (snapshot, also)
     }
 
     /// Turns trace history on or off (off clears it) and sets the context level and ring size.
