@@ -345,9 +345,6 @@ struct DeviceAgg {
     last_seq: u64,
     /// `last_seq` at the previous tick: equal means the device went quiet.
     last_seq_at_tick: u64,
-    /// The snapshot of the resync in progress (kept until its lost OOMs are recorded: the
-    /// first one's dump is this snapshot, the moment after them).
-    resync_snapshot: Option<Snapshot>,
 }
 
 impl DeviceAgg {
@@ -367,12 +364,11 @@ impl DeviceAgg {
             sent: Sent::default(),
             last_seq: 0,
             last_seq_at_tick: 0,
-            resync_snapshot: None,
         }
     }
 
     /// Rebuilds the mirror from the provider: whether the view was consistent, and the
-    /// snapshot it was rebuilt from (`None`: no provider).
+    /// snapshot it was rebuilt from (`None`: no provider, nothing done).
     ///
     /// A provider that gives the snapshot and its stats of one moment
     /// ([`SnapshotProvider::snapshot_with_stats`], the caching allocator) is consistent at
@@ -380,10 +376,8 @@ impl DeviceAgg {
     /// call changed the allocator in between, so the snapshot and the stats describe the same
     /// moment. With `rx` given, a fence then skips the events the snapshot already holds
     /// (everything up to the provider's `snapshot` marker).
-    fn resync(&mut self, rx: Option<&EventReceiver>) -> (bool, Option<Snapshot>) {
-        let Some(p) = self.provider.clone() else {
-            return (false, None);
-        };
+    fn resync(&mut self, rx: Option<&EventReceiver>) -> Option<(bool, Snapshot)> {
+        let p = self.provider.clone()?;
         if let Some((total, allowed)) = p.memory_info() {
             self.total_memory = total;
             self.allowed = allowed;
@@ -412,7 +406,7 @@ impl DeviceAgg {
                     to_ns,
                     remaining,
                 });
-                return (consistent, Some(snapshot));
+                return Some((consistent, snapshot));
             }
             attempt += 1;
         }
@@ -868,7 +862,7 @@ impl Aggregator {
         let device = i32::from(e.device);
         let time_ns = if e.time_ns != 0 { e.time_ns } else { now_ns() };
         self.ooms_total += 1;
-        let mut rec = self.oom_record(self.ooms_total, device, time_ns, true);
+        let mut rec = self.oom_record(self.ooms_total, device, time_ns, None);
         rec.stream = e.stream;
         rec.requested = e.requested;
         rec.rounded = e.size;
@@ -885,10 +879,17 @@ impl Aggregator {
         self.keep_oom(rec);
     }
 
-    /// The record of OOM number `index` on `device`, with the mirror's figures now and, with
-    /// `dump`, its dump started (or the reason it is not written); the request's facts are
+    /// The record of OOM number `index` on `device`, with the mirror's figures now and its
+    /// dump started (or the reason it is not written): of `resync_snapshot`, the snapshot a
+    /// resync just took after the OOM, else of a snapshot taken now. The request's facts are
     /// left to the caller.
-    fn oom_record(&mut self, index: u64, device: i32, time_ns: u64, dump: bool) -> OomRecord {
+    fn oom_record(
+        &mut self,
+        index: u64,
+        device: i32,
+        time_ns: u64,
+        resync_snapshot: Option<Snapshot>,
+    ) -> OomRecord {
         let started = self.dumps_written + self.dump_failures + self.dumps.pending() as u64;
         let interval = self.cfg.sample_interval;
         let d = self.devices.entry(device, interval, self.cfg.recent_events);
@@ -907,9 +908,6 @@ impl Aggregator {
             total_memory: d.total_memory,
             ..OomRecord::default()
         };
-        if !dump {
-            return rec;
-        }
         if started >= self.cfg.max_dumps {
             rec.dump_error = Some(format!(
                 "not written: this agent writes at most {} OOM dumps",
@@ -920,7 +918,7 @@ impl Aggregator {
         // The snapshot is taken now, the moment after the OOM (or, for OOMs whose events were
         // dropped, is the resync's, taken after them); encoding and writing it happen on the
         // dump thread.
-        let snapshot = match (d.resync_snapshot.take(), &d.provider) {
+        let snapshot = match (resync_snapshot, &d.provider) {
             (Some(resync), _) => resync,
             (None, Some(p)) => p.snapshot(),
             (None, None) => Snapshot {
@@ -977,24 +975,27 @@ impl Aggregator {
     }
 
     /// Records the OOMs whose events were dropped since the last call (the sink counts them per
-    /// device), after a resync: the request's facts went with the event, but the OOM is not
-    /// left out of the list.
-    fn record_lost_ooms(&mut self) {
+    /// device), after a resync that took `snapshots` (by device): the request's facts went
+    /// with the event, but the OOM is not left out of the list.
+    fn record_lost_ooms(&mut self, mut snapshots: Vec<(i32, Snapshot)>) {
         let counts = self.rx.shared().dropped_ooms_by_device();
         let seen = std::mem::replace(&mut self.seen_dropped_ooms, counts);
         for (i, (&count, &seen)) in counts.iter().zip(&seen).enumerate() {
             if count > seen {
                 let device = (i < OOM_DROP_DEVICES).then_some(i as i32);
-                self.record_lost(device, count - seen);
+                let snapshot = device
+                    .and_then(|d| snapshots.iter().position(|(s, _)| *s == d))
+                    .map(|at| snapshots.swap_remove(at).1);
+                self.record_lost(device, count - seen, snapshot);
             }
         }
     }
 
     /// Records `lost` OOMs of `device` (`None`: not known) whose events were dropped. The first
-    /// gets the dump, a snapshot of the moment after the resync; the others would only repeat
-    /// it. Only records that stay kept are built ([`keep_oom_record`]), so a huge count costs
-    /// no more than the list's bound.
-    fn record_lost(&mut self, device: Option<i32>, lost: u64) {
+    /// gets the dump, of `resync_snapshot` (the moment after the resync), else of a snapshot
+    /// taken now; the others would only repeat it. Only records that stay kept are built
+    /// ([`keep_oom_record`]), so a huge count costs no more than the list's bound.
+    fn record_lost(&mut self, device: Option<i32>, lost: u64, resync_snapshot: Option<Snapshot>) {
         tracing::error!(
             device,
             lost,
@@ -1005,7 +1006,7 @@ impl Aggregator {
         let last = self.ooms_total + lost;
         self.ooms_total = last;
         let mut rec = match device {
-            Some(device) => self.oom_record(first, device, time_ns, true),
+            Some(device) => self.oom_record(first, device, time_ns, resync_snapshot),
             None => OomRecord {
                 index: first,
                 time_ns,
@@ -1057,14 +1058,16 @@ impl Aggregator {
             *h = HostState::from_heap(&p.heap_stats(), h);
             any = true;
         }
+        let mut snapshots = Vec::new();
         for d in self.devices.values_mut() {
-            if d.provider.is_some() {
-                any = true;
-                let (consistent, snapshot) = d.resync(Some(&self.rx));
-                all_consistent &= consistent;
-                d.resync_snapshot = snapshot;
-            } else if dropped > 0 {
-                self.partial = true;
+            match d.resync(Some(&self.rx)) {
+                Some((consistent, snapshot)) => {
+                    any = true;
+                    all_consistent &= consistent;
+                    snapshots.push((d.mirror.device(), snapshot));
+                }
+                None if dropped > 0 => self.partial = true,
+                None => {}
             }
         }
         if any {
@@ -1082,10 +1085,7 @@ impl Aggregator {
                 "events were lost and no allocator can be asked: figures are partial"
             );
         }
-        self.record_lost_ooms();
-        for d in self.devices.values_mut() {
-            d.resync_snapshot = None;
-        }
+        self.record_lost_ooms(snapshots);
     }
 
     /// Resolves the context ids noted since the last time, on every device.
