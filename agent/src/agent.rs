@@ -299,7 +299,7 @@ impl AgentBuilder {
             return Err(AgentError::DuplicateDevice(w[0]));
         }
         let dump_dir = self.dump_dir.unwrap_or_else(aggregator::default_dump_dir);
-        if dump_dir.exists() && !dump_dir.is_dir() {
+        if std::fs::metadata(&dump_dir).is_ok_and(|m| !m.is_dir()) {
             return Err(AgentError::DumpDirNotAFolder(dump_dir));
         }
         let listen = match &self.listen {
