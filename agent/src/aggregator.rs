@@ -181,6 +181,14 @@ pub(crate) struct AggregatorConfig {
     pub max_dumps: u64,
 }
 
+/// How the aggregator learnt of an OOM ([`Aggregator::oom_record`]).
+enum OomSeen<'a> {
+    /// From its event, which carries the request.
+    Event(&'a Event),
+    /// From the drop count (its event was lost), with the snapshot the resync after it took.
+    Lost(Option<Snapshot>),
+}
+
 /// What was last sent to clients, per device.
 #[derive(Debug, Default)]
 struct Sent {
@@ -862,11 +870,7 @@ impl Aggregator {
         let device = i32::from(e.device);
         let time_ns = if e.time_ns != 0 { e.time_ns } else { now_ns() };
         self.ooms_total += 1;
-        let mut rec = self.oom_record(self.ooms_total, device, time_ns, None);
-        rec.stream = e.stream;
-        rec.requested = e.requested;
-        rec.rounded = e.size;
-        rec.device_free = e.addr;
+        let rec = self.oom_record(self.ooms_total, device, time_ns, OomSeen::Event(e));
         tracing::error!(
             oom = rec.index,
             device,
@@ -879,16 +883,17 @@ impl Aggregator {
         self.keep_oom(rec);
     }
 
-    /// The record of OOM number `index` on `device`, with the mirror's figures now and its
-    /// dump started (or the reason it is not written): of `resync_snapshot`, the snapshot a
-    /// resync just took after the OOM, else of a snapshot taken now. The request's facts are
-    /// left to the caller.
+    /// The record of OOM number `index` on `device`, with the request's facts from its event
+    /// (when seen), the mirror's figures now and its dump started (or the reason it is not
+    /// written): of the snapshot a resync just took after a lost OOM, else of a snapshot taken
+    /// now. The dump carries the record ([`DumpedOom`]), so that it tells what failed even
+    /// without a trace.
     fn oom_record(
         &mut self,
         index: u64,
         device: i32,
         time_ns: u64,
-        resync_snapshot: Option<Snapshot>,
+        seen: OomSeen<'_>,
     ) -> OomRecord {
         let started = self.dumps_written + self.dump_failures + self.dumps.pending() as u64;
         let interval = self.cfg.sample_interval;
@@ -908,6 +913,19 @@ impl Aggregator {
             total_memory: d.total_memory,
             ..OomRecord::default()
         };
+        let resync_snapshot = match seen {
+            OomSeen::Event(e) => {
+                rec.stream = e.stream;
+                rec.requested = e.requested;
+                rec.rounded = e.size;
+                rec.device_free = e.addr;
+                None
+            }
+            OomSeen::Lost(resync_snapshot) => {
+                rec.event_lost = true;
+                resync_snapshot
+            }
+        };
         if started >= self.cfg.max_dumps {
             rec.dump_error = Some(format!(
                 "not written: this agent writes at most {} OOM dumps",
@@ -918,7 +936,7 @@ impl Aggregator {
         // The snapshot is taken now, the moment after the OOM (or, for OOMs whose events were
         // dropped, is the resync's, taken after them); encoding and writing it happen on the
         // dump thread.
-        let snapshot = match (resync_snapshot, &d.provider) {
+        let mut snapshot = match (resync_snapshot, &d.provider) {
             (Some(resync), _) => resync,
             (None, Some(p)) => p.snapshot(),
             (None, None) => Snapshot {
@@ -926,6 +944,7 @@ impl Aggregator {
                 ..Snapshot::default()
             },
         };
+        rec.put_in(&mut snapshot);
         self.dumps.start(index, snapshot);
         rec.dump_pending = true;
         rec
@@ -1005,17 +1024,17 @@ impl Aggregator {
         let first = self.ooms_total + 1;
         let last = self.ooms_total + lost;
         self.ooms_total = last;
-        let mut rec = match device {
-            Some(device) => self.oom_record(first, device, time_ns, resync_snapshot),
+        let rec = match device {
+            Some(device) => self.oom_record(first, device, time_ns, OomSeen::Lost(resync_snapshot)),
             None => OomRecord {
                 index: first,
                 time_ns,
                 device: -1,
                 dump_error: Some("not written: the OOM's device is not known".into()),
+                event_lost: true,
                 ..OomRecord::default()
             },
         };
-        rec.event_lost = true;
         // The others are the same moment: copies of the first, without its dump.
         let other = OomRecord {
             dump_pending: false,

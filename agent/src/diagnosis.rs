@@ -27,7 +27,7 @@
 use serde::{Deserialize, Serialize};
 
 use allocview_alloc::caching::OutOfMemory;
-use allocview_alloc::snapshot::{BlockState, SegmentInfo, TraceEntry};
+use allocview_alloc::snapshot::{BlockState, DumpedOom, SegmentInfo, TraceEntry};
 
 pub use crate::replay::what_if::{WhatIfOutcome, what_if_avoided};
 
@@ -68,6 +68,21 @@ impl OomFacts {
             reserved: oom.reserved,
             largest_free_block: oom.largest_free_block,
             stranded_in_split_segments: oom.stranded_in_split_segments,
+        }
+    }
+
+    /// The facts of an agent's OOM record as its dump carries it, on a device of
+    /// `device_total` bytes (0: not known).
+    pub fn from_dumped(oom: &DumpedOom, device_total: u64) -> OomFacts {
+        OomFacts {
+            requested: oom.rounded,
+            device_total,
+            device_free: oom.device_free,
+            allowed_max: None,
+            allocated: oom.allocated,
+            reserved: oom.reserved,
+            largest_free_block: oom.largest_free_block,
+            stranded_in_split_segments: oom.inactive_split_bytes,
         }
     }
 

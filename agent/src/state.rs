@@ -12,8 +12,11 @@ use std::path::PathBuf;
 
 use allocview_alloc::caching::stats::{DeviceStats, Stat};
 use allocview_alloc::global::HeapStats;
-use allocview_alloc::snapshot::{Frames, SegmentInfo};
+use allocview_alloc::snapshot::{DeviceMeta, DumpedOom, Frames, SegmentInfo, Snapshot};
 use serde::{Deserialize, Serialize};
+
+/// Nanoseconds per microsecond (the agent's times are in ns, snapshot files' in µs).
+pub const NS_PER_US: u64 = 1_000;
 
 /// Everything the agent knows about the process it lives in.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -399,6 +402,72 @@ pub struct OomRecord {
     /// the other figures and the dump are from the resync after it.
     #[serde(default)]
     pub event_lost: bool,
+}
+
+impl OomRecord {
+    /// The record as its dump carries it.
+    pub fn dumped(&self) -> DumpedOom {
+        DumpedOom {
+            index: self.index,
+            time_us: i64::try_from(self.time_ns / NS_PER_US).unwrap_or(i64::MAX),
+            stream: self.stream,
+            requested: self.requested,
+            rounded: self.rounded,
+            device_free: self.device_free,
+            allocated: self.allocated,
+            reserved: self.reserved,
+            largest_free_block: self.largest_free_block,
+            inactive_split_bytes: self.inactive_split_bytes,
+            event_lost: self.event_lost,
+        }
+    }
+
+    /// The record of device `device` (of `total_memory` bytes, 0: not known) that a dump
+    /// carries, without the dump's paths (the dump is the file it was read from).
+    pub fn from_dumped(device: i32, total_memory: u64, o: &DumpedOom) -> OomRecord {
+        OomRecord {
+            index: o.index,
+            time_ns: u64::try_from(o.time_us)
+                .unwrap_or(0)
+                .saturating_mul(NS_PER_US),
+            device,
+            stream: o.stream,
+            requested: o.requested,
+            rounded: o.rounded,
+            device_free: o.device_free,
+            allocated: o.allocated,
+            reserved: o.reserved,
+            largest_free_block: o.largest_free_block,
+            inactive_split_bytes: o.inactive_split_bytes,
+            total_memory,
+            event_lost: o.event_lost,
+            ..OomRecord::default()
+        }
+    }
+
+    /// Writes the record into `snapshot`, its dump, as its device's [`DeviceMeta::oom`] (with
+    /// the device's total memory when the snapshot does not have it).
+    pub fn put_in(&self, snapshot: &mut Snapshot) {
+        let at = match snapshot
+            .devices
+            .iter()
+            .position(|m| m.device == self.device)
+        {
+            Some(at) => at,
+            None => {
+                snapshot.devices.push(DeviceMeta {
+                    device: self.device,
+                    ..DeviceMeta::default()
+                });
+                snapshot.devices.len() - 1
+            }
+        };
+        let meta = &mut snapshot.devices[at];
+        if meta.total_memory.is_none() && self.total_memory > 0 {
+            meta.total_memory = Some(self.total_memory);
+        }
+        meta.oom = Some(self.dumped());
+    }
 }
 
 /// OOM records kept from the start of the process: the first OOM usually tells why.

@@ -160,12 +160,14 @@ pub struct StreamFragmentation {
     pub fragmentation: Fragmentation,
 }
 
-/// One OOM entry of a trace.
+/// One OOM: an entry of the trace, or the agent's record of the OOM its dump was taken at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct OomFact {
     /// Index of the entry in the device's trace, from 0 (the text shows it from 1, as the
-    /// dashboard numbers entries).
-    pub index: usize,
+    /// dashboard numbers entries); `None` for an agent's OOM dump whose trace holds no entry for
+    /// it (history was off): the facts are then the agent's record
+    /// ([`DumpedOom`](allocview_alloc::snapshot::DumpedOom)).
+    pub index: Option<usize>,
     /// When, in microseconds since the epoch, if recorded.
     pub time_us: Option<i64>,
     /// Bytes the failed allocation asked for (rounded).
@@ -174,6 +176,10 @@ pub struct OomFact {
     pub device_free: u64,
     /// Stream of the request.
     pub stream: u64,
+    /// The OOM's event was lost on its way to the agent that dumped it: the request, its
+    /// stream and the device's free memory are not known (0).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub event_lost: bool,
 }
 
 /// `max_split_size` in bytes from a snapshot's `allocator_settings` (`None` = unlimited or
@@ -314,13 +320,28 @@ fn summarize_device(
         *actions.entry(e.action.as_str().to_string()).or_default() += 1;
         if e.action == TraceAction::Oom {
             ooms.push(OomFact {
-                index,
+                index: Some(index),
                 time_us: e.time_us,
                 requested: e.size,
                 device_free: e.addr,
                 stream: e.stream,
+                event_lost: false,
             });
         }
+    }
+    let meta = snapshot.devices.iter().find(|m| m.device == device);
+    // An agent's dump made without history: the OOM it was taken at is in its record only.
+    if ooms.is_empty()
+        && let Some(o) = meta.and_then(|m| m.oom.as_ref())
+    {
+        ooms.push(OomFact {
+            index: None,
+            time_us: Some(o.time_us),
+            requested: o.rounded,
+            device_free: o.device_free,
+            stream: o.stream,
+            event_lost: o.event_lost,
+        });
     }
     let (memory_summary, memory_stats, window) = if fits {
         let mut stats = DeviceStats::from_snapshot(snapshot, device, max_split);
@@ -364,7 +385,6 @@ fn summarize_device(
             },
         )
     };
-    let meta = snapshot.devices.iter().find(|m| m.device == device);
     let trace_overflow = meta.map_or(0, |m| m.trace_overflow);
     DeviceSummary {
         device,

@@ -10,7 +10,7 @@ use allocview_agent::snapshot_file::{self, FileFormat};
 use allocview_alloc::caching::backend::StreamId;
 use allocview_alloc::caching::history::HistoryOptions;
 use allocview_alloc::caching::sim::SimBackend;
-use allocview_alloc::caching::{AllocatorConfig, CachingAllocator};
+use allocview_alloc::caching::{AllocError, AllocatorConfig, CachingAllocator};
 use allocview_alloc::event::{Event, EventAction, EventPool};
 use allocview_alloc::snapshot::{BlockState, Snapshot};
 
@@ -88,6 +88,55 @@ fn an_oom_leaves_a_pickle_and_a_json_dump_that_load_back() {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     assert_eq!(names.len(), 2, "{names:?}");
+}
+
+#[test]
+fn a_dump_made_without_history_still_says_which_request_failed() {
+    let dev = Arc::new(SimBackend::new(256 * MIB));
+    let alloc = Arc::new(CachingAllocator::new(dev, AllocatorConfig::default()));
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::builder()
+        .no_listen()
+        .dump_dir(dir.path())
+        .provider(alloc.clone())
+        .spawn()
+        .unwrap();
+    alloc.set_event_sink(Some(agent.sink()));
+    // No `record_history`: the snapshot's trace is empty.
+    let _a = alloc.malloc(100 * MIB, StreamId(3)).unwrap();
+    let _b = alloc.malloc(120 * MIB, StreamId(3)).unwrap();
+    let err = alloc.malloc(200 * MIB + 1, StreamId(3)).unwrap_err();
+    agent.flush();
+    let state = agent.state();
+    let rec = &state.ooms[0];
+    let AllocError::OutOfMemory(oom) = err else {
+        panic!("not an OOM: {err}")
+    };
+    for path in &rec.dump_paths {
+        let snap = snapshot_file::load(path).unwrap();
+        assert!(snap.device_traces.iter().all(Vec::is_empty), "{path:?}");
+        let meta = &snap.devices[0];
+        assert_eq!(meta.total_memory, Some(256 * MIB));
+        let dumped = meta.oom.as_ref().expect("the dump carries its OOM");
+        assert_eq!(*dumped, rec.dumped(), "{path:?}");
+        assert_eq!(dumped.requested, 200 * MIB + 1);
+        assert_eq!(dumped.rounded, oom.rounded);
+        assert_eq!(dumped.device_free, oom.device_free);
+        assert_eq!(dumped.stream, 3);
+        assert_eq!(dumped.allocated, 220 * MIB);
+        assert_eq!(dumped.reserved, 220 * MIB);
+
+        // `allocview summary` reports it, marked as the agent's record.
+        let summary = allocview_agent::summary::summarize(&snap);
+        assert_eq!(summary.ooms, 1);
+        let fact = summary.devices[0].ooms[0];
+        assert_eq!(fact.index, None);
+        assert_eq!((fact.requested, fact.stream), (oom.rounded, 3));
+        let text = summary.to_string();
+        assert!(text.contains("OOMs: 1"), "{text}");
+        assert!(text.contains("not recording history"), "{text}");
+    }
+    agent.shutdown();
 }
 
 #[test]
@@ -468,6 +517,10 @@ fn a_lost_ooms_dump_is_the_resyncs_own_snapshot() {
             "OOM #{}: dump at {addr:#x} is not a resync's snapshot",
             o.index
         );
+        // The dump carries the record: this OOM, its request not known.
+        let meta = snap.devices.iter().find(|m| m.device == 0).unwrap();
+        let dumped = meta.oom.as_ref().expect("the dump carries its OOM");
+        assert_eq!((dumped.index, dumped.event_lost), (o.index, true));
         checked += 1;
     }
     assert!(checked > 0, "a lost OOM got a dump: {lost:?}");
@@ -475,6 +528,12 @@ fn a_lost_ooms_dump_is_the_resyncs_own_snapshot() {
     for o in state.ooms.iter().filter(|o| !o.event_lost) {
         let snap = json_dump(&o.dump_paths);
         assert!(snap.segments[0].address >= SNAPSHOT_BASE);
+        let dumped = snap.devices[0]
+            .oom
+            .as_ref()
+            .expect("the dump carries its OOM");
+        assert_eq!((dumped.index, dumped.requested), (o.index, o.requested));
+        assert!(!dumped.event_lost);
     }
     agent.shutdown();
 }

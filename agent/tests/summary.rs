@@ -195,6 +195,13 @@ fn pools_streams_ooms_and_ring_overflow_are_reported() {
     assert_eq!(d0.trace_overflow, 17);
     assert!(d0.ring_overflowed);
     assert_eq!(d0.total_memory, Some(80 << 30));
+    // Device 0's trace holds no OOM entry; the snapshot is an agent's dump of an OOM there, so
+    // its record is the OOM.
+    let [dumped] = d0.ooms.as_slice() else {
+        panic!("{:?}", d0.ooms)
+    };
+    assert_eq!(dumped.index, None);
+    assert_eq!((dumped.requested, dumped.stream), (1_000_000_512, 7));
     // Device 1: an expandable segment (free bytes there are not "in split segments") and an OOM.
     let d1 = &s.devices[1];
     assert_eq!(d1.pools.small.free, 32 << 20);
@@ -202,13 +209,15 @@ fn pools_streams_ooms_and_ring_overflow_are_reported() {
     assert_eq!(d1.ooms.len(), 1);
     assert_eq!(d1.ooms[0].requested, 1 << 33);
     assert_eq!(d1.ooms[0].device_free, 12345);
-    assert_eq!(s.ooms, 1);
+    assert_eq!(s.ooms, 2);
     assert!(!d1.ring_overflowed);
 
     let text = s.to_string();
     assert!(text.contains("OOMs: 1"), "{text}");
+    assert!(text.contains("  dump "), "{text}");
+    assert!(text.contains("from the agent's record"), "{text}");
     // The OOM's row names its trace entry from 1, as the dashboard numbers entries.
-    let row = format!("#{} ", d1.ooms[0].index + 1);
+    let row = format!("#{} ", d1.ooms[0].index.unwrap() + 1);
     assert!(text.contains(&row), "{row} in {text}");
     assert!(text.contains("8.0 GiB"), "{text}");
     assert!(text.contains("17 older entries were lost"), "{text}");

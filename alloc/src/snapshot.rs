@@ -385,6 +385,41 @@ pub struct DeviceMeta {
     pub total_memory: Option<u64>,
     /// Trace entries overwritten because the history ring was full.
     pub trace_overflow: u64,
+    /// The OOM this snapshot was taken at, in an agent's OOM dump: its facts are here even when
+    /// the allocator recorded no trace (history off), which would otherwise hold them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oom: Option<DumpedOom>,
+}
+
+/// The OOM an agent's OOM dump was taken at: the failed request and the allocator's figures at
+/// that moment (allocview's own fact, kept beside PyTorch's fields).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DumpedOom {
+    /// The OOM's number in the process: 1 for the first.
+    pub index: u64,
+    /// When the allocation failed, microseconds since the Unix epoch (as trace entries).
+    pub time_us: i64,
+    /// Stream of the failed request.
+    pub stream: u64,
+    /// Bytes the program asked for.
+    pub requested: u64,
+    /// The request after the allocator's rounding.
+    pub rounded: u64,
+    /// Free device memory the allocator saw.
+    pub device_free: u64,
+    /// Bytes in allocated blocks at the OOM.
+    pub allocated: u64,
+    /// Bytes reserved from the device at the OOM.
+    pub reserved: u64,
+    /// The largest free cached block at the OOM.
+    pub largest_free_block: u64,
+    /// Free bytes in segments that also hold allocated blocks (`inactive_split_bytes`).
+    pub inactive_split_bytes: u64,
+    /// The OOM's event was lost on its way to the agent (a full channel): the request, its
+    /// stream and the device's free memory are not known (0), and the other figures are from
+    /// the resynchronisation after it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub event_lost: bool,
 }
 
 /// A whole snapshot: what `torch.cuda.memory._snapshot()` returns.

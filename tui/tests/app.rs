@@ -8,13 +8,17 @@ use allocview::app::App;
 use allocview::input::{Action, Seek};
 use allocview::source::file::FileSource;
 use allocview::state::timetravel::CHECKPOINT_EVERY;
+use allocview::state::timetravel::is_segment_event;
 use allocview::state::{Mode, View};
-use allocview_alloc::snapshot::{BlockState, TraceAction};
+use allocview_alloc::snapshot::{BlockState, DeviceMeta, DumpedOom, Snapshot, TraceAction};
 
 fn app(rounds: u64) -> (App, tempfile::TempDir) {
+    app_of(&support::traced_snapshot(rounds))
+}
+
+fn app_of(snap: &Snapshot) -> (App, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
-    let snap = support::traced_snapshot(rounds);
-    let src = FileSource::new("/tmp/run.json", &snap);
+    let src = FileSource::new("/tmp/run.json", snap);
     (
         App::new(Box::new(src), dir.path().to_path_buf()).unwrap(),
         dir,
@@ -85,8 +89,70 @@ fn time_travel_keys_move_through_the_trace() {
     assert_eq!(event(&app), 109);
     app.apply(Action::Seek(Seek::Last)).unwrap();
     assert_eq!(event(&app), 190);
+    // From the end, `n` wraps round to the first OOM, and says so.
     app.apply(Action::Seek(Seek::NextOom)).unwrap();
-    assert_eq!(app.state.status.as_deref(), Some("no OOM after this event"));
+    assert_eq!(event(&app), 8);
+    assert_eq!(
+        app.state.status.as_deref(),
+        Some("no OOM after this event: back to the first, at event 8")
+    );
+    assert_eq!(app.ui.oom, 0, "the first OOM is selected");
+    app.apply(Action::Seek(Seek::Last)).unwrap();
+    app.apply(Action::Seek(Seek::NextSegmentEvent)).unwrap();
+    assert_eq!(
+        event(&app),
+        app.state.trace.iter().position(is_segment_event).unwrap() + 1
+    );
+}
+
+#[test]
+fn n_in_a_trace_without_ooms_says_there_are_none() {
+    let mut snap = support::traced_snapshot(2);
+    snap.device_traces[0].retain(|e| e.action != TraceAction::Oom);
+    let (mut app, _d) = app_of(&snap);
+    let at = event(&app);
+    app.apply(Action::Seek(Seek::NextOom)).unwrap();
+    assert_eq!(event(&app), at);
+    assert_eq!(app.state.status.as_deref(), Some("the trace holds no OOM"));
+}
+
+#[test]
+fn an_oom_dump_without_a_trace_shows_the_agents_record_of_its_oom() {
+    let mut snap = support::traced_snapshot(1);
+    snap.device_traces = vec![Vec::new()];
+    let mib = 1u64 << 20;
+    snap.devices = vec![DeviceMeta {
+        device: 0,
+        total_memory: Some(64 * mib),
+        trace_overflow: 0,
+        oom: Some(DumpedOom {
+            index: 4,
+            time_us: 1_700_000_000_000_000,
+            stream: 2,
+            requested: 30 * mib,
+            rounded: 30 * mib,
+            device_free: 10 * mib,
+            allocated: 50 * mib,
+            reserved: 54 * mib,
+            largest_free_block: 4 * mib,
+            inactive_split_bytes: 4 * mib,
+            event_lost: false,
+        }),
+    }];
+    let (mut app, _d) = app_of(&snap);
+    let [o] = app.state.ooms.as_slice() else {
+        panic!("{:?}", app.state.ooms)
+    };
+    assert_eq!((o.number, o.stream, o.requested), (4, 2, 30 * mib));
+    assert_eq!((o.allocated, o.reserved), (50 * mib, 54 * mib));
+    assert_eq!(o.device_total, Some(64 * mib));
+    assert_eq!(o.trace_index, None);
+    assert_eq!(o.dump_path.as_deref(), Some("/tmp/run.json"));
+    assert!(o.what_if.is_empty(), "no trace to replay: {:?}", o.what_if);
+    assert_eq!(o.diagnosis_label(), "EXHAUSTION");
+    app.apply(Action::Seek(Seek::NextOom)).unwrap();
+    let status = app.state.status.as_deref().unwrap();
+    assert!(status.contains("the OOM view (7)"), "{status}");
 }
 
 #[test]

@@ -152,10 +152,15 @@ fn n_in_the_oom_view_scrolls_to_the_oom_it_goes_to() {
         assert!(top.contains(&format!("┌ OOM #{n} ")), "OOM {n}: {top}");
         assert!(top.contains(&format!(" {n} of 3 ")), "OOM {n}: {top}");
     }
-    // Past the last one: the selection stays, the status line says so.
+    // Past the last one: back to the first, and the status line says so.
     press(&mut app, KeyCode::Char('n'));
-    assert_eq!(app.ui.oom, 2);
-    assert_eq!(app.state.status.as_deref(), Some("no OOM after this event"));
+    assert_eq!(app.state.trace_cursor, Some(8));
+    assert_eq!(app.ui.oom, 0);
+    assert_eq!(
+        app.state.status.as_deref(),
+        Some("no OOM after this event: back to the first, at event 8")
+    );
+    assert!(first_box(&mut app).contains("┌ OOM #1 "));
 }
 
 #[test]

@@ -13,8 +13,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use allocview_alloc::snapshot::{
-    BlockHistory, BlockInfo, BlockState, DeviceMeta, Frame, Frames, SegmentInfo, SegmentType,
-    Snapshot, TraceAction, TraceEntry, Value, no_frames,
+    BlockHistory, BlockInfo, BlockState, DeviceMeta, DumpedOom, Frame, Frames, SegmentInfo,
+    SegmentType, Snapshot, TraceAction, TraceEntry, Value, no_frames,
 };
 
 use super::error::PytorchError;
@@ -887,6 +887,54 @@ impl<'d, 'a> Decoder<'d, 'a> {
         })
     }
 
+    /// allocview's record of the OOM a dump was taken at.
+    fn dumped_oom(&mut self, v: PickleValue, path: &Path<'_>, offset: usize) -> Res<DumpedOom> {
+        let at = self.offset_of(v).max(offset);
+        let d = self.dict(v, path, at)?;
+        let [
+            index,
+            time_us,
+            stream,
+            requested,
+            rounded,
+            device_free,
+            allocated,
+            reserved,
+            largest,
+            inactive_split,
+            event_lost,
+        ] = self.fields(
+            d,
+            &[
+                keys::OOM_INDEX,
+                keys::TIME_US,
+                keys::STREAM,
+                keys::REQUESTED,
+                keys::ROUNDED,
+                keys::DEVICE_FREE,
+                keys::ALLOCATED,
+                keys::RESERVED,
+                keys::LARGEST_FREE_BLOCK,
+                keys::INACTIVE_SPLIT_BYTES,
+                keys::EVENT_LOST,
+            ],
+        );
+        let time_us = self.required(time_us, keys::TIME_US, path, at)?;
+        Ok(DumpedOom {
+            index: self.u64(index, keys::OOM_INDEX, path, at)?,
+            time_us: self.ranged(time_us, keys::TIME_US, "an int of 64 bits", path, at)?,
+            stream: self.u64(stream, keys::STREAM, path, at)?,
+            requested: self.u64(requested, keys::REQUESTED, path, at)?,
+            rounded: self.u64(rounded, keys::ROUNDED, path, at)?,
+            device_free: self.u64(device_free, keys::DEVICE_FREE, path, at)?,
+            allocated: self.u64(allocated, keys::ALLOCATED, path, at)?,
+            reserved: self.u64(reserved, keys::RESERVED, path, at)?,
+            largest_free_block: self.u64(largest, keys::LARGEST_FREE_BLOCK, path, at)?,
+            inactive_split_bytes: self.u64(inactive_split, keys::INACTIVE_SPLIT_BYTES, path, at)?,
+            event_lost: self.opt_bool(event_lost, keys::EVENT_LOST, path, at)?,
+        })
+    }
+
     fn allocview_meta(
         &mut self,
         v: PickleValue,
@@ -902,9 +950,14 @@ impl<'d, 'a> Decoder<'d, 'a> {
         self.list_of(devices, &dp, offset, |dec, m, mp| {
             let at = dec.offset_of(m);
             let md = dec.dict(m, mp, at)?;
-            let [device, total_memory, trace_overflow] = dec.fields(
+            let [device, total_memory, trace_overflow, oom] = dec.fields(
                 md,
-                &[keys::DEVICE, keys::TOTAL_MEMORY, keys::TRACE_OVERFLOW],
+                &[
+                    keys::DEVICE,
+                    keys::TOTAL_MEMORY,
+                    keys::TRACE_OVERFLOW,
+                    keys::OOM,
+                ],
             );
             let device = dec.required(device, keys::DEVICE, mp, at)?;
             Ok(DeviceMeta {
@@ -914,6 +967,10 @@ impl<'d, 'a> Decoder<'d, 'a> {
                     t => Some(dec.u64(t, keys::TOTAL_MEMORY, mp, at)?),
                 },
                 trace_overflow: dec.u64(trace_overflow, keys::TRACE_OVERFLOW, mp, at)?,
+                oom: match oom {
+                    None | Some(PickleValue::None) => None,
+                    Some(o) => Some(dec.dumped_oom(o, &mp.key(keys::OOM), at)?),
+                },
             })
         })
     }

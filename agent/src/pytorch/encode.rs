@@ -14,7 +14,8 @@
 use std::collections::HashMap;
 
 use allocview_alloc::snapshot::{
-    BlockInfo, Frame, Frames, SegmentInfo, Snapshot, TraceAction, TraceEntry, Value, segment_sums,
+    BlockInfo, DumpedOom, Frame, Frames, SegmentInfo, Snapshot, TraceAction, TraceEntry, Value,
+    segment_sums,
 };
 
 use super::keys;
@@ -114,9 +115,40 @@ impl<'s> Encoder<'s> {
                             }
                             e.str(keys::TRACE_OVERFLOW);
                             e.w.uint(d.trace_overflow);
+                            if let Some(oom) = &d.oom {
+                                e.str(keys::OOM);
+                                e.dumped_oom(oom);
+                            }
                         });
                     });
                 });
+            }
+        });
+    }
+
+    /// allocview's record of the OOM a dump was taken at (`event_lost` only when set).
+    fn dumped_oom(&mut self, oom: &DumpedOom) {
+        self.dict(|e| {
+            let counts = [
+                (keys::OOM_INDEX, oom.index),
+                (keys::STREAM, oom.stream),
+                (keys::REQUESTED, oom.requested),
+                (keys::ROUNDED, oom.rounded),
+                (keys::DEVICE_FREE, oom.device_free),
+                (keys::ALLOCATED, oom.allocated),
+                (keys::RESERVED, oom.reserved),
+                (keys::LARGEST_FREE_BLOCK, oom.largest_free_block),
+                (keys::INACTIVE_SPLIT_BYTES, oom.inactive_split_bytes),
+            ];
+            for (key, value) in counts {
+                e.str(key);
+                e.w.uint(value);
+            }
+            e.str(keys::TIME_US);
+            e.w.int(oom.time_us);
+            if oom.event_lost {
+                e.str(keys::EVENT_LOST);
+                e.w.bool(true);
             }
         });
     }

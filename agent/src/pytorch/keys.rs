@@ -17,6 +17,25 @@ pub const DEVICES: &str = "devices";
 pub const TOTAL_MEMORY: &str = "total_memory";
 /// Device metadata: trace entries lost to the ring.
 pub const TRACE_OVERFLOW: &str = "trace_overflow";
+/// Device metadata: the OOM an agent's dump was taken at (a dict of the keys below, with
+/// [`TIME_US`], [`STREAM`] and [`DEVICE_FREE`]).
+pub const OOM: &str = "oom";
+/// Dumped OOM: its number in the process.
+pub const OOM_INDEX: &str = "index";
+/// Dumped OOM: bytes asked for.
+pub const REQUESTED: &str = "requested";
+/// Dumped OOM: the rounded request.
+pub const ROUNDED: &str = "rounded";
+/// Dumped OOM: bytes in allocated blocks.
+pub const ALLOCATED: &str = "allocated";
+/// Dumped OOM: bytes reserved.
+pub const RESERVED: &str = "reserved";
+/// Dumped OOM: the largest free cached block.
+pub const LARGEST_FREE_BLOCK: &str = "largest_free_block";
+/// Dumped OOM: free bytes in split segments.
+pub const INACTIVE_SPLIT_BYTES: &str = "inactive_split_bytes";
+/// Dumped OOM: its event was lost (present only when true).
+pub const EVENT_LOST: &str = "event_lost";
 
 /// Segment: device index.
 pub const DEVICE: &str = "device";

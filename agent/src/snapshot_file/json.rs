@@ -11,8 +11,12 @@
 //!                      "time_us": ..., "frames": 3}]],
 //!  "allocator_settings": [["max_split_size", {"Int": -1}], ...],
 //!  "external_annotations": [],
-//!  "devices": [{"device": 0, "total_memory": 85899345920, "trace_overflow": 0}]}
+//!  "devices": [{"device": 0, "total_memory": 85899345920, "trace_overflow": 0,
+//!               "oom": {"index": 1, "requested": ..., ...}}]}
 //! ```
+//!
+//! `devices[].oom` is in an agent's OOM dumps only: the agent's record of the OOM
+//! ([`DumpedOom`](allocview_alloc::snapshot::DumpedOom)), there even when the trace is empty.
 //!
 //! Frame lists are written once in the `frames` table and referred to by index (absent when
 //! empty), so a trace that repeats one stack thousands of times stays small, and reading it

@@ -179,23 +179,37 @@ fn device_section(out: &mut String, d: &DeviceSummary) {
         out.push_str("\n  OOMs: none in the trace\n");
     } else {
         let _ = writeln!(out, "\n  OOMs: {}", d.ooms.len());
+        if d.ooms.iter().any(|o| o.index.is_none()) {
+            out.push_str(
+                "    the OOM this dump was taken at, from the agent's record (no trace: the \
+                 allocator was not recording history)\n",
+            );
+        }
         let first_time = d.ooms.iter().find_map(|o| o.time_us);
         let rows: Vec<Vec<String>> = d
             .ooms
             .iter()
             .map(|o| {
+                let unless_lost = |known: String| {
+                    if o.event_lost {
+                        "not known".to_string()
+                    } else {
+                        known
+                    }
+                };
                 vec![
                     // Trace entries count from 1, as the dashboard numbers them.
-                    format!("#{}", o.index + 1),
+                    o.index
+                        .map_or_else(|| "dump".into(), |i| format!("#{}", i + 1)),
                     match (o.time_us, first_time) {
                         (Some(t), Some(t0)) => {
                             format!("+{:.3} s", t.saturating_sub(t0) as f64 / US_PER_S)
                         }
                         _ => "-".into(),
                     },
-                    human_bytes(o.requested),
-                    human_bytes(o.device_free),
-                    stream_label(o.stream),
+                    unless_lost(human_bytes(o.requested)),
+                    unless_lost(human_bytes(o.device_free)),
+                    unless_lost(stream_label(o.stream)),
                 ]
             })
             .collect();

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use allocview_agent::pytorch;
 use allocview_alloc::snapshot::{
-    BlockInfo, BlockState, DeviceMeta, Frame, SegmentInfo, SegmentType, Snapshot, TraceAction,
-    TraceEntry, Value, no_frames,
+    BlockInfo, BlockState, DeviceMeta, DumpedOom, Frame, SegmentInfo, SegmentType, Snapshot,
+    TraceAction, TraceEntry, Value, no_frames,
 };
 
 /// A frame in `train.py`.
@@ -126,11 +126,25 @@ pub fn rich_snapshot() -> Snapshot {
                 device: 0,
                 total_memory: Some(80 << 30),
                 trace_overflow: 17,
+                oom: Some(DumpedOom {
+                    index: 3,
+                    time_us: 1_700_000_000_123_456,
+                    stream: 7,
+                    requested: 1_000_000_001,
+                    rounded: 1_000_000_512,
+                    device_free: 12 << 20,
+                    allocated: 70 << 30,
+                    reserved: 79 << 30,
+                    largest_free_block: 900 << 20,
+                    inactive_split_bytes: 5 << 30,
+                    event_lost: false,
+                }),
             },
             DeviceMeta {
                 device: 1,
                 total_memory: None,
                 trace_overflow: 0,
+                oom: None,
             },
         ],
     }

@@ -441,6 +441,7 @@ impl<B: DeviceBackend> CachingAllocator<B> {
                 device,
                 total_memory,
                 trace_overflow: overflow,
+                oom: None,
             }],
         };
         (snapshot, also)

@@ -10,6 +10,7 @@ use super::{Source, fresh_path};
 use crate::input::Seek;
 use crate::state::State;
 use crate::state::from_snapshot::PostMortem;
+use crate::state::ui::View;
 
 /// A file seeked through its trace.
 #[derive(Debug)]
@@ -87,9 +88,24 @@ impl Source for FileSource {
                 Ok(true)
             }
             None => {
-                state.status = Some(match seek {
-                    Seek::NextOom => "no OOM after this event".into(),
-                    _ => "no segment event after this event".into(),
+                // `n` and `g` wrap round to the trace's first OOM or segment event.
+                let (what, first) = match seek {
+                    Seek::NextOom => ("OOM", self.pm.next_oom(0)),
+                    _ => ("segment event", self.pm.next_segment_event(0)),
+                };
+                state.status = Some(match first {
+                    Some(e) if e != self.event => {
+                        self.event = e;
+                        *state = self.pm.state_at(e);
+                        format!("no {what} after this event: back to the first, at event {e}")
+                    }
+                    Some(_) => format!("this is the trace's only {what}"),
+                    None if seek == Seek::NextOom && self.pm.has_dumped_oom() => format!(
+                        "the trace holds no OOM entry (no history was recorded); the OOM \
+                         view ({}) shows the OOM this dump was taken at",
+                        View::Oom.index() + 1
+                    ),
+                    None => format!("the trace holds no {what}"),
                 });
                 Ok(true)
             }

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use allocview_agent::diagnosis::{OomFacts, diagnose};
 use allocview_agent::state::{
-    AgentState, DeviceState, HistogramSet, OomRecord, PoolKey, RecentEvent,
+    AgentState, DeviceState, HistogramSet, NS_PER_US, OomRecord, PoolKey, RecentEvent,
 };
 use allocview_alloc::snapshot::{
     Frames, SegmentInfo, Snapshot, TraceAction, TraceEntry, no_frames,
@@ -27,8 +27,6 @@ use super::{Mode, Source, State};
 
 /// Nanoseconds per second.
 const NS_PER_S: f64 = 1e9;
-/// Nanoseconds per microsecond.
-const NS_PER_US: u64 = 1000;
 
 /// Facts the agent does not carry, supplied by whoever runs the dashboard.
 #[derive(Debug, Clone, Default)]
@@ -156,17 +154,7 @@ pub fn fill_block_frames_from_recent(segments: &mut [SegmentInfo], d: &DeviceSta
 
 /// The OOM report of an agent record.
 pub fn oom_report(o: &OomRecord) -> OomReport {
-    let facts = OomFacts {
-        requested: o.rounded,
-        device_total: o.total_memory,
-        device_free: o.device_free,
-        allowed_max: None,
-        allocated: o.allocated,
-        reserved: o.reserved,
-        largest_free_block: o.largest_free_block,
-        stranded_in_split_segments: o.inactive_split_bytes,
-    };
-    let mut d = diagnose(&facts);
+    let mut d = diagnose(&OomFacts::from_dumped(&o.dumped(), o.total_memory));
     if o.event_lost {
         d.explanation = "the request's size was lost with its event, so exhaustion and \
                          fragmentation cannot be told apart; the figures above are from the \

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use allocview_alloc::caching::stats::{DeviceStats, StatType};
-use allocview_alloc::snapshot::{Snapshot, TraceAction, TraceEntry, Value};
+use allocview_alloc::snapshot::{DumpedOom, Snapshot, TraceAction, TraceEntry, Value};
 
 use super::histogram::{HistogramUnit, Log2Histogram};
 use super::oom::OomReport;
@@ -21,11 +21,12 @@ use super::{HistogramSummary, Mode, Source, State};
 use crate::units::MIB;
 use allocview_agent::diagnosis::{OomFacts, diagnose};
 use allocview_agent::replay::what_if_avoided;
+use allocview_agent::state::{NS_PER_US, OomRecord};
+
+use super::from_agent::oom_report;
 
 /// Microseconds per second.
 const US_PER_S: f64 = 1e6;
-/// Nanoseconds per microsecond.
-const NS_PER_US: u64 = 1000;
 /// Requests below this get a 20 MiB segment; from here the segment is the request rounded
 /// up to 2 MiB (PyTorch's `kMinLargeAlloc`).
 const MIN_LARGE_ALLOC: u64 = 10 * MIB;
@@ -88,6 +89,8 @@ pub struct PostMortem {
     total_memory: Option<u64>,
     trace_overflow: u64,
     max_split: Option<u64>,
+    /// The agent's record of the OOM the file (an agent's OOM dump) was taken at.
+    dumped_oom: Option<DumpedOom>,
 }
 
 impl PostMortem {
@@ -142,9 +145,12 @@ impl PostMortem {
             total_memory,
             trace_overflow: meta.map_or(0, |m| m.trace_overflow),
             max_split: max_split_size(snapshot),
+            dumped_oom: meta.and_then(|m| m.oom.clone()),
         };
         pm.ooms = pm.oom_reports();
-        if let (false, Some(capacity)) = (pm.ooms.is_empty(), pm.total_memory) {
+        // What-ifs replay the trace: only for OOMs in it.
+        let in_trace = pm.ooms.iter().any(|o| o.trace_index.is_some());
+        if let (true, Some(capacity)) = (in_trace, pm.total_memory) {
             let lines = what_if_lines(snapshot, capacity);
             for o in &mut pm.ooms {
                 o.what_if = lines.clone();
@@ -172,6 +178,11 @@ impl PostMortem {
     pub fn next_oom(&self, event: usize) -> Option<usize> {
         self.tt
             .next_matching(event, |e| e.action == TraceAction::Oom)
+    }
+
+    /// Whether the file is an agent's OOM dump that carries the agent's record of its OOM.
+    pub fn has_dumped_oom(&self) -> bool {
+        self.dumped_oom.is_some()
     }
 
     /// The event number after `event` at which the next segment event has happened.
@@ -211,6 +222,13 @@ impl PostMortem {
                 frames: e.frames.clone(),
                 trace_index: Some(i),
             });
+        }
+        // An agent's dump made without history: its OOM is in the agent's record only.
+        if let (true, Some(o)) = (out.is_empty(), &self.dumped_oom) {
+            let rec = OomRecord::from_dumped(self.tt.device(), self.total_memory.unwrap_or(0), o);
+            let mut report = oom_report(&rec);
+            report.dump_path = Some(self.path.clone());
+            out.push(report);
         }
         out
     }

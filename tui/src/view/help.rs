@@ -32,7 +32,7 @@ pub const KEYS: [(&str, &str); 19] = [
     ("mouse", "wheel scrolls, click selects"),
     ("◀ ▶  , .  < >", "file: previous / next event"),
     ("[ ]", "file: 100 events back / forward"),
-    ("n", "next OOM (OOM view; file: go to its event)"),
+    ("n", "next OOM (OOM view; file: its event; wraps)"),
     ("g", "file: next segment event"),
     ("Home End", "first / last row; file: first / last event"),
 ];
