@@ -26,7 +26,9 @@
 //!
 //! # Releases before a new segment
 //! A run directly before a `segment_alloc` is the allocator's own retry (PyTorch's
-//! CUDACachingAllocator.cpp `malloc`; spec "Malloc" 5): `release_available_cached_blocks`
+//! CUDACachingAllocator.cpp `malloc`; spec "Malloc" 5), unless it released a segment that the
+//! allocation fits (then the program emptied the cache: see [`TracePlan`]). The retry is
+//! `release_available_cached_blocks`
 //! (with `max_split_size`, only cached oversize segments) and, when that is not enough,
 //! `release_cached_blocks` (the whole cache). Which of the two ran depends on how much the
 //! device had free, and a recording's device usually had less than the replay's (other users:
@@ -37,7 +39,9 @@
 //! retry frees the same segments: first the oversize ones `release_available_cached_blocks`
 //! picks (it decides on the cache alone, which the replay shares), then, only if the recording
 //! went on to it, the rest of the cache (the oversize ones alone then leave it short of the new
-//! segment, as they left the recording).
+//! segment, as they left the recording). A what-if run is squeezed the same way, by the memory
+//! the recording implies other users held, so its allocator releases by its own settings'
+//! rules from the device the recording had.
 
 use std::sync::Arc;
 
