@@ -19,11 +19,29 @@
 //! Either way frees go through an address map (recorded address -> replayed pointer).
 //! `free_requested`/`free_completed` pairs that another stream held apart are emulated with
 //! `record_stream` on a helper stream whose work completes at the recorded `free_completed`
-//! (see [`TracePlan`]); runs of `segment_free` become `empty_cache` calls, except a retry before
-//! a new segment when the replay's device is as full as the recording's (the replayed `malloc`
-//! then retries by itself); a run before a recorded `oom` always releases the cache, as the
-//! allocator did before giving up; recorded `oom` entries are diagnosed at the replay's state
-//! (fidelity) or attempted again (what-if).
+//! (see [`TracePlan`]); a run of `segment_free` the program asked for becomes an `empty_cache`
+//! call; a run before a recorded `oom` releases the whole cache, as the allocator did before
+//! giving up; recorded `oom` entries are diagnosed at the replay's state (fidelity) or attempted
+//! again (what-if).
+//!
+//! # Releases before a new segment
+//! A run directly before a `segment_alloc` is the allocator's own retry (PyTorch's
+//! CUDACachingAllocator.cpp `malloc`; spec "Malloc" 5), unless it released a segment that the
+//! allocation fits (then the program emptied the cache: see [`TracePlan`]). The retry is
+//! `release_available_cached_blocks`
+//! (with `max_split_size`, only cached oversize segments) and, when that is not enough,
+//! `release_cached_blocks` (the whole cache). Which of the two ran depends on how much the
+//! device had free, and a recording's device usually had less than the replay's (other users:
+//! another process, the CUDA context). So the replay does not release anything itself: for the
+//! next `malloc` only, it makes the simulated device as full as the recording's was
+//! ([`SimBackend::set_external_usage`]), with the least free memory the trace allows: the new
+//! segment's size less what the run released. With that much free, the replayed allocator's own
+//! retry frees the same segments: first the oversize ones `release_available_cached_blocks`
+//! picks (it decides on the cache alone, which the replay shares), then, only if the recording
+//! went on to it, the rest of the cache (the oversize ones alone then leave it short of the new
+//! segment, as they left the recording). A what-if run is squeezed the same way, by the memory
+//! the recording implies other users held, so its allocator releases by its own settings'
+//! rules from the device the recording had.
 
 use std::sync::Arc;
 
@@ -40,7 +58,7 @@ use allocview_alloc::snapshot::{
 use crate::addr_map::AddrMap;
 use crate::diagnosis::{OomFacts, diagnose_under, human};
 use crate::replay::initial::{InitialState, MIN_BLOCK_SIZE, SMALL_SIZE};
-use crate::replay::plan::{FreeRun, TracePlan};
+use crate::replay::plan::{FreeRun, TracePlan, is_release};
 use crate::replay::report::{Divergence, Fidelity, InitialSummary, OomEvent, RunFigures, RunStart};
 
 /// Device capacity of a replay that must never run out for lack of device memory: 1 PiB, far
@@ -234,6 +252,12 @@ pub struct Replayer<'a> {
     suppressed_warnings: usize,
     /// The recorded state was installed, and new segments follow the recorded addresses.
     carried: bool,
+    /// Bytes the recording held in segments at the current entry: the initial segments plus
+    /// the trace's `segment_alloc`/`segment_map` less its `segment_free`/`segment_unmap`.
+    recorded_reserved: u64,
+    /// The simulated device is made as full as the recording's for the next `malloc` (see
+    /// [`Replayer::squeeze_for_retry`]); undone after it.
+    squeezed: bool,
 }
 
 impl<'a> Replayer<'a> {
@@ -251,7 +275,7 @@ impl<'a> Replayer<'a> {
         let recorded = recorded_config(snapshot).unwrap_or_default();
         let initial =
             InitialState::reconstruct(snapshot, trace, device, &|s| recorded.round_size(s));
-        let plan = TracePlan::new(entries);
+        let plan = TracePlan::new(entries, &recorded);
 
         let capacity = opts.device_memory.unwrap_or(UNLIMITED_DEVICE_MEMORY);
         let sim = Arc::new(
@@ -310,6 +334,8 @@ impl<'a> Replayer<'a> {
             warnings: Vec::new(),
             suppressed_warnings: 0,
             carried: false,
+            recorded_reserved: initial.reserved(),
+            squeezed: false,
         };
         for w in &initial.warnings {
             r.warn(w.clone());
@@ -351,6 +377,7 @@ impl<'a> Replayer<'a> {
         for (i, e) in entries.iter().enumerate() {
             match e.action {
                 TraceAction::SegmentAlloc => {
+                    self.recorded_reserved = self.recorded_reserved.saturating_add(e.size);
                     pending_segment = Some((e.addr, e.size));
                 }
                 TraceAction::Alloc => {
@@ -367,13 +394,26 @@ impl<'a> Replayer<'a> {
                         self.replay_free_run(kind, entries, i);
                         self.sample();
                     }
+                    self.recorded_reserved = self.recorded_reserved.saturating_sub(e.size);
                 }
                 TraceAction::Oom => {
                     pending_segment = None;
                     self.replay_recorded_oom(i, e);
                     self.sample();
                 }
-                TraceAction::SegmentMap | TraceAction::Snapshot | TraceAction::UserDefined => {}
+                TraceAction::SegmentMap => {
+                    self.recorded_reserved = self.recorded_reserved.saturating_add(e.size);
+                }
+                TraceAction::Snapshot | TraceAction::UserDefined => {}
+            }
+            // The squeeze is for the `malloc` right after its run; one the trace does not
+            // show (cut off after the `segment_alloc`) leaves none behind.
+            if !matches!(
+                e.action,
+                TraceAction::SegmentAlloc | TraceAction::SegmentMap
+            ) && !is_release(e.action)
+            {
+                self.release_squeeze();
             }
             if (i + 1) % PROGRESS_EVERY == 0 {
                 progress(i + 1);
@@ -565,6 +605,7 @@ impl Replayer<'_> {
         }
         let before = self.device_allocs;
         let result = self.alloc.malloc(e.size, StreamId(e.stream));
+        self.release_squeeze();
         self.sample();
         let grew = self.device_allocs != before;
         match result {
@@ -741,13 +782,13 @@ impl Replayer<'_> {
         match kind {
             FreeRun::EmptyCache => self.empty_cache(index),
             FreeRun::Retry => {
-                let next = entries[index..].iter().find(|n| {
-                    !matches!(
-                        n.action,
-                        TraceAction::SegmentFree | TraceAction::SegmentUnmap
-                    )
-                });
-                match next {
+                let run = &entries[index..];
+                let released: u64 = run
+                    .iter()
+                    .take_while(|n| is_release(n.action))
+                    .map(|n| n.size)
+                    .fold(0, u64::saturating_add);
+                match run.iter().find(|n| !is_release(n.action)) {
                     // The allocator released its cache (release_cached_blocks in PyTorch's
                     // CUDACachingAllocator.cpp) and the allocation still failed (spec
                     // "Malloc" 5(d), then 6). No replayed `malloc` follows to retry by itself:
@@ -755,20 +796,48 @@ impl Replayer<'_> {
                     // attempts it on the state the recording reached. So release the cache
                     // here, whatever room the replay's device has.
                     Some(n) if n.action == TraceAction::Oom => self.empty_cache(index),
-                    // The retry made room for a new segment. When the replay's device has
-                    // room (it lacks what else used the real device), the allocator would not
-                    // retry by itself: release the cache as the recording did; otherwise the
-                    // replayed `malloc` retries on its own. What-if runs do the same, so a
-                    // what-if under the recorded settings is the fidelity run.
-                    _ => {
-                        let need = next.map_or(0, |n| n.size);
-                        let free = self.sim.mem_get_info().map_or(0, |(f, _)| f);
-                        if free >= need {
-                            self.empty_cache(index);
-                        }
-                    }
+                    // The retry made room for a new segment: the replayed `malloc` retries by
+                    // itself on a device as full as the recording's. What-if runs do the same,
+                    // so a what-if under the recorded settings is the fidelity run.
+                    Some(n) => self.squeeze_for_retry(n.size, released),
+                    // The plan takes a run the trace ends with for an `empty_cache`.
+                    None => self.empty_cache(index),
                 }
             }
+        }
+    }
+
+    /// Makes the simulated device, for the next `malloc` only, as full as the recording's was
+    /// when it needed a `segment_size` segment and released `released` bytes of cache to get
+    /// it (see the module docs, "Releases before a new segment").
+    ///
+    /// The recording's free memory `F` was short of the segment (`F < segment_size`, its first
+    /// try failed) and enough once the run was released (`F + released >= segment_size`);
+    /// the least such `F`, `segment_size - released`, makes the replayed allocator release
+    /// exactly as much: an oversize release that was enough is enough again, one that was not
+    /// is not, and the whole cache follows. Memory beyond that is held as external usage, the
+    /// other users the recording's device had: the device's capacity less the recording's
+    /// segments and that free memory, and never so much that the replay's device has less
+    /// free than `F` (a replay that reserved more than the recording stays as it is).
+    fn squeeze_for_retry(&mut self, segment_size: u64, released: u64) {
+        let target_free = segment_size.saturating_sub(released);
+        let Ok((free, capacity)) = self.sim.mem_get_info() else {
+            return;
+        };
+        let others = capacity
+            .saturating_sub(self.recorded_reserved.saturating_add(target_free))
+            .min(free.saturating_sub(target_free));
+        if others > 0 {
+            self.sim.set_external_usage(others);
+            self.squeezed = true;
+        }
+    }
+
+    /// Undoes [`squeeze_for_retry`](Self::squeeze_for_retry) once the `malloc` it was for ran.
+    fn release_squeeze(&mut self) {
+        if self.squeezed {
+            self.sim.set_external_usage(0);
+            self.squeezed = false;
         }
     }
 

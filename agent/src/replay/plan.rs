@@ -5,13 +5,21 @@
 //!   stream used the block (`record_stream`), and the allocator completed the free later, when
 //!   it found that stream's event done (spec "Free"). Replay emulates it with a helper stream
 //!   whose work finishes at the recorded `free_completed`.
-//! - A run of `segment_free` entries is an `empty_cache` (the program's call, or the allocator's
-//!   own last-chance retry, spec "Malloc" 5(d)). A run directly followed by a `segment_alloc` or
-//!   an `oom` is taken for a retry: the allocation after it failed on the device first.
+//! - A run of `segment_free` entries is the program's `empty_cache`, or the allocator's own
+//!   release under pressure (spec "Malloc" 5: `release_available_cached_blocks`, then
+//!   `release_cached_blocks`). A run directly followed by a `segment_alloc`, a `segment_map` or
+//!   an `oom` is taken for a retry: the allocation after it failed on the device first. Not
+//!   so when a segment the run released could have served that allocation (same stream and
+//!   pool, large enough, and allowed by `max_split_size`: spec "Malloc" 2): the allocator looks
+//!   in its cache before it asks the device, so it did not release that segment for this
+//!   allocation; the program emptied the cache, and the allocation then needed a segment.
 
 use std::collections::HashMap;
 
+use allocview_alloc::caching::AllocatorConfig;
 use allocview_alloc::snapshot::{TraceAction, TraceEntry};
+
+use crate::replay::initial::{SMALL_BUFFER, SMALL_SIZE};
 
 /// How replay treats a run of `segment_free` entries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,8 +42,9 @@ pub struct TracePlan {
 }
 
 impl TracePlan {
-    /// Analyses a trace.
-    pub fn new(entries: &[TraceEntry]) -> TracePlan {
+    /// Analyses a trace recorded under `recorded` (the allocator settings the recording was
+    /// made with: they decide which cached segment could serve an allocation).
+    pub fn new(entries: &[TraceEntry], recorded: &AllocatorConfig) -> TracePlan {
         let mut deferred = vec![false; entries.len()];
         let mut runs = HashMap::new();
         let mut streams = Vec::new();
@@ -53,16 +62,22 @@ impl TracePlan {
                 TraceAction::SegmentFree | TraceAction::SegmentUnmap => {
                     let first = i == 0 || !is_release(entries[i - 1].action);
                     if first {
-                        let after = entries[i..]
+                        let len = entries[i..]
                             .iter()
-                            .find(|n| !is_release(n.action))
-                            .map(|n| n.action);
-                        let kind = match after {
-                            Some(
-                                TraceAction::SegmentAlloc
-                                | TraceAction::SegmentMap
-                                | TraceAction::Oom,
-                            ) => FreeRun::Retry,
+                            .take_while(|n| is_release(n.action))
+                            .count();
+                        let run = &entries[i..i + len];
+                        let kind = match entries.get(i + len).map(|n| n.action) {
+                            Some(TraceAction::SegmentAlloc | TraceAction::SegmentMap)
+                                if !released_one_that_fits(
+                                    run,
+                                    next_alloc(&entries[i + len..]),
+                                    recorded,
+                                ) =>
+                            {
+                                FreeRun::Retry
+                            }
+                            Some(TraceAction::Oom) => FreeRun::Retry,
                             _ => FreeRun::EmptyCache,
                         };
                         runs.insert(i, kind);
@@ -89,7 +104,42 @@ impl TracePlan {
     }
 }
 
-fn is_release(a: TraceAction) -> bool {
+/// The allocation a `segment_alloc` (or `segment_map`) at the start of `rest` was for: the
+/// first `alloc` after it.
+fn next_alloc(rest: &[TraceEntry]) -> Option<&TraceEntry> {
+    rest.iter().find(|n| n.action == TraceAction::Alloc)
+}
+
+/// Whether a whole cached segment `run` released could have served `alloc` under `config`
+/// (PyTorch's `get_free_block`: the same stream and pool, at least the rounded size, and not
+/// an oversize block for a request below `max_split_size`, nor one `max_non_split_rounding`
+/// or more beyond a request at or above it).
+fn released_one_that_fits(
+    run: &[TraceEntry],
+    alloc: Option<&TraceEntry>,
+    config: &AllocatorConfig,
+) -> bool {
+    let Some(alloc) = alloc else {
+        return false;
+    };
+    let size = config.round_size(alloc.size);
+    let small = size <= SMALL_SIZE;
+    let max_split = config.max_split_size_or_max();
+    run.iter()
+        .filter(|seg| seg.action == TraceAction::SegmentFree && seg.stream == alloc.stream)
+        .any(|seg| {
+            // Small-pool segments are all of kSmallBuffer; large-pool ones are larger.
+            (seg.size <= SMALL_BUFFER) == small
+                && seg.size >= size
+                && !(size < max_split && seg.size >= max_split)
+                && !(size >= max_split
+                    && seg.size >= size.saturating_add(config.max_non_split_rounding()))
+        })
+}
+
+/// Whether `a` gives memory back to the device: `segment_free` (a whole segment) or
+/// `segment_unmap` (pages of an expandable segment).
+pub fn is_release(a: TraceAction) -> bool {
     matches!(a, TraceAction::SegmentFree | TraceAction::SegmentUnmap)
 }
 
@@ -113,29 +163,67 @@ mod tests {
             e(Alloc, 3, 7),
             e(FreeCompleted, 2, 7),
         ];
-        let p = TracePlan::new(&t);
+        let p = TracePlan::new(&t, &AllocatorConfig::default());
         assert!(!p.is_deferred(1));
         assert!(p.is_deferred(4));
         assert_eq!(p.streams, vec![0, 7]);
+    }
+
+    const MIB: u64 = 1 << 20;
+
+    fn sized(action: TraceAction, addr: u64, size: u64) -> TraceEntry {
+        TraceEntry::new(action, addr, size, 0)
     }
 
     #[test]
     fn a_segment_free_run_before_a_segment_alloc_is_a_retry_else_empty_cache() {
         use TraceAction::*;
         let t = [
-            e(SegmentFree, 1, 0),
-            e(SegmentFree, 2, 0),
-            e(Alloc, 3, 0),
-            e(SegmentFree, 4, 0),
-            e(SegmentAlloc, 5, 0),
-            e(Alloc, 5, 0),
-            e(SegmentFree, 6, 0),
-            e(Oom, 0, 0),
+            sized(SegmentFree, 1, 2 * MIB),
+            sized(SegmentFree, 2, 20 * MIB),
+            sized(Alloc, 3, 512),
+            // A small-pool segment cannot serve a large request.
+            sized(SegmentFree, 4, 2 * MIB),
+            sized(SegmentAlloc, 5, 20 * MIB),
+            sized(Alloc, 5, 5 * MIB),
+            sized(SegmentFree, 6, 20 * MIB),
+            sized(Oom, 0, 40 * MIB),
         ];
-        let p = TracePlan::new(&t);
+        let p = TracePlan::new(&t, &AllocatorConfig::default());
         assert_eq!(p.free_run(0), Some(FreeRun::EmptyCache));
         assert_eq!(p.free_run(1), None);
         assert_eq!(p.free_run(3), Some(FreeRun::Retry));
         assert_eq!(p.free_run(6), Some(FreeRun::Retry));
+    }
+
+    #[test]
+    fn a_run_that_released_a_segment_the_next_allocation_fits_is_the_programs_empty_cache() {
+        use TraceAction::*;
+        let t = [
+            sized(SegmentFree, 1, 10 * MIB),
+            sized(SegmentAlloc, 2, 10 * MIB),
+            sized(Alloc, 2, 10 * MIB),
+        ];
+        let p = TracePlan::new(&t, &AllocatorConfig::default());
+        assert_eq!(p.free_run(0), Some(FreeRun::EmptyCache));
+    }
+
+    #[test]
+    fn an_oversize_segment_does_not_fit_a_request_below_max_split_size() {
+        use TraceAction::*;
+        let t = [
+            sized(SegmentFree, 1, 200 * MIB),
+            sized(SegmentAlloc, 2, 30 * MIB),
+            sized(Alloc, 2, 30 * MIB),
+        ];
+        let max_split = AllocatorConfig::parse("max_split_size_mb:64").unwrap();
+        assert_eq!(
+            TracePlan::new(&t, &max_split).free_run(0),
+            Some(FreeRun::Retry)
+        );
+        assert_eq!(
+            TracePlan::new(&t, &AllocatorConfig::default()).free_run(0),
+            Some(FreeRun::EmptyCache)
+        );
     }
 }
