@@ -18,8 +18,8 @@ use allocview_alloc::caching::summary::{HistoryColumns, format_memory_summary_wi
 use allocview_alloc::snapshot::{SegmentType, Snapshot, TraceAction, Value};
 use serde::Serialize;
 
-use crate::diagnosis::human;
-use crate::replay::{self, RunOptions};
+use crate::diagnosis::{Diagnosis, OomFacts, diagnose, human};
+use crate::replay::{self, OomEvent, RunOptions};
 
 pub use fragmentation::Fragmentation;
 
@@ -161,7 +161,7 @@ pub struct StreamFragmentation {
 }
 
 /// One OOM: an entry of the trace, or the agent's record of the OOM its dump was taken at.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct OomFact {
     /// Index of the entry in the device's trace, from 0 (the text shows it from 1, as the
     /// dashboard numbers entries); `None` for an agent's OOM dump whose trace holds no entry for
@@ -180,6 +180,10 @@ pub struct OomFact {
     /// stream and the device's free memory are not known (0).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub event_lost: bool,
+    /// Why it failed ([`diagnose`](crate::diagnosis::diagnose)), with the numbers: for a trace
+    /// entry, at the state the trace's replay reached there; for an agent's record, from its
+    /// figures. `None` when the replay did not reproduce the recording, or the request was lost.
+    pub diagnosis: Option<Diagnosis>,
 }
 
 /// `max_split_size` in bytes from a snapshot's `allocator_settings` (`None` = unlimited or
@@ -234,8 +238,9 @@ pub fn summarize(snapshot: &Snapshot) -> Summary {
     }
 }
 
-/// The replayed trace's device, and its stats over the trace window or why they are unknown.
-type Replayed = Option<(i32, Result<DeviceStats, String>)>;
+/// The replayed trace's device, and its stats over the trace window with the replay's
+/// diagnoses of the recorded OOMs, or why they are unknown.
+type Replayed = Option<(i32, Result<(DeviceStats, Vec<OomEvent>), String>)>;
 
 /// Replays the (first) trace as `allocview replay` does (its fidelity run: the recorded
 /// settings, placement and device memory), for the stats over the trace window. `None` when
@@ -250,7 +255,7 @@ fn replay_window(snapshot: &Snapshot) -> Replayed {
         if !run.fidelity.reproduced() {
             return Err("replaying the trace did not reproduce the recording".to_string());
         }
-        Ok(run.stats)
+        Ok((run.stats, run.recorded_ooms))
     })();
     Some((device, result))
 }
@@ -326,6 +331,13 @@ fn summarize_device(
                 device_free: e.addr,
                 stream: e.stream,
                 event_lost: false,
+                diagnosis: match replayed {
+                    Some((d, Ok((_, diagnosed)))) if *d == device => diagnosed
+                        .iter()
+                        .find(|o| o.index == index)
+                        .map(|o| o.diagnosis.clone()),
+                    _ => None,
+                },
             });
         }
     }
@@ -341,12 +353,16 @@ fn summarize_device(
             device_free: o.device_free,
             stream: o.stream,
             event_lost: o.event_lost,
+            diagnosis: (!o.event_lost).then(|| {
+                let total = meta.and_then(|m| m.total_memory).unwrap_or(0);
+                diagnose(&OomFacts::from_dumped(o, total))
+            }),
         });
     }
     let (memory_summary, memory_stats, window) = if fits {
         let mut stats = DeviceStats::from_snapshot(snapshot, device, max_split);
         let history = match replayed {
-            Some((d, Ok(r))) if *d == device => {
+            Some((d, Ok((r, _)))) if *d == device => {
                 merge_history(&mut stats, r);
                 // The replay diagnoses the recorded OOMs rather than counting them: each left
                 // one `oom` entry in the trace.

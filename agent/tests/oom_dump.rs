@@ -6,6 +6,7 @@ mod toy;
 use std::sync::Arc;
 
 use allocview_agent::agent::{Agent, AgentError};
+use allocview_agent::diagnosis::DiagnosisKind;
 use allocview_agent::snapshot_file::{self, FileFormat};
 use allocview_alloc::caching::backend::StreamId;
 use allocview_alloc::caching::history::HistoryOptions;
@@ -82,6 +83,14 @@ fn an_oom_leaves_a_pickle_and_a_json_dump_that_load_back() {
     assert_eq!(summary.ooms, 1);
     assert_eq!(summary.total_allocated, 5 * MIB);
     assert_eq!(summary.devices[0].ooms[0].requested, 300 * MIB);
+    // Diagnosed at the state the trace's replay reached at the entry.
+    let why = summary.devices[0].ooms[0].diagnosis.as_ref().unwrap();
+    assert_eq!(why.kind, DiagnosisKind::Exhaustion, "{}", why.explanation);
+    assert!(
+        why.explanation.contains("300.00 MiB"),
+        "{}",
+        why.explanation
+    );
     // No temporary files left behind.
     let names: Vec<_> = std::fs::read_dir(&dumps)
         .unwrap()
@@ -129,8 +138,10 @@ fn a_dump_made_without_history_still_says_which_request_failed() {
         // `allocview summary` reports it, marked as the agent's record.
         let summary = allocview_agent::summary::summarize(&snap);
         assert_eq!(summary.ooms, 1);
-        let fact = summary.devices[0].ooms[0];
+        let fact = &summary.devices[0].ooms[0];
         assert_eq!(fact.index, None);
+        let why = fact.diagnosis.as_ref().expect("diagnosed from the record");
+        assert_eq!(why.kind, DiagnosisKind::Exhaustion, "{}", why.explanation);
         assert_eq!((fact.requested, fact.stream), (oom.rounded, 3));
         let text = summary.to_string();
         assert!(text.contains("OOMs: 1"), "{text}");

@@ -7,6 +7,7 @@ mod support;
 #[path = "support/snapshot_builders.rs"]
 mod builders;
 
+use allocview_agent::diagnosis::DiagnosisKind;
 use allocview_agent::pickle::{self, PickleDoc, PickleValue};
 use allocview_agent::summary::{self, Summary};
 use allocview_agent::{pytorch, snapshot_file};
@@ -202,6 +203,12 @@ fn pools_streams_ooms_and_ring_overflow_are_reported() {
     };
     assert_eq!(dumped.index, None);
     assert_eq!((dumped.requested, dumped.stream), (1_000_000_512, 7));
+    // 9 GiB reserved but free, none of it in a block as large as the request.
+    let why = dumped
+        .diagnosis
+        .as_ref()
+        .expect("diagnosed from the record");
+    assert_eq!(why.kind, DiagnosisKind::Fragmentation);
     // Device 1: an expandable segment (free bytes there are not "in split segments") and an OOM.
     let d1 = &s.devices[1];
     assert_eq!(d1.pools.small.free, 32 << 20);
@@ -216,6 +223,7 @@ fn pools_streams_ooms_and_ring_overflow_are_reported() {
     assert!(text.contains("OOMs: 1"), "{text}");
     assert!(text.contains("  dump "), "{text}");
     assert!(text.contains("from the agent's record"), "{text}");
+    assert!(text.contains("first OOM — fragmentation: "), "{text}");
     // The OOM's row names its trace entry from 1, as the dashboard numbers entries.
     let row = format!("#{} ", d1.ooms[0].index.unwrap() + 1);
     assert!(text.contains(&row), "{row} in {text}");

@@ -210,6 +210,9 @@ fn device_section(out: &mut String, d: &DeviceSummary) {
                     unless_lost(human_bytes(o.requested)),
                     unless_lost(human_bytes(o.device_free)),
                     unless_lost(stream_label(o.stream)),
+                    o.diagnosis
+                        .as_ref()
+                        .map_or_else(|| "not known".into(), |d| d.kind.as_str().to_string()),
                 ]
             })
             .collect();
@@ -222,9 +225,18 @@ fn device_section(out: &mut String, d: &DeviceSummary) {
                 "requested",
                 "device free",
                 "stream",
+                "diagnosis",
             ],
             &rows,
         );
+        // The first OOM usually tells why the run failed.
+        if let Some(d) = d.ooms.first().and_then(|o| o.diagnosis.as_ref()) {
+            let _ = writeln!(out, "    first OOM — {}", d.explanation);
+        } else if d.ooms.iter().any(|o| o.index.is_some()) {
+            out.push_str(
+                "    diagnosis not known: replaying the trace did not reproduce the recording\n",
+            );
+        }
     }
 }
 
