@@ -5,6 +5,9 @@
 //! `CachingAllocator` on a `SimBackend` with history on; the fidelity replay must release the
 //! same segments, end with the recorded segments, and so give `summary` its peaks.
 
+#[path = "support/layout.rs"]
+mod layout;
+
 use std::sync::Arc;
 
 use allocview_agent::replay::{self, Placement, ReplaySettings, RunOptions};
@@ -14,6 +17,7 @@ use allocview_alloc::caching::sim::SimBackend;
 use allocview_alloc::caching::stats::DeviceStats;
 use allocview_alloc::caching::{AllocatorConfig, CachingAllocator, ContextLevel, HistoryOptions};
 use allocview_alloc::snapshot::{Snapshot, TraceAction};
+use layout::layout;
 
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
@@ -56,24 +60,6 @@ fn record(allocate_after: bool) -> (Snapshot, DeviceStats) {
 
 fn actions(snap: &Snapshot) -> Vec<TraceAction> {
     snap.device_traces[0].iter().map(|e| e.action).collect()
-}
-
-/// A segment's address and size, with each block's size and whether it is active.
-type SegmentLayout = (u64, u64, Vec<(u64, bool)>);
-
-/// Each segment's [`SegmentLayout`], in the snapshot's order.
-fn layout(snap: &Snapshot) -> Vec<SegmentLayout> {
-    snap.segments
-        .iter()
-        .map(|seg| {
-            let blocks = seg
-                .blocks
-                .iter()
-                .map(|b| (b.size, b.state.is_active()))
-                .collect();
-            (seg.address, seg.total_size, blocks)
-        })
-        .collect()
 }
 
 #[test]

@@ -10,6 +10,9 @@
 //! out before the replay's device, which holds the allocator alone; the replay must still free
 //! exactly the segments the recording freed, no more.
 
+#[path = "support/layout.rs"]
+mod layout;
+
 use std::sync::Arc;
 
 use allocview_agent::replay::{self, Placement, ReplaySettings, RunOptions};
@@ -17,6 +20,7 @@ use allocview_alloc::caching::backend::StreamId;
 use allocview_alloc::caching::sim::SimBackend;
 use allocview_alloc::caching::{AllocatorConfig, CachingAllocator, ContextLevel, HistoryOptions};
 use allocview_alloc::snapshot::{Snapshot, TraceAction};
+use layout::layout;
 
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
@@ -74,27 +78,6 @@ fn released(snap: &Snapshot) -> Vec<u64> {
         .filter(|e| e.action == TraceAction::SegmentFree)
         .map(|e| e.size)
         .collect()
-}
-
-/// A segment's address and size, with each block's size and whether it is active.
-type SegmentLayout = (u64, u64, Vec<(u64, bool)>);
-
-/// Each segment's [`SegmentLayout`], sorted by address.
-fn layout(snap: &Snapshot) -> Vec<SegmentLayout> {
-    let mut v: Vec<SegmentLayout> = snap
-        .segments
-        .iter()
-        .map(|seg| {
-            let blocks = seg
-                .blocks
-                .iter()
-                .map(|b| (b.size, b.state.is_active()))
-                .collect();
-            (seg.address, seg.total_size, blocks)
-        })
-        .collect();
-    v.sort();
-    v
 }
 
 /// Replays `snap` (fidelity run) with `device_memory` and checks it reproduces the recording:
