@@ -11,6 +11,15 @@
 //!   allocated it, or that is active at the end without an `alloc` in the trace, was live at the
 //!   start.
 //!
+//! Expandable segments (`expandable_segments:True`) are different: one reserved virtual range
+//! grows by `segment_map` and shrinks by `segment_unmap`, and a snapshot reports each
+//! contiguous mapped run of it as one segment with `is_expandable` (PyTorch's
+//! `ExpandableSegment`; spec "Expandable segments"). A run's start need not be any mapping's
+//! address (an unmap in the middle starts a new run), so those segments are undone as byte
+//! ranges: the mapped ranges at the start are the final ones, less what the trace mapped, plus
+//! what it unmapped, taken backwards from the last entry; each contiguous range left is one
+//! initial segment.
+//!
 //! The layout of each initial segment follows from the allocator's invariants (forward from a
 //! consistent guess, spec "Malloc" step 7 and "Free"): live blocks sit at their addresses; an
 //! allocated block is the front of the free block it came from and a large-pool remainder of at
@@ -18,6 +27,8 @@
 //! belongs to that block; any other gap is one free block (two free neighbours are always
 //! merged). Block sizes come from the final snapshot where the block survives, else from the
 //! rounded request.
+
+use std::collections::BTreeMap;
 
 use crate::addr_map::AddrSet;
 
@@ -131,11 +142,10 @@ impl InitialState {
         let mut start_blocks: Vec<(u64, LiveBlock)> = Vec::new();
         for e in entries {
             match e.action {
-                TraceAction::SegmentAlloc | TraceAction::SegmentMap => {
+                TraceAction::SegmentAlloc => {
                     created_segments.insert(e.addr);
                 }
-                TraceAction::SegmentFree | TraceAction::SegmentUnmap
-                    if !created_segments.remove(&e.addr) =>
+                TraceAction::SegmentFree if !created_segments.remove(&e.addr) =>
                 {
                     start_segments.push((e.addr, (e.size, e.stream, None)));
                 }
@@ -159,6 +169,7 @@ impl InitialState {
         }
 
         // The final snapshot: segments and active blocks the trace did not create.
+        let mut mapped = MappedRanges::default();
         for seg in snapshot.segments.iter().filter(|s| s.device == device) {
             let mut addr = seg.address;
             for b in &seg.blocks {
@@ -177,13 +188,24 @@ impl InitialState {
                     ));
                 }
             }
-            if !created_segments.contains(&seg.address) {
+            if seg.is_expandable {
+                mapped.insert(seg.address, seg.total_size, seg.stream, Some(seg.segment_type));
+            } else if !created_segments.contains(&seg.address) {
                 start_segments.push((
                     seg.address,
                     (seg.total_size, seg.stream, Some(seg.segment_type)),
                 ));
             }
         }
+        // Expandable segments: undo the trace's mappings, last first.
+        for e in entries.iter().rev() {
+            match e.action {
+                TraceAction::SegmentMap => mapped.remove(e.addr, e.size),
+                TraceAction::SegmentUnmap => mapped.insert(e.addr, e.size, e.stream, None),
+                _ => {}
+            }
+        }
+        start_segments.extend(mapped.runs());
         let start_segments = resolve(start_segments, |&(_, _, pool)| pool.is_some());
         let start_blocks = resolve(start_blocks, |b| b.exact);
 
@@ -308,6 +330,69 @@ fn resolve<T: Copy>(mut facts: Vec<(u64, T)>, from_snapshot: impl Fn(&T) -> bool
         });
     }
     out
+}
+
+/// Mapped byte ranges of expandable segments: start -> (end, stream, pool where known).
+/// Ranges never overlap; touching ones stay apart until [`runs`](Self::runs) joins them.
+#[derive(Debug, Default)]
+struct MappedRanges {
+    ranges: BTreeMap<u64, (u64, u64, Option<SegmentType>)>,
+}
+
+impl MappedRanges {
+    /// Marks `[addr, addr + size)` mapped (whatever part of it already was stays as it is).
+    fn insert(&mut self, addr: u64, size: u64, stream: u64, pool: Option<SegmentType>) {
+        let end = addr.saturating_add(size);
+        self.remove(addr, size);
+        if end > addr {
+            self.ranges.insert(addr, (end, stream, pool));
+        }
+    }
+
+    /// Marks `[addr, addr + size)` unmapped, cutting the ranges that overlap it.
+    fn remove(&mut self, addr: u64, size: u64) {
+        let end = addr.saturating_add(size);
+        if end <= addr {
+            return;
+        }
+        let overlapping: Vec<u64> = self
+            .ranges
+            .range(..end)
+            .rev()
+            .take_while(|&(_, &(e, _, _))| e > addr)
+            .map(|(&s, _)| s)
+            .collect();
+        for s in overlapping {
+            let Some((e, stream, pool)) = self.ranges.remove(&s) else {
+                continue;
+            };
+            if s < addr {
+                self.ranges.insert(s, (addr, stream, pool));
+            }
+            if e > end {
+                self.ranges.insert(end, (e, stream, pool));
+            }
+        }
+    }
+
+    /// Each contiguous mapped run as a segment fact: address, size, stream, and the pool where
+    /// a final segment named it.
+    fn runs(&self) -> Vec<(u64, SegmentFact)> {
+        let mut out: Vec<(u64, SegmentFact)> = Vec::new();
+        let mut last_end = None;
+        for (&s, &(e, stream, pool)) in &self.ranges {
+            if last_end == Some(s)
+                && let Some((start, (size, _, known))) = out.last_mut()
+            {
+                *size = e - *start;
+                *known = known.or(pool);
+            } else {
+                out.push((s, (e - s, stream, pool)));
+            }
+            last_end = Some(e);
+        }
+        out
+    }
 }
 
 fn free_block(address: u64, size: u64) -> InitialBlock {
