@@ -13,6 +13,7 @@ mod layout;
 use std::sync::Arc;
 
 use allocview_agent::replay::{self, InitialState, ReplaySettings};
+use allocview_agent::summary::{StatsWindow, summarize};
 use allocview_alloc::caching::backend::StreamId;
 use allocview_alloc::caching::sim::SimBackend;
 use allocview_alloc::caching::{AllocatorConfig, CachingAllocator, HistoryOptions};
@@ -30,7 +31,8 @@ const TOO_BIG: u64 = 900 * MIB;
 
 /// Records on a 1 GiB simulated device with expandable segments: grow the segment, free two
 /// blocks, shrink it with `empty_cache`, grow again, allocate small blocks (the small pool's
-/// own expandable segment), then ask for more than the device has.
+/// own expandable segment), ask for more than the device has, and finally unmap a hole in
+/// the middle of the segment.
 fn record() -> Snapshot {
     let alloc = CachingAllocator::new(
         Arc::new(SimBackend::new(GIB)),
@@ -42,13 +44,19 @@ fn record() -> Snapshot {
     alloc.free(ps[1]).unwrap();
     alloc.free(ps[3]).unwrap();
     alloc.empty_cache().unwrap();
-    let _a = alloc.malloc(120 * MIB, s).unwrap();
+    let a = alloc.malloc(120 * MIB, s).unwrap();
     let _b = alloc.malloc(300 * MIB, s).unwrap();
-    let small: Vec<_> = (0..5).map(|i| alloc.malloc(1000 + i * 4096, s).unwrap()).collect();
+    let small: Vec<_> = (0..5)
+        .map(|i| alloc.malloc(1000 + i * 4096, s).unwrap())
+        .collect();
     alloc.free(small[2]).unwrap();
     let err = alloc.malloc(TOO_BIG, s).unwrap_err();
     assert!(err.out_of_memory().is_some(), "{err}");
-    alloc.malloc(30 * MIB, s).unwrap();
+    let after = alloc.malloc(30 * MIB, s).unwrap();
+    // A hole in the middle: the mapped run after it starts inside an earlier mapping.
+    alloc.free(a).unwrap();
+    alloc.free(after).unwrap();
+    alloc.empty_cache().unwrap();
     alloc.snapshot()
 }
 
@@ -66,6 +74,19 @@ fn the_recording_maps_and_unmaps_and_reports_expandable_segments() {
     assert!(count(&snap, TraceAction::SegmentUnmap) >= 1);
     assert_eq!(count(&snap, TraceAction::Oom), 1);
     assert!(snap.segments.iter().all(|s| s.is_expandable));
+    // A final mapped run that starts at no recorded mapping's address.
+    let mapped_at: Vec<u64> = snap.device_traces[0]
+        .iter()
+        .filter(|e| e.action == TraceAction::SegmentMap)
+        .map(|e| e.addr)
+        .collect();
+    assert!(
+        snap.segments
+            .iter()
+            .any(|s| !mapped_at.contains(&s.address)),
+        "{:?}",
+        layout(&snap)
+    );
 }
 
 #[test]
@@ -93,6 +114,17 @@ fn the_fidelity_replay_of_an_expandable_recording_follows_every_recorded_address
 }
 
 #[test]
+fn summary_of_an_expandable_recording_knows_the_trace_window() {
+    let snap = record();
+    let summary = summarize(&snap);
+    assert!(
+        matches!(summary.devices[0].window, StatsWindow::Trace { .. }),
+        "{:?}",
+        summary.devices[0].window
+    );
+}
+
+#[test]
 fn a_what_if_under_the_recorded_expandable_settings_maps_as_often_as_the_recording() {
     let snap = record();
     let settings = ReplaySettings {
@@ -101,7 +133,10 @@ fn a_what_if_under_the_recorded_expandable_settings_maps_as_often_as_the_recordi
     };
     let out = replay::replay(&snap, &settings, &mut |_, _| {}).unwrap();
     let runs = &out.report.runs;
-    assert_eq!(runs[0].device_mallocs, count(&snap, TraceAction::SegmentMap) as u64);
+    assert_eq!(
+        runs[0].device_mallocs,
+        count(&snap, TraceAction::SegmentMap) as u64
+    );
     assert_eq!(runs[1].device_mallocs, runs[0].device_mallocs, "{runs:?}");
     assert_eq!(runs[1].ooms, runs[0].ooms, "{runs:?}");
     assert_eq!(runs[1].peak_reserved, runs[0].peak_reserved, "{runs:?}");

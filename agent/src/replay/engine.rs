@@ -43,7 +43,7 @@
 //! the recording implies other users held, so its allocator releases by its own settings'
 //! rules from the device the recording had.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use allocview_alloc::caching::backend::{DeviceBackend, DevicePtr, StreamId};
 use allocview_alloc::caching::sim::SimBackend;
@@ -234,8 +234,6 @@ pub struct Replayer<'a> {
     initial: InitialSummary,
     alloc: CachingAllocator<Arc<SimBackend>>,
     sim: Arc<SimBackend>,
-    /// `num_device_alloc` at the last sample: a rise means a segment was allocated.
-    device_allocs: i64,
     opts: &'a RunOptions,
     capacity: u64,
     map: AddrMap<DevicePtr>,
@@ -258,6 +256,10 @@ pub struct Replayer<'a> {
     /// The simulated device is made as full as the recording's for the next `malloc` (see
     /// [`Replayer::squeeze_for_retry`]); undone after it.
     squeezed: bool,
+    /// The replay's own last `segment_alloc` or `segment_map` (address, size), written by a
+    /// trace tracker on the allocator; taken before and after each replayed `malloc` to tell
+    /// which segment (or mapping, for expandable segments) it made.
+    last_segment: Arc<Mutex<Option<(u64, u64)>>>,
 }
 
 impl<'a> Replayer<'a> {
@@ -310,7 +312,6 @@ impl<'a> Replayer<'a> {
             },
             alloc,
             sim,
-            device_allocs: 0,
             opts,
             capacity,
             map: AddrMap::with_capacity_and_hasher(entries.len() / 2 + 16, Default::default()),
@@ -336,7 +337,18 @@ impl<'a> Replayer<'a> {
             carried: false,
             recorded_reserved: initial.reserved(),
             squeezed: false,
+            last_segment: Arc::new(Mutex::new(None)),
         };
+        let last_segment = Arc::clone(&r.last_segment);
+        r.alloc.attach_trace_tracker(move |e| {
+            if matches!(
+                e.action,
+                TraceAction::SegmentAlloc | TraceAction::SegmentMap
+            ) {
+                *last_segment.lock().unwrap_or_else(PoisonError::into_inner) =
+                    Some((e.addr, e.size));
+            }
+        });
         for w in &initial.warnings {
             r.warn(w.clone());
         }
@@ -401,8 +413,11 @@ impl<'a> Replayer<'a> {
                     self.replay_recorded_oom(i, e);
                     self.sample();
                 }
+                // An expandable segment grew: the next `alloc` made it (a new reservation starts
+                // at its first mapping's address).
                 TraceAction::SegmentMap => {
                     self.recorded_reserved = self.recorded_reserved.saturating_add(e.size);
+                    pending_segment = Some((e.addr, e.size));
                 }
                 TraceAction::Snapshot | TraceAction::UserDefined => {}
             }
@@ -454,10 +469,17 @@ impl<'a> Replayer<'a> {
 }
 
 impl Replayer<'_> {
+    /// The replay's last `segment_alloc`/`segment_map` since the previous call, if any.
+    fn take_last_segment(&self) -> Option<(u64, u64)> {
+        self.last_segment
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
+
     /// Records the peaks after an event.
     fn sample(&mut self) {
         let s = self.alloc.device_stats();
-        self.device_allocs = s.num_device_alloc;
         let allocated = s.allocated_bytes.0[0].current.max(0) as u64;
         let reserved = s.reserved_bytes.0[0].current.max(0) as u64;
         let f = &mut self.figures;
@@ -603,18 +625,14 @@ impl Replayer<'_> {
         {
             self.sim.hint_next_segment(addr);
         }
-        let before = self.device_allocs;
+        self.take_last_segment();
         let result = self.alloc.malloc(e.size, StreamId(e.stream));
         self.release_squeeze();
         self.sample();
-        let grew = self.device_allocs != before;
+        // The segment (or, for expandable segments, the mapping) this `malloc` made.
+        let new_segment = self.take_last_segment();
         match result {
             Ok(p) => {
-                let new_segment = if grew {
-                    self.alloc.base_allocation(p)
-                } else {
-                    None
-                };
                 self.map.insert(e.addr, p);
                 if recorded {
                     self.check_alloc(index, e, p, recorded_segment, new_segment);

@@ -145,8 +145,7 @@ impl InitialState {
                 TraceAction::SegmentAlloc => {
                     created_segments.insert(e.addr);
                 }
-                TraceAction::SegmentFree if !created_segments.remove(&e.addr) =>
-                {
+                TraceAction::SegmentFree if !created_segments.remove(&e.addr) => {
                     start_segments.push((e.addr, (e.size, e.stream, None)));
                 }
                 TraceAction::Alloc => {
@@ -189,7 +188,12 @@ impl InitialState {
                 }
             }
             if seg.is_expandable {
-                mapped.insert(seg.address, seg.total_size, seg.stream, Some(seg.segment_type));
+                mapped.insert(
+                    seg.address,
+                    seg.total_size,
+                    seg.stream,
+                    Some(seg.segment_type),
+                );
             } else if !created_segments.contains(&seg.address) {
                 start_segments.push((
                     seg.address,

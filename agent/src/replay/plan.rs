@@ -110,7 +110,8 @@ fn next_alloc(rest: &[TraceEntry]) -> Option<&TraceEntry> {
     rest.iter().find(|n| n.action == TraceAction::Alloc)
 }
 
-/// Whether a whole cached segment `run` released could have served `alloc` under `config`
+/// Whether a whole cached segment `run` released (or, for expandable segments, a range it
+/// unmapped) could have served `alloc` under `config`
 /// (PyTorch's `get_free_block`: the same stream and pool, at least the rounded size, and not
 /// an oversize block for a request below `max_split_size`, nor one `max_non_split_rounding`
 /// or more beyond a request at or above it).
@@ -125,16 +126,27 @@ fn released_one_that_fits(
     let size = config.round_size(alloc.size);
     let small = size <= SMALL_SIZE;
     let max_split = config.max_split_size_or_max();
-    run.iter()
-        .filter(|seg| seg.action == TraceAction::SegmentFree && seg.stream == alloc.stream)
-        .any(|seg| {
-            // Small-pool segments are all of kSmallBuffer; large-pool ones are larger.
-            (seg.size <= SMALL_BUFFER) == small
-                && seg.size >= size
-                && !(size < max_split && seg.size >= max_split)
-                && !(size >= max_split
-                    && seg.size >= size.saturating_add(config.max_non_split_rounding()))
-        })
+    // Expandable segments: an unmapped range lay inside one free block at least as large, so
+    // a range of the rounded size means a cached block served the allocation. (A small-pool
+    // range cannot be told from a large-pool one by its size: only large requests count.)
+    let unmapped_fits = run.iter().any(|seg| {
+        seg.action == TraceAction::SegmentUnmap
+            && seg.stream == alloc.stream
+            && !small
+            && seg.size >= size
+    });
+    unmapped_fits
+        || run
+            .iter()
+            .filter(|seg| seg.action == TraceAction::SegmentFree && seg.stream == alloc.stream)
+            .any(|seg| {
+                // Small-pool segments are all of kSmallBuffer; large-pool ones are larger.
+                (seg.size <= SMALL_BUFFER) == small
+                    && seg.size >= size
+                    && !(size < max_split && seg.size >= max_split)
+                    && !(size >= max_split
+                        && seg.size >= size.saturating_add(config.max_non_split_rounding()))
+            })
 }
 
 /// Whether `a` gives memory back to the device: `segment_free` (a whole segment) or
