@@ -456,6 +456,16 @@ impl<'a> Replayer<'a> {
         }
         self.initial.warnings = self.warnings;
         let stats = self.alloc.device_stats();
+        // The allocator's own peaks (reset after the initial state was installed) see every
+        // moment of the trace window, within calls too; the samples see the state between
+        // entries.
+        let f = &mut self.figures;
+        f.peak_allocated = f
+            .peak_allocated
+            .max(stats.allocated_bytes.0[0].peak.max(0) as u64);
+        f.peak_reserved = f
+            .peak_reserved
+            .max(stats.reserved_bytes.0[0].peak.max(0) as u64);
         RunResult {
             stats,
             figures: self.figures,
@@ -887,8 +897,12 @@ impl Replayer<'_> {
                 });
             }
             Placement::Free => match self.alloc.malloc(e.size, StreamId(e.stream)) {
-                // The recorded program never got this block: give it back at once.
-                Ok(p) => self.free_or_warn(index, p),
+                // The recorded program never got this block: give it back at once, after the
+                // peaks count it (the run did hold it).
+                Ok(p) => {
+                    self.sample();
+                    self.free_or_warn(index, p);
+                }
                 Err(err) => self.note_oom(index, e.size, &err),
             },
         }
