@@ -12,6 +12,13 @@
 //!   size, and the first divergence ([`Fidelity`]), and gives the baseline column;
 //! - one **what-if run** per `--config`, at the same device capacity, without address hints.
 //!
+//! # Device size
+//! The recorded column describes the recording: the fidelity run uses the device size the file
+//! records. A different `--device-memory` ([`ReplaySettings::device_memory`]) is a what-if: the
+//! `--config` runs use it, and one more column, [`resized_label`], replays the recorded
+//! settings on it. Only a file that records no device size (an RMM log, an old snapshot) takes
+//! `--device-memory` as the recording's device.
+//!
 //! # Installing the initial state
 //! Replay installs the initial segments through the allocator's public API rather than a
 //! back door into its internals: each segment is allocated whole at its recorded address
@@ -60,6 +67,15 @@ pub use what_if::{WhatIfOutcome, what_if_avoided};
 
 /// Column label of the recorded run.
 pub const RECORDED_LABEL: &str = "recorded";
+
+/// The column label of the what-if run that replays the recorded settings on a device of
+/// `device_memory` bytes other than the recording's (see the module docs, "Device size").
+pub fn resized_label(device_memory: u64) -> String {
+    format!(
+        "recorded settings, {} device",
+        crate::diagnosis::human(device_memory)
+    )
+}
 
 /// Column label of a what-if run under an empty settings string: PyTorch's defaults (as with
 /// `PYTORCH_CUDA_ALLOC_CONF=""`).
@@ -117,7 +133,10 @@ pub fn load(path: &Path) -> Result<Snapshot, LoadError> {
 pub struct ReplaySettings {
     /// Settings for what-if runs (PyTorch's syntax), one run each.
     pub configs: Vec<String>,
-    /// Device capacity; `None`: the file's, else unlimited.
+    /// Device capacity of the what-if runs; `None`: the file's, else unlimited. When the file
+    /// records its device size and this differs, the recorded column keeps the file's and a
+    /// [`resized_label`] column replays the recorded settings on this one; a file that records
+    /// none takes it for the recording's device.
     pub device_memory: Option<u64>,
     /// Keep each run's own trace, for [`ReplayOutput::replayed`] and
     /// [`ReplayOutput::what_ifs`].
@@ -161,15 +180,37 @@ pub fn replay(
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let fidelity_opts =
-        RunOptions::fidelity(snapshot, settings.device_memory, settings.keep_history).map_err(
-            |message| ReplayError::Config {
-                config: "allocator_settings of the file".into(),
-                message,
-            },
-        )?;
-    let device_memory = fidelity_opts.device_memory;
-    let total = entries.len() * (1 + configs.len());
+    // The recorded column runs on the recording's device (see the module docs, "Device size").
+    let file_memory = snapshot.devices.iter().find_map(|d| d.total_memory);
+    let recorded_memory = file_memory.or(settings.device_memory);
+    let fidelity_opts = RunOptions::fidelity(snapshot, recorded_memory, settings.keep_history)
+        .map_err(|message| ReplayError::Config {
+            config: "allocator_settings of the file".into(),
+            message,
+        })?;
+    let device_memory = settings.device_memory.or(fidelity_opts.device_memory);
+    let resized = device_memory.filter(|&m| fidelity_opts.device_memory != Some(m));
+    let mut runs_opts: Vec<RunOptions> = Vec::with_capacity(configs.len() + 1);
+    if let Some(m) = resized {
+        runs_opts.push(RunOptions {
+            config: fidelity_opts.config.clone(),
+            label: resized_label(m),
+            device_memory,
+            placement: Placement::Free,
+            keep_history: false,
+        });
+    }
+    let what_if_start = runs_opts.len();
+    for (label, config) in settings.configs.iter().zip(configs) {
+        runs_opts.push(RunOptions {
+            config,
+            label: config_label(label),
+            device_memory,
+            placement: Placement::Free,
+            keep_history: settings.keep_history,
+        });
+    }
+    let total = entries.len() * (1 + runs_opts.len());
 
     let base = engine::run(snapshot, &fidelity_opts, &mut |done| progress(done, total))?;
     let mut recorded_run = base.figures.clone();
@@ -199,18 +240,11 @@ pub fn replay(
         .cloned();
     let mut runs = vec![recorded_run];
     let mut what_ifs = Vec::new();
-    for (i, (label, config)) in settings.configs.iter().zip(configs).enumerate() {
+    for (i, opts) in runs_opts.iter().enumerate() {
         let offset = entries.len() * (i + 1);
-        let opts = RunOptions {
-            config,
-            label: config_label(label),
-            device_memory,
-            placement: Placement::Free,
-            keep_history: settings.keep_history,
-        };
-        let r = engine::run(snapshot, &opts, &mut |done| progress(offset + done, total))?;
+        let r = engine::run(snapshot, opts, &mut |done| progress(offset + done, total))?;
         runs.push(r.figures);
-        if settings.keep_history {
+        if settings.keep_history && i >= what_if_start {
             what_ifs.push(r.snapshot.unwrap_or_default());
         }
     }
@@ -218,6 +252,7 @@ pub fn replay(
         report: ReplayReport {
             events: entries.len(),
             device_memory,
+            recorded_device_memory: fidelity_opts.device_memory,
             initial: base.initial,
             fidelity: base.fidelity,
             runs,

@@ -176,8 +176,13 @@ type Row = (&'static str, fn(&RunFigures) -> String);
 pub struct ReplayReport {
     /// Trace entries replayed.
     pub events: usize,
-    /// Simulated device capacity in bytes (`None`: unlimited).
+    /// Simulated device capacity of the what-if runs in bytes (`None`: unlimited).
     pub device_memory: Option<u64>,
+    /// Device capacity of the recorded column's run: the recording's device (`None`:
+    /// unlimited). Differs from [`device_memory`](Self::device_memory) when `--device-memory`
+    /// asked for another size than the file records.
+    #[serde(default)]
+    pub recorded_device_memory: Option<u64>,
     /// The state the replay began from.
     pub initial: InitialSummary,
     /// Fidelity of the replay at the recorded settings and addresses.
@@ -191,13 +196,24 @@ impl ReplayReport {
     pub fn to_text(&self) -> String {
         let mut out = String::new();
         let fid = &self.fidelity;
-        let _ = writeln!(
-            out,
-            "replayed {} on a simulated device of {}",
-            counted(self.events as u64, "event", "events"),
-            self.device_memory
-                .map_or("unlimited memory".to_string(), human)
-        );
+        let size = |m: Option<u64>| m.map_or("unlimited memory".to_string(), human);
+        if self.recorded_device_memory == self.device_memory {
+            let _ = writeln!(
+                out,
+                "replayed {} on a simulated device of {}",
+                counted(self.events as u64, "event", "events"),
+                size(self.device_memory)
+            );
+        } else {
+            let _ = writeln!(
+                out,
+                "replayed {}: the recorded column on the recording's device of {}, the \
+                 other columns on a simulated device of {}",
+                counted(self.events as u64, "event", "events"),
+                size(self.recorded_device_memory),
+                size(self.device_memory)
+            );
+        }
         let _ = writeln!(
             out,
             "initial state: {} segments ({} reserved), {} live blocks ({} allocated)",
@@ -353,6 +369,7 @@ mod tests {
         let report = ReplayReport {
             events: 10,
             device_memory: Some(1 << 30),
+            recorded_device_memory: Some(1 << 30),
             initial: InitialSummary::default(),
             fidelity: Fidelity {
                 allocs: 4,

@@ -1,0 +1,121 @@
+//! `--device-memory` against a file that records its device size: the recorded column keeps
+//! describing the recording (its device, its OOMs, its peaks), and the other size is a what-if
+//! column of its own, labelled with the size, under the recorded settings.
+
+use std::sync::Arc;
+
+use allocview_agent::diagnosis::DiagnosisKind;
+use allocview_agent::replay::{self, RECORDED_LABEL, ReplaySettings, resized_label};
+use allocview_agent::summary::{StatsWindow, summarize};
+use allocview_alloc::caching::backend::StreamId;
+use allocview_alloc::caching::sim::SimBackend;
+use allocview_alloc::caching::{AllocatorConfig, CachingAllocator, HistoryOptions};
+use allocview_alloc::snapshot::Snapshot;
+
+const MIB: u64 = 1 << 20;
+const GIB: u64 = 1 << 30;
+/// The live block that fills most of the recording's 1 GiB device.
+const LIVE: u64 = 800 * MIB;
+/// The request that fails on the recording's device.
+const TOO_BIG: u64 = 300 * MIB;
+/// An allocation after the OOM.
+const AFTER: u64 = 50 * MIB;
+/// A device far larger than the recording's.
+const LARGE_DEVICE: u64 = 80 * GIB;
+/// A device smaller than the live block.
+const SMALL_DEVICE: u64 = 600 * MIB;
+
+/// Records on a 1 GiB device: hold [`LIVE`], fail on [`TOO_BIG`], then allocate [`AFTER`].
+fn record() -> Snapshot {
+    let alloc = CachingAllocator::new(Arc::new(SimBackend::new(GIB)), AllocatorConfig::default());
+    alloc.record_history(HistoryOptions::default());
+    let s = StreamId::DEFAULT;
+    let _live = alloc.malloc(LIVE, s).unwrap();
+    assert!(alloc.malloc(TOO_BIG, s).is_err());
+    alloc.malloc(AFTER, s).unwrap();
+    alloc.snapshot()
+}
+
+fn replay_on(
+    snap: &Snapshot,
+    device_memory: Option<u64>,
+    configs: &[&str],
+) -> replay::ReplayReport {
+    let settings = ReplaySettings {
+        configs: configs.iter().map(|c| c.to_string()).collect(),
+        device_memory,
+        keep_history: false,
+    };
+    replay::replay(snap, &settings, &mut |_, _| {})
+        .unwrap()
+        .report
+}
+
+#[test]
+fn a_larger_device_leaves_the_recorded_column_as_recorded_and_adds_a_labelled_column() {
+    let snap = record();
+    assert_eq!(snap.devices[0].total_memory, Some(GIB));
+    let plain = replay_on(&snap, None, &[]);
+    let r = replay_on(&snap, Some(LARGE_DEVICE), &[]);
+    assert_eq!(r.runs[0], plain.runs[0]);
+    assert_eq!(r.runs[0].label, RECORDED_LABEL);
+    assert_eq!(r.runs[0].ooms, 1);
+    let oom = r.runs[0].first_oom.as_ref().unwrap();
+    assert_ne!(
+        oom.diagnosis.kind,
+        DiagnosisKind::OutsideAllocator,
+        "{oom:?}"
+    );
+    assert_eq!(r.recorded_device_memory, Some(GIB));
+    assert_eq!(r.device_memory, Some(LARGE_DEVICE));
+    assert_eq!(r.runs.len(), 2);
+    assert_eq!(r.runs[1].label, resized_label(LARGE_DEVICE));
+    assert_eq!(r.runs[1].label, "recorded settings, 80.00 GiB device");
+    assert_eq!(r.runs[1].ooms, 0, "{:?}", r.runs[1]);
+    assert_eq!(r.runs[1].peak_allocated, LIVE + TOO_BIG);
+    let text = r.to_text();
+    assert!(
+        text.contains("the recorded column on the recording's device of 1.00 GiB")
+            && text.contains("80.00 GiB"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_smaller_device_fails_in_its_own_column_and_the_what_ifs_follow_it() {
+    let snap = record();
+    let plain = replay_on(&snap, None, &[]);
+    let r = replay_on(&snap, Some(SMALL_DEVICE), &["expandable_segments:True"]);
+    assert_eq!(r.runs[0], plain.runs[0]);
+    assert_eq!(r.runs[0].ooms, 1);
+    assert_eq!(r.runs[0].peak_reserved, plain.runs[0].peak_reserved);
+    let labels: Vec<&str> = r.runs.iter().map(|run| run.label.as_str()).collect();
+    assert_eq!(
+        labels,
+        vec![
+            RECORDED_LABEL,
+            "recorded settings, 600.00 MiB device",
+            "expandable_segments:True"
+        ]
+    );
+    // The live block itself does not fit there (the recorded OOM's request then does).
+    assert_eq!(r.runs[1].ooms, 1, "{:?}", r.runs[1]);
+    assert_eq!(r.runs[1].first_oom.as_ref().unwrap().requested, LIVE);
+    assert!(r.runs[1].peak_reserved <= SMALL_DEVICE, "{:?}", r.runs[1]);
+    assert!(r.runs[2].peak_reserved <= SMALL_DEVICE, "{:?}", r.runs[2]);
+}
+
+#[test]
+fn the_recording_s_own_size_adds_no_column_and_summary_replays_at_it() {
+    let snap = record();
+    let r = replay_on(&snap, Some(GIB), &[]);
+    assert_eq!(r.runs.len(), 1);
+    assert_eq!(r.recorded_device_memory, r.device_memory);
+    assert!(r.to_text().starts_with("replayed "), "{}", r.to_text());
+    match &summarize(&snap).devices[0].window {
+        StatsWindow::Trace { peak_reserved, .. } => {
+            assert_eq!(*peak_reserved, r.runs[0].peak_reserved);
+        }
+        other => panic!("summary did not replay the trace: {other:?}"),
+    }
+}
