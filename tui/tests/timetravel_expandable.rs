@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use allocview::state::from_snapshot::PostMortem;
+use allocview::state::timetravel::CHECKPOINT_EVERY;
 use allocview_alloc::caching::backend::{DevicePtr, StreamId};
 use allocview_alloc::caching::history::HistoryOptions;
 use allocview_alloc::caching::sim::SimBackend;
@@ -125,6 +126,39 @@ fn expandable_recording() -> (Snapshot, Vec<Step>) {
     (r.snapshot(), r.steps)
 }
 
+/// A long expandable recording (several checkpoints' worth of events): rounds of
+/// allocations of varied sizes, half freed each round, the cache emptied every third round.
+fn long_expandable_recording() -> (Snapshot, Vec<Step>) {
+    let mut r = Recorder::new("expandable_segments:True");
+    let mut live: Vec<DevicePtr> = Vec::new();
+    for round in 0..30u64 {
+        for i in 0..12u64 {
+            let size = match (round + i) % 4 {
+                0 => 700 + i * 100,
+                1 => 3 * MIB + i * KIB,
+                2 => 200 * KIB,
+                _ => 11 * MIB + round * KIB,
+            };
+            let stream = (i % 3 == 0) as u64;
+            live.push(r.malloc(size, stream));
+        }
+        let keep = live.len() / 2;
+        for p in live.split_off(keep) {
+            r.free(p);
+        }
+        if round % 3 == 2 {
+            r.empty_cache();
+        }
+        // Freed from the front too, so holes open in the middle of the runs.
+        if live.len() > 24 {
+            for p in live.drain(..6).collect::<Vec<_>>() {
+                r.free(p);
+            }
+        }
+    }
+    (r.snapshot(), r.steps)
+}
+
 /// Ordinary segments (no expandable ones), with an `empty_cache` and an OOM.
 fn ordinary_recording() -> (Snapshot, Vec<Step>) {
     let mut r = Recorder::new("");
@@ -218,6 +252,25 @@ fn check(snap: &Snapshot, steps: &[Step]) {
         );
         assert_eq!(totals_of(&m.segments), (s.reserved, s.allocated));
         assert_eq!(m.totals.mismatches, 0, "after event {}", s.event);
+    }
+}
+
+#[test]
+fn a_long_expandable_recording_matches_the_allocator_through_every_checkpoint() {
+    let (snap, steps) = long_expandable_recording();
+    let n = snap.device_traces[0].len();
+    assert!(n > 2 * CHECKPOINT_EVERY, "only {n} events");
+    check(&snap, &steps);
+    // Seeking through checkpoints gives what replaying from the start gives.
+    let pm = PostMortem::new("recording.pickle", &snap);
+    let tt = pm.time_travel();
+    for event in (0..=n).step_by(97).chain([n]) {
+        let m = tt.moment(event);
+        assert_eq!(
+            (m.segments, m.totals),
+            tt.at_by_full_replay(event),
+            "event {event}"
+        );
     }
 }
 
