@@ -37,8 +37,8 @@ use crate::protocol::{DeviceUpdate, ServerFrame, StateUpdate, encode_frame};
 use crate::provider::{HostProvider, SnapshotProvider};
 use crate::sink::{EventReceiver, OOM_DROP_DEVICES};
 use crate::state::{
-    AgentState, ContextFrames, DeviceState, HostState, OomRecord, PipelineStats, ProcessInfo,
-    RecentEvent, UsageSample, forgotten_oom_indices, keep_oom_record,
+    AgentState, ContextFrames, DeviceState, HostState, NOT_WRITTEN, OomRecord, PipelineStats,
+    ProcessInfo, RecentEvent, UsageSample, forgotten_oom_indices, keep_oom_record,
 };
 use crate::timeline::Timeline;
 
@@ -928,7 +928,7 @@ impl Aggregator {
         };
         if started >= self.cfg.max_dumps {
             rec.dump_error = Some(format!(
-                "not written: this agent writes at most {} OOM dumps",
+                "{NOT_WRITTEN}this agent writes at most {} OOM dumps (AgentBuilder::max_dumps)",
                 self.cfg.max_dumps
             ));
             return rec;
@@ -1030,7 +1030,7 @@ impl Aggregator {
                 index: first,
                 time_ns,
                 device: -1,
-                dump_error: Some("not written: the OOM's device is not known".into()),
+                dump_error: Some(format!("{NOT_WRITTEN}the OOM's device is not known")),
                 event_lost: true,
                 ..OomRecord::default()
             },
@@ -1040,8 +1040,8 @@ impl Aggregator {
             dump_pending: false,
             dump_paths: Vec::new(),
             dump_error: Some(match device {
-                Some(_) => format!("not written: OOM #{first} has the snapshot of the same moment"),
-                None => "not written: the OOM's device is not known".into(),
+                Some(_) => format!("{NOT_WRITTEN}OOM #{first} has the snapshot of the same moment"),
+                None => format!("{NOT_WRITTEN}the OOM's device is not known"),
             }),
             ..rec.clone()
         };

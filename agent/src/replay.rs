@@ -95,12 +95,12 @@ pub fn config_label(config: &str) -> String {
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
     /// The file could not be read.
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}: {why}")]
     Io {
         /// The file.
         path: String,
-        /// Why.
-        source: std::io::Error,
+        /// Why (in the message, not a separate source, so that it is said once).
+        why: std::io::Error,
     },
     /// An RMM log with a bad row.
     #[error(transparent)]
@@ -116,9 +116,9 @@ pub enum LoadError {
 /// # Errors
 /// [`LoadError`] naming the file and the problem.
 pub fn load(path: &Path) -> Result<Snapshot, LoadError> {
-    let bytes = std::fs::read(path).map_err(|source| LoadError::Io {
+    let bytes = std::fs::read(path).map_err(|why| LoadError::Io {
         path: path.display().to_string(),
-        source,
+        why,
     })?;
     if is_rmm_log(&bytes) {
         let text = String::from_utf8_lossy(&bytes);

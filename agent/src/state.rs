@@ -15,6 +15,9 @@ use allocview_alloc::global::HeapStats;
 use allocview_alloc::snapshot::{DeviceMeta, DumpedOom, Frames, SegmentInfo, Snapshot};
 use serde::{Deserialize, Serialize};
 
+/// The start of an [`OomRecord::dump_error`] for a dump left out on purpose, not failed.
+pub const NOT_WRITTEN: &str = "not written: ";
+
 /// Nanoseconds per microsecond (the agent's times are in ns, snapshot files' in µs).
 pub const NS_PER_US: u64 = 1_000;
 
@@ -391,7 +394,8 @@ pub struct OomRecord {
     pub total_memory: u64,
     /// The dump files written for this OOM (pickle and JSON).
     pub dump_paths: Vec<PathBuf>,
-    /// Why the dump could not be written, if it could not.
+    /// Why the dump could not be written, if it could not; [`NOT_WRITTEN`] starts the ones
+    /// that are not failures (the agent's limit on dumps, a moment another record has).
     pub dump_error: Option<String>,
     /// The dump is being written (off the aggregator thread): `dump_paths` and `dump_error`
     /// are filled in when it lands, and the record is sent again.

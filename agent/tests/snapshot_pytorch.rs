@@ -397,7 +397,7 @@ fn missing_keys_and_bad_enums_are_named() {
     let not_a_dict = one_block_snapshot(|w| w.int(3));
     let msg = shape_error(&not_a_dict);
     assert!(
-        msg.contains("segments[0].blocks[0]") && msg.contains("is a int, expected a dict"),
+        msg.contains("segments[0].blocks[0]") && msg.contains("is an int, expected a dict"),
         "{msg}"
     );
 

@@ -319,6 +319,28 @@ impl App {
         Ok(())
     }
 
+    /// Enter on an `oom` trace row (entry `i`): in a file, travels to just after it; shows the
+    /// OOM view with that OOM selected.
+    fn show_oom_of_entry(&mut self, i: usize) -> anyhow::Result<()> {
+        if self.file_mode() {
+            self.source.seek(Seek::To(i + 1), &mut self.state)?;
+        }
+        let time = self.state.trace[i].time_us;
+        let at = |o: &crate::state::OomReport| match o.trace_index {
+            Some(t) => t == i,
+            // Live, the reports carry no trace index: the OOM of the entry's time.
+            None => time.is_some() && o.time_us == time,
+        };
+        match self.state.ooms.iter().position(at) {
+            Some(o) => {
+                self.ui.oom = o;
+                self.show(View::Oom);
+            }
+            None => self.status("this OOM has no report (it is older than the reports kept)"),
+        }
+        Ok(())
+    }
+
     /// The block of the selected trace row in the segment view. In a file, time travels to
     /// the row's event first (as PyTorch's memory_viz does): to just after it, or just before
     /// an event that removes its block or segment, so the block is there to see.
@@ -329,6 +351,10 @@ impl App {
             return Ok(());
         };
         let (addr, action) = (self.state.trace[i].addr, self.state.trace[i].action);
+        if action == TraceAction::Oom {
+            // An OOM has no block (its address field is the device's free memory): its report.
+            return self.show_oom_of_entry(i);
+        }
         if self.file_mode() {
             let removes = matches!(
                 action,

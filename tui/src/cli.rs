@@ -228,7 +228,11 @@ Examples:
   allocview demo
   allocview demo --scenario oom --device-memory 8GiB
   allocview demo --config expandable_segments:True --listen unix:/tmp/demo.sock
-  allocview demo --headless --seconds 10 --json";
+  allocview demo --headless --seconds 10 --json
+
+At each OOM the demo's agent writes a snapshot (PyTorch pickle and allocview JSON) to
+$ALLOCVIEW_DUMP_DIR, else ./allocview-dumps: the first 4 OOMs of a run (later ones are listed,
+not written). Open one with `allocview open allocview-dumps/oom-0001-pid<PID>.pickle`.";
 
 /// Examples under `allocview open --help`.
 const OPEN_EXAMPLES: &str = "\
@@ -247,7 +251,7 @@ n next OOM, g next segment event, Home/End first/last; 1-7 or Tab views, ? help,
 const SUMMARY_EXAMPLES: &str = "\
 Examples:
   allocview summary oom.pickle             A torch.cuda.memory._dump_snapshot file
-  allocview summary allocview-dumps/oom-0000-pid4242.json --json";
+  allocview summary allocview-dumps/oom-0001-pid4242.json --json";
 
 /// Examples under `allocview replay --help`.
 const REPLAY_EXAMPLES: &str = "\

@@ -171,6 +171,19 @@ fn enter_in_the_trace_jumps_to_the_block() {
 }
 
 #[test]
+fn enter_on_an_oom_trace_row_shows_that_oom() {
+    let (mut app, _d) = app(3);
+    // Just after the second OOM (entry 26): the trace view's default row is that entry.
+    app.apply(Action::Seek(Seek::To(27))).unwrap();
+    app.apply(Action::ShowView(View::Trace)).unwrap();
+    assert_eq!(app.state.trace[26].action, TraceAction::Oom);
+    app.apply(Action::Enter).unwrap();
+    assert_eq!(app.ui.view, View::Oom);
+    assert_eq!(app.ui.oom, 1);
+    assert_eq!(event(&app), 27);
+}
+
+#[test]
 fn enter_on_an_earlier_trace_row_in_a_file_travels_to_its_event() {
     // At the end every segment is gone; the rows still list the whole trace.
     let (mut app, _d) = app(3);
@@ -261,13 +274,24 @@ fn views_switch_by_number_tab_and_click() {
 
 #[test]
 fn saving_writes_the_state_at_the_event() {
-    let (mut app, dir) = app(2);
+    let mut snap = support::traced_snapshot(2);
+    snap.devices = vec![DeviceMeta {
+        device: 0,
+        total_memory: Some(8 << 30),
+        trace_overflow: 5,
+        oom: None,
+    }];
+    let (mut app, dir) = app_of(&snap);
     app.apply(Action::Seek(Seek::To(3))).unwrap();
     app.apply(Action::Save).unwrap();
     let status = app.state.status.clone().unwrap();
     assert!(status.starts_with("saved snapshot to "), "{status}");
     let path = dir.path().join("allocview-event-3.json");
-    assert!(path.exists(), "{status}");
+    let saved = allocview_agent::snapshot_file::load(&path).unwrap();
+    assert_eq!(saved.device_traces[0].len(), 3);
+    // The device's size and the ring's overflow travel with the saved state.
+    let meta = &saved.devices[0];
+    assert_eq!((meta.total_memory, meta.trace_overflow), (Some(8 << 30), 5));
 }
 
 #[test]

@@ -260,3 +260,33 @@ fn live_and_file_histograms_show_the_empty_buckets_between_as_zero_rows() {
         assert!(row.ends_with(count), "{row}");
     }
 }
+
+#[test]
+fn a_files_counters_say_what_it_does_not_record() {
+    let (mut app, _d) = file_app(&support::traced_snapshot(3));
+    let all = screen_of(&mut app, 120, 36);
+    let row = |label: &str| {
+        all.lines()
+            .find_map(|l| {
+                l.split_once(&format!(" {label} "))
+                    .map(|(_, r)| r.to_string())
+            })
+            .unwrap_or_else(|| panic!("no {label} row:\n{all}"))
+    };
+    // From the trace: three rounds, one OOM each.
+    assert!(row("OOMs").trim_start().starts_with("3 "), "{all}");
+    assert!(
+        row("trace entries").trim_start().starts_with("57 "),
+        "{all}"
+    );
+    // A snapshot file records no retries or syncs: not known, not 0.
+    assert!(
+        row("retries").trim_start().starts_with("not known"),
+        "{all}"
+    );
+    assert!(
+        row("stream syncs").trim_start().starts_with("not known"),
+        "{all}"
+    );
+    assert!(!all.contains("dropped events"), "{all}");
+}

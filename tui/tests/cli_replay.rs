@@ -104,6 +104,8 @@ fn replay_of_a_missing_file_or_bad_size_fails_with_a_clear_message() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("/nonexistent/trace.pickle"), "{err}");
+    // The reason is said once.
+    assert_eq!(err.matches("No such file or directory").count(), 1, "{err}");
 
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("rmm.csv");

@@ -256,7 +256,7 @@ impl<'a> Reader<'a> {
             self.malformed(
                 at,
                 opcode,
-                format!("target is a {}, expected a {what}", v.type_name()),
+                format!("target is {}, expected a {what}", v.described()),
             )
         })
     }
@@ -473,7 +473,7 @@ impl<'a> Reader<'a> {
                         return Err(self.malformed(
                             at,
                             code,
-                            format!("target is a {}, expected bytes", v.type_name()),
+                            format!("target is {}, expected bytes", v.described()),
                         ));
                     }
                 }

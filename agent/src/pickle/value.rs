@@ -53,7 +53,26 @@ pub enum PickleValue {
 }
 
 impl PickleValue {
-    /// The Python type name, for error messages.
+    /// The value's type with its article, for messages (`an int`, `a dict`, `None`).
+    pub fn described(&self) -> &'static str {
+        match self {
+            PickleValue::None => "None",
+            PickleValue::Int(_) | PickleValue::BigInt(_) => "an int",
+            other => match other.type_name() {
+                "bool" => "a bool",
+                "float" => "a float",
+                "str" => "a str",
+                "bytes" => "a bytes object",
+                "list" => "a list",
+                "tuple" => "a tuple",
+                "dict" => "a dict",
+                "set" => "a set",
+                _ => "a frozenset",
+            },
+        }
+    }
+
+    /// The Python type's name (`int`, `dict`, ...).
     pub fn type_name(&self) -> &'static str {
         match self {
             PickleValue::None => "None",

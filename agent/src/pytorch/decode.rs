@@ -222,7 +222,7 @@ impl<'d, 'a> Decoder<'d, 'a> {
             other => Err(self.err(
                 path,
                 offset,
-                format!("is a {}, expected a dict", other.type_name()),
+                format!("is {}, expected a dict", other.described()),
             )),
         }
     }
@@ -234,7 +234,7 @@ impl<'d, 'a> Decoder<'d, 'a> {
             other => Err(self.err(
                 path,
                 offset,
-                format!("is a {}, expected a list", other.type_name()),
+                format!("is {}, expected a list", other.described()),
             )),
         }
     }
@@ -293,7 +293,7 @@ impl<'d, 'a> Decoder<'d, 'a> {
         self.err(
             path,
             offset,
-            format!("key '{key}' is a {}, expected {want}", v.type_name()),
+            format!("key '{key}' is {}, expected {want}", v.described()),
         )
     }
 
@@ -445,8 +445,8 @@ impl<'d, 'a> Decoder<'d, 'a> {
                 &path,
                 0,
                 format!(
-                    "is a {}, expected a dict (a snapshot) or a list (segments only)",
-                    other.type_name()
+                    "is {}, expected a dict (a snapshot) or a list (segments only)",
+                    other.described()
                 ),
             )),
         }
@@ -816,7 +816,7 @@ impl<'d, 'a> Decoder<'d, 'a> {
                 return Err(self.err(
                     path,
                     offset,
-                    format!("a key is a {}, expected str", k.type_name()),
+                    format!("a key is {}, expected str", k.described()),
                 ));
             };
             let key = self.doc.str(k);
@@ -881,7 +881,7 @@ impl<'d, 'a> Decoder<'d, 'a> {
                 return Err(self.err(
                     path,
                     at,
-                    format!("is a {}, which a snapshot never holds", other.type_name()),
+                    format!("is {}, which a snapshot never holds", other.described()),
                 ));
             }
         })

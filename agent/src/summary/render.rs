@@ -19,7 +19,7 @@ pub fn stream_label(stream: u64) -> String {
 }
 
 /// `n` and the noun in the number it takes: "1 entry", "2 entries".
-pub(crate) fn counted(n: u64, one: &str, many: &str) -> String {
+pub fn counted(n: u64, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
 

@@ -10,6 +10,7 @@
 //! read or written: a file's name never lies about its format. An extension naming no format
 //! (`--to json -o out.snapshot`) is the user's choice.
 
+use allocview_agent::summary::render::counted;
 use std::path::Path;
 
 use allocview_agent::pytorch;
@@ -38,13 +39,14 @@ pub fn run(args: &ExportArgs) -> anyhow::Result<()> {
     snapshot_file::save(&args.out, &snapshot, wanted)
         .map_err(|e| anyhow::anyhow!("cannot write {e}"))?;
     let bytes = std::fs::metadata(&args.out).map(|m| m.len()).unwrap_or(0);
+    let entries = snapshot.device_traces.iter().map(Vec::len).sum::<usize>();
     eprintln!(
-        "wrote {} ({} bytes, {}): {} segments, {} trace entries",
+        "wrote {} ({} bytes, {}): {}, {}",
         args.out.display(),
         bytes,
         format_name(wanted),
-        snapshot.segments.len(),
-        snapshot.device_traces.iter().map(Vec::len).sum::<usize>()
+        counted(snapshot.segments.len() as u64, "segment", "segments"),
+        counted(entries as u64, "trace entry", "trace entries")
     );
     Ok(())
 }

@@ -6,8 +6,9 @@
 //! 1. **Backward walk.** Start from the file's final segments (exact) and undo the trace from
 //!    the last entry to the first: an `alloc` undone removes its block, a `free_requested`
 //!    undone makes the block allocated again, a `free_completed` undone puts a pending-free
-//!    block back, `segment_alloc`/`segment_free` (and `segment_map`/`segment_unmap`) undone
-//!    remove/restore the segment. The result is the state before the first entry. Each undone
+//!    block back, `segment_alloc`/`segment_free` undone remove/restore the segment,
+//!    `segment_map`/`segment_unmap` undone unmap/map the range again (see below). The result
+//!    is the state before the first entry. Each undone
 //!    `alloc` records the size its block had, so the forward pass reproduces exact sizes for
 //!    every block that survives to the end.
 //! 2. **Forward pass with checkpoints.** Replay from that initial state, cloning the state every
@@ -22,6 +23,16 @@
 //!
 //! Only free space is implicit: a segment keeps its active blocks (allocated or pending free);
 //! the gaps between them are the free blocks (free neighbours always merge).
+//!
+//! **Expandable segments** (PyTorch's Note [Expandable Segments]) are one reserved virtual
+//! range per (stream, pool) whose pages are mapped (`segment_map`: address of the first page,
+//! bytes mapped) and unmapped (`segment_unmap`) as the allocator grows and shrinks it; a
+//! snapshot shows one segment per contiguous mapped run, `is_expandable`. So a reconstructed
+//! expandable segment is a mapped run: a map joins the runs that end where it begins and
+//! begin where it ends, an unmap cuts its range out of the run holding it (splitting it in
+//! two when the range is in the middle). A run's pool comes from its neighbours when it joins
+//! them, else from the page size (large-pool pages are 20 MiB, small-pool ones 2 MiB); blocks
+//! in expandable segments split by the small pool's rule, as the allocator splits them.
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -44,6 +55,19 @@ pub const MIN_BLOCK_SIZE: u64 = 512;
 pub const SMALL_SIZE: u64 = MIB;
 /// Size of a small-pool segment.
 pub const SMALL_BUFFER: u64 = 2 * MIB;
+/// Page of a large-pool expandable segment (PyTorch's `kLargeBuffer`): every `segment_map`
+/// of the large pool is a multiple of it, every one of the small pool a multiple of
+/// [`SMALL_BUFFER`] pages that is not.
+pub const LARGE_PAGE: u64 = 20 * MIB;
+
+/// The pool of a mapped expandable range of `size` bytes, by its page size.
+fn mapped_type(size: u64) -> SegmentType {
+    if size.is_multiple_of(LARGE_PAGE) {
+        SegmentType::Large
+    } else {
+        SegmentType::Small
+    }
+}
 
 /// One active block of a reconstructed segment.
 #[derive(Debug, Clone, PartialEq)]
@@ -68,15 +92,11 @@ struct Segment {
 }
 
 impl Segment {
-    fn new(size: u64, stream: u64, expandable: bool) -> Segment {
+    fn new(size: u64, stream: u64, segment_type: SegmentType, expandable: bool) -> Segment {
         Segment {
             total_size: size,
             stream,
-            segment_type: if size == SMALL_BUFFER && !expandable {
-                SegmentType::Small
-            } else {
-                SegmentType::Large
-            },
+            segment_type,
             pool_id: (0, 0),
             is_expandable: expandable,
             frames: no_frames(),
@@ -84,8 +104,17 @@ impl Segment {
         }
     }
 
-    fn is_small(&self) -> bool {
-        self.segment_type == SegmentType::Small
+    /// Whether blocks split by the small pool's rule (small segments, and every expandable
+    /// one).
+    fn splits_small(&self) -> bool {
+        self.segment_type == SegmentType::Small || self.is_expandable
+    }
+
+    /// Whether a range mapped on `stream` right next to this segment joins it: both are then
+    /// runs of one reserved range, which a snapshot shows as one segment (a reserved range
+    /// is 1.125 x the device's memory, so it never ends where another begins while mapped).
+    fn joins(&self, stream: u64) -> bool {
+        self.is_expandable && self.stream == stream
     }
 }
 
@@ -254,7 +283,7 @@ impl Memory {
             .range((Bound::Excluded(addr), Bound::Unbounded))
             .next()
             .map_or(seg_start + seg.total_size, |(&a, _)| a);
-        block_size(requested, addr, gap_end, seg.is_small())
+        block_size(requested, addr, gap_end, seg.splits_small())
     }
 
     /// Adds an active block; returns its size.
@@ -324,12 +353,26 @@ impl Memory {
         true
     }
 
-    fn add_segment(&mut self, addr: u64, size: u64, stream: u64, expandable: bool) -> bool {
-        if self.segments.contains_key(&addr) {
+    /// Whether any segment overlaps `[addr, addr + size)`.
+    fn overlaps(&self, addr: u64, size: u64) -> bool {
+        self.segments
+            .range(..addr.saturating_add(size))
+            .next_back()
+            .is_some_and(|(&start, seg)| start + seg.total_size > addr)
+    }
+
+    /// Adds an ordinary segment (`segment_alloc`): small when it is a small-pool buffer.
+    fn add_segment(&mut self, addr: u64, size: u64, stream: u64) -> bool {
+        if self.overlaps(addr, size) {
             return false;
         }
+        let segment_type = if size == SMALL_BUFFER {
+            SegmentType::Small
+        } else {
+            SegmentType::Large
+        };
         self.segments
-            .insert(addr, Segment::new(size, stream, expandable));
+            .insert(addr, Segment::new(size, stream, segment_type, false));
         self.totals.reserved += size;
         true
     }
@@ -350,18 +393,50 @@ impl Memory {
         }
     }
 
-    /// Maps `[addr, addr+size)`: extends the expandable segment ending at `addr`, else starts a
-    /// new one (a later map may join it).
-    fn map(&mut self, addr: u64, size: u64, stream: u64) -> bool {
-        if let Some((&start, seg)) = self.segments.range_mut(..addr).next_back()
-            && start + seg.total_size == addr
-            && seg.is_expandable
-        {
-            seg.total_size += size;
-            self.totals.reserved += size;
-            return true;
+    /// Maps `[addr, addr+size)` of an expandable segment: the run ending at `addr` and the
+    /// run starting at `addr + size` (when there are such runs) join it into one segment, as
+    /// a snapshot shows one segment per contiguous mapped run. `segment_type` is the pool of
+    /// a run that joins neither.
+    fn map(&mut self, addr: u64, size: u64, stream: u64, segment_type: SegmentType) -> bool {
+        if size == 0 || self.overlaps(addr, size) {
+            return false;
         }
-        self.add_segment(addr, size, stream, true)
+        let end = addr + size;
+        let after = self
+            .segments
+            .get(&end)
+            .is_some_and(|s| s.joins(stream))
+            .then(|| self.segments.remove(&end))
+            .flatten();
+        let before = self
+            .segments
+            .range(..addr)
+            .next_back()
+            .filter(|(start, seg)| *start + seg.total_size == addr && seg.joins(stream))
+            .map(|(&start, _)| start);
+        let (start, mut seg) = match before {
+            Some(start) => (
+                start,
+                self.segments.remove(&start).expect("segment found above"),
+            ),
+            None => {
+                let mut seg = Segment::new(0, stream, segment_type, true);
+                if let Some(next) = &after {
+                    seg.segment_type = next.segment_type;
+                    seg.pool_id = next.pool_id;
+                    seg.frames = next.frames.clone();
+                }
+                (addr, seg)
+            }
+        };
+        seg.total_size += size;
+        if let Some(next) = after {
+            seg.total_size += next.total_size;
+            seg.blocks.extend(next.blocks);
+        }
+        self.segments.insert(start, seg);
+        self.totals.reserved += size;
+        true
     }
 
     /// Unmaps `[addr, addr+size)` from the segment holding it (its tail, its head, all of it,
@@ -371,7 +446,16 @@ impl Memory {
             return false;
         };
         let end = start + seg.total_size;
-        if addr + size > end {
+        if size == 0 || addr + size > end {
+            return false;
+        }
+        // Only free pages are unmapped: an active block inside means the state is off.
+        let inside_active = seg
+            .blocks
+            .range(..addr + size)
+            .next_back()
+            .is_some_and(|(&a, b)| a + b.size > addr);
+        if inside_active {
             return false;
         }
         if addr == start && size == seg.total_size {
@@ -420,7 +504,7 @@ impl Memory {
             }
             TraceAction::SegmentAlloc => {
                 self.totals.segment_allocs += 1;
-                self.add_segment(e.addr, e.size, e.stream, false)
+                self.add_segment(e.addr, e.size, e.stream)
             }
             TraceAction::SegmentFree => {
                 self.totals.segment_frees += 1;
@@ -428,7 +512,7 @@ impl Memory {
             }
             TraceAction::SegmentMap => {
                 self.totals.segment_allocs += 1;
-                self.map(e.addr, e.size, e.stream)
+                self.map(e.addr, e.size, e.stream, mapped_type(e.size))
             }
             TraceAction::SegmentUnmap => {
                 self.totals.segment_frees += 1;
@@ -447,8 +531,9 @@ impl Memory {
     }
 
     /// Undoes one entry (walking backwards); returns the size of the block an undone `alloc`
-    /// removed.
-    fn undo(&mut self, e: &TraceEntry) -> Option<u64> {
+    /// removed. `unmapped_type` is the pool of the range an undone `segment_unmap` maps
+    /// again, for a run that joins no neighbour.
+    fn undo(&mut self, e: &TraceEntry, unmapped_type: SegmentType) -> Option<u64> {
         match e.action {
             TraceAction::Alloc => return self.remove_block(e.addr).map(|b| b.size),
             TraceAction::FreeRequested => {
@@ -467,13 +552,13 @@ impl Memory {
                 self.remove_segment(e.addr);
             }
             TraceAction::SegmentFree => {
-                self.add_segment(e.addr, e.size, e.stream, false);
+                self.add_segment(e.addr, e.size, e.stream);
             }
             TraceAction::SegmentMap => {
                 self.unmap(e.addr, e.size);
             }
             TraceAction::SegmentUnmap => {
-                self.map(e.addr, e.size, e.stream);
+                self.map(e.addr, e.size, e.stream, unmapped_type);
             }
             TraceAction::Oom | TraceAction::Snapshot | TraceAction::UserDefined => {}
         }
@@ -501,9 +586,9 @@ impl Memory {
                         blocks.push(free(at, a));
                     }
                     active += b.size;
+                    requested += b.requested;
                     if b.state == BlockState::ActiveAllocated {
                         allocated += b.size;
-                        requested += b.requested;
                     }
                     blocks.push(BlockInfo {
                         address: a,
@@ -566,10 +651,11 @@ impl TimeTravel {
             .and_then(|d| snapshot.device_traces.get(d))
             .cloned()
             .unwrap_or_default();
+        let unmapped_types = unmapped_types(&trace, &finals);
         let mut memory = Memory::from_segments(&finals);
         let mut alloc_sizes = vec![None; trace.len()];
         for (i, e) in trace.iter().enumerate().rev() {
-            alloc_sizes[i] = memory.undo(e);
+            alloc_sizes[i] = memory.undo(e, unmapped_types[i]);
         }
         memory.restart_counting();
         let interval = CHECKPOINT_EVERY.max(trace.len().div_ceil(MAX_CHECKPOINTS));
@@ -671,6 +757,67 @@ impl TimeTravel {
             .find(|(_, e)| pred(e))
             .map(|(i, _)| i + 1)
     }
+}
+
+/// Pools of the expandable ranges mapped so far, by start address (a later map of the same
+/// start replaces an earlier one: the pool belongs to the reserved range, which both share).
+#[derive(Debug, Default)]
+struct MappedPools(BTreeMap<u64, (u64, SegmentType)>);
+
+impl MappedPools {
+    fn insert(&mut self, addr: u64, size: u64, segment_type: SegmentType) {
+        self.0.insert(addr, (addr + size, segment_type));
+    }
+
+    /// The pool of a known range holding `addr` (the nearest ranges starting at or below
+    /// it are looked at, a few of them: ranges of one reserved range overlap only when
+    /// mapped again).
+    fn pool_at(&self, addr: u64) -> Option<SegmentType> {
+        /// Ranges looked at below `addr`.
+        const NEAREST: usize = 8;
+        self.0
+            .range(..=addr)
+            .rev()
+            .take(NEAREST)
+            .find(|(_, (end, _))| *end > addr)
+            .map(|(_, &(_, t))| t)
+    }
+}
+
+/// For each `segment_unmap` entry, the pool of the range it unmaps (other entries get
+/// [`SegmentType::Large`], unused): the pool of the last earlier `segment_map` holding its
+/// first page (a map's pool is exact, by its page size); else of a later map or a final
+/// segment holding it (the same reserved range mapped again or still partly mapped); else
+/// guessed from its size like a map's.
+fn unmapped_types(trace: &[TraceEntry], finals: &[SegmentInfo]) -> Vec<SegmentType> {
+    let mut types = vec![SegmentType::Large; trace.len()];
+    let mut earlier = MappedPools::default();
+    let mut from_earlier = vec![None; trace.len()];
+    for (i, e) in trace.iter().enumerate() {
+        match e.action {
+            TraceAction::SegmentMap => earlier.insert(e.addr, e.size, mapped_type(e.size)),
+            TraceAction::SegmentUnmap => from_earlier[i] = earlier.pool_at(e.addr),
+            _ => {}
+        }
+    }
+    let mut later = MappedPools::default();
+    for s in finals.iter().filter(|s| s.is_expandable) {
+        later.insert(s.address, s.total_size, s.segment_type);
+    }
+    for (i, e) in trace.iter().enumerate().rev() {
+        match e.action {
+            TraceAction::SegmentMap => later.insert(e.addr, e.size, mapped_type(e.size)),
+            TraceAction::SegmentUnmap => {
+                let t = from_earlier[i]
+                    .or_else(|| later.pool_at(e.addr))
+                    .unwrap_or_else(|| mapped_type(e.size));
+                types[i] = t;
+                later.insert(e.addr, e.size, t);
+            }
+            _ => {}
+        }
+    }
+    types
 }
 
 /// Whether an entry changes the segment list.

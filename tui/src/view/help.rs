@@ -17,7 +17,7 @@ pub const KEYS: [(&str, &str); 19] = [
     ("← →  h l", "select block (segments), group (histograms)"),
     (
         "Enter",
-        "detail; trace: its block, then; file OOM: go to it",
+        "detail; trace row: its block or OOM; OOM: its event",
     ),
     ("Esc", "back"),
     ("/", "filter the trace: alloc s1 >1MiB 0x7f..."),

@@ -1,6 +1,7 @@
 //! View 7, OOM: each OOM with its facts (request, device and allocator memory), the diagnosis,
 //! the largest free block, what-if replays when computed, the snapshot dump and the context.
 
+use allocview_agent::state::NOT_WRITTEN;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::style::Style;
@@ -72,8 +73,13 @@ pub fn lines(o: &OomReport, width: usize, in_file: bool) -> Vec<Line<'static>> {
         };
         v.push(Line::raw(format!("{head}{w}")));
     }
-    if let Some(e) = &o.dump_error {
-        v.push(Line::styled(format!(" dump failed: {e}"), theme::alert()));
+    match &o.dump_error {
+        // Not a failure: the agent's limit on dumps, or another record has this moment's.
+        Some(e) if e.starts_with(NOT_WRITTEN) => {
+            v.push(Line::styled(format!(" dump {e}"), theme::dim()));
+        }
+        Some(e) => v.push(Line::styled(format!(" dump failed: {e}"), theme::alert())),
+        None => {}
     }
     match (&o.dump_path, o.trace_index) {
         // An OOM of the file on screen: its snapshot is this file, at the OOM's event.
@@ -307,6 +313,31 @@ mod tests {
                 .collect();
             assert_eq!(words.join(" "), o.explanation, "{width}");
         }
+    }
+
+    #[test]
+    fn a_dump_left_out_by_the_agents_limit_is_not_called_a_failure() {
+        let not_written = format!("{NOT_WRITTEN}this agent writes at most 4 OOM dumps");
+        let state = State {
+            ooms: vec![
+                OomReport {
+                    dump_error: Some(not_written),
+                    ..OomReport::example(5)
+                },
+                OomReport {
+                    dump_error: Some("cannot write /ro/oom-0006.pickle: read-only".into()),
+                    ..OomReport::example(6)
+                },
+            ],
+            ..State::default()
+        };
+        let t = view_text(View::Oom, &state, 120, 40);
+        assert!(
+            t.contains("dump not written: this agent writes at most 4 OOM dumps"),
+            "{t}"
+        );
+        assert_eq!(t.matches("dump failed").count(), 1, "{t}");
+        assert!(t.contains("dump failed: cannot write /ro/"), "{t}");
     }
 
     #[test]

@@ -150,29 +150,50 @@ fn memory_lines(state: &State, width: usize) -> Vec<Line<'static>> {
     lines
 }
 
+/// What a counter shows where its figure is not known (a file records no retries or syncs, and
+/// without a trace no counts at all).
+const NOT_KNOWN: &str = "not known";
+
 fn counter_lines(state: &State, width: usize) -> Vec<Line<'static>> {
     let st = &state.stats;
-    let allocations = st.allocation.get(StatType::All).allocated.max(0) as u64;
-    let rows: [(&str, u64, bool); 7] = [
-        ("allocations", allocations, false),
-        ("device mallocs", st.num_device_alloc.max(0) as u64, false),
-        ("device frees", st.num_device_free.max(0) as u64, false),
-        ("retries", st.num_alloc_retries.max(0) as u64, false),
-        ("OOMs", st.num_ooms.max(0) as u64, true),
+    let file = matches!(state.mode, Mode::File { .. });
+    // A file's counts come from its trace (none without one); it never records retries or
+    // syncs, and nothing was dropped on the way: the last row counts its trace entries.
+    let from_trace = |n: i64| (!file || !state.trace.is_empty()).then_some(n.max(0) as u64);
+    let live = |n: i64| (!file).then_some(n.max(0) as u64);
+    let ooms = match from_trace(st.num_ooms) {
+        None if !state.ooms.is_empty() => Some(state.ooms.len() as u64),
+        n => n,
+    };
+    let last = if file {
+        ("trace entries", Some(state.trace.len() as u64), false)
+    } else {
+        ("dropped events", Some(state.source.dropped), true)
+    };
+    let rows: [(&str, Option<u64>, bool); 7] = [
         (
-            "syncs of all streams",
-            st.num_sync_all_streams.max(0) as u64,
+            "allocations",
+            from_trace(st.allocation.get(StatType::All).allocated),
             false,
         ),
-        ("dropped events", state.source.dropped, true),
+        ("device mallocs", from_trace(st.num_device_alloc), false),
+        ("device frees", from_trace(st.num_device_free), false),
+        ("retries", live(st.num_alloc_retries), false),
+        ("OOMs", ooms, true),
+        ("stream syncs", live(st.num_sync_all_streams), false),
+        last,
     ];
     rows.iter()
         .map(|&(label, n, alert)| {
-            let value = units::count(n);
+            let value = n.map_or_else(|| NOT_KNOWN.to_string(), units::count);
             let pad = width.saturating_sub(label.len() + value.len() + 2);
+            let style = match n {
+                Some(n) => theme::alert_if(alert && n > 0),
+                None => theme::dim(),
+            };
             Line::from(vec![
                 Span::raw(format!(" {label}{}", " ".repeat(pad))),
-                Span::styled(value, theme::alert_if(alert && n > 0)),
+                Span::styled(value, style),
             ])
         })
         .collect()

@@ -127,6 +127,12 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
             base = base.add_modifier(Modifier::REVERSED);
         }
         let marker = if current { "▶" } else { " " };
+        // An OOM entry's address field holds the device's free memory.
+        let addr = if e.action == TraceAction::Oom {
+            format!("free {}", units::bytes(e.addr))
+        } else {
+            units::address(e.addr)
+        };
         let line = Line::from(vec![
             Span::styled(format!("{}{} ", marker, right(&time, TIME_WIDTH)), base),
             Span::styled(
@@ -140,7 +146,7 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
             Span::styled(
                 format!(
                     "{}{}{}  {}    {}",
-                    right(&units::address(e.addr), 15),
+                    right(&addr, 15),
                     right(&units::bytes(e.size), 9),
                     right(&format!("s{}", e.stream), 5),
                     pool,
