@@ -180,7 +180,7 @@ pub struct OomFact {
     /// stream and the device's free memory are not known (0).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub event_lost: bool,
-    /// Why it failed ([`diagnose`](crate::diagnosis::diagnose)), with the numbers: for a trace
+    /// Why it failed ([`diagnose`]), with the numbers: for a trace
     /// entry, at the state the trace's replay reached there; for an agent's record, from its
     /// figures. `None` when the replay did not reproduce the recording, or the request was lost.
     pub diagnosis: Option<Diagnosis>,
