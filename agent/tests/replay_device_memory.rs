@@ -2,39 +2,19 @@
 //! describing the recording (its device, its OOMs, its peaks), and the other size is a what-if
 //! column of its own, labelled with the size, under the recorded settings.
 
-use std::sync::Arc;
+#[path = "support/oom_recording.rs"]
+mod oom_recording;
 
 use allocview_agent::diagnosis::DiagnosisKind;
 use allocview_agent::replay::{self, RECORDED_LABEL, ReplaySettings, resized_label};
 use allocview_agent::summary::{StatsWindow, summarize};
-use allocview_alloc::caching::backend::StreamId;
-use allocview_alloc::caching::sim::SimBackend;
-use allocview_alloc::caching::{AllocatorConfig, CachingAllocator, HistoryOptions};
 use allocview_alloc::snapshot::Snapshot;
+use oom_recording::*;
 
-const MIB: u64 = 1 << 20;
-const GIB: u64 = 1 << 30;
-/// The live block that fills most of the recording's 1 GiB device.
-const LIVE: u64 = 800 * MIB;
-/// The request that fails on the recording's device.
-const TOO_BIG: u64 = 300 * MIB;
-/// An allocation after the OOM.
-const AFTER: u64 = 50 * MIB;
 /// A device far larger than the recording's.
 const LARGE_DEVICE: u64 = 80 * GIB;
 /// A device smaller than the live block.
 const SMALL_DEVICE: u64 = 600 * MIB;
-
-/// Records on a 1 GiB device: hold [`LIVE`], fail on [`TOO_BIG`], then allocate [`AFTER`].
-fn record() -> Snapshot {
-    let alloc = CachingAllocator::new(Arc::new(SimBackend::new(GIB)), AllocatorConfig::default());
-    alloc.record_history(HistoryOptions::default());
-    let s = StreamId::DEFAULT;
-    let _live = alloc.malloc(LIVE, s).unwrap();
-    assert!(alloc.malloc(TOO_BIG, s).is_err());
-    alloc.malloc(AFTER, s).unwrap();
-    alloc.snapshot()
-}
 
 fn replay_on(
     snap: &Snapshot,

@@ -2,33 +2,12 @@
 //! that block (it is given back at once, since the recorded program never had it), so the
 //! run's peaks include it.
 
-use std::sync::Arc;
+#[path = "support/oom_recording.rs"]
+mod oom_recording;
 
 use allocview_agent::replay::{self, Placement, RunOptions};
-use allocview_alloc::caching::backend::StreamId;
-use allocview_alloc::caching::sim::SimBackend;
-use allocview_alloc::caching::{AllocatorConfig, CachingAllocator, HistoryOptions};
-use allocview_alloc::snapshot::Snapshot;
-
-const MIB: u64 = 1 << 20;
-const GIB: u64 = 1 << 30;
-/// The live block that fills most of the recording's device.
-const LIVE: u64 = 800 * MIB;
-/// The request that fails on the recording's 1 GiB device.
-const TOO_BIG: u64 = 300 * MIB;
-/// An allocation after the OOM.
-const AFTER: u64 = 50 * MIB;
-
-/// Records on a 1 GiB device: hold [`LIVE`], fail on [`TOO_BIG`], then allocate [`AFTER`].
-fn record() -> Snapshot {
-    let alloc = CachingAllocator::new(Arc::new(SimBackend::new(GIB)), AllocatorConfig::default());
-    alloc.record_history(HistoryOptions::default());
-    let s = StreamId::DEFAULT;
-    let _live = alloc.malloc(LIVE, s).unwrap();
-    assert!(alloc.malloc(TOO_BIG, s).is_err());
-    alloc.malloc(AFTER, s).unwrap();
-    alloc.snapshot()
-}
+use allocview_alloc::caching::AllocatorConfig;
+use oom_recording::*;
 
 #[test]
 fn a_what_if_that_rescues_the_recorded_oom_counts_the_rescued_block_in_its_peaks() {
