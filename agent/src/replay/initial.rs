@@ -359,17 +359,12 @@ impl MappedRanges {
         if end <= addr {
             return;
         }
-        let overlapping: Vec<u64> = self
-            .ranges
-            .range(..end)
-            .rev()
-            .take_while(|&(_, &(e, _, _))| e > addr)
-            .map(|(&s, _)| s)
-            .collect();
-        for s in overlapping {
-            let Some((e, stream, pool)) = self.ranges.remove(&s) else {
-                continue;
-            };
+        // The overlapping ranges start before `end` and end after `addr`: take them from the
+        // last one down (the pieces left outside `[addr, end)` no longer overlap it).
+        while let Some((&s, &(e, stream, pool))) = self.ranges.range(..end).next_back()
+            && e > addr
+        {
+            self.ranges.remove(&s);
             if s < addr {
                 self.ranges.insert(s, (addr, stream, pool));
             }
