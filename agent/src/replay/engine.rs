@@ -402,8 +402,8 @@ impl<'a> Replayer<'a> {
                 // Completion changes what is active, not what is allocated or reserved.
                 TraceAction::FreeCompleted => self.replay_free_completed(i, e),
                 TraceAction::SegmentFree | TraceAction::SegmentUnmap => {
-                    if let Some(kind) = self.plan.free_run(i) {
-                        self.replay_free_run(kind, entries, i);
+                    if let Some((kind, end)) = self.plan.free_run_span(i) {
+                        self.replay_free_run(kind, &entries[i..end], entries.get(end), i);
                         self.sample();
                     }
                     self.recorded_reserved = self.recorded_reserved.saturating_sub(e.size);
@@ -806,32 +806,35 @@ impl Replayer<'_> {
         }
     }
 
-    fn replay_free_run(&mut self, kind: FreeRun, entries: &[TraceEntry], index: usize) {
+    /// Replays the run of releases `run` (its first entry at `index`), followed in the trace by
+    /// `after` (the plan already found where the run ends).
+    fn replay_free_run(
+        &mut self,
+        kind: FreeRun,
+        run: &[TraceEntry],
+        after: Option<&TraceEntry>,
+        index: usize,
+    ) {
         match kind {
             FreeRun::EmptyCache => self.empty_cache(index),
-            FreeRun::Retry => {
-                let run = &entries[index..];
-                let released: u64 = run
-                    .iter()
-                    .take_while(|n| is_release(n.action))
-                    .map(|n| n.size)
-                    .fold(0, u64::saturating_add);
-                match run.iter().find(|n| !is_release(n.action)) {
-                    // The allocator released its cache (release_cached_blocks in PyTorch's
-                    // CUDACachingAllocator.cpp) and the allocation still failed (spec
-                    // "Malloc" 5(d), then 6). No replayed `malloc` follows to retry by itself:
-                    // a fidelity run only diagnoses a recorded `oom`, and a what-if run
-                    // attempts it on the state the recording reached. So release the cache
-                    // here, whatever room the replay's device has.
-                    Some(n) if n.action == TraceAction::Oom => self.empty_cache(index),
-                    // The retry made room for a new segment: the replayed `malloc` retries by
-                    // itself on a device as full as the recording's. What-if runs do the same,
-                    // so a what-if under the recorded settings is the fidelity run.
-                    Some(n) => self.squeeze_for_retry(n.size, released),
-                    // The plan takes a run the trace ends with for an `empty_cache`.
-                    None => self.empty_cache(index),
+            FreeRun::Retry => match after {
+                // The allocator released its cache (release_cached_blocks in PyTorch's
+                // CUDACachingAllocator.cpp) and the allocation still failed (spec
+                // "Malloc" 5(d), then 6). No replayed `malloc` follows to retry by itself:
+                // a fidelity run only diagnoses a recorded `oom`, and a what-if run
+                // attempts it on the state the recording reached. So release the cache
+                // here, whatever room the replay's device has.
+                Some(n) if n.action == TraceAction::Oom => self.empty_cache(index),
+                // The retry made room for a new segment: the replayed `malloc` retries by
+                // itself on a device as full as the recording's. What-if runs do the same,
+                // so a what-if under the recorded settings is the fidelity run.
+                Some(n) => {
+                    let released = run.iter().map(|r| r.size).fold(0, u64::saturating_add);
+                    self.squeeze_for_retry(n.size, released);
                 }
-            }
+                // The plan takes a run the trace ends with for an `empty_cache`.
+                None => self.empty_cache(index),
+            },
         }
     }
 

@@ -35,8 +35,9 @@ pub enum FreeRun {
 pub struct TracePlan {
     /// For each `free_requested`: whether its completion was deferred (not the next entry).
     deferred: Vec<bool>,
-    /// For the first `segment_free` of each run: what the run was.
-    runs: HashMap<usize, FreeRun>,
+    /// For the first `segment_free` of each run: what the run was, and the index of the
+    /// first entry after it.
+    runs: HashMap<usize, (FreeRun, usize)>,
     /// Distinct stream ids the trace names, in first-seen order.
     pub streams: Vec<u64>,
 }
@@ -80,7 +81,7 @@ impl TracePlan {
                             Some(TraceAction::Oom) => FreeRun::Retry,
                             _ => FreeRun::EmptyCache,
                         };
-                        runs.insert(i, kind);
+                        runs.insert(i, (kind, i + len));
                     }
                 }
                 _ => {}
@@ -100,6 +101,12 @@ impl TracePlan {
 
     /// The kind of the `segment_free` run that starts at `index`, if one does.
     pub fn free_run(&self, index: usize) -> Option<FreeRun> {
+        self.free_run_span(index).map(|(kind, _)| kind)
+    }
+
+    /// The kind of the `segment_free` run that starts at `index`, if one does, and the index of
+    /// the first entry after the run (the trace's length when the run ends it).
+    pub fn free_run_span(&self, index: usize) -> Option<(FreeRun, usize)> {
         self.runs.get(&index).copied()
     }
 }
