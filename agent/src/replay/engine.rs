@@ -388,7 +388,9 @@ impl<'a> Replayer<'a> {
         let mut pending_segment: Option<(u64, u64)> = None;
         for (i, e) in entries.iter().enumerate() {
             match e.action {
-                TraceAction::SegmentAlloc => {
+                // A new segment, or an expandable segment grew: the next `alloc` made it (a new
+                // reservation starts at its first mapping's address).
+                TraceAction::SegmentAlloc | TraceAction::SegmentMap => {
                     self.recorded_reserved = self.recorded_reserved.saturating_add(e.size);
                     pending_segment = Some((e.addr, e.size));
                 }
@@ -412,12 +414,6 @@ impl<'a> Replayer<'a> {
                     pending_segment = None;
                     self.replay_recorded_oom(i, e);
                     self.sample();
-                }
-                // An expandable segment grew: the next `alloc` made it (a new reservation starts
-                // at its first mapping's address).
-                TraceAction::SegmentMap => {
-                    self.recorded_reserved = self.recorded_reserved.saturating_add(e.size);
-                    pending_segment = Some((e.addr, e.size));
                 }
                 TraceAction::Snapshot | TraceAction::UserDefined => {}
             }
@@ -446,8 +442,9 @@ impl<'a> Replayer<'a> {
         if compare && let Some(end) = &end {
             self.fidelity.final_state_matches = Some(same_layout(self.snapshot, end, self.device));
         }
+        let stats = self.alloc.device_stats();
         self.figures.device_mallocs =
-            (self.alloc.device_stats().num_device_alloc - self.base_device_alloc).max(0) as u64;
+            (stats.num_device_alloc - self.base_device_alloc).max(0) as u64;
         if self.suppressed_warnings > 0 {
             self.warnings.push(format!(
                 "... and {} more warnings",
@@ -455,7 +452,6 @@ impl<'a> Replayer<'a> {
             ));
         }
         self.initial.warnings = self.warnings;
-        let stats = self.alloc.device_stats();
         // The allocator's own peaks (reset after the initial state was installed) see every
         // moment of the trace window, within calls too; the samples see the state between
         // entries.
