@@ -192,23 +192,21 @@ pub fn replay(
     let resized = device_memory.filter(|&m| fidelity_opts.device_memory != Some(m));
     let mut runs_opts: Vec<RunOptions> = Vec::with_capacity(configs.len() + 1);
     if let Some(m) = resized {
-        runs_opts.push(RunOptions {
-            config: fidelity_opts.config.clone(),
-            label: resized_label(m),
+        runs_opts.push(RunOptions::what_if(
+            fidelity_opts.config.clone(),
+            resized_label(m),
             device_memory,
-            placement: Placement::Free,
-            keep_history: false,
-        });
+            false,
+        ));
     }
     let what_if_start = runs_opts.len();
     for (label, config) in settings.configs.iter().zip(configs) {
-        runs_opts.push(RunOptions {
+        runs_opts.push(RunOptions::what_if(
             config,
-            label: config_label(label),
+            config_label(label),
             device_memory,
-            placement: Placement::Free,
-            keep_history: settings.keep_history,
-        });
+            settings.keep_history,
+        ));
     }
     let total = entries.len() * (1 + runs_opts.len());
 

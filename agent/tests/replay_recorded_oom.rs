@@ -10,7 +10,7 @@ mod layout;
 
 use std::sync::Arc;
 
-use allocview_agent::replay::{self, Placement, ReplaySettings, RunOptions};
+use allocview_agent::replay::{self, ReplaySettings, RunOptions};
 use allocview_agent::summary::{StatsWindow, summarize};
 use allocview_alloc::caching::backend::StreamId;
 use allocview_alloc::caching::sim::SimBackend;
@@ -159,13 +159,7 @@ fn the_replayed_stats_over_the_trace_equal_the_recording_and_summary_knows_the_p
 #[test]
 fn a_what_if_under_the_recorded_settings_meets_the_oom_again_and_ends_the_same() {
     let (snap, _) = recorded_oom_dump();
-    let opts = RunOptions {
-        config: AllocatorConfig::default(),
-        label: "defaults".into(),
-        device_memory: Some(GIB),
-        placement: Placement::Free,
-        keep_history: true,
-    };
+    let opts = RunOptions::what_if(AllocatorConfig::default(), "defaults", Some(GIB), true);
     let r = replay::engine::run(&snap, &opts, &mut |_| {}).unwrap();
     assert_eq!(r.figures.ooms, 1, "{:?}", r.figures);
     assert_eq!(r.figures.first_oom.as_ref().unwrap().index, 7);

@@ -15,7 +15,7 @@ mod layout;
 
 use std::sync::Arc;
 
-use allocview_agent::replay::{self, Placement, ReplaySettings, RunOptions};
+use allocview_agent::replay::{self, ReplaySettings, RunOptions};
 use allocview_alloc::caching::backend::StreamId;
 use allocview_alloc::caching::sim::SimBackend;
 use allocview_alloc::caching::{AllocatorConfig, CachingAllocator, ContextLevel, HistoryOptions};
@@ -136,13 +136,12 @@ fn a_partial_oversize_release_replays_exactly_when_the_file_names_no_device_size
 #[test]
 fn a_what_if_under_the_recorded_settings_releases_the_same_oversize_segment() {
     let snap = record(MAX_SPLIT_CONF, REQUEST, AFTER);
-    let opts = RunOptions {
-        config: AllocatorConfig::parse(MAX_SPLIT_CONF).unwrap(),
-        label: MAX_SPLIT_CONF.into(),
-        device_memory: Some(GIB),
-        placement: Placement::Free,
-        keep_history: true,
-    };
+    let opts = RunOptions::what_if(
+        AllocatorConfig::parse(MAX_SPLIT_CONF).unwrap(),
+        MAX_SPLIT_CONF,
+        Some(GIB),
+        true,
+    );
     let r = replay::engine::run(&snap, &opts, &mut |_| {}).unwrap();
     assert_eq!(r.figures.ooms, 0, "{:?}", r.figures);
     let replayed = r.snapshot.unwrap();

@@ -5,20 +5,14 @@
 #[path = "support/oom_recording.rs"]
 mod oom_recording;
 
-use allocview_agent::replay::{self, Placement, RunOptions};
+use allocview_agent::replay::{self, RunOptions};
 use allocview_alloc::caching::AllocatorConfig;
 use oom_recording::*;
 
 #[test]
 fn a_what_if_that_rescues_the_recorded_oom_counts_the_rescued_block_in_its_peaks() {
     let snap = record();
-    let opts = RunOptions {
-        config: AllocatorConfig::default(),
-        label: "2 GiB".into(),
-        device_memory: Some(2 * GIB),
-        placement: Placement::Free,
-        keep_history: false,
-    };
+    let opts = RunOptions::what_if(AllocatorConfig::default(), "2 GiB", Some(2 * GIB), false);
     let r = replay::engine::run(&snap, &opts, &mut |_| {}).unwrap();
     assert_eq!(r.figures.ooms, 0, "{:?}", r.figures);
     assert_eq!(r.figures.peak_allocated, LIVE + TOO_BIG, "{:?}", r.figures);

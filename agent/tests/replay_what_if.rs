@@ -6,9 +6,7 @@
 mod support;
 
 use allocview_agent::diagnosis::{DiagnosisKind, what_if_avoided};
-use allocview_agent::replay::{
-    self, Placement, RECORDED_LABEL, ReplaySettings, RunOptions, RunStart,
-};
+use allocview_agent::replay::{self, RECORDED_LABEL, ReplaySettings, RunOptions, RunStart};
 use allocview_alloc::caching::AllocatorConfig;
 use allocview_alloc::snapshot::{BlockState, Snapshot, TraceAction, TraceEntry};
 
@@ -107,13 +105,12 @@ fn a_fragmenting_trace_ooms_at_default_settings_and_expandable_segments_avoid_it
 #[test]
 fn a_what_if_run_at_ample_memory_has_no_oom_and_counts_its_device_mallocs() {
     let snap = fragmenting_trace();
-    let opts = RunOptions {
-        config: AllocatorConfig::default(),
-        label: "defaults".into(),
-        device_memory: Some(16 * GIB),
-        placement: Placement::Free,
-        keep_history: false,
-    };
+    let opts = RunOptions::what_if(
+        AllocatorConfig::default(),
+        "defaults",
+        Some(16 * GIB),
+        false,
+    );
     let r = replay::engine::run(&snap, &opts, &mut |_| {}).unwrap();
     assert_eq!(r.figures.ooms, 0);
     assert_eq!(r.figures.device_mallocs, 2);

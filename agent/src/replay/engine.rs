@@ -116,6 +116,23 @@ impl RunOptions {
             keep_history,
         })
     }
+
+    /// A what-if run's options: `config`, labelled `label`, on a device of `device_memory`
+    /// bytes (`None`: unlimited), without address checks ([`Placement::Free`]).
+    pub fn what_if(
+        config: AllocatorConfig,
+        label: impl Into<String>,
+        device_memory: Option<u64>,
+        keep_history: bool,
+    ) -> RunOptions {
+        RunOptions {
+            config,
+            label: label.into(),
+            device_memory,
+            placement: Placement::Free,
+            keep_history,
+        }
+    }
 }
 
 /// What one replay produced.

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use allocview_alloc::caching::AllocatorConfig;
 use allocview_alloc::snapshot::Snapshot;
 
-use crate::replay::engine::{self, Placement, ReplayError, RunOptions, recorded_config};
+use crate::replay::engine::{self, ReplayError, RunOptions, recorded_config};
 use crate::replay::report::OomEvent;
 
 /// The settings tried: expandable segments (no fragmentation across segments), and
@@ -48,13 +48,7 @@ pub fn what_if_avoided(snapshot: &Snapshot, capacity: u64) -> Vec<WhatIfOutcome>
     }
     let mut out: Vec<WhatIfOutcome> = Vec::new();
     for (label, config) in runs {
-        let opts = RunOptions {
-            config,
-            label: label.clone(),
-            device_memory: Some(capacity),
-            placement: Placement::Free,
-            keep_history: false,
-        };
+        let opts = RunOptions::what_if(config, label.clone(), Some(capacity), false);
         match engine::run(snapshot, &opts, &mut |_| {}) {
             Ok(r) => out.push(WhatIfOutcome {
                 config: label,
