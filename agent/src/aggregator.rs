@@ -811,38 +811,37 @@ impl Aggregator {
             d.recent.push(seq, e);
         }
         let mut lost_marker = false;
-        if d.fenced(e, &mut lost_marker) {
-            // The resync's stats already count it, but it still gets its record and dump.
-            if e.action == EventAction::Oom {
-                self.on_oom(e);
+        if !d.fenced(e, &mut lost_marker) {
+            if lost_marker {
+                self.needs_resync = true;
             }
-            return;
-        }
-        if lost_marker {
-            self.needs_resync = true;
-        }
-        match d.mirror.apply(e) {
-            Ok(applied) => {
-                let pool = applied.pool.unwrap_or_else(|| pool_key(e));
-                match e.action {
-                    EventAction::Alloc => {
-                        d.hist
-                            .record_alloc(pool, e.stream, e.requested, e.latency_ns)
-                    }
-                    EventAction::FreeCompleted | EventAction::Free => {
-                        if let Some(l) = applied.lifetime_ns {
-                            d.hist.record_lifetime(pool, e.stream, l);
+            match d.mirror.apply(e) {
+                Ok(applied) => {
+                    let pool = applied.pool.unwrap_or_else(|| pool_key(e));
+                    match e.action {
+                        EventAction::Alloc => {
+                            d.hist
+                                .record_alloc(pool, e.stream, e.requested, e.latency_ns)
                         }
+                        EventAction::FreeCompleted | EventAction::Free => {
+                            if let Some(l) = applied.lifetime_ns {
+                                d.hist.record_lifetime(pool, e.stream, l);
+                            }
+                        }
+                        _ => {}
                     }
-                    EventAction::Oom => self.on_oom(e),
-                    _ => {}
+                }
+                Err(err) => {
+                    self.inconsistencies += 1;
+                    self.needs_resync = true;
+                    tracing::debug!(device = e.device, %err, "event does not fit the mirror");
                 }
             }
-            Err(err) => {
-                self.inconsistencies += 1;
-                self.needs_resync = true;
-                tracing::debug!(device = e.device, %err, "event does not fit the mirror");
-            }
+        }
+        // Fenced or not (a fenced one is already in the resync's stats), an OOM gets its
+        // record and dump; the mirror never refuses an `oom` event.
+        if e.action == EventAction::Oom {
+            self.on_oom(e);
         }
     }
 
