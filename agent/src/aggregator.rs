@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::{self, Thread};
 use std::time::{Duration, Instant};
 
-use allocview_alloc::caching::stats::{DeviceStats, StatType};
+use allocview_alloc::caching::stats::{DeviceStats, StatArray, StatType};
 use allocview_alloc::event::{CPU_DEVICE, Event, EventAction, EventPool, now_ns};
 use allocview_alloc::snapshot::Snapshot;
 use crossbeam_channel::{Receiver, Sender, TryRecvError, TrySendError};
@@ -179,6 +179,11 @@ pub(crate) struct AggregatorConfig {
     pub host: Option<Arc<dyn HostProvider>>,
     pub dumper: OomDumper,
     pub max_dumps: u64,
+}
+
+/// An array's `all` current figure, as bytes or a count (0 if it went negative).
+fn all_current(a: &StatArray) -> u64 {
+    a.get(StatType::All).current.max(0) as u64
 }
 
 /// How the aggregator learnt of an OOM ([`Aggregator::oom_record`]).
@@ -440,14 +445,11 @@ impl DeviceAgg {
 
     fn sample(&self, time_ns: u64) -> UsageSample {
         let s = self.mirror.stats();
-        let cur = |a: &allocview_alloc::caching::stats::StatArray| {
-            a.get(StatType::All).current.max(0) as u64
-        };
         UsageSample {
             time_ns,
-            allocated: cur(&s.allocated_bytes),
-            reserved: cur(&s.reserved_bytes),
-            active: cur(&s.active_bytes),
+            allocated: all_current(&s.allocated_bytes),
+            reserved: all_current(&s.reserved_bytes),
+            active: all_current(&s.active_bytes),
         }
     }
 
@@ -898,17 +900,14 @@ impl Aggregator {
         let interval = self.cfg.sample_interval;
         let d = self.devices.entry(device, interval, self.cfg.recent_events);
         let s = d.mirror.stats();
-        let cur = |a: &allocview_alloc::caching::stats::StatArray| {
-            a.get(StatType::All).current.max(0) as u64
-        };
         let mut rec = OomRecord {
             index,
             time_ns,
             device,
-            allocated: cur(&s.allocated_bytes),
-            reserved: cur(&s.reserved_bytes),
+            allocated: all_current(&s.allocated_bytes),
+            reserved: all_current(&s.reserved_bytes),
             largest_free_block: d.mirror.largest_free_block(),
-            inactive_split_bytes: cur(&s.inactive_split_bytes),
+            inactive_split_bytes: all_current(&s.inactive_split_bytes),
             total_memory: d.total_memory,
             ..OomRecord::default()
         };
