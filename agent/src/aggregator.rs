@@ -122,9 +122,10 @@ pub(crate) enum StateScope {
     /// Everything: segments, streams, pools, timeline, recent events and their frames, OOMs.
     Full,
     /// What [`prometheus::render`](crate::prometheus::render) reads: per device its index,
-    /// memory, stats and histograms; the host counters; the pipeline. The segment map, streams,
-    /// pools, timeline, recent events and OOM records stay empty, so a scrape neither copies
-    /// the mirror nor resolves frames on the aggregator's thread.
+    /// memory, stats and per-pool histograms; the host counters; the pipeline. The segment map,
+    /// streams, pools, timeline, recent events, the all-pool and per-stream histograms and OOM
+    /// records stay empty, so a scrape neither copies the mirror, merges histograms it does not
+    /// show nor resolves frames on the aggregator's thread.
     Metrics,
 }
 
@@ -491,7 +492,7 @@ impl DeviceAgg {
                 total_memory: self.total_memory,
                 allowed_memory: self.allowed,
                 stats: self.mirror.stats().clone(),
-                histograms: self.hist.summary(),
+                histograms: self.hist.pool_summary(),
                 ..DeviceState::default()
             };
         }
