@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::{self, Thread};
 use std::time::{Duration, Instant};
 
-use allocview_alloc::caching::stats::{DeviceStats, StatType};
+use allocview_alloc::caching::stats::{DeviceStats, StatArray, StatType};
 use allocview_alloc::event::{CPU_DEVICE, Event, EventAction, EventPool, now_ns};
 use allocview_alloc::snapshot::Snapshot;
 use crossbeam_channel::{Receiver, Sender, TryRecvError, TrySendError};
@@ -122,9 +122,10 @@ pub(crate) enum StateScope {
     /// Everything: segments, streams, pools, timeline, recent events and their frames, OOMs.
     Full,
     /// What [`prometheus::render`](crate::prometheus::render) reads: per device its index,
-    /// memory, stats and histograms; the host counters; the pipeline. The segment map, streams,
-    /// pools, timeline, recent events and OOM records stay empty, so a scrape neither copies
-    /// the mirror nor resolves frames on the aggregator's thread.
+    /// memory, stats and per-pool histograms; the host counters; the pipeline. The segment map,
+    /// streams, pools, timeline, recent events, the all-pool and per-stream histograms and OOM
+    /// records stay empty, so a scrape neither copies the mirror, merges histograms it does not
+    /// show nor resolves frames on the aggregator's thread.
     Metrics,
 }
 
@@ -179,6 +180,11 @@ pub(crate) struct AggregatorConfig {
     pub host: Option<Arc<dyn HostProvider>>,
     pub dumper: OomDumper,
     pub max_dumps: u64,
+}
+
+/// An array's `all` current figure, as bytes or a count (0 if it went negative).
+fn all_current(a: &StatArray) -> u64 {
+    a.get(StatType::All).current.max(0) as u64
 }
 
 /// How the aggregator learnt of an OOM ([`Aggregator::oom_record`]).
@@ -440,14 +446,11 @@ impl DeviceAgg {
 
     fn sample(&self, time_ns: u64) -> UsageSample {
         let s = self.mirror.stats();
-        let cur = |a: &allocview_alloc::caching::stats::StatArray| {
-            a.get(StatType::All).current.max(0) as u64
-        };
         UsageSample {
             time_ns,
-            allocated: cur(&s.allocated_bytes),
-            reserved: cur(&s.reserved_bytes),
-            active: cur(&s.active_bytes),
+            allocated: all_current(&s.allocated_bytes),
+            reserved: all_current(&s.reserved_bytes),
+            active: all_current(&s.active_bytes),
         }
     }
 
@@ -489,7 +492,7 @@ impl DeviceAgg {
                 total_memory: self.total_memory,
                 allowed_memory: self.allowed,
                 stats: self.mirror.stats().clone(),
-                histograms: self.hist.summary(),
+                histograms: self.hist.pool_summary(),
                 ..DeviceState::default()
             };
         }
@@ -811,38 +814,37 @@ impl Aggregator {
             d.recent.push(seq, e);
         }
         let mut lost_marker = false;
-        if d.fenced(e, &mut lost_marker) {
-            // The resync's stats already count it, but it still gets its record and dump.
-            if e.action == EventAction::Oom {
-                self.on_oom(e);
+        if !d.fenced(e, &mut lost_marker) {
+            if lost_marker {
+                self.needs_resync = true;
             }
-            return;
-        }
-        if lost_marker {
-            self.needs_resync = true;
-        }
-        match d.mirror.apply(e) {
-            Ok(applied) => {
-                let pool = applied.pool.unwrap_or_else(|| pool_key(e));
-                match e.action {
-                    EventAction::Alloc => {
-                        d.hist
-                            .record_alloc(pool, e.stream, e.requested, e.latency_ns)
-                    }
-                    EventAction::FreeCompleted | EventAction::Free => {
-                        if let Some(l) = applied.lifetime_ns {
-                            d.hist.record_lifetime(pool, e.stream, l);
+            match d.mirror.apply(e) {
+                Ok(applied) => {
+                    let pool = applied.pool.unwrap_or_else(|| pool_key(e));
+                    match e.action {
+                        EventAction::Alloc => {
+                            d.hist
+                                .record_alloc(pool, e.stream, e.requested, e.latency_ns)
                         }
+                        EventAction::FreeCompleted | EventAction::Free => {
+                            if let Some(l) = applied.lifetime_ns {
+                                d.hist.record_lifetime(pool, e.stream, l);
+                            }
+                        }
+                        _ => {}
                     }
-                    EventAction::Oom => self.on_oom(e),
-                    _ => {}
+                }
+                Err(err) => {
+                    self.inconsistencies += 1;
+                    self.needs_resync = true;
+                    tracing::debug!(device = e.device, %err, "event does not fit the mirror");
                 }
             }
-            Err(err) => {
-                self.inconsistencies += 1;
-                self.needs_resync = true;
-                tracing::debug!(device = e.device, %err, "event does not fit the mirror");
-            }
+        }
+        // Fenced or not (a fenced one is already in the resync's stats), an OOM gets its
+        // record and dump; the mirror never refuses an `oom` event.
+        if e.action == EventAction::Oom {
+            self.on_oom(e);
         }
     }
 
@@ -899,17 +901,14 @@ impl Aggregator {
         let interval = self.cfg.sample_interval;
         let d = self.devices.entry(device, interval, self.cfg.recent_events);
         let s = d.mirror.stats();
-        let cur = |a: &allocview_alloc::caching::stats::StatArray| {
-            a.get(StatType::All).current.max(0) as u64
-        };
         let mut rec = OomRecord {
             index,
             time_ns,
             device,
-            allocated: cur(&s.allocated_bytes),
-            reserved: cur(&s.reserved_bytes),
+            allocated: all_current(&s.allocated_bytes),
+            reserved: all_current(&s.reserved_bytes),
             largest_free_block: d.mirror.largest_free_block(),
-            inactive_split_bytes: cur(&s.inactive_split_bytes),
+            inactive_split_bytes: all_current(&s.inactive_split_bytes),
             total_memory: d.total_memory,
             ..OomRecord::default()
         };

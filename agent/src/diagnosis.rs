@@ -309,8 +309,7 @@ const UNITS: usize = 6;
 
 /// A byte count in binary units with `decimals` decimals (`512 B` below 1 KiB), up to PiB. A
 /// value that would round to 1024 of a unit is given in the next (1048575 B is `1.00 MiB`).
-pub fn human_with(bytes: u64, decimals: i32) -> String {
-    let decimals = decimals.max(0) as usize;
+pub fn human_with(bytes: u64, decimals: usize) -> String {
     allocview_alloc::stats::binary_size(bytes, UNITS, |_| decimals)
 }
 

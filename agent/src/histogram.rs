@@ -281,34 +281,35 @@ impl DeviceHistograms {
         found
     }
 
+    /// Each pool's set (all its streams), the staged values included.
+    fn pool_sets(&self) -> BTreeMap<PoolKey, HistSet> {
+        let mut by_pool: BTreeMap<PoolKey, HistSet> = BTreeMap::new();
+        for ((pool, _), set) in &self.pairs {
+            by_pool.entry(*pool).or_default().add(set);
+        }
+        for ((pool, _), kind, value) in self.staged() {
+            by_pool.entry(*pool).or_default().record(kind, value);
+        }
+        by_pool
+    }
+
     /// Summaries of every set, and of all pools together.
     pub fn summary(&self) -> Histograms {
+        let by_pool = self.pool_sets();
         let mut all = HistSet::default();
-        let mut by_pool: BTreeMap<PoolKey, HistSet> = BTreeMap::new();
-        let mut by_stream: BTreeMap<u64, HistSet> = BTreeMap::new();
-        for ((pool, stream), set) in &self.pairs {
+        for set in by_pool.values() {
             all.add(set);
-            by_pool.entry(*pool).or_default().add(set);
+        }
+        let mut by_stream: BTreeMap<u64, HistSet> = BTreeMap::new();
+        for ((_, stream), set) in &self.pairs {
             by_stream.entry(*stream).or_default().add(set);
         }
-        for ((pool, stream), kind, value) in self.staged() {
-            for set in [
-                &mut all,
-                by_pool.entry(*pool).or_default(),
-                by_stream.entry(*stream).or_default(),
-            ] {
-                set.record(kind, value);
-            }
+        for ((_, stream), kind, value) in self.staged() {
+            by_stream.entry(*stream).or_default().record(kind, value);
         }
         Histograms {
             all: all.summary(),
-            by_pool: by_pool
-                .into_iter()
-                .map(|(pool, set)| PoolHistograms {
-                    pool,
-                    set: set.summary(),
-                })
-                .collect(),
+            by_pool: pool_histograms(by_pool),
             by_stream: by_stream
                 .into_iter()
                 .map(|(stream, set)| StreamHistograms {
@@ -318,6 +319,26 @@ impl DeviceHistograms {
                 .collect(),
         }
     }
+
+    /// The summaries of each pool only (what `/metrics` shows); `all` and `by_stream` stay
+    /// empty.
+    pub fn pool_summary(&self) -> Histograms {
+        Histograms {
+            by_pool: pool_histograms(self.pool_sets()),
+            ..Histograms::default()
+        }
+    }
+}
+
+/// The summaries of per-pool sets, in pool order.
+fn pool_histograms(by_pool: BTreeMap<PoolKey, HistSet>) -> Vec<PoolHistograms> {
+    by_pool
+        .into_iter()
+        .map(|(pool, set)| PoolHistograms {
+            pool,
+            set: set.summary(),
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -57,18 +57,16 @@ impl PickleValue {
     pub fn described(&self) -> &'static str {
         match self {
             PickleValue::None => "None",
+            PickleValue::Bool(_) => "a bool",
             PickleValue::Int(_) | PickleValue::BigInt(_) => "an int",
-            other => match other.type_name() {
-                "bool" => "a bool",
-                "float" => "a float",
-                "str" => "a str",
-                "bytes" => "a bytes object",
-                "list" => "a list",
-                "tuple" => "a tuple",
-                "dict" => "a dict",
-                "set" => "a set",
-                _ => "a frozenset",
-            },
+            PickleValue::Float(_) => "a float",
+            PickleValue::Str(_) => "a str",
+            PickleValue::Bytes(_) => "a bytes object",
+            PickleValue::List(_) => "a list",
+            PickleValue::Tuple(_) => "a tuple",
+            PickleValue::Dict(_) => "a dict",
+            PickleValue::Set(_) => "a set",
+            PickleValue::FrozenSet(_) => "a frozenset",
         }
     }
 
