@@ -1060,6 +1060,11 @@ impl Aggregator {
     fn check_resync(&mut self) {
         let dropped = self.rx.shared().dropped_total();
         if dropped == self.seen_dropped && !self.needs_resync {
+            // A producer counts a dropped OOM after its drop (two relaxed adds): a resync that
+            // read the total between the two did not see the OOM, which is recorded now.
+            if self.rx.shared().dropped_ooms_by_device() != self.seen_dropped_ooms {
+                self.record_lost_ooms(Vec::new());
+            }
             return;
         }
         // Events already in the channels predate the snapshot: fold them in first.
