@@ -458,13 +458,19 @@ impl Memory {
         }
         let mut seg = self.segments.remove(&start).expect("segment found above");
         let tail_blocks = seg.blocks.split_off(&addr);
-        let mut tail = Segment {
+        // The run after the range: the segment's own facts, without its frames or the head's
+        // blocks (not cloned only to be replaced).
+        let tail = Segment {
             total_size: end - (addr + size),
+            stream: seg.stream,
+            segment_type: seg.segment_type,
+            pool_id: seg.pool_id,
+            is_expandable: seg.is_expandable,
+            frames: no_frames(),
             blocks: tail_blocks
                 .into_iter()
                 .filter(|(a, _)| *a >= addr + size)
                 .collect(),
-            ..seg.clone()
         };
         seg.total_size = addr - start;
         self.totals.reserved -= size;
@@ -472,7 +478,6 @@ impl Memory {
             self.segments.insert(start, seg);
         }
         if tail.total_size > 0 {
-            tail.frames = no_frames();
             self.segments.insert(addr + size, tail);
         }
         true
