@@ -346,7 +346,11 @@ impl App {
     /// an event that removes its block or segment, so the block is there to see.
     fn jump_to_block(&mut self) -> anyhow::Result<()> {
         let rows = self.state.trace_rows(&self.ui.trace_filter);
-        let row = self.current_row();
+        // The row `current_row` gives, from the rows at hand (not filtering the trace again).
+        let row = self
+            .ui
+            .trace_row
+            .unwrap_or_else(|| self.state.default_trace_row(&rows));
         let Some(&i) = rows.get(row) else {
             return Ok(());
         };

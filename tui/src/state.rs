@@ -264,6 +264,11 @@ impl State {
         self.host.is_some() && !self.has_device_data()
     }
 
+    /// Whether the state is a snapshot file's (time travel), not a live process's.
+    pub fn is_file(&self) -> bool {
+        matches!(self.mode, Mode::File { .. })
+    }
+
     /// Whether the picture is known to be partial (drops, resyncs or a lost trace).
     pub fn is_partial(&self) -> bool {
         self.source.dropped > 0 || self.source.resyncs > 0

@@ -2,6 +2,9 @@
 //! snapshot file without a trace, `n` in the OOM view, and histograms that read the same live
 //! and from a file.
 
+#[path = "support/screen.rs"]
+#[allow(dead_code)]
+mod screen;
 #[path = "support/builders.rs"]
 mod support;
 
@@ -30,12 +33,7 @@ fn file_app(snap: &Snapshot) -> (App, tempfile::TempDir) {
 fn drawn(app: &mut App, terminal: &mut Terminal<TestBackend>) -> String {
     app.dirty = true;
     app.draw(terminal).unwrap();
-    let buf = terminal.backend().buffer();
-    let a = buf.area;
-    (a.y..a.bottom())
-        .map(|y| (a.x..a.right()).map(|x| buf[(x, y)].symbol()).collect())
-        .collect::<Vec<String>>()
-        .join("\n")
+    screen::text(terminal.backend().buffer())
 }
 
 /// The app's screen at `w` x `h`.

@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-const MIB: u64 = 1 << 20;
+use allocview::units::MIB;
 
 /// Stream 1 caches 800 MiB and pins it with a small block in the middle; stream 2 then needs
 /// 400 MiB: an OOM under the default settings on a 1 GiB device.

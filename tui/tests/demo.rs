@@ -8,10 +8,9 @@ use allocview::cli::Scenario;
 use allocview::demo::{Demo, DemoConfig};
 use allocview::source::file::FileSource;
 use allocview::state::timetravel::CHECKPOINT_EVERY;
+use allocview::units::GIB;
 use allocview_agent::snapshot_file;
 use allocview_alloc::snapshot::BlockState;
-
-const GIB: u64 = 1 << 30;
 
 fn run(scenario: Scenario, steps: u64, dumps: &std::path::Path) -> Demo {
     let cfg = DemoConfig {

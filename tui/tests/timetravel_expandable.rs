@@ -7,14 +7,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use allocview::state::from_snapshot::PostMortem;
 use allocview::state::timetravel::CHECKPOINT_EVERY;
+use allocview::units::{KIB, MIB};
 use allocview_alloc::caching::backend::{DevicePtr, StreamId};
 use allocview_alloc::caching::history::HistoryOptions;
 use allocview_alloc::caching::sim::SimBackend;
 use allocview_alloc::caching::{AllocatorConfig, CachingAllocator};
 use allocview_alloc::snapshot::{BlockState, SegmentInfo, SegmentType, Snapshot, TraceAction};
 
-const KIB: u64 = 1 << 10;
-const MIB: u64 = 1 << 20;
 /// Device capacity of the recordings: small enough for an OOM.
 const CAPACITY: u64 = 256 * MIB;
 

@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant};
 
+use allocview_agent::summary::render::counted;
 use allocview_alloc::caching::AllocatorConfig;
 use anyhow::Context as _;
 
@@ -82,11 +83,10 @@ pub fn report_text(r: &Report) -> String {
     };
     let _ = writeln!(
         out,
-        "allocview demo ({}, device: {}, settings: {settings}): {} {} in {:.1} s",
+        "allocview demo ({}, device: {}, settings: {settings}): {} in {:.1} s",
         r.scenario,
         r.device,
-        r.steps,
-        if r.steps == 1 { "step" } else { "steps" },
+        counted(r.steps, "step", "steps"),
         r.seconds
     );
     let _ = writeln!(

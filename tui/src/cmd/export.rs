@@ -10,11 +10,11 @@
 //! read or written: a file's name never lies about its format. An extension naming no format
 //! (`--to json -o out.snapshot`) is the user's choice.
 
-use allocview_agent::summary::render::counted;
 use std::path::Path;
 
 use allocview_agent::pytorch;
 use allocview_agent::snapshot_file::{self, FileFormat};
+use allocview_agent::summary::render::counted;
 
 use super::summary::progress::load_snapshot;
 use crate::cli::{ExportArgs, ExportFormat};

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use allocview_agent::snapshot_file::{self, FileFormat};
-use allocview_alloc::snapshot::{DeviceMeta, Snapshot};
+use allocview_alloc::snapshot::Snapshot;
 
 use super::{Source, fresh_path};
 use crate::input::Seek;
@@ -66,15 +66,8 @@ impl Source for FileSource {
         Ok(true)
     }
 
-    fn save(&mut self, state: &State, dir: &Path) -> anyhow::Result<PathBuf> {
-        let mut snap = self.pm.snapshot_at(self.event);
-        // The device's facts travel with it (its size gives the summary its "% reserved").
-        snap.devices = vec![DeviceMeta {
-            device: state.source.device,
-            total_memory: state.source.total_memory,
-            trace_overflow: state.source.trace_overflow,
-            oom: None,
-        }];
+    fn save(&mut self, _state: &State, dir: &Path) -> anyhow::Result<PathBuf> {
+        let snap = self.pm.snapshot_at(self.event);
         let path = fresh_path(dir, &format!("allocview-event-{}", self.event), "json");
         snapshot_file::save(&path, &snap, FileFormat::Json)?;
         Ok(path)

@@ -482,6 +482,24 @@ mod tests {
         }
     }
 
+    /// An agent whose process started at `started_ns`, its clock at `time_ns`.
+    fn agent_at(started_ns: u64, time_ns: u64) -> AgentState {
+        let mut a = AgentState::default();
+        a.process.started_ns = started_ns;
+        a.time_ns = time_ns;
+        a
+    }
+
+    /// A usage sample at `time_ns` with allocated, reserved and active all `v`.
+    fn sample(time_ns: u64, v: u64) -> UsageSample {
+        UsageSample {
+            time_ns,
+            allocated: v,
+            reserved: v,
+            active: v,
+        }
+    }
+
     /// A one-frame stack: the tag `name` (`step 1 forward`).
     fn tag(name: &str) -> Frames {
         Arc::from(vec![allocview_alloc::snapshot::Frame::new(name, "??", 0)])
@@ -518,16 +536,8 @@ mod tests {
 
     #[test]
     fn samples_timed_before_the_process_started_are_not_charted() {
-        let mut a = AgentState::default();
-        a.process.started_ns = 10_000_000_000;
-        a.time_ns = 12_000_000_000;
+        let mut a = agent_at(10_000_000_000, 12_000_000_000);
         let mut d = DeviceState::default();
-        let sample = |time_ns, v| UsageSample {
-            time_ns,
-            allocated: v,
-            reserved: v,
-            active: v,
-        };
         // Coarse windows opened before the start, holding the maximum seen since.
         d.timeline.push(sample(4_400_000_000, 10 << 30));
         d.timeline.push(sample(9_400_000_000, 10 << 30));
@@ -559,18 +569,10 @@ mod tests {
 
     #[test]
     fn live_trace_times_count_from_the_process_start_and_keep_as_older_events_roll_out() {
-        let mut a = AgentState::default();
-        a.process.started_ns = 10_000_000_000;
-        a.time_ns = 80_000_000_000;
+        let mut a = agent_at(10_000_000_000, 80_000_000_000);
         let mut d = DeviceState::default();
-        d.timeline.push(UsageSample {
-            time_ns: 10_500_000_000,
-            ..UsageSample::default()
-        });
-        d.timeline.push(UsageSample {
-            time_ns: 76_000_000_000,
-            ..UsageSample::default()
-        });
+        d.timeline.push(sample(10_500_000_000, 0));
+        d.timeline.push(sample(76_000_000_000, 0));
         d.recent.push(recent("alloc", 0x1000, 60_000_000_000));
         d.recent.push(recent("alloc", 0x2000, 76_250_000_000));
         a.devices.push(d);
@@ -591,11 +593,9 @@ mod tests {
 
     #[test]
     fn agent_figures_map_onto_the_dashboard() {
-        let mut a = AgentState::default();
+        let mut a = agent_at(1_000_000_000, 3_000_000_000);
         a.process.pid = 7;
         a.process.name = "demo".into();
-        a.process.started_ns = 1_000_000_000;
-        a.time_ns = 3_000_000_000;
         a.pipeline.dropped_total = 4;
         let mut d = DeviceState {
             device: 0,
@@ -645,9 +645,7 @@ mod tests {
     #[test]
     fn the_host_heap_maps_over_and_is_sampled_once_per_new_state() {
         use allocview_agent::state::HostState;
-        let mut a = AgentState::default();
-        a.process.started_ns = 1_000_000_000;
-        a.time_ns = 2_000_000_000;
+        let mut a = agent_at(1_000_000_000, 2_000_000_000);
         let mut h = HostState::default();
         h.bytes.update(4096);
         h.bytes.update(1024);

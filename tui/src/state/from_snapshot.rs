@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use allocview_alloc::caching::stats::{DeviceStats, StatType};
-use allocview_alloc::snapshot::{DumpedOom, Snapshot, TraceAction, TraceEntry, Value};
+use allocview_alloc::snapshot::{DeviceMeta, DumpedOom, Snapshot, TraceAction, TraceEntry, Value};
 
 use super::histogram::{HistogramUnit, Log2Histogram};
 use super::oom::OomReport;
@@ -233,7 +233,8 @@ impl PostMortem {
         out
     }
 
-    /// The snapshot after `event` entries: the segments then and the trace so far.
+    /// The snapshot after `event` entries: the segments then, the trace so far and the
+    /// device's facts.
     pub fn snapshot_at(&self, event: usize) -> Snapshot {
         let (segments, _) = self.tt.at(event);
         let event = event.min(self.trace.len());
@@ -242,6 +243,13 @@ impl PostMortem {
         Snapshot {
             segments,
             device_traces: traces,
+            // The device's facts travel with it (its size gives the summary its "% reserved").
+            devices: vec![DeviceMeta {
+                device: self.tt.device(),
+                total_memory: self.total_memory,
+                trace_overflow: self.trace_overflow,
+                oom: None,
+            }],
             ..Snapshot::default()
         }
     }

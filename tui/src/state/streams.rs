@@ -64,6 +64,11 @@ impl StreamRow {
 /// Per-stream rows derived from the segments (a segment belongs to the stream it was
 /// allocated for), ordered by stream.
 pub fn from_segments(segments: &[SegmentInfo]) -> Vec<StreamRow> {
+    by_stream(segments).into_values().collect()
+}
+
+/// The rows of [`from_segments`] by stream.
+fn by_stream(segments: &[SegmentInfo]) -> BTreeMap<u64, StreamRow> {
     let mut rows: BTreeMap<u64, StreamRow> = BTreeMap::new();
     for seg in segments {
         let row = rows.entry(seg.stream).or_insert_with(|| StreamRow {
@@ -85,7 +90,7 @@ pub fn from_segments(segments: &[SegmentInfo]) -> Vec<StreamRow> {
             }
         }
     }
-    rows.into_values().collect()
+    rows
 }
 
 /// [`from_segments`] with each stream's peak allocated bytes from `peaks` (`(stream, peak)`,
@@ -93,10 +98,7 @@ pub fn from_segments(segments: &[SegmentInfo]) -> Vec<StreamRow> {
 /// there never held allocated bytes in the window (peak 0), and a stream that held some but
 /// has no segment left gets a row of its own.
 pub fn from_segments_with_peaks(segments: &[SegmentInfo], peaks: &[(u64, u64)]) -> Vec<StreamRow> {
-    let mut rows: BTreeMap<u64, StreamRow> = from_segments(segments)
-        .into_iter()
-        .map(|r| (r.stream, r))
-        .collect();
+    let mut rows = by_stream(segments);
     for &(stream, peak) in peaks {
         rows.entry(stream)
             .or_insert_with(|| StreamRow {

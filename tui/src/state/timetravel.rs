@@ -402,39 +402,34 @@ impl Memory {
             return false;
         }
         let end = addr + size;
-        let after = self
-            .segments
-            .get(&end)
-            .is_some_and(|s| s.joins(stream))
-            .then(|| self.segments.remove(&end))
-            .flatten();
+        let after = match self.segments.get(&end) {
+            Some(next) if next.joins(stream) => self.segments.remove(&end),
+            _ => None,
+        };
         let before = self
             .segments
-            .range(..addr)
+            .range_mut(..addr)
             .next_back()
-            .filter(|(start, seg)| *start + seg.total_size == addr && seg.joins(stream))
-            .map(|(&start, _)| start);
-        let (start, mut seg) = match before {
-            Some(start) => (
-                start,
-                self.segments.remove(&start).expect("segment found above"),
-            ),
-            None => {
-                let mut seg = Segment::new(0, stream, segment_type, true);
-                if let Some(next) = &after {
-                    seg.segment_type = next.segment_type;
-                    seg.pool_id = next.pool_id;
-                    seg.frames = next.frames.clone();
+            .filter(|(start, seg)| **start + seg.total_size == addr && seg.joins(stream));
+        match (before, after) {
+            // The run before grows over the range (and the run after, when there is one).
+            (Some((_, seg)), after) => {
+                seg.total_size += size;
+                if let Some(next) = after {
+                    seg.total_size += next.total_size;
+                    seg.blocks.extend(next.blocks);
                 }
-                (addr, seg)
             }
-        };
-        seg.total_size += size;
-        if let Some(next) = after {
-            seg.total_size += next.total_size;
-            seg.blocks.extend(next.blocks);
+            // The run after grows down over the range: it now starts at `addr`.
+            (None, Some(mut next)) => {
+                next.total_size += size;
+                self.segments.insert(addr, next);
+            }
+            (None, None) => {
+                self.segments
+                    .insert(addr, Segment::new(size, stream, segment_type, true));
+            }
         }
-        self.segments.insert(start, seg);
         self.totals.reserved += size;
         true
     }
@@ -463,13 +458,19 @@ impl Memory {
         }
         let mut seg = self.segments.remove(&start).expect("segment found above");
         let tail_blocks = seg.blocks.split_off(&addr);
-        let mut tail = Segment {
+        // The run after the range: the segment's own facts, without its frames or the head's
+        // blocks (not cloned only to be replaced).
+        let tail = Segment {
             total_size: end - (addr + size),
+            stream: seg.stream,
+            segment_type: seg.segment_type,
+            pool_id: seg.pool_id,
+            is_expandable: seg.is_expandable,
+            frames: no_frames(),
             blocks: tail_blocks
                 .into_iter()
                 .filter(|(a, _)| *a >= addr + size)
                 .collect(),
-            ..seg.clone()
         };
         seg.total_size = addr - start;
         self.totals.reserved -= size;
@@ -477,7 +478,6 @@ impl Memory {
             self.segments.insert(start, seg);
         }
         if tail.total_size > 0 {
-            tail.frames = no_frames();
             self.segments.insert(addr + size, tail);
         }
         true

@@ -50,7 +50,7 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
     // Optional parts in display order, with the order in which narrow terminals drop them
     // (program first, then rate, then device): the drop counts always stay.
     let mut optional: Vec<(u8, Span<'static>)> = Vec::new();
-    if !matches!(state.mode, Mode::File { .. }) {
+    if !state.is_file() {
         let mut who = String::new();
         if let Some(pid) = s.pid {
             who.push_str(&format!("pid {pid}"));

@@ -6,7 +6,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Clear, Widget};
 
 use super::{left, put, theme};
-use crate::state::{Mode, State};
+use crate::state::State;
 
 /// Every key and what it does; the time-travel keys only apply to files.
 pub const KEYS: [(&str, &str); 19] = [
@@ -44,7 +44,7 @@ const WHAT_COLUMN: u16 = 56;
 
 /// Draws the overlay over `area`.
 pub fn render(area: Rect, buf: &mut Buffer, state: &State) {
-    let file = matches!(state.mode, Mode::File { .. });
+    let file = state.is_file();
     let lines: Vec<Line<'_>> = KEYS
         .iter()
         .map(|(k, what)| {

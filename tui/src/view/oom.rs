@@ -123,7 +123,7 @@ fn forgotten_between(state: &State, prev: u64, next: u64) -> Option<(u64, u64)> 
 
 /// Draws the OOM list, the selected one first.
 pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
-    let in_file = matches!(state.mode, crate::state::Mode::File { .. });
+    let in_file = state.is_file();
     if state.ooms.is_empty() {
         let block = Block::bordered().title(Span::styled(" OOM ", theme::title()));
         let inner = block.inner(area);

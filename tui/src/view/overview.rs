@@ -20,7 +20,7 @@ use allocview_alloc::caching::stats::{Stat, StatType};
 
 use super::trace::{NO_TRACE, RECORD_HISTORY};
 use super::{put, right, theme};
-use crate::state::{HostHeap, Mode, State, UiState};
+use crate::state::{HostHeap, State, UiState};
 use crate::units;
 
 /// Width of the counters panel.
@@ -156,7 +156,7 @@ const NOT_KNOWN: &str = "not known";
 
 fn counter_lines(state: &State, width: usize) -> Vec<Line<'static>> {
     let st = &state.stats;
-    let file = matches!(state.mode, Mode::File { .. });
+    let file = state.is_file();
     // A file's counts come from its trace (none without one); it never records retries or
     // syncs, and nothing was dropped on the way: the last row counts its trace entries.
     let from_trace = |n: i64| (!file || !state.trace.is_empty()).then_some(n.max(0) as u64);
@@ -218,7 +218,7 @@ pub fn render_chart(area: Rect, buf: &mut Buffer, state: &State) {
         block.render(area, buf);
         return;
     }
-    if matches!(state.mode, Mode::File { .. }) && state.trace.is_empty() {
+    if state.is_file() && state.trace.is_empty() {
         // A snapshot without a trace has one point in time: nothing to draw over time.
         let inner = block.inner(area);
         block.render(area, buf);

@@ -9,7 +9,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Widget};
 
 use super::{left, put, right, theme};
-use crate::state::{Mode, State, UiState};
+use crate::state::{State, UiState};
 use crate::units;
 
 /// Width of the figure columns before the bar.
@@ -94,7 +94,7 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
         y += 1;
     }
     y += 1;
-    if matches!(state.mode, Mode::File { .. }) && !rows.is_empty() {
+    if state.is_file() && !rows.is_empty() {
         // A file's trace is a window: its peaks cannot see what came before it.
         put(
             buf,

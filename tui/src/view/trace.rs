@@ -86,7 +86,7 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
     put(buf, inner, 0, &Line::styled(head, theme::title()));
     if rows.is_empty() {
         let msg = if state.trace.is_empty() {
-            if matches!(state.mode, crate::state::Mode::File { .. }) {
+            if state.is_file() {
                 format!("{NO_TRACE} in this file: PyTorch records one while {RECORD_HISTORY} is on")
             } else {
                 NO_TRACE.to_string()
