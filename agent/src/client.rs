@@ -343,9 +343,11 @@ pub fn find_sockets() -> Vec<PathBuf> {
 
 /// The live agents' sockets in `dir`, newest first.
 ///
-/// A `.sock` entry counts when it is a socket that accepts a connection (or fails to in a way
-/// that does not prove it dead) and the process its name starts with (`<pid>.sock`,
-/// `<pid>-N.sock`) still exists. A socket whose connection is refused has nobody listening:
+/// A `.sock` entry counts when an agent answers on it with its hello, or, when nothing says
+/// hello, when it accepts a connection (or fails to in a way that does not prove it dead) and
+/// the process its name starts with (`<pid>.sock`, `<pid>-N.sock`) still exists. The hello
+/// wins over the name: an agent in another PID namespace (a container sharing the folder)
+/// has a pid this process cannot see. A socket whose connection is refused has nobody listening:
 /// its agent died without removing it (killed by a signal, say). Such a stale socket is left
 /// out and removed, the folder being the agents' own (0700); anything else is left alone.
 pub fn find_sockets_in(dir: &Path) -> Vec<PathBuf> {
@@ -372,7 +374,10 @@ pub fn find_sockets_in(dir: &Path) -> Vec<PathBuf> {
 fn is_live_socket(path: &Path) -> bool {
     let pid_alive = || default_socket_pid(path).map(process_exists) != Some(false);
     match probe_unix_socket(path) {
-        SocketProbe::Live | SocketProbe::Busy | SocketProbe::Failed(_) => pid_alive(),
+        // An agent said hello: live, even when its name's pid is not one this process can
+        // see (an agent in another PID namespace, a container sharing the folder).
+        SocketProbe::Live => true,
+        SocketProbe::Silent | SocketProbe::Busy | SocketProbe::Failed(_) => pid_alive(),
         SocketProbe::Absent | SocketProbe::NotASocket | SocketProbe::Stale => false,
     }
 }

@@ -353,8 +353,11 @@ pub(crate) enum SocketProbe {
     Absent,
     /// Something other than a socket (a user's file named by mistake): not ours to touch.
     NotASocket,
-    /// An agent listens (its hello was read, or the wait for it is over).
+    /// An agent listens: its hello was read.
     Live,
+    /// Something accepted the connection but sent no agent's hello in time (a process that
+    /// inherited the listener, or an agent too busy to answer).
+    Silent,
     /// An agent listens there, busy (its backlog is full).
     Busy,
     /// Nobody listens (refused): the socket outlived its agent, killed by a signal, say. It
@@ -366,6 +369,10 @@ pub(crate) enum SocketProbe {
 
 /// How long a probe waits for a live agent's hello before hanging up.
 const PROBE_TIMEOUT: Duration = Duration::from_millis(200);
+
+/// Largest hello a probe reads (an agent's is a few hundred bytes: its process name is the
+/// longest part).
+const PROBE_FRAME_LIMIT: u32 = 64 * 1024;
 
 /// Probes `path` (see [`SocketProbe`]); removes a stale socket.
 pub(crate) fn probe_unix_socket(path: &Path) -> SocketProbe {
@@ -382,8 +389,10 @@ pub(crate) fn probe_unix_socket(path: &Path) -> SocketProbe {
             // Wait for the hello (the agent writes it at once) before hanging up, so the
             // agent never writes to a connection already closed.
             let _ = s.set_read_timeout(Some(PROBE_TIMEOUT));
-            let _ = s.read(&mut [0u8; 64]);
-            SocketProbe::Live
+            match protocol::read_frame::<_, ServerFrame>(&mut s, PROBE_FRAME_LIMIT) {
+                Ok(ServerFrame::Hello { magic, .. }) if magic == MAGIC => SocketProbe::Live,
+                _ => SocketProbe::Silent,
+            }
         }
         Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
             // Remove it only if it is still the socket found above (an agent starting now
@@ -408,7 +417,7 @@ fn bind_unix(path: &Path) -> Result<Option<UnixListener>, ServerError> {
         // Only a stale socket is ours to replace: anything else at the path (a typo in
         // ALLOCVIEW_ADDR naming a user's file) is left alone.
         SocketProbe::NotASocket => return Err(ServerError::NotASocket(path.to_path_buf())),
-        SocketProbe::Live | SocketProbe::Busy => return Ok(None),
+        SocketProbe::Live | SocketProbe::Silent | SocketProbe::Busy => return Ok(None),
         SocketProbe::Failed(e) => return Err(io_err(path.display())(e)),
     }
     let l = UnixListener::bind(path).map_err(io_err(path.display()))?;

@@ -436,6 +436,23 @@ fn discovery_lists_live_agents_only_and_removes_stale_sockets() {
 }
 
 #[test]
+fn discovery_lists_an_agent_whose_pid_this_process_cannot_see() {
+    let dir = tempfile::tempdir().unwrap();
+    // What an agent in another PID namespace (a container sharing the folder) leaves: its
+    // pid means nothing here, but it answers with its hello.
+    let sock = dir.path().join("4000000001.sock");
+    let _agent = Agent::builder()
+        .listen(format!("unix:{}", sock.display()))
+        .dump_dir(dir.path().join("dumps"))
+        .spawn()
+        .unwrap();
+    assert_eq!(
+        allocview_agent::client::find_sockets_in(dir.path()),
+        vec![sock]
+    );
+}
+
+#[test]
 fn attaching_to_a_file_that_is_not_a_socket_says_so() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("model.ckpt");
