@@ -24,7 +24,7 @@ pub mod timeline;
 pub mod timetravel;
 pub mod ui;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use allocview_alloc::caching::stats::{DeviceStats, StatType};
 use allocview_alloc::snapshot::{BlockState, SegmentInfo, TraceEntry};
@@ -116,6 +116,35 @@ pub struct State {
     pub status: Option<String>,
     /// The process's host (CPU) heap, when its global allocator publishes events.
     pub host: Option<HostHeap>,
+    /// The rows [`State::trace_rows`] gave last, for the filter it was given.
+    pub trace_rows_memo: TraceRowsMemo,
+}
+
+/// The trace rows of the last filter asked for: a filter that searches stack frames reads
+/// every frame of every entry, and the dashboard asks for the rows on each key and draw.
+/// Tied to the trace it was computed on (which it holds, so that its address is not reused).
+/// Clones share it: the states a file's time travel makes, one per event, share one trace.
+#[derive(Clone, Default)]
+pub struct TraceRowsMemo(Arc<Mutex<Option<MemoizedRows>>>);
+
+impl PartialEq for TraceRowsMemo {
+    /// Always equal: a memo is no part of what a state shows.
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for TraceRowsMemo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TraceRowsMemo")
+    }
+}
+
+/// The rows of `filter` over `trace`.
+struct MemoizedRows {
+    filter: filter::TraceFilter,
+    trace: Arc<[TraceEntry]>,
+    rows: Arc<[usize]>,
 }
 
 impl Default for State {
@@ -134,6 +163,7 @@ impl Default for State {
             ooms_total: 0,
             status: None,
             host: None,
+            trace_rows_memo: TraceRowsMemo::default(),
         }
     }
 }
@@ -233,11 +263,28 @@ impl State {
         Some((seg, block))
     }
 
-    /// Indices of the trace entries that pass `filter`.
-    pub fn trace_rows(&self, filter: &filter::TraceFilter) -> Vec<usize> {
-        (0..self.trace.len())
+    /// Indices of the trace entries that pass `filter` (computed once per filter and trace).
+    pub fn trace_rows(&self, filter: &filter::TraceFilter) -> Arc<[usize]> {
+        let mut memo = self
+            .trace_rows_memo
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(m) = memo.as_ref()
+            && m.filter == *filter
+            && Arc::ptr_eq(&m.trace, &self.trace)
+        {
+            return Arc::clone(&m.rows);
+        }
+        let rows: Arc<[usize]> = (0..self.trace.len())
             .filter(|&i| filter.matches(&self.trace[i]))
-            .collect()
+            .collect();
+        *memo = Some(MemoizedRows {
+            filter: filter.clone(),
+            trace: Arc::clone(&self.trace),
+            rows: Arc::clone(&rows),
+        });
+        rows
     }
 
     /// The trace row selected by default: in file mode the last entry applied, else the newest.
@@ -309,5 +356,37 @@ pub(crate) mod fixtures {
         blocks: Vec<BlockInfo>,
     ) -> SegmentInfo {
         SegmentInfo::tiled(address, stream, kind, blocks)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use allocview_alloc::snapshot::TraceAction;
+
+    #[test]
+    fn trace_rows_are_filtered_once_per_filter_and_trace() {
+        let entries: Vec<TraceEntry> = (0..10)
+            .map(|i| TraceEntry::new(TraceAction::Alloc, 0x1000 * i, 512 * (i % 3 + 1), i % 2))
+            .collect();
+        let mut state = State {
+            trace: Arc::from(entries.clone()),
+            ..State::default()
+        };
+        let s1 = filter::TraceFilter::parse("s1").unwrap();
+        let first = state.trace_rows(&s1);
+        assert_eq!(&*first, &[1, 3, 5, 7, 9]);
+        // The same filter over the same trace: the same rows, not filtered again. A copy of
+        // the state (time travel's next event) shares them.
+        assert!(Arc::ptr_eq(&first, &state.trace_rows(&s1)));
+        assert!(Arc::ptr_eq(&first, &state.clone().trace_rows(&s1)));
+        // Another filter, or another trace (even one equal to it), is filtered anew.
+        let big = filter::TraceFilter::parse(">1KiB").unwrap();
+        assert_eq!(&*state.trace_rows(&big), &[2, 5, 8]);
+        assert!(!Arc::ptr_eq(&first, &state.trace_rows(&s1)));
+        let again = state.trace_rows(&s1);
+        state.trace = Arc::from(entries[..4].to_vec());
+        assert_eq!(&*state.trace_rows(&s1), &[1, 3]);
+        assert!(!Arc::ptr_eq(&again, &state.trace_rows(&s1)));
     }
 }

@@ -9,10 +9,11 @@ mod screen;
 use std::path::PathBuf;
 
 use allocview::source::file::FileSource;
+use allocview::state::filter::TraceFilter;
 use allocview::state::from_snapshot::main_device;
 use allocview::state::{UiState, View};
 use allocview_agent::snapshot_file;
-use allocview_alloc::snapshot::{BlockState, SegmentInfo};
+use allocview_alloc::snapshot::{BlockState, Frame, SegmentInfo};
 
 fn fixtures() -> Option<Vec<PathBuf>> {
     let dir = allocview_tests::fixtures::dir()?;
@@ -163,4 +164,43 @@ fn the_trace_context_column_shows_the_users_frame_not_the_allocators() {
         checked += 1;
     }
     assert_eq!(checked, 2, "both traced fixtures were checked");
+}
+
+#[test]
+fn the_trace_filter_finds_entries_by_their_stack_frames() {
+    let Some(files) = fixtures() else { return };
+    let path = files
+        .iter()
+        .find(|p| p.ends_with("small-97-events.pickle"))
+        .expect("small-97-events.pickle is among the fixtures");
+    let snap = snapshot_file::load(path).unwrap();
+    let state = FileSource::new(&path.display().to_string(), &snap)
+        .post_mortem()
+        .state_at(0);
+    // A function's name (any case), and a file and line.
+    for (text, hit) in [
+        (
+            "AUTOGRAD",
+            &(|f: &Frame| f.name.to_lowercase().contains("autograd")) as &dyn Fn(&Frame) -> bool,
+        ),
+        ("ceval.c:578", &|f: &Frame| {
+            f.filename.contains("ceval.c") && f.line == 578
+        }),
+    ] {
+        let rows = state.trace_rows(&TraceFilter::parse(text).unwrap());
+        assert!(
+            !rows.is_empty() && rows.len() < state.trace.len(),
+            "{text}: {} of {}",
+            rows.len(),
+            state.trace.len()
+        );
+        for (i, e) in state.trace.iter().enumerate() {
+            assert_eq!(
+                rows.contains(&i),
+                e.frames.iter().any(hit),
+                "{text}: entry {i}"
+            );
+        }
+        println!("{text}: {} of {} entries", rows.len(), state.trace.len());
+    }
 }

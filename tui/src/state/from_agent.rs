@@ -23,7 +23,7 @@ use super::host::{HostHeap, HostSample};
 use super::oom::OomReport;
 use super::streams::StreamRow;
 use super::timeline::{Sample, Timeline};
-use super::{Mode, Source, State};
+use super::{Mode, Source, State, TraceRowsMemo};
 
 /// Nanoseconds per second.
 const NS_PER_S: f64 = 1e9;
@@ -447,6 +447,7 @@ impl AgentAdapter {
             ooms_total: agent.pipeline.ooms_total,
             status: None,
             host,
+            trace_rows_memo: TraceRowsMemo::default(),
         }
     }
 }

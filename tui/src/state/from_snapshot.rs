@@ -17,7 +17,7 @@ use super::oom::OomReport;
 use super::streams;
 use super::timeline::{Sample, Timeline};
 use super::timetravel::{SMALL_SIZE, TimeTravel, Totals, is_segment_event};
-use super::{HistogramSummary, Mode, Source, State};
+use super::{HistogramSummary, Mode, Source, State, TraceRowsMemo};
 use crate::units::MIB;
 use allocview_agent::diagnosis::{OomFacts, diagnose};
 use allocview_agent::replay::what_if_avoided;
@@ -91,6 +91,8 @@ pub struct PostMortem {
     max_split: Option<u64>,
     /// The agent's record of the OOM the file (an agent's OOM dump) was taken at.
     dumped_oom: Option<DumpedOom>,
+    /// The filtered trace rows, shared by the states of every event.
+    trace_rows_memo: TraceRowsMemo,
 }
 
 impl PostMortem {
@@ -146,6 +148,7 @@ impl PostMortem {
             trace_overflow: meta.map_or(0, |m| m.trace_overflow),
             max_split: max_split_size(snapshot),
             dumped_oom: meta.and_then(|m| m.oom.clone()),
+            trace_rows_memo: TraceRowsMemo::default(),
         };
         pm.ooms = pm.oom_reports();
         // What-ifs replay the trace: only for OOMs in it.
@@ -292,6 +295,7 @@ impl PostMortem {
             ooms: self.ooms.clone(),
             ooms_total: 0,
             host: None,
+            trace_rows_memo: self.trace_rows_memo.clone(),
             status: (totals.mismatches > 0).then(|| {
                 format!(
                     "{} trace entries did not fit the reconstructed state (truncated trace?)",

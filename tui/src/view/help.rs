@@ -20,7 +20,7 @@ pub const KEYS: [(&str, &str); 19] = [
         "detail; trace row: its block or OOM; OOM: its event",
     ),
     ("Esc", "back"),
-    ("/", "filter the trace: alloc s1 >1MiB 0x7f..."),
+    ("/", "filter the trace: alloc s1 >1MiB 0x7f... forward"),
     ("f", "segments: all / large / small"),
     ("z", "segments: zoom the selected segment (Esc back)"),
     (

@@ -243,6 +243,7 @@ pub fn live_state() -> State {
         ooms_total: 1,
         status: None,
         host: None,
+        trace_rows_memo: Default::default(),
     }
 }
 
