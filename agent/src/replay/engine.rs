@@ -146,6 +146,9 @@ pub struct RunResult {
     pub initial: InitialSummary,
     /// OOM entries in the recording, diagnosed at the replay's state at that point.
     pub recorded_ooms: Vec<OomEvent>,
+    /// Indices of the trace entries whose allocation ran out of memory in this run, in order
+    /// (a recorded OOM the run's settings avoided is not among them).
+    pub oom_entries: Vec<usize>,
     /// Frees of blocks the replay never had (their allocation failed, or was unknown).
     pub unmapped_frees: u64,
     /// The replayed run as a snapshot (final segments and, with `keep_history`, the trace);
@@ -260,6 +263,7 @@ pub struct Replayer<'a> {
     fidelity: Fidelity,
     figures: RunFigures,
     recorded_ooms: Vec<OomEvent>,
+    oom_entries: Vec<usize>,
     unmapped_frees: u64,
     base_device_alloc: i64,
     warnings: Vec<String>,
@@ -347,6 +351,7 @@ impl<'a> Replayer<'a> {
                 first_oom: None,
             },
             recorded_ooms: Vec::new(),
+            oom_entries: Vec::new(),
             unmapped_frees: 0,
             base_device_alloc: 0,
             warnings: Vec::new(),
@@ -485,6 +490,7 @@ impl<'a> Replayer<'a> {
             fidelity: self.fidelity,
             initial: self.initial,
             recorded_ooms: self.recorded_ooms,
+            oom_entries: self.oom_entries,
             unmapped_frees: self.unmapped_frees,
             snapshot: end,
         }
@@ -941,6 +947,7 @@ impl Replayer<'_> {
             return;
         };
         self.figures.ooms += 1;
+        self.oom_entries.push(index);
         if self.figures.first_oom.is_none() {
             self.figures.first_oom = Some(OomEvent {
                 index,

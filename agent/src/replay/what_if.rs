@@ -34,6 +34,16 @@ pub struct WhatIfOutcome {
     pub peak_reserved: u64,
     /// This run had no OOM while the recorded settings (at the same capacity) had one.
     pub avoided: bool,
+    /// Indices of the trace entries whose allocation ran out of memory in this run.
+    #[serde(default)]
+    pub oom_entries: Vec<usize>,
+}
+
+impl WhatIfOutcome {
+    /// Whether the allocation of trace entry `index` ran out of memory in this run.
+    pub fn failed_at(&self, index: usize) -> bool {
+        self.oom_entries.binary_search(&index).is_ok()
+    }
 }
 
 /// Replays `snapshot` at `capacity` bytes under the recorded settings (first outcome) and each
@@ -56,6 +66,7 @@ pub fn what_if_avoided(snapshot: &Snapshot, capacity: u64) -> Vec<WhatIfOutcome>
                 first_oom: r.figures.first_oom,
                 peak_reserved: r.figures.peak_reserved,
                 avoided: false,
+                oom_entries: r.oom_entries,
             }),
             Err(ReplayError::NoTrace) => return Vec::new(),
             Err(ReplayError::Config { .. }) => {}

@@ -1,7 +1,7 @@
 //! What-if replays for live OOMs: when the agent has dumped the snapshot of an OOM, a worker
-//! thread loads the dump and replays its trace under the usual cures
-//! ([`crate::state::from_snapshot::what_if_lines`]); the OOM view shows the
-//! result once it is there. The dashboard never waits for it.
+//! thread loads the dump, finds the OOM's entry in its trace, and replays the trace under the
+//! usual cures ([`crate::state::from_snapshot::what_if_lines`]); the OOM view shows what
+//! became of that request once it is there. The dashboard never waits for it.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use allocview_agent::snapshot_file;
 
 use crate::state::OomReport;
-use crate::state::from_snapshot::what_if_lines;
+use crate::state::from_snapshot::{oom_entry_of, what_if_lines};
 
 /// Shown while a replay runs.
 pub const PENDING: &str = "replaying the dump under other settings…";
@@ -38,11 +38,17 @@ impl WhatIfJobs {
             if self.started.insert(path.clone()) {
                 let results = self.results.clone();
                 let p = path.clone();
+                // An OOM whose event was lost has no known request to find in the trace.
+                let request = (!o.event_lost).then_some((o.requested, o.time_us));
                 let spawned = std::thread::Builder::new()
                     .name("allocview-what-if".into())
                     .spawn(move || {
                         let lines = match snapshot_file::load(Path::new(&p)) {
-                            Ok(snap) => what_if_lines(&snap, total),
+                            Ok(snap) => {
+                                let oom = request
+                                    .and_then(|(size, time)| oom_entry_of(&snap, size, time));
+                                what_if_lines(&snap, total, oom)
+                            }
                             Err(e) => vec![format!("cannot replay the dump: {e}")],
                         };
                         results

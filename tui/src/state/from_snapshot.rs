@@ -20,7 +20,9 @@ use super::timetravel::{SMALL_SIZE, TimeTravel, Totals, is_segment_event};
 use super::{HistogramSummary, Mode, Source, State, TraceRowsMemo};
 use crate::units::MIB;
 use allocview_agent::diagnosis::{OomFacts, diagnose};
-use allocview_agent::replay::what_if_avoided;
+use allocview_agent::replay::engine::trace_index;
+use allocview_agent::replay::what_if::RECORDED_SETTINGS;
+use allocview_agent::replay::{WhatIfOutcome, what_if_avoided};
 use allocview_agent::state::{NS_PER_US, OomRecord};
 
 use super::from_agent::oom_report;
@@ -154,9 +156,12 @@ impl PostMortem {
         // What-ifs replay the trace: only for OOMs in it.
         let in_trace = pm.ooms.iter().any(|o| o.trace_index.is_some());
         if let (true, Some(capacity)) = (in_trace, pm.total_memory) {
-            let lines = what_if_lines(snapshot, capacity);
+            let outcomes = what_if_avoided(snapshot, capacity);
+            // The replays run the first device with a trace: per OOM only when it is the one
+            // shown (the OOMs' indices are into its trace).
+            let same_trace = trace_index(snapshot) == Some(pm.tt.device().max(0) as usize);
             for o in &mut pm.ooms {
-                o.what_if = lines.clone();
+                o.what_if = what_if_lines_of(&outcomes, o.trace_index.filter(|_| same_trace));
             }
         }
         pm
@@ -306,25 +311,69 @@ impl PostMortem {
     }
 }
 
-/// What-if lines for a file's OOMs: the whole trace replayed on the simulated device at the
-/// recorded capacity under the usual cures ([`what_if_avoided`]).
-pub fn what_if_lines(snapshot: &Snapshot, capacity: u64) -> Vec<String> {
-    what_if_avoided(snapshot, capacity)
+/// What-if lines for an OOM of a file: the whole trace replayed on the simulated device at the
+/// recorded capacity under the usual cures ([`what_if_avoided`]). With `oom`, the index of the
+/// OOM's trace entry, each line says what became of that request; without it, of the trace.
+pub fn what_if_lines(snapshot: &Snapshot, capacity: u64, oom: Option<usize>) -> Vec<String> {
+    what_if_lines_of(&what_if_avoided(snapshot, capacity), oom)
+}
+
+/// [`what_if_lines`] of replays already run (the recorded settings' first).
+pub fn what_if_lines_of(outcomes: &[WhatIfOutcome], oom: Option<usize>) -> Vec<String> {
+    let plural = |n: u64| if n == 1 { "" } else { "s" };
+    let mut lines = Vec::new();
+    if let (Some(k), Some(recorded)) = (oom, outcomes.first())
+        && !recorded.failed_at(k)
+    {
+        lines.push(format!(
+            "{RECORDED_SETTINGS:<26} → the replay fits this request (it does not reproduce the OOM)"
+        ));
+    }
+    for o in outcomes.iter().skip(1) {
+        let verdict = match oom {
+            Some(k) if o.failed_at(k) => "still OOM here".to_string(),
+            Some(_) if o.ooms == 0 => "fits; no OOM in the trace".to_string(),
+            Some(_) => {
+                let first = o.oom_entries.first().map_or(0, |i| i + 1);
+                format!(
+                    "fits; {} other OOM{}, first at entry {first}",
+                    o.ooms,
+                    plural(o.ooms)
+                )
+            }
+            None if o.ooms == 0 => "no OOM".to_string(),
+            None => format!("still {} OOM{}", o.ooms, plural(o.ooms)),
+        };
+        lines.push(format!(
+            "{:<26} → {verdict}, peak reserved {}",
+            o.config,
+            crate::units::bytes(o.peak_reserved)
+        ));
+    }
+    lines
+}
+
+/// The index of the OOM entry in the trace a replay of `snapshot` runs (see
+/// `engine::trace_index`) that an agent's OOM record of `requested` bytes at `time_us` is: of
+/// the OOM entries of that size, the one nearest in time (the last, where entries have no
+/// time). A dump can hold entries after its OOM.
+pub fn oom_entry_of(snapshot: &Snapshot, requested: u64, time_us: Option<i64>) -> Option<usize> {
+    let trace = snapshot.device_traces.get(trace_index(snapshot)?)?;
+    let candidates = trace
         .iter()
-        .skip(1)
-        .map(|o| {
-            let verdict = if o.ooms == 0 {
-                "no OOM".to_string()
-            } else {
-                format!("still {} OOM{}", o.ooms, if o.ooms == 1 { "" } else { "s" })
-            };
-            format!(
-                "{:<26} → {verdict}, peak reserved {}",
-                o.config,
-                crate::units::bytes(o.peak_reserved)
-            )
-        })
-        .collect()
+        .enumerate()
+        .filter(|(_, e)| e.action == TraceAction::Oom && e.size == requested);
+    match time_us {
+        Some(t) => candidates
+            .min_by_key(|(i, e)| {
+                (
+                    e.time_us.map_or(u64::MAX, |u| u.abs_diff(t)),
+                    usize::MAX - i,
+                )
+            })
+            .map(|(i, _)| i),
+        None => candidates.last().map(|(i, _)| i),
+    }
 }
 
 fn sample(x: f64, t: &Totals) -> Sample {

@@ -55,6 +55,10 @@ pub struct OomReport {
     pub trace_index: Option<usize>,
 }
 
+/// Between the device's figures and the allocator's in [`OomReport::memory_line`] (where a
+/// narrow view breaks it).
+pub const MEMORY_SEPARATOR: &str = " · ";
+
 impl OomReport {
     /// The diagnosis as the OOM view heads it (`FRAGMENTATION`), or `NOT KNOWN` when the
     /// OOM's event was lost with its request.
@@ -95,7 +99,7 @@ impl OomReport {
             |f| format!("{} free", units::bytes(f)),
         );
         format!(
-            "device: {total}, {free} · allocator: {} allocated, {} reserved",
+            "device: {total}, {free}{MEMORY_SEPARATOR}allocator: {} allocated, {} reserved",
             units::bytes(self.allocated),
             units::bytes(self.reserved)
         )

@@ -9,6 +9,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Widget};
 
 use super::{put, theme, wrap};
+use crate::state::oom::MEMORY_SEPARATOR;
 use crate::state::{OomReport, State, UiState};
 use crate::units;
 
@@ -34,13 +35,26 @@ pub fn clock(time_us: i64) -> String {
     )
 }
 
+/// Heads the first what-if line.
+const WHAT_IF_HEAD: &str = " what-if (replayed): ";
+/// Heads the other what-if lines (as wide as [`WHAT_IF_HEAD`]).
+const WHAT_IF_INDENT: &str = "                     ";
+/// Between a what-if's settings and its verdict.
+const ARROW: &str = "→ ";
+
 /// The lines of one OOM's box, for a box `width` cells wide; `in_file`: the OOM is one of the
 /// file on screen (its snapshot is that file).
 pub fn lines(o: &OomReport, width: usize, in_file: bool) -> Vec<Line<'static>> {
-    let mut v = vec![
-        Line::raw(format!(" {}", o.request_line())),
-        Line::raw(format!(" {}", o.memory_line())),
-    ];
+    let mut v = vec![Line::raw(format!(" {}", o.request_line()))];
+    // The device's figures and the allocator's on two lines where one would be cut.
+    let memory = o.memory_line();
+    match memory.split_once(MEMORY_SEPARATOR) {
+        Some((device, allocator)) if memory.chars().count() + 3 > width => {
+            v.push(Line::raw(format!(" {device}")));
+            v.push(Line::raw(format!(" {allocator}")));
+        }
+        _ => v.push(Line::raw(format!(" {memory}"))),
+    }
     if o.event_lost {
         v.push(Line::styled(
             " (memory figures and snapshot from the resync after the lost event)",
@@ -66,12 +80,27 @@ pub fn lines(o: &OomReport, width: usize, in_file: bool) -> Vec<Line<'static>> {
         units::bytes(o.largest_free)
     )));
     for (i, w) in o.what_if.iter().enumerate() {
-        let head = if i == 0 {
-            " what-if (replayed): "
+        let head = if i == 0 { WHAT_IF_HEAD } else { WHAT_IF_INDENT };
+        // Inside the box's two borders; a line too long goes on under its verdict.
+        let room = width.saturating_sub(2 + head.chars().count());
+        let (label, verdict) = w.split_once(ARROW).unwrap_or(("", w));
+        let label = if label.is_empty() {
+            String::new()
         } else {
-            "                     "
+            format!("{label}{ARROW}")
         };
-        v.push(Line::raw(format!("{head}{w}")));
+        let indent = label.chars().count();
+        for (j, piece) in wrap(verdict, room.saturating_sub(indent))
+            .iter()
+            .enumerate()
+        {
+            let (head, label) = if j == 0 {
+                (head, label.clone())
+            } else {
+                (WHAT_IF_INDENT, " ".repeat(indent))
+            };
+            v.push(Line::raw(format!("{head}{label}{piece}")));
+        }
     }
     match &o.dump_error {
         // Not a failure: the agent's limit on dumps, or another record has this moment's.
@@ -234,6 +263,58 @@ mod tests {
         state.ooms_total = 100;
         let t = draw(&state);
         assert!(!t.contains("not kept"), "{t}");
+    }
+
+    #[test]
+    fn a_long_what_if_goes_on_under_its_verdict() {
+        let long = "expandable_segments:True   → fits; 1 other OOM, first at entry 12, peak \
+                    reserved 900 MiB";
+        let state = State {
+            ooms: vec![OomReport {
+                what_if: vec![
+                    long.into(),
+                    "max_split_size_mb:128      → still OOM here".into(),
+                ],
+                ..OomReport::example(1)
+            }],
+            ..State::default()
+        };
+        let lines: Vec<String> = lines(&state.ooms[0], 80, false)
+            .iter()
+            .map(|l| l.to_string())
+            .collect();
+        let at = lines
+            .iter()
+            .position(|l| l.starts_with(WHAT_IF_HEAD))
+            .unwrap();
+        // Every line fits inside the box's borders, and the verdict goes on in its column.
+        assert!(lines.iter().all(|l| l.chars().count() <= 78), "{lines:#?}");
+        let column = WHAT_IF_HEAD.len() + "expandable_segments:True   → ".chars().count();
+        let next = lines
+            .iter()
+            .position(|l| l.contains("max_split_size_mb"))
+            .unwrap();
+        assert!(next > at + 1, "{lines:#?}");
+        let mut verdict = lines[at].chars().skip(column).collect::<String>();
+        for l in &lines[at + 1..next] {
+            assert!(l.starts_with(&" ".repeat(column)), "{l:?}");
+            verdict.push(' ');
+            verdict.push_str(l.trim_start());
+        }
+        assert_eq!(
+            verdict,
+            "fits; 1 other OOM, first at entry 12, peak reserved 900 MiB"
+        );
+        assert_eq!(
+            lines[next],
+            format!("{WHAT_IF_INDENT}max_split_size_mb:128      → still OOM here")
+        );
+        // Wide enough, a line stays whole.
+        let wide: Vec<String> = super::lines(&state.ooms[0], 160, false)
+            .iter()
+            .map(|l| l.to_string())
+            .collect();
+        assert!(wide.contains(&format!("{WHAT_IF_HEAD}{long}")), "{wide:#?}");
     }
 
     #[test]

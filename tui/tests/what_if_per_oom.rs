@@ -1,0 +1,107 @@
+//! The OOM view's what-if lines speak of each OOM's own request: a trace with two OOMs, the
+//! first from fragmentation (expandable segments avoid it), the second a request larger than
+//! the device (nothing avoids it), says so on each OOM's card.
+
+use std::sync::Arc;
+
+use allocview::source::file::FileSource;
+use allocview::state::from_snapshot::{oom_entry_of, what_if_lines};
+use allocview::units::{GIB, MIB};
+use allocview_alloc::caching::backend::StreamId;
+use allocview_alloc::caching::sim::SimBackend;
+use allocview_alloc::caching::{AllocatorConfig, CachingAllocator, HistoryOptions};
+use allocview_alloc::snapshot::{Snapshot, TraceAction};
+
+/// The first OOM's request: more than any free block of the split segment, and more than the
+/// device has left, though the two together would hold it.
+const FRAGMENTED: u64 = 200 * MIB;
+/// The second OOM's request: more than the whole device.
+const TOO_BIG: u64 = 2 * GIB;
+
+/// Records on a 1 GiB device: a 400 MiB segment split round a live block (190 MiB and 20 MiB
+/// free in it), a 500 MiB block beside it, then the two OOMs, the program carrying on after
+/// each.
+fn two_oom_recording() -> Snapshot {
+    let alloc = CachingAllocator::new(Arc::new(SimBackend::new(GIB)), AllocatorConfig::default());
+    alloc.record_history(HistoryOptions::default());
+    let s = StreamId::DEFAULT;
+    let whole = alloc.malloc(400 * MIB, s).unwrap();
+    alloc.free(whole).unwrap();
+    let first = alloc.malloc(190 * MIB, s).unwrap();
+    let _middle = alloc.malloc(190 * MIB, s).unwrap();
+    alloc.free(first).unwrap();
+    let _beside = alloc.malloc(500 * MIB, s).unwrap();
+    assert!(alloc.malloc(FRAGMENTED, s).is_err());
+    assert!(alloc.malloc(TOO_BIG, s).is_err());
+    alloc.snapshot()
+}
+
+/// The what-if line of `config` among `lines`.
+fn line<'a>(lines: &'a [String], config: &str) -> &'a str {
+    lines
+        .iter()
+        .find(|l| l.starts_with(config))
+        .unwrap_or_else(|| panic!("no {config} line in {lines:#?}"))
+}
+
+#[test]
+fn each_oom_card_says_what_the_other_settings_do_to_its_own_request() {
+    let snap = two_oom_recording();
+    let src = FileSource::new("two-ooms.pickle", &snap);
+    let pm = src.post_mortem();
+    let state = pm.state_at(pm.len());
+    let [fragmented, too_big] = &state.ooms[..] else {
+        panic!("two OOMs: {:#?}", state.ooms);
+    };
+    assert_eq!(
+        (fragmented.requested, too_big.requested),
+        (FRAGMENTED, TOO_BIG)
+    );
+    let second_entry = too_big.trace_index.unwrap() + 1;
+    let expected = format!(
+        "expandable_segments:True   → fits; 1 other OOM, first at entry {second_entry}, peak \
+         reserved "
+    );
+    let got = line(&fragmented.what_if, "expandable_segments:True");
+    assert!(got.starts_with(&expected), "{got:?}");
+    assert!(
+        line(&too_big.what_if, "expandable_segments:True").contains("→ still OOM here"),
+        "{:#?}",
+        too_big.what_if
+    );
+    for o in [fragmented, too_big] {
+        // The replay at the recorded settings reproduces both: no line says otherwise.
+        assert!(
+            !o.what_if.iter().any(|l| l.contains("does not reproduce")),
+            "{:#?}",
+            o.what_if
+        );
+        assert_eq!(o.what_if.len(), 3, "{:#?}", o.what_if);
+    }
+}
+
+#[test]
+fn a_dumps_oom_is_found_in_its_trace_by_size_and_time() {
+    let snap = two_oom_recording();
+    let trace = &snap.device_traces[0];
+    let ooms: Vec<usize> = (0..trace.len())
+        .filter(|&i| trace[i].action == TraceAction::Oom)
+        .collect();
+    let time = |i: usize| trace[i].time_us;
+    assert_eq!(
+        oom_entry_of(&snap, FRAGMENTED, time(ooms[0])),
+        Some(ooms[0])
+    );
+    assert_eq!(oom_entry_of(&snap, TOO_BIG, time(ooms[1])), Some(ooms[1]));
+    assert_eq!(oom_entry_of(&snap, TOO_BIG, None), Some(ooms[1]));
+    assert_eq!(oom_entry_of(&snap, 3 * MIB, time(ooms[0])), None);
+    // Lines for the first OOM, as a live OOM's dump gets them.
+    let lines = what_if_lines(&snap, GIB, Some(ooms[0]));
+    assert!(line(&lines, "expandable_segments:True").contains("→ fits; 1 other OOM"));
+    // Without an OOM to speak of, the lines count the trace's OOMs.
+    let whole = what_if_lines(&snap, GIB, None);
+    assert!(
+        line(&whole, "expandable_segments:True").contains("→ still 1 OOM,"),
+        "{whole:#?}"
+    );
+}
