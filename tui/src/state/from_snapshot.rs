@@ -359,7 +359,7 @@ pub fn what_if_lines_of(outcomes: &[WhatIfOutcome], oom: Option<usize>) -> Vec<S
 /// time). A dump can hold entries after its OOM.
 pub fn oom_entry_of(snapshot: &Snapshot, requested: u64, time_us: Option<i64>) -> Option<usize> {
     let trace = snapshot.device_traces.get(trace_index(snapshot)?)?;
-    let candidates = trace
+    let mut candidates = trace
         .iter()
         .enumerate()
         .filter(|(_, e)| e.action == TraceAction::Oom && e.size == requested);
@@ -372,7 +372,7 @@ pub fn oom_entry_of(snapshot: &Snapshot, requested: u64, time_us: Option<i64>) -
                 )
             })
             .map(|(i, _)| i),
-        None => candidates.last().map(|(i, _)| i),
+        None => candidates.next_back().map(|(i, _)| i),
     }
 }
 
