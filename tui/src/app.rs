@@ -16,7 +16,7 @@ use crate::input::{self, Action, Seek};
 use crate::source::Source;
 use crate::state::filter::TraceFilter;
 use crate::state::{State, UiState, View};
-use crate::view;
+use crate::view::{self, theme};
 
 /// The dashboard.
 pub struct App {
@@ -46,7 +46,12 @@ impl App {
     pub fn new(source: Box<dyn Source>, save_dir: PathBuf) -> anyhow::Result<App> {
         let mut app = App {
             state: State::default(),
-            ui: UiState::default(),
+            ui: UiState {
+                no_color: theme::no_color_requested(
+                    std::env::var_os(theme::NO_COLOR_VAR).as_deref(),
+                ),
+                ..UiState::default()
+            },
             dirty: true,
             area: Rect::default(),
             source,

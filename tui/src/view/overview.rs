@@ -201,18 +201,25 @@ fn counter_lines(state: &State, width: usize) -> Vec<Line<'static>> {
 
 /// Draws the usage chart into `area` (with its border); for a file without a trace, why there
 /// is none.
-pub fn render_chart(area: Rect, buf: &mut Buffer, state: &State) {
+pub fn render_chart(area: Rect, buf: &mut Buffer, state: &State, no_color: bool) {
     let t = &state.timeline;
-    let title = Line::from(vec![
+    let key = |s: Series| {
+        let glyph = match series_marker(s, no_color) {
+            Marker::Custom(c) => c.to_string(),
+            _ if s == Series::Oom => "│".to_string(),
+            _ => "──".to_string(),
+        };
+        Span::styled(format!("{glyph} {} ", s.name()), Style::new().fg(s.color()))
+    };
+    let mut title = Line::from(vec![
         Span::styled(" Over time ", theme::title()),
-        Span::styled("── reserved ", Style::new().fg(theme::RESERVED)),
-        Span::styled("── allocated ", Style::new().fg(theme::ALLOCATED)),
-        Span::styled("── active ", Style::new().fg(theme::ACTIVE)),
-        Span::styled(
-            if t.ooms.is_empty() { "" } else { "│ OOM " },
-            Style::new().fg(theme::ALERT),
-        ),
+        key(Series::Reserved),
+        key(Series::Allocated),
+        key(Series::Active),
     ]);
+    if !t.ooms.is_empty() {
+        title.push_span(key(Series::Oom));
+    }
     let block = Block::bordered().title(title);
     if area.height < 3 || area.width < 10 {
         block.render(area, buf);
@@ -253,16 +260,18 @@ pub fn render_chart(area: Rect, buf: &mut Buffer, state: &State) {
     let active = series(|s| s.active);
     let oom_lines: Vec<[(f64, f64); 2]> = t.ooms.iter().map(|&x| [(x, 0.0), (x, max_y)]).collect();
     let cursor = t.cursor.map(|x| [(x, 0.0), (x, max_y)]);
+    let series_dataset =
+        |data, s: Series| line_dataset(data, s.color()).marker(series_marker(s, no_color));
     let mut datasets = vec![
-        line_dataset(&reserved, theme::RESERVED),
-        line_dataset(&active, theme::ACTIVE),
-        line_dataset(&allocated, theme::ALLOCATED),
+        series_dataset(&reserved, Series::Reserved),
+        series_dataset(&active, Series::Active),
+        series_dataset(&allocated, Series::Allocated),
     ];
     for l in &oom_lines {
-        datasets.push(line_dataset(l, theme::ALERT));
+        datasets.push(series_dataset(l, Series::Oom));
     }
     if let Some(c) = &cursor {
-        datasets.push(line_dataset(c, Color::White));
+        datasets.push(series_dataset(c, Series::Cursor));
     }
     let x_label = |x: f64| {
         if t.x_is_events {
@@ -349,7 +358,7 @@ pub fn render_host_chart(area: Rect, buf: &mut Buffer, h: &HostHeap) {
 }
 
 /// Draws the overview.
-pub fn render(area: Rect, buf: &mut Buffer, state: &State, _ui: &UiState) {
+pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
     if let Some(h) = state.host.as_ref().filter(|_| state.is_host_only()) {
         let [top, chart] =
             Layout::vertical([Constraint::Length(HOST_ROWS), Constraint::Min(0)]).areas(area);
@@ -390,7 +399,60 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, _ui: &UiState) {
             put(buf, inner, i as u16, l);
         }
     }
-    render_chart(chart, buf, state);
+    render_chart(chart, buf, state, ui.no_color);
+}
+
+/// The lines of the usage chart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Series {
+    Reserved,
+    Allocated,
+    Active,
+    Oom,
+    Cursor,
+}
+
+impl Series {
+    fn name(self) -> &'static str {
+        match self {
+            Series::Reserved => "reserved",
+            Series::Allocated => "allocated",
+            Series::Active => "active",
+            Series::Oom => "OOM",
+            Series::Cursor => "now",
+        }
+    }
+
+    fn color(self) -> Color {
+        match self {
+            Series::Reserved => theme::RESERVED,
+            Series::Allocated => theme::ALLOCATED,
+            Series::Active => theme::ACTIVE,
+            Series::Oom => theme::ALERT,
+            Series::Cursor => Color::White,
+        }
+    }
+}
+
+/// Marker of allocated memory without colours.
+const ALLOCATED_MARKER: char = '•';
+/// Marker of active memory without colours.
+const ACTIVE_MARKER: char = '+';
+/// Marker of an OOM without colours.
+const OOM_MARKER: char = '!';
+/// Marker of the time-travel cursor without colours.
+const CURSOR_MARKER: char = '¦';
+
+/// How a series is drawn: braille dots in colour; without colours ([`UiState::no_color`]),
+/// only reserved memory keeps the braille line and the others get a symbol of their own.
+fn series_marker(s: Series, no_color: bool) -> Marker {
+    match (s, no_color) {
+        (_, false) | (Series::Reserved, true) => Marker::Braille,
+        (Series::Allocated, true) => Marker::Custom(ALLOCATED_MARKER),
+        (Series::Active, true) => Marker::Custom(ACTIVE_MARKER),
+        (Series::Oom, true) => Marker::Custom(OOM_MARKER),
+        (Series::Cursor, true) => Marker::Custom(CURSOR_MARKER),
+    }
 }
 
 /// One line of a chart, in braille dots.
