@@ -154,7 +154,8 @@ fn memory_lines(state: &State, width: usize) -> Vec<Line<'static>> {
 /// without a trace no counts at all).
 const NOT_KNOWN: &str = "not known";
 
-fn counter_lines(state: &State, width: usize) -> Vec<Line<'static>> {
+/// The counters: label, figure (`None`: not known) and whether a figure above zero is an alert.
+fn counters(state: &State) -> [(&'static str, Option<u64>, bool); 7] {
     let st = &state.stats;
     let file = state.is_file();
     // A file's counts come from its trace (none without one); it never records retries or
@@ -170,7 +171,7 @@ fn counter_lines(state: &State, width: usize) -> Vec<Line<'static>> {
     } else {
         ("dropped events", Some(state.source.dropped), true)
     };
-    let rows: [(&str, Option<u64>, bool); 7] = [
+    [
         (
             "allocations",
             from_trace(st.allocation.get(StatType::All).allocated),
@@ -182,8 +183,36 @@ fn counter_lines(state: &State, width: usize) -> Vec<Line<'static>> {
         ("OOMs", ooms, true),
         ("stream syncs", live(st.num_sync_all_streams), false),
         last,
-    ];
-    rows.iter()
+    ]
+}
+
+/// The counters that stay where the counters panel does not fit (below
+/// [`MIN_WIDTH_WITH_COUNTERS`]): on one line in the memory panel.
+const KEPT_COUNTERS: [&str; 3] = ["OOMs", "retries", "dropped events"];
+
+/// [`KEPT_COUNTERS`] on one line: ` OOMs 2 · retries 5 · dropped events 0`.
+fn kept_counters_line(state: &State) -> Line<'static> {
+    let all = counters(state);
+    let mut spans = vec![Span::raw(" ")];
+    for &(label, n, alert) in KEPT_COUNTERS
+        .iter()
+        .filter_map(|k| all.iter().find(|(label, _, _)| label == k))
+    {
+        if spans.len() > 1 {
+            spans.push(Span::styled(" · ", theme::dim()));
+        }
+        spans.push(Span::raw(format!("{label} ")));
+        spans.push(match n {
+            Some(n) => Span::styled(units::count(n), theme::alert_if(alert && n > 0)),
+            None => Span::styled(NOT_KNOWN, theme::dim()),
+        });
+    }
+    Line::from(spans)
+}
+
+fn counter_lines(state: &State, width: usize) -> Vec<Line<'static>> {
+    counters(state)
+        .iter()
         .map(|&(label, n, alert)| {
             let value = n.map_or_else(|| NOT_KNOWN.to_string(), units::count);
             let pad = width.saturating_sub(label.len() + value.len() + 2);
@@ -385,7 +414,12 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
     let block = Block::bordered().title(Span::styled(" Memory ", theme::title()));
     let inner = block.inner(memory);
     block.render(memory, buf);
-    for (i, l) in memory_lines(state, inner.width as usize).iter().enumerate() {
+    let mut lines = memory_lines(state, inner.width as usize);
+    if !with_counters {
+        // No room for the counters panel: its alerts stay, on the memory panel's last row.
+        lines.push(kept_counters_line(state));
+    }
+    for (i, l) in lines.iter().enumerate() {
         put(buf, inner, i as u16, l);
     }
     if with_counters {
@@ -474,4 +508,33 @@ fn bytes_axis(max_y: f64) -> Axis<'static> {
             units::bytes((max_y / 2.0) as u64),
             units::bytes(max_y as u64),
         ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::View;
+    use crate::view::testing::view_text;
+
+    #[test]
+    fn the_oom_and_retry_counts_stay_on_screen_where_the_counters_panel_does_not_fit() {
+        let mut state = State::default();
+        state.stats.num_ooms = 3;
+        state.stats.num_alloc_retries = 5;
+        // 74x18 and 80x24 screens: the view gets the rows between header and footer.
+        for (w, h) in [(74u16, 15u16), (79, 21), (80, 21)] {
+            let text = view_text(View::Overview, &state, w, h);
+            let top: String = text.lines().take(TOP_ROWS as usize).collect();
+            assert!(
+                top.contains("OOMs") && top.contains('3'),
+                "{w}x{h}:\n{text}"
+            );
+            assert!(
+                top.contains("retries") && top.contains('5'),
+                "{w}x{h}:\n{text}"
+            );
+        }
+        let narrow = view_text(View::Overview, &state, 74, 15);
+        assert!(narrow.contains("OOMs 3 · retries 5"), "{narrow}");
+    }
 }
