@@ -3,7 +3,6 @@
 //! host heap only says there is nothing to snapshot.
 
 #[path = "support/builders.rs"]
-#[allow(dead_code)]
 mod support;
 
 use std::collections::VecDeque;
