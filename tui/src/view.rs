@@ -83,6 +83,9 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
     }
     if too_small(area) {
         render_too_small(area, buf);
+        if ui.no_color {
+            theme::strip_colors(buf, area);
+        }
         return;
     }
     let r = regions(area);
@@ -91,6 +94,9 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
     footer::render(r.footer, buf, state, ui);
     if ui.help {
         help::render(area, buf, state);
+    }
+    if ui.no_color {
+        theme::strip_colors(buf, area);
     }
 }
 
