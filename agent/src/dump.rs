@@ -179,23 +179,21 @@ impl DumpWriter {
         let (jobs, rx) = crossbeam_channel::unbounded::<DumpJob>();
         let (done_tx, done) = crossbeam_channel::unbounded();
         let (dumper, pid, write) = (self.dumper.clone(), self.pid, Arc::clone(&self.write));
-        let spawned = std::thread::Builder::new()
-            .name("allocview-dump".into())
-            .spawn(move || {
-                for (index, snapshot) in rx {
-                    // An outcome for every job, even a panicking one: `poll(true)` waits for
-                    // it.
-                    let write_one = || write(index, &snapshot);
-                    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(write_one))
-                        .unwrap_or_else(|_| {
-                            Err(DumpError::Write {
-                                path: dumper.stem(index, pid),
-                                message: "the dump writer panicked".into(),
-                            })
-                        });
-                    let _ = done_tx.send((index, outcome));
-                }
-            });
+        let spawned = crate::agent_thread::spawn("allocview-dump", move || {
+            for (index, snapshot) in rx {
+                // An outcome for every job, even a panicking one: `poll(true)` waits for
+                // it.
+                let write_one = || write(index, &snapshot);
+                let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(write_one))
+                    .unwrap_or_else(|_| {
+                        Err(DumpError::Write {
+                            path: dumper.stem(index, pid),
+                            message: "the dump writer panicked".into(),
+                        })
+                    });
+                let _ = done_tx.send((index, outcome));
+            }
+        });
         match spawned {
             Ok(join) => {
                 self.thread = Some(DumpThread { jobs, done, join });

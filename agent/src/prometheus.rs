@@ -519,9 +519,7 @@ impl MetricsServer {
             })?;
         let server = Arc::new(server);
         let s = server.clone();
-        let thread = std::thread::Builder::new()
-            .name("allocview-metrics".into())
-            .spawn(move || serve(&s, &agg))
+        let thread = crate::agent_thread::spawn("allocview-metrics", move || serve(&s, &agg))
             .map_err(|source| AgentError::Thread {
                 what: "metrics",
                 source,

@@ -24,6 +24,7 @@ use std::time::Duration;
 
 use allocview_alloc::snapshot::Snapshot;
 
+use crate::agent_thread;
 use crate::aggregator::{AggregatorHandle, ClientControl, ClientSlot, Command, Encoded};
 use crate::protocol::{
     self, ClientFrame, MAGIC, MAX_CLIENT_FRAME, PROTOCOL_VERSION, ProtocolError, ServerFrame,
@@ -495,10 +496,10 @@ impl Server {
             let stop = stop.clone();
             let clients = clients.clone();
             let cfg = Arc::new(cfg);
-            thread::Builder::new()
-                .name("allocview-accept".into())
-                .spawn(move || accept_loop(listener, stop, cfg, agg, clients))
-                .map_err(io_err(&addr))?
+            agent_thread::spawn("allocview-accept", move || {
+                accept_loop(listener, stop, cfg, agg, clients)
+            })
+            .map_err(io_err(&addr))?
         };
         tracing::info!(%addr, "allocview agent listening");
         Ok(Server {
@@ -577,9 +578,9 @@ fn accept_loop(
             continue;
         };
         let (cfg, agg) = (cfg.clone(), agg.clone());
-        let spawned = thread::Builder::new()
-            .name(format!("allocview-client-{id}"))
-            .spawn(move || serve_client(id, conn, &cfg, &agg));
+        let spawned = agent_thread::spawn(format!("allocview-client-{id}"), move || {
+            serve_client(id, conn, &cfg, &agg)
+        });
         let mut list = clients.lock().unwrap_or_else(|p| p.into_inner());
         list.retain(|(_, h)| !h.is_finished());
         match spawned {
@@ -680,9 +681,9 @@ fn serve_client(id: u64, mut input: Conn, cfg: &ServerConfig, agg: &AggregatorHa
     let closed = Arc::new(AtomicBool::new(false));
     let writer = {
         let (out, control, closed) = (out.clone(), control.clone(), closed.clone());
-        thread::Builder::new()
-            .name(format!("allocview-client-{id}-writer"))
-            .spawn(move || write_loop(id, rx, &out, &control, &closed))
+        agent_thread::spawn(format!("allocview-client-{id}-writer"), move || {
+            write_loop(id, rx, &out, &control, &closed)
+        })
     };
     let Ok(writer) = writer else {
         input.shutdown();
