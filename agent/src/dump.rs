@@ -18,7 +18,7 @@ use std::thread::JoinHandle;
 use allocview_alloc::snapshot::Snapshot;
 use crossbeam_channel::{Receiver, Sender};
 
-use crate::snapshot_file::{FileFormat, fresh_stem, save};
+use crate::snapshot_file::{FileFormat, SnapshotFileError, fresh_stem, save};
 
 /// Why a dump could not be written.
 #[derive(Debug, thiserror::Error)]
@@ -105,10 +105,12 @@ impl OomDumper {
             match save(&path, snapshot, format) {
                 Ok(()) => written.push(path),
                 Err(e) => {
-                    first_error.get_or_insert(DumpError::Write {
-                        path,
-                        message: e.to_string(),
-                    });
+                    // The message names the path once: an I/O error's own text leaves it out.
+                    let message = match e {
+                        SnapshotFileError::Io { error, .. } => error.to_string(),
+                        other => other.to_string(),
+                    };
+                    first_error.get_or_insert(DumpError::Write { path, message });
                 }
             }
         }
