@@ -81,14 +81,17 @@ pub enum AgentError {
     #[error("cannot write OOM dumps into {0}: it is not a folder")]
     DumpDirNotAFolder(PathBuf),
     /// A thread could not be started.
-    #[error("cannot start the {what} thread: {source}")]
+    #[error("cannot start the {what} thread: {error}")]
     Thread {
         /// Which thread.
         what: &'static str,
         /// Why.
-        source: std::io::Error,
+        error: std::io::Error,
     },
 }
+
+// The messages above include their cause's text; the OS errors are therefore not exposed as
+// `source`, so a reporter walking the chain (anyhow's `{:#}`) prints each cause once.
 
 #[derive(Debug, Clone)]
 enum Listen {
@@ -327,9 +330,9 @@ impl AgentBuilder {
             dumper: OomDumper::new(dump_dir),
             max_dumps: self.max_dumps,
         };
-        let (handle, join) = aggregator::spawn(cfg, rx).map_err(|source| AgentError::Thread {
+        let (handle, join) = aggregator::spawn(cfg, rx).map_err(|error| AgentError::Thread {
             what: "aggregator",
-            source,
+            error,
         })?;
         let mut agent = Agent {
             sink: Arc::new(sink),

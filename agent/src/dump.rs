@@ -24,12 +24,12 @@ use crate::snapshot_file::{FileFormat, SnapshotFileError, fresh_stem, save};
 #[derive(Debug, thiserror::Error)]
 pub enum DumpError {
     /// The dump folder could not be created.
-    #[error("cannot create the dump folder {path}: {source}")]
+    #[error("cannot create the dump folder {path}: {error}")]
     Folder {
         /// The folder.
         path: PathBuf,
-        /// Why.
-        source: std::io::Error,
+        /// Why (not a `source`: the message already says it, and a chain would say it twice).
+        error: std::io::Error,
     },
     /// A file could not be written.
     #[error("cannot write {path}: {message}")]
@@ -93,9 +93,9 @@ impl OomDumper {
         pid: u32,
         snapshot: &Snapshot,
     ) -> Result<Vec<PathBuf>, DumpError> {
-        std::fs::create_dir_all(&self.dir).map_err(|source| DumpError::Folder {
+        std::fs::create_dir_all(&self.dir).map_err(|error| DumpError::Folder {
             path: self.dir.clone(),
-            source,
+            error,
         })?;
         let stem = self.free_stem(index, pid);
         let mut written = Vec::new();

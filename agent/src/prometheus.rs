@@ -520,9 +520,9 @@ impl MetricsServer {
         let server = Arc::new(server);
         let s = server.clone();
         let thread = crate::agent_thread::spawn("allocview-metrics", move || serve(&s, &agg))
-            .map_err(|source| AgentError::Thread {
+            .map_err(|error| AgentError::Thread {
                 what: "metrics",
-                source,
+                error,
             })?;
         tracing::info!(addr = %bound, "allocview metrics at http://{bound}{METRICS_PATH}");
         Ok(MetricsServer {

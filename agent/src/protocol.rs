@@ -252,8 +252,10 @@ fn merge_contexts(
 #[derive(Debug, thiserror::Error)]
 pub enum ProtocolError {
     /// The connection failed or closed.
+    ///
+    /// Not a `source`: the message already says it, and a chain would say it twice.
     #[error("connection error: {0}")]
-    Io(#[from] io::Error),
+    Io(io::Error),
     /// The peer closed the connection between frames.
     #[error("connection closed")]
     Closed,
@@ -268,6 +270,12 @@ pub enum ProtocolError {
     /// The payload is not a frame of this protocol.
     #[error("malformed frame: {0}")]
     Malformed(String),
+}
+
+impl From<io::Error> for ProtocolError {
+    fn from(error: io::Error) -> ProtocolError {
+        ProtocolError::Io(error)
+    }
 }
 
 /// Encodes one frame: the length prefix and the JSON payload.

@@ -311,14 +311,17 @@ pub enum ServerError {
     #[error("cannot listen on {0}: a file that is not a socket is there (choose another path)")]
     NotASocket(PathBuf),
     /// Creating the folder or binding failed.
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("cannot listen on {addr}: {error}")]
     Io {
         /// The address.
         addr: String,
         /// Why.
-        source: io::Error,
+        error: io::Error,
     },
 }
+
+// The messages above already include the OS error's text, so it is not exposed as `source`
+// (a reporter walking the chain, such as anyhow's `{:#}`, would print it twice).
 
 /// What the server needs besides the aggregator.
 pub(crate) struct ServerConfig {
@@ -344,7 +347,7 @@ pub(crate) struct Server {
 
 fn io_err(addr: impl fmt::Display) -> impl FnOnce(io::Error) -> ServerError {
     let addr = addr.to_string();
-    move |source| ServerError::Io { addr, source }
+    move |error| ServerError::Io { addr, error }
 }
 
 /// What a probe found at a unix socket path.

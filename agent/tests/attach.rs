@@ -799,3 +799,53 @@ fn attaching_to_a_peer_that_never_answers_gives_up_with_a_reason() {
         "{text}"
     );
 }
+
+/// The message and every cause below it, as anyhow's `{:#}` prints them.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        out.push_str(&format!(": {c}"));
+        cause = c.source();
+    }
+    out
+}
+
+#[test]
+fn a_listener_that_cannot_bind_says_its_os_error_once_in_the_error_chain() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("x/nodir/x.sock");
+    let err = Agent::builder()
+        .listen(format!("unix:{}", missing.display()))
+        .no_token()
+        .spawn()
+        .unwrap_err();
+    let printed = chain(&err);
+    assert!(
+        printed.contains(&missing.display().to_string()),
+        "{printed}"
+    );
+    assert_eq!(printed.matches("(os error").count(), 1, "{printed}");
+
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let err = Agent::builder()
+        .listen(taken.local_addr().unwrap().to_string())
+        .no_token()
+        .spawn()
+        .unwrap_err();
+    let printed = chain(&err);
+    assert_eq!(printed.matches("(os error 98)").count(), 1, "{printed}");
+}
+
+#[test]
+fn a_refused_connection_says_its_os_error_once_in_the_error_chain() {
+    let dir = tempfile::tempdir().unwrap();
+    let Err(err) = AttachClient::connect(
+        &format!("unix:{}", dir.path().join("none.sock").display()),
+        None,
+    ) else {
+        panic!("connected to nothing");
+    };
+    let printed = chain(&err);
+    assert_eq!(printed.matches("(os error").count(), 1, "{printed}");
+}

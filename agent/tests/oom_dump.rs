@@ -199,7 +199,10 @@ fn a_dump_that_cannot_be_written_names_its_path_once() {
     agent.flush();
     let state = agent.state();
     let err = state.ooms[0].dump_error.as_deref().unwrap();
-    assert!(err.starts_with("cannot write /proc/self/oom-0001-pid"), "{err}");
+    assert!(
+        err.starts_with("cannot write /proc/self/oom-0001-pid"),
+        "{err}"
+    );
     assert_eq!(err.matches("/proc/self").count(), 1, "{err}");
     agent.shutdown();
 }
