@@ -94,6 +94,11 @@ impl BadAddress {
         }
     }
 
+    /// Why `HOST:PORT` text `s` is not an address: its port, its host, or its form.
+    pub(crate) fn of_host_port(s: &str) -> BadAddress {
+        BadAddress::of_tcp(s, s)
+    }
+
     /// Why `HOST:PORT`-like text `s` is not an address: its port, its host, or its form.
     fn of_tcp(addr: &str, s: &str) -> BadAddress {
         let Some((host, port)) = s.rsplit_once(':') else {

@@ -7,7 +7,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use allocview_agent::agent::Agent;
+use allocview_agent::agent::{Agent, AgentError};
 use allocview_alloc::event::{Event, EventAction, EventPool};
 
 fn get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
@@ -265,4 +265,27 @@ fn dropped_events_show_per_action_in_metrics() {
     let (_, body) = get(agent.metrics_addr().unwrap(), "/metrics");
     let line = format!("allocview_events_dropped_total{{action=\"segment_alloc\"}} {dropped}");
     assert!(body.contains(&line), "{line} in\n{body}");
+}
+
+#[test]
+fn metrics_at_a_host_name_serves_and_a_bad_one_is_refused_at_spawn() {
+    let agent = Agent::builder()
+        .no_listen()
+        .metrics_at("localhost:0")
+        .spawn()
+        .unwrap();
+    let addr = agent.metrics_addr().expect("metrics listener");
+    assert!(addr.ip().is_loopback(), "{addr}");
+    agent.shutdown();
+
+    let err = Agent::builder()
+        .no_listen()
+        .metrics_at("localhost:soon")
+        .spawn()
+        .unwrap_err();
+    assert!(matches!(err, AgentError::BadMetricsAddress { .. }), "{err}");
+    assert!(
+        err.to_string().contains("\"soon\" is not a number"),
+        "{err}"
+    );
 }
