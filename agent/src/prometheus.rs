@@ -37,6 +37,9 @@ use crate::state::{AgentState, HistogramSummary, PoolKey};
 /// The path metrics are served at.
 pub const METRICS_PATH: &str = "/metrics";
 
+/// The methods [`METRICS_PATH`] answers (the `Allow` header of a `405 Method Not Allowed`).
+pub const ALLOWED_METHODS: &str = "GET, HEAD";
+
 /// The content type of the OpenMetrics text format.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
@@ -558,8 +561,17 @@ fn serve(server: &tiny_http::Server, agg: &AggregatorHandle) {
         // HEAD gets GET's headers without the body (tiny_http leaves it out).
         let method = req.method();
         let resp = if path == METRICS_PATH
-            && (*method == tiny_http::Method::Get || *method == tiny_http::Method::Head)
+            && *method != tiny_http::Method::Get
+            && *method != tiny_http::Method::Head
         {
+            let allow =
+                tiny_http::Header::from_bytes("Allow", ALLOWED_METHODS).expect("a valid header");
+            tiny_http::Response::from_string(format!(
+                "method not allowed: {METRICS_PATH} answers {ALLOWED_METHODS}\n"
+            ))
+            .with_header(allow)
+            .with_status_code(405)
+        } else if path == METRICS_PATH {
             match agg.metrics_state() {
                 Some(state) => {
                     let header = tiny_http::Header::from_bytes("Content-Type", CONTENT_TYPE)

@@ -289,3 +289,31 @@ fn metrics_at_a_host_name_serves_and_a_bad_one_is_refused_at_spawn() {
         "{err}"
     );
 }
+
+#[test]
+fn a_post_to_metrics_is_405_with_an_allow_header() {
+    let agent = Agent::builder()
+        .no_listen()
+        .metrics("127.0.0.1:0".parse().unwrap())
+        .spawn()
+        .unwrap();
+    let addr = agent.metrics_addr().unwrap();
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    write!(
+        s,
+        "POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    let (head, _) = resp.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 405"), "{head}");
+    assert!(
+        head.lines()
+            .any(|l| l.eq_ignore_ascii_case("allow: GET, HEAD")),
+        "{head}"
+    );
+    assert_eq!(get(addr, "/nothing").0, 404);
+    agent.shutdown();
+}
