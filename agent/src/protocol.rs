@@ -121,6 +121,19 @@ pub enum ClientFrame {
     },
 }
 
+impl ClientFrame {
+    /// The frame's `type` on the wire (`hello`, `request_snapshot`, `reset_peaks`, `pause`),
+    /// for messages that name a frame as a client's author knows it.
+    pub fn wire_name(&self) -> &'static str {
+        match self {
+            ClientFrame::Hello { .. } => "hello",
+            ClientFrame::RequestSnapshot => "request_snapshot",
+            ClientFrame::ResetPeaks => "reset_peaks",
+            ClientFrame::Pause { .. } => "pause",
+        }
+    }
+}
+
 /// What changed since the previous update.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct StateUpdate {

@@ -670,7 +670,7 @@ fn serve_client(id: u64, mut input: Conn, cfg: &ServerConfig, agg: &AggregatorHa
                 Ok(())
             }
         }
-        Ok(other) => Err(format!("expected a hello, got {other:?}")),
+        Ok(other) => Err(format!("expected a hello, got {}", other.wire_name())),
         Err(ProtocolError::Closed) => {
             input.shutdown();
             return;

@@ -849,3 +849,29 @@ fn a_refused_connection_says_its_os_error_once_in_the_error_chain() {
     let printed = chain(&err);
     assert_eq!(printed.matches("(os error").count(), 1, "{printed}");
 }
+
+#[test]
+fn every_client_frames_wire_name_is_its_type_on_the_wire() {
+    for frame in every_frame().1 {
+        let json: serde_json::Value = serde_json::to_value(&frame).unwrap();
+        assert_eq!(json["type"], frame.wire_name(), "{frame:?}");
+    }
+}
+
+#[test]
+fn a_frame_before_the_hello_is_refused_by_its_wire_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let (agent, _) = unix_agent(dir.path());
+    let mut s = UnixStream::connect(dir.path().join("agent.sock")).unwrap();
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    let hello: ServerFrame = protocol::read_frame(&mut s, MAX_SERVER_FRAME).unwrap();
+    assert!(matches!(hello, ServerFrame::Hello { .. }), "{hello:?}");
+    protocol::write_frame(&mut s, &ClientFrame::ResetPeaks).unwrap();
+    match protocol::read_frame::<_, ServerFrame>(&mut s, MAX_SERVER_FRAME).unwrap() {
+        ServerFrame::Error { message, .. } => {
+            assert_eq!(message, "expected a hello, got reset_peaks");
+        }
+        other => panic!("expected an error frame, got {other:?}"),
+    }
+    agent.shutdown();
+}
