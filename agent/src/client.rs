@@ -178,6 +178,10 @@ impl AttachClient {
                     }
                     (pid, process)
                 }
+                // An agent that refuses before its hello (too many connections waiting).
+                Ok(ServerFrame::Error { message, .. }) => {
+                    return Err(ClientError::Refused(message));
+                }
                 Ok(_) | Err(ProtocolError::Malformed(_)) | Err(ProtocolError::TooLarge { .. }) => {
                     return Err(ClientError::NotAnAgent(addr.to_string()));
                 }

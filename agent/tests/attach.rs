@@ -875,3 +875,46 @@ fn a_frame_before_the_hello_is_refused_by_its_wire_name() {
     }
     agent.shutdown();
 }
+
+#[test]
+fn connections_that_never_say_hello_are_capped_and_the_newest_is_refused() {
+    use allocview_agent::server::MAX_AWAITING_HELLO;
+    let dir = tempfile::tempdir().unwrap();
+    let (agent, addr) = unix_agent(dir.path());
+    let sock = dir.path().join("agent.sock");
+    // Each silent connection has had its hello: the agent counts it as waiting.
+    let mut silent: Vec<UnixStream> = (0..MAX_AWAITING_HELLO)
+        .map(|_| {
+            let mut s = UnixStream::connect(&sock).unwrap();
+            s.set_read_timeout(Some(WAIT)).unwrap();
+            let hello: ServerFrame = protocol::read_frame(&mut s, MAX_SERVER_FRAME).unwrap();
+            assert!(matches!(hello, ServerFrame::Hello { .. }), "{hello:?}");
+            s
+        })
+        .collect();
+    let mut over = UnixStream::connect(&sock).unwrap();
+    over.set_read_timeout(Some(WAIT)).unwrap();
+    match protocol::read_frame::<_, ServerFrame>(&mut over, MAX_SERVER_FRAME).unwrap() {
+        ServerFrame::Error { message, fatal } => {
+            assert!(fatal);
+            assert!(message.contains("waiting for their hello"), "{message}");
+        }
+        other => panic!("expected an error frame, got {other:?}"),
+    }
+    // And then the connection is closed.
+    let mut rest = Vec::new();
+    over.read_to_end(&mut rest).unwrap();
+    assert!(rest.is_empty());
+    // A real client is told why.
+    match AttachClient::connect(&addr, None) {
+        Err(ClientError::Refused(message)) => {
+            assert!(message.contains("waiting for their hello"), "{message}")
+        }
+        other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
+    }
+    // Once one silent connection goes away, a client gets in again.
+    silent.pop();
+    wait_until(|| AttachClient::connect(&addr, None).is_ok());
+    drop(silent);
+    agent.shutdown();
+}
