@@ -500,6 +500,32 @@ impl Agent {
         self.sink.clone()
     }
 
+    /// The sink for a `static` allocator, such as
+    /// [`Instrumented::set_sink`](allocview_alloc::global::Instrumented::set_sink), which
+    /// takes a `&'static dyn EventSink`: a clone of [`sink`](Self::sink) kept alive for the
+    /// rest of the process (one small leaked box per call, so call it once). Events published
+    /// into it after the agent shut down are counted as dropped.
+    ///
+    /// ```
+    /// use std::alloc::System;
+    /// use allocview_agent::agent::Agent;
+    /// use allocview_alloc::global::Instrumented;
+    ///
+    /// // In a program: `#[global_allocator] static HEAP: ...`.
+    /// static HEAP: Instrumented<System> = Instrumented::new(System);
+    ///
+    /// let agent = Agent::builder().no_listen().spawn()?;
+    /// HEAP.set_sink(Some(agent.leak_sink()));
+    /// assert!(HEAP.has_sink());
+    /// # HEAP.set_sink(None);
+    /// # agent.shutdown();
+    /// # Ok::<(), allocview_agent::agent::AgentError>(())
+    /// ```
+    pub fn leak_sink(&self) -> &'static dyn EventSink {
+        let sink: &'static Arc<ChannelSink> = Box::leak(Box::new(Arc::clone(&self.sink)));
+        &**sink
+    }
+
     /// The sink as its concrete type (drop counters, capacity).
     pub fn channel_sink(&self) -> &Arc<ChannelSink> {
         &self.sink

@@ -11,12 +11,16 @@
 //! `large_pool` or `private_pool_ID`) become Prometheus histograms
 //! (`allocview_allocation_size_bytes`, `allocview_block_lifetime_seconds`,
 //! `allocview_allocator_latency_seconds`: times in seconds, as Prometheus names them) on a fixed
-//! ladder of power-of-two buckets per metric (`le = 2^b - 1` of the recorded integers, exact;
+//! ladder of power-of-two buckets per metric (`le = 2^b - 1` of the recorded integers, exact:
+//! the bucket counts the values below `2^b`;
 //! the same buckets in every series and process, so `sum by (le)` and `histogram_quantile`
 //! work across a fleet), with exact `_sum` and `_count`, plus `_quantile` gauges of their own
 //! finer quantiles; dropped events per action, resyncs and OOM dumps close the page.
+//! `allocview_max_split_size_bytes` is the `max_split_size` setting, `-1` when unlimited (as
+//! `torch.cuda.memory_stats()` reports it).
 //! The HTTP side is `tiny_http` on one thread, so services need no async runtime; `GET` and
-//! `HEAD` of `/metrics` are answered, any other path gets a 404. There is no authentication
+//! `HEAD` of `/metrics` are answered, another method there gets `405 Method Not Allowed` with
+//! `Allow: GET, HEAD`, any other path a 404. There is no authentication
 //! (as usual for Prometheus targets): the page holds figures, not frames or snapshots.
 
 use std::net::SocketAddr;
@@ -378,7 +382,7 @@ pub fn render(state: &AgentState) -> String {
         }
         b.gauge(
             "allocview_max_split_size_bytes",
-            "max_split_size setting (-1 unlimited)",
+            "max_split_size setting in bytes (-1: unlimited, any cached block may be split)",
             l.clone(),
             s.max_split_size,
         );

@@ -25,7 +25,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use allocview_agent::agent::Agent;
-use allocview_alloc::event::EventSink;
 use allocview_alloc::global::{Instrumented, unpublished};
 use allocview_alloc::stats::HumanBytes;
 use anyhow::{Context, bail};
@@ -169,10 +168,9 @@ fn run(options: &Options) -> anyhow::Result<()> {
         println!("metrics at http://{addr}/metrics");
     }
 
-    // The heap wants a `&'static dyn EventSink`: keep the agent's sink alive for the process.
-    let sink: &'static Arc<dyn EventSink> = Box::leak(Box::new(agent.sink()));
+    // The heap wants a `&'static dyn EventSink`: the agent's sink, kept alive for the process.
     let at_attach = HEAP.stats();
-    HEAP.set_sink(Some(&**sink));
+    HEAP.set_sink(Some(agent.leak_sink()));
 
     let stop = Arc::new(AtomicBool::new(false));
     let served = Arc::new(AtomicU64::new(0));
