@@ -150,22 +150,28 @@ fn a_dump_made_without_history_still_says_which_request_failed() {
     agent.shutdown();
 }
 
-#[test]
-fn a_dump_folder_that_cannot_be_created_is_an_error_counted_not_a_panic() {
+/// An agent dumping into `dump_dir`, after an OOM on its 64 MiB simulated device (flushed).
+fn oom_dumping_into(dump_dir: &std::path::Path) -> (Agent, Arc<CachingAllocator<Arc<SimBackend>>>) {
     let dev = Arc::new(SimBackend::new(64 * MIB));
     let alloc = Arc::new(CachingAllocator::new(dev, AllocatorConfig::default()));
-    let dir = tempfile::tempdir().unwrap();
-    let blocker = dir.path().join("file");
-    std::fs::write(&blocker, b"not a folder").unwrap();
     let agent = Agent::builder()
         .no_listen()
-        .dump_dir(blocker.join("dumps"))
+        .dump_dir(dump_dir)
         .provider(alloc.clone())
         .spawn()
         .unwrap();
     alloc.set_event_sink(Some(agent.sink()));
     assert!(alloc.malloc(128 * MIB, StreamId(0)).is_err());
     agent.flush();
+    (agent, alloc)
+}
+
+#[test]
+fn a_dump_folder_that_cannot_be_created_is_an_error_counted_not_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let blocker = dir.path().join("file");
+    std::fs::write(&blocker, b"not a folder").unwrap();
+    let (agent, alloc) = oom_dumping_into(&blocker.join("dumps"));
     let state = agent.state();
     assert_eq!(state.ooms.len(), 1);
     assert!(state.ooms[0].dump_paths.is_empty());
@@ -186,17 +192,7 @@ fn a_dump_that_cannot_be_written_names_its_path_once() {
         println!("skipped: /proc/self not found");
         return;
     }
-    let dev = Arc::new(SimBackend::new(64 * MIB));
-    let alloc = Arc::new(CachingAllocator::new(dev, AllocatorConfig::default()));
-    let agent = Agent::builder()
-        .no_listen()
-        .dump_dir(dump_dir)
-        .provider(alloc.clone())
-        .spawn()
-        .unwrap();
-    alloc.set_event_sink(Some(agent.sink()));
-    assert!(alloc.malloc(128 * MIB, StreamId(0)).is_err());
-    agent.flush();
+    let (agent, _alloc) = oom_dumping_into(dump_dir);
     let state = agent.state();
     let err = state.ooms[0].dump_error.as_deref().unwrap();
     assert!(
