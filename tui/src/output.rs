@@ -31,7 +31,13 @@ fn write_all(text: &str, newline: bool) -> anyhow::Result<()> {
     let mut out = io::stdout().lock();
     let written = out
         .write_all(text.as_bytes())
-        .and_then(|()| if newline { out.write_all(b"\n") } else { Ok(()) })
+        .and_then(|()| {
+            if newline {
+                out.write_all(b"\n")
+            } else {
+                Ok(())
+            }
+        })
         .and_then(|()| out.flush());
     match written {
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Err(StdoutClosed.into()),

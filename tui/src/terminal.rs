@@ -4,6 +4,13 @@
 //! cooked mode; this also holds where panics abort instead of unwinding, as nothing waits for
 //! the guard's `Drop`.
 //!
+//! Signals that end a program (SIGTERM from `kill`, SIGHUP when the terminal window closes,
+//! SIGINT from `kill -INT`; Ctrl-C is a key in raw mode) would otherwise kill the process with
+//! the terminal still in raw mode, on the alternate screen, with the cursor hidden and mouse
+//! tracking on. While the dashboard holds the terminal, a thread waits for them
+//! (`signal_hook::iterator::Signals`, which needs no `unsafe` here), restores the terminal and
+//! exits with status 128 + the signal's number, as a shell reports a death by that signal.
+//!
 //! Restoring happens once: leaving the alternate screen a second time would move the cursor
 //! back to where the dashboard started, and the shell would then write over the panic message.
 //! Only a panic on the thread that drives the dashboard restores: a background thread's panic
@@ -26,6 +33,20 @@ use ratatui::crossterm::terminal::{
 static HELD: AtomicBool = AtomicBool::new(false);
 /// The panic hook is installed once per process.
 static HOOK: Once = Once::new();
+/// The signal thread is started once per process.
+#[cfg(unix)]
+static SIGNAL_THREAD: Once = Once::new();
+
+/// The signals that restore the terminal and end the process while the dashboard runs.
+#[cfg(unix)]
+pub const ENDING_SIGNALS: [i32; 3] = [
+    signal_hook::consts::SIGTERM,
+    signal_hook::consts::SIGHUP,
+    signal_hook::consts::SIGINT,
+];
+
+/// A process killed by signal N exits, as shells report it, with status `128 + N`.
+pub const SIGNAL_EXIT_BASE: i32 = 128;
 
 thread_local! {
     /// Whether this thread entered the terminal (its panics restore it).
@@ -67,13 +88,44 @@ pub fn install_panic_hook() {
     });
 }
 
+/// Starts (once) the thread that waits for [`ENDING_SIGNALS`]: on the first one it
+/// [`restore`]s the terminal and exits with [`SIGNAL_EXIT_BASE`] + the signal's number. When
+/// the signals cannot be caught, the dashboard runs without (the reason goes to the log).
+pub fn install_signal_handler() {
+    #[cfg(unix)]
+    SIGNAL_THREAD.call_once(|| {
+        let mut signals = match signal_hook::iterator::Signals::new(ENDING_SIGNALS) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("cannot catch SIGTERM/SIGHUP/SIGINT: {e}");
+                return;
+            }
+        };
+        let spawned = std::thread::Builder::new()
+            .name("allocview-signals".into())
+            .spawn(move || {
+                if let Some(signal) = signals.forever().next() {
+                    // Hold stdout so the dashboard's thread cannot draw after the restore.
+                    let _stdout = io::stdout().lock();
+                    restore();
+                    std::process::exit(SIGNAL_EXIT_BASE + signal);
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!("cannot start the signal thread: {e}");
+        }
+    });
+}
+
 impl TerminalGuard {
-    /// Takes over the terminal (raw mode, alternate screen, mouse) and installs the panic hook.
+    /// Takes over the terminal (raw mode, alternate screen, mouse) and installs the panic hook
+    /// and the signal handler.
     ///
     /// # Errors
     /// When stdout is not a terminal that can be put in raw mode.
     pub fn enter() -> io::Result<TerminalGuard> {
         install_panic_hook();
+        install_signal_handler();
         enable_raw_mode()?;
         HELD.store(true, Ordering::SeqCst);
         DRIVES_DASHBOARD.with(|d| d.set(true));

@@ -26,7 +26,6 @@ pub mod replay;
 pub mod snapshot;
 pub mod workload;
 
-
 use anyhow::bail;
 
 use self::outcome::{Goal, Outcome, Unit};
