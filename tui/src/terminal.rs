@@ -16,7 +16,7 @@
 //! Only a panic on the thread that drives the dashboard restores: a background thread's panic
 //! (the demo's workload) is reported by the dashboard itself, which keeps the screen.
 
-use std::io::{self, Stdout};
+use std::io::{self, IsTerminal as _, Stdout};
 use std::sync::Once;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -51,6 +51,53 @@ pub const SIGNAL_EXIT_BASE: i32 = 128;
 thread_local! {
     /// Whether this thread entered the terminal (its panics restore it).
     static DRIVES_DASHBOARD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// `ENXIO` (os error 6): opening `/dev/tty` without a controlling terminal.
+const NO_CONTROLLING_TERMINAL: i32 = 6;
+
+/// Why the dashboard cannot take the terminal.
+#[derive(Debug, thiserror::Error)]
+pub enum TerminalError {
+    /// Stdout goes to a file or a pipe: the dashboard's escape codes would land there.
+    #[error("stdout is not a terminal (it goes to a file or a pipe)")]
+    StdoutNotATerminal,
+    /// The process has no controlling terminal (started by a service, `setsid`, ...).
+    #[error("the process has no controlling terminal")]
+    NoControllingTerminal,
+    /// Another failure setting the terminal up.
+    #[error("cannot set up the terminal: {0}")]
+    Io(io::Error),
+}
+
+impl From<io::Error> for TerminalError {
+    fn from(e: io::Error) -> TerminalError {
+        if e.raw_os_error() == Some(NO_CONTROLLING_TERMINAL) {
+            TerminalError::NoControllingTerminal
+        } else {
+            TerminalError::Io(e)
+        }
+    }
+}
+
+/// Checks that stdout is a terminal the dashboard can draw on (call it before any other work,
+/// so a redirected run fails at once).
+///
+/// # Errors
+/// [`TerminalError::StdoutNotATerminal`].
+pub fn check_stdout() -> Result<(), TerminalError> {
+    if io::stdout().is_terminal() {
+        Ok(())
+    } else {
+        Err(TerminalError::StdoutNotATerminal)
+    }
+}
+
+impl TerminalError {
+    /// The error with `advice` after it (what needs the terminal, what to run instead).
+    pub fn advise(self, advice: &str) -> anyhow::Error {
+        anyhow::anyhow!("{self}; {advice}")
+    }
 }
 
 /// The terminal while the dashboard owns it; restores it when dropped.
@@ -122,8 +169,9 @@ impl TerminalGuard {
     /// and the signal handler.
     ///
     /// # Errors
-    /// When stdout is not a terminal that can be put in raw mode.
-    pub fn enter() -> io::Result<TerminalGuard> {
+    /// When stdout is not a terminal, or the terminal cannot be put in raw mode.
+    pub fn enter() -> Result<TerminalGuard, TerminalError> {
+        check_stdout()?;
         install_panic_hook();
         install_signal_handler();
         enable_raw_mode()?;
@@ -135,7 +183,7 @@ impl TerminalGuard {
             Ok(terminal) => Ok(TerminalGuard { terminal }),
             Err(e) => {
                 restore();
-                Err(e)
+                Err(e.into())
             }
         }
     }

@@ -18,6 +18,9 @@ use crate::{output, units};
 
 /// How often the dashboard polls the connection.
 pub const TICK: Duration = Duration::from_millis(100);
+/// Why the dashboard cannot run without a terminal, and what to do instead.
+const NEEDS_TERMINAL: &str = "the live dashboard needs one: add --headless to print the state as text \
+     lines (or --json)";
 /// Headless mode prints a line at most this often.
 const HEADLESS_LINE_EVERY: Duration = Duration::from_secs(1);
 
@@ -146,11 +149,11 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
     if cli.headless {
         return headless(&addr, token, cli);
     }
+    crate::terminal::check_stdout().map_err(|e| e.advise(NEEDS_TERMINAL))?;
     let src = AttachSource::connect(&addr, token).map_err(|e| anyhow::anyhow!("{e}"))?;
     let save_dir = std::env::current_dir().context("no current folder to save snapshots in")?;
     let mut app = App::new(Box::new(src), save_dir)?;
-    let mut guard =
-        TerminalGuard::enter().context("allocview --attach needs a terminal (or --headless)")?;
+    let mut guard = TerminalGuard::enter().map_err(|e| e.advise(NEEDS_TERMINAL))?;
     app::run(&mut guard.terminal, &mut app, TICK)
 }
 

@@ -19,6 +19,10 @@ use crate::{output, units};
 /// ignored there.
 pub const DEFAULT_DEVICE_MEMORY: &str = "16GiB";
 
+/// Why the interactive demo cannot run without a terminal, and what to do instead.
+const NEEDS_TERMINAL: &str = "the demo's live dashboard needs one: run `allocview demo --headless` to \
+     print a report instead (add --json for JSON)";
+
 /// The demo's settings from its arguments.
 ///
 /// # Errors
@@ -157,10 +161,10 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
         }
         return Ok(());
     }
+    crate::terminal::check_stdout().map_err(|e| e.advise(NEEDS_TERMINAL))?;
     let demo = Demo::start(cfg)?;
     let save_dir = std::env::current_dir().context("no current folder to save snapshots in")?;
     let mut app = App::new(Box::new(EmbeddedSource::new(demo)), save_dir)?;
-    let mut guard =
-        TerminalGuard::enter().context("allocview demo needs a terminal (or --headless)")?;
+    let mut guard = TerminalGuard::enter().map_err(|e| e.advise(NEEDS_TERMINAL))?;
     app::run(&mut guard.terminal, &mut app, AGENT_TICK)
 }
