@@ -46,3 +46,71 @@ fn the_dashboard_refuses_a_redirected_stdout_and_suggests_headless() {
         );
     }
 }
+
+#[test]
+fn options_that_only_mean_something_headless_require_headless() {
+    for args in [
+        &["demo", "--seconds", "2"][..],
+        &["demo", "--json"][..],
+        &["demo", "--seconds", "2", "--json"][..],
+        &["--attach", "127.0.0.1:1", "--once"][..],
+        &["--attach", "127.0.0.1:1", "--json"][..],
+    ] {
+        let out = allocview(args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains("required arguments were not provided") && err.contains("--headless"),
+            "{args:?}: {err}"
+        );
+    }
+}
+
+#[test]
+fn demo_config_repeats_and_the_settings_join_with_commas() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_allocview"))
+        .current_dir(dir.path())
+        .args(["demo", "--headless", "--seconds", "0", "--json"])
+        .args(["--config", "expandable_segments:True"])
+        .args(["--config", "max_split_size_mb:256"])
+        .env_remove("ALLOCVIEW_ALLOC_CONF")
+        .env_remove("PYTORCH_CUDA_ALLOC_CONF")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let settings = json["settings"].as_str().unwrap();
+    assert!(
+        settings.contains("expandable_segments:True") && settings.contains("max_split_size_mb:256"),
+        "{settings}"
+    );
+}
+
+#[test]
+fn a_malformed_demo_config_says_what_is_expected() {
+    let out = allocview(&["demo", "--headless", "--seconds", "0", "--config", "bogus"]);
+    let err = stderr(&out);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("\"bogus\"") && err.contains("KEY:VALUE"),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_headless_oom_scenario_runs_until_it_meets_an_oom_by_default() {
+    let dir = tempfile::tempdir().unwrap();
+    // The help's example: `allocview demo --scenario oom --device-memory 8GiB`, headless.
+    let out = Command::new(env!("CARGO_BIN_EXE_allocview"))
+        .current_dir(dir.path())
+        .args(["demo", "--scenario", "oom", "--headless", "--json"])
+        .args(["--device-memory", "8GiB"])
+        .env("ALLOCVIEW_DUMP_DIR", dir.path().join("dumps"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(json["ooms"].as_u64().unwrap() >= 1, "{json}");
+    assert!(!json["dumps"].as_array().unwrap().is_empty(), "{json}");
+}

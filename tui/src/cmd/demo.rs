@@ -9,7 +9,7 @@ use allocview_alloc::caching::AllocatorConfig;
 use anyhow::Context as _;
 
 use crate::app::{self, App};
-use crate::cli::{Backend, DemoArgs};
+use crate::cli::{Backend, DemoArgs, Scenario};
 use crate::demo::{AGENT_TICK, Demo, DemoConfig, Report};
 use crate::source::embedded::EmbeddedSource;
 use crate::terminal::TerminalGuard;
@@ -44,8 +44,10 @@ pub fn config(args: &DemoArgs) -> anyhow::Result<DemoConfig> {
         anyhow::bail!("--device-memory must be more than 0 bytes");
     }
     // As an embedding program would: --config, else the environment's settings.
-    let config = match (&args.config, AllocatorConfig::env_setting()) {
-        (Some(s), _) => AllocatorConfig::parse(s).with_context(|| format!("--config {s:?}"))?,
+    let given = (!args.config.is_empty()).then(|| args.config.join(","));
+    let config = match (&given, AllocatorConfig::env_setting()) {
+        (Some(s), _) => AllocatorConfig::parse(s)
+            .with_context(|| format!("--config {s:?} (expected KEY:VALUE[,KEY:VALUE...])"))?,
         (None, Some((var, s))) => {
             AllocatorConfig::parse(&s).with_context(|| format!("{var}={s:?}"))?
         }
@@ -57,11 +59,10 @@ pub fn config(args: &DemoArgs) -> anyhow::Result<DemoConfig> {
         })?),
         None => None,
     };
-    if !(args.seconds.is_finite() && args.seconds >= 0.0) {
-        anyhow::bail!(
-            "--seconds must be a non-negative number, got {}",
-            args.seconds
-        );
+    if let Some(seconds) = args.seconds
+        && !(seconds.is_finite() && seconds >= 0.0)
+    {
+        anyhow::bail!("--seconds must be a non-negative number, got {seconds}");
     }
     Ok(DemoConfig {
         backend: args.backend,
@@ -139,6 +140,41 @@ fn print_report(r: &Report, json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// How long the headless demo runs without `--seconds`.
+pub const HEADLESS_SECONDS: Duration = Duration::from_secs(5);
+/// Without `--seconds`, the headless OOM scenario runs this long past its first OOM (the
+/// dump is written, the run recovers)...
+pub const OOM_MARGIN: Duration = Duration::from_secs(2);
+/// ...and at most this long (a device too large to fill in time).
+pub const OOM_MAX_SECONDS: Duration = Duration::from_secs(60);
+
+/// Lets the headless demo run: `--seconds`, else [`HEADLESS_SECONDS`] for training, else (the
+/// OOM scenario) until the first OOM and [`OOM_MARGIN`] more, at most [`OOM_MAX_SECONDS`].
+/// Stops early when the workload fails.
+fn run_headless(demo: &Demo, args: &DemoArgs) {
+    let start = Instant::now();
+    let fixed = args.seconds.map(Duration::from_secs_f64);
+    let mut deadline = match (fixed, args.scenario) {
+        (Some(d), _) => start + d,
+        (None, Scenario::Train) => start + HEADLESS_SECONDS,
+        (None, Scenario::Oom) => start + OOM_MAX_SECONDS,
+    };
+    let mut first_oom_seen = false;
+    while Instant::now() < deadline && demo.error().is_none() {
+        if fixed.is_none() && !first_oom_seen && demo.ooms() > 0 {
+            first_oom_seen = true;
+            deadline = deadline.min(Instant::now() + OOM_MARGIN);
+        }
+        std::thread::sleep(AGENT_TICK.min(deadline.saturating_duration_since(Instant::now())));
+    }
+    if fixed.is_none() && args.scenario == Scenario::Oom && demo.ooms() == 0 {
+        eprintln!(
+            "allocview demo: no OOM within {} s (give --seconds to run longer)",
+            OOM_MAX_SECONDS.as_secs()
+        );
+    }
+}
+
 /// Runs the command.
 ///
 /// # Errors
@@ -150,10 +186,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
         if let Some(a) = demo.agent.listen_addr() {
             eprintln!("allocview demo: serving attach clients at {a}");
         }
-        let deadline = Instant::now() + Duration::from_secs_f64(args.seconds);
-        while Instant::now() < deadline && demo.error().is_none() {
-            std::thread::sleep(AGENT_TICK.min(deadline.saturating_duration_since(Instant::now())));
-        }
+        run_headless(&demo, args);
         let report = demo.report();
         print_report(&report, args.json)?;
         if let Some(e) = demo.error() {
