@@ -114,3 +114,55 @@ fn the_headless_oom_scenario_runs_until_it_meets_an_oom_by_default() {
     assert!(json["ooms"].as_u64().unwrap() >= 1, "{json}");
     assert!(!json["dumps"].as_array().unwrap().is_empty(), "{json}");
 }
+
+#[test]
+fn the_headless_demo_reports_oom_dumps_that_could_not_be_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("somefile");
+    std::fs::write(&file, "not a folder").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_allocview"))
+        .current_dir(dir.path())
+        .args(["demo", "--scenario", "oom", "--headless", "--json"])
+        .env("ALLOCVIEW_DUMP_DIR", file.join("sub"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(json["ooms"].as_u64().unwrap() >= 1, "{json}");
+    assert!(json["dumps"].as_array().unwrap().is_empty(), "{json}");
+    assert!(json["dump_failures"].as_u64().unwrap() >= 1, "{json}");
+    let errors = json["dump_errors"].as_array().unwrap();
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.as_str().unwrap().starts_with("OOM 1: ")
+                && e.as_str().unwrap().contains("somefile")),
+        "{json}"
+    );
+    // The text report shows the same.
+    let report = allocview::demo::Report {
+        scenario: "oom".into(),
+        device: "simulated".into(),
+        settings: String::new(),
+        steps: 9,
+        ooms: 1,
+        seconds: 1.0,
+        stats: Default::default(),
+        agent_matches_allocator: true,
+        differing_keys: Vec::new(),
+        dropped_events: 0,
+        resyncs: 0,
+        dumps: Vec::new(),
+        dump_failures: json["dump_failures"].as_u64().unwrap(),
+        dump_errors: errors
+            .iter()
+            .map(|e| e.as_str().unwrap().to_string())
+            .collect(),
+        listen: None,
+    };
+    let text = allocview::cmd::demo::report_text(&report);
+    assert!(
+        text.contains("OOM dumps that failed: ") && text.contains("OOM dump failed: OOM 1: "),
+        "{text}"
+    );
+}

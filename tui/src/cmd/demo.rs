@@ -127,6 +127,16 @@ pub fn report_text(r: &Report) -> String {
     for d in &r.dumps {
         let _ = write!(out, "\n  OOM dump: {d}");
     }
+    if r.dump_failures > 0 {
+        let _ = write!(
+            out,
+            "\n  OOM dumps that failed: {}",
+            units::count(r.dump_failures)
+        );
+        for e in &r.dump_errors {
+            let _ = write!(out, "\n  OOM dump failed: {e}");
+        }
+    }
     out
 }
 
