@@ -121,8 +121,9 @@ pub struct Report {
 
 /// A running demo.
 pub struct Demo {
-    /// The embedded agent.
-    pub agent: Agent,
+    /// The embedded agent (shared: `allocview demo` reads its OOM dumps after the dashboard,
+    /// which owns the demo, has ended).
+    pub agent: Arc<Agent>,
     /// The allocator.
     pub alloc: Arc<DemoAllocator>,
     /// The device under the allocator.
@@ -172,7 +173,7 @@ impl Demo {
         if let Some(d) = &cfg.dump_dir {
             builder = builder.dump_dir(d.clone());
         }
-        let agent = builder.spawn().context("cannot start the agent")?;
+        let agent = Arc::new(builder.spawn().context("cannot start the agent")?);
         alloc.set_event_sink(Some(agent.sink()));
         let mut work = Workload::new(
             alloc.clone(),

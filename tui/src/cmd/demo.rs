@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant};
 
+use allocview_agent::state::{AgentState, NOT_WRITTEN};
 use allocview_agent::summary::render::counted;
 use allocview_alloc::caching::AllocatorConfig;
 use anyhow::Context as _;
@@ -206,8 +207,61 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
     }
     crate::terminal::check_stdout().map_err(|e| e.advise(NEEDS_TERMINAL))?;
     let demo = Demo::start(cfg)?;
+    let agent = demo.agent.clone();
     let save_dir = std::env::current_dir().context("no current folder to save snapshots in")?;
     let mut app = App::new(Box::new(EmbeddedSource::new(demo)), save_dir)?;
     let mut guard = TerminalGuard::enter().map_err(|e| e.advise(NEEDS_TERMINAL))?;
-    app::run(&mut guard.terminal, &mut app, AGENT_TICK)
+    let result = app::run(&mut guard.terminal, &mut app, AGENT_TICK);
+    // The terminal first, then the workload stops; the dumps started are waited for.
+    drop(guard);
+    drop(app);
+    agent.flush();
+    if let Some(note) = dumps_note(&agent.state()) {
+        output::print(&note)?;
+    }
+    result
+}
+
+/// What the interactive demo prints when it ends, when its agent wrote OOM dumps or failed
+/// to: the files, and the commands that open and summarise the first one.
+pub fn dumps_note(state: &AgentState) -> Option<String> {
+    use std::fmt::Write as _;
+    let paths: Vec<&std::path::Path> = state
+        .ooms
+        .iter()
+        .flat_map(|o| o.dump_paths.iter().map(|p| p.as_path()))
+        .collect();
+    let failures = state.pipeline.dump_failures;
+    if paths.is_empty() && failures == 0 {
+        return None;
+    }
+    let mut out = String::new();
+    // Writing to a String cannot fail.
+    if !paths.is_empty() {
+        let _ = writeln!(out, "OOM dumps written:");
+        for p in &paths {
+            let _ = writeln!(out, "  {}", p.display());
+        }
+    }
+    if failures > 0 {
+        let _ = writeln!(out, "OOM dumps that failed: {}", units::count(failures));
+        for o in &state.ooms {
+            if let Some(e) = o
+                .dump_error
+                .as_ref()
+                .filter(|e| !e.starts_with(NOT_WRITTEN))
+            {
+                let _ = writeln!(out, "  OOM {}: {e}", o.index);
+            }
+        }
+    }
+    let pickle = paths
+        .iter()
+        .find(|p| p.extension().is_some_and(|e| e == "pickle"))
+        .or(paths.first());
+    if let Some(p) = pickle {
+        let _ = writeln!(out, "Open one:      allocview open {}", p.display());
+        let _ = writeln!(out, "Its summary:   allocview summary {}", p.display());
+    }
+    Some(out.trim_end().to_string())
 }

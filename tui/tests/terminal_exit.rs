@@ -1,6 +1,7 @@
-//! SIGTERM and SIGHUP while the dashboard runs give the terminal back (main screen, cursor
-//! shown, mouse tracking off, cooked mode) and end the process with 128 + the signal's number,
-//! checked in a real terminal: tmux, on a private server so no other test's sessions are seen.
+//! How the dashboard ends, in a real terminal (tmux, on a private server so no other test's
+//! sessions are seen): SIGTERM and SIGHUP give the terminal back (main screen, cursor shown,
+//! mouse tracking off, cooked mode) and end the process with 128 + the signal's number; `q`
+//! after OOMs prints where the demo's dumps went and how to open them.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -128,4 +129,40 @@ fn sigterm_and_sighup_restore_the_terminal_and_end_the_dashboard() {
     let dir = tempfile::tempdir().unwrap();
     signal_restores_the_terminal(dir.path(), "TERM", 15);
     signal_restores_the_terminal(dir.path(), "HUP", 1);
+}
+
+#[test]
+fn quitting_the_demo_after_ooms_prints_where_the_dumps_went() {
+    if !tmux_available("quitting_the_demo_after_ooms_prints_where_the_dumps_went") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let bin = env!("CARGO_BIN_EXE_allocview");
+    let cmd = format!(
+        "cd {} && ALLOCVIEW_DUMP_DIR=dumps {bin} demo --scenario oom --device-memory 8GiB; \
+         echo EXIT=$?; sleep 600",
+        dir.path().display()
+    );
+    let t = PrivateTmux::start("quit", &cmd);
+    t.wait_for("● live");
+    // The first OOM's dump lands in the dump folder.
+    let deadline = Instant::now() + WAIT;
+    let dumps = dir.path().join("dumps");
+    while !std::fs::read_dir(&dumps).is_ok_and(|d| {
+        d.flatten()
+            .any(|e| e.path().extension().is_some_and(|x| x == "pickle"))
+    }) {
+        assert!(Instant::now() < deadline, "no OOM dump in {WAIT:?}");
+        std::thread::sleep(POLL);
+    }
+    t.tmux(&["send-keys", "-t", "t", "q"]);
+    let screen = t.wait_for("EXIT=");
+    assert!(screen.contains("EXIT=0"), "{screen}");
+    assert_eq!(t.display("#{alternate_on}"), "0");
+    assert!(screen.contains("OOM dumps written:"), "{screen}");
+    assert!(
+        screen.contains("allocview open dumps/oom-0001-pid")
+            && screen.contains("allocview summary dumps/oom-0001-pid"),
+        "{screen}"
+    );
 }
