@@ -222,6 +222,16 @@ Examples:
   allocview replay oom.pickle --config expandable_segments:True
                                            Would expandable segments have avoided the OOM?
   allocview --attach unix:/tmp/train.sock  A live process that embeds the agent
+  ALLOCVIEW_TOKEN=s3cret allocview --attach 10.0.0.5:9464 --headless --once
+                                           An agent that requires a token, as text
+
+Environment:
+  ALLOCVIEW_ADDR      The address --attach uses when none is given (agents listen there, too)
+  ALLOCVIEW_TOKEN     The token --attach presents; agents with a token set refuse clients
+                      without it (and need one to listen on a non-loopback address)
+  ALLOCVIEW_DUMP_DIR  Where OOM dumps go (default ./allocview-dumps)
+  ALLOCVIEW_ALLOC_CONF, PYTORCH_CUDA_ALLOC_CONF
+                      The demo's allocator settings when --config is not given
 
 Run `allocview COMMAND --help` for a command's options.";
 

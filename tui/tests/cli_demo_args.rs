@@ -166,3 +166,38 @@ fn the_headless_demo_reports_oom_dumps_that_could_not_be_written() {
         "{text}"
     );
 }
+
+#[test]
+fn the_headless_attach_line_counts_dropped_events_and_resyncs() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("demo.sock");
+    let addr = format!("unix:{}", sock.display());
+    let mut demo = Command::new(env!("CARGO_BIN_EXE_allocview"))
+        .current_dir(dir.path())
+        .args(["demo", "--headless", "--seconds", "30", "--listen", &addr])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let line = loop {
+        let out = allocview(&["--attach", &addr, "--headless", "--once"]);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        if out.status.success() && text.contains(" dev ") {
+            break text;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no device line: {text} {}",
+            stderr(&out)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let _ = demo.kill();
+    let _ = demo.wait();
+    assert!(
+        line.contains(" dropped ") && line.contains(" resyncs "),
+        "{line}"
+    );
+}

@@ -111,11 +111,22 @@ fn print_line(c: &AttachClient) -> anyhow::Result<()> {
             units::count(s.pipeline.resyncs),
         ))?;
     }
+    // The pipeline's counts end each device line; without devices, the line shown.
+    let pipeline = format!(
+        " dropped {} resyncs {}",
+        units::count(s.pipeline.dropped_total),
+        units::count(s.pipeline.resyncs)
+    );
+    let pipeline = if s.devices.is_empty() {
+        &pipeline[..]
+    } else {
+        ""
+    };
     if let Some(h) = &s.host {
-        output::print(&host_line(pid, name, h))?;
+        output::print(&format!("{}{pipeline}", host_line(pid, name, h)))?;
     }
     if s.devices.is_empty() && s.host.is_none() {
-        output::print(&format!("pid {pid} {name}: no device events yet"))?;
+        output::print(&format!("pid {pid} {name}: no device events yet{pipeline}"))?;
     }
     Ok(())
 }
