@@ -1,7 +1,8 @@
 //! How the dashboard ends, in a real terminal (tmux, on a private server so no other test's
 //! sessions are seen): SIGTERM and SIGHUP give the terminal back (main screen, cursor shown,
 //! mouse tracking off, cooked mode) and end the process with 128 + the signal's number; `q`
-//! after OOMs prints where the demo's dumps went and how to open them.
+//! after OOMs prints where the demo's dumps went and how to open them; `--attach` to a peer
+//! that does not answer says it is connecting meanwhile.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -165,4 +166,27 @@ fn quitting_the_demo_after_ooms_prints_where_the_dumps_went() {
             && screen.contains("allocview summary dumps/oom-0001-pid"),
         "{screen}"
     );
+}
+
+#[test]
+fn attaching_to_a_silent_peer_says_it_is_connecting_meanwhile() {
+    if !tmux_available("attaching_to_a_silent_peer_says_it_is_connecting_meanwhile") {
+        return;
+    }
+    // Accepts connections (the kernel's backlog does) and never answers.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = silent.local_addr().unwrap().to_string();
+    let bin = env!("CARGO_BIN_EXE_allocview");
+    let cmd = format!("{bin} --attach {addr}; echo EXIT=$?; sleep 600");
+    let t = PrivateTmux::start("connecting", &cmd);
+    t.wait_for(&format!("connecting to {addr}…"));
+    // Then the client's timeout: the note is erased, the error takes its place.
+    let screen = t.wait_for("EXIT=");
+    assert!(screen.contains("EXIT=1"), "{screen}");
+    assert!(!screen.contains("connecting to"), "{screen}");
+    assert!(
+        screen.contains(&format!("{addr} did not answer")),
+        "{screen}"
+    );
+    drop(silent);
 }

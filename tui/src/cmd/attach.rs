@@ -2,6 +2,7 @@
 //! `--headless --once --json`, the first full state received, as JSON (text: a line per device
 //! and one for the host heap).
 
+use std::io::{IsTerminal as _, Write as _};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -62,8 +63,44 @@ pub fn resolve(
     }
 }
 
+/// `allocview: connecting to ADDR…` on stderr while the first connection is made (it can take
+/// up to the client's connect timeout when the peer does not answer), erased once done. Shown
+/// only when stderr is a terminal.
+struct ConnectingNote {
+    shown: bool,
+}
+
+impl ConnectingNote {
+    fn show(addr: &str) -> ConnectingNote {
+        let shown = std::io::stderr().is_terminal();
+        if shown {
+            let mut err = std::io::stderr().lock();
+            let _ = write!(err, "allocview: connecting to {addr}…");
+            let _ = err.flush();
+        }
+        ConnectingNote { shown }
+    }
+}
+
+impl Drop for ConnectingNote {
+    fn drop(&mut self) {
+        if self.shown {
+            // Back to the line's start, and erase it.
+            let mut err = std::io::stderr().lock();
+            let _ = write!(err, "\r\x1b[2K");
+            let _ = err.flush();
+        }
+    }
+}
+
+/// The first connection, with [`ConnectingNote`] meanwhile.
+fn connect<T>(addr: &str, connect: impl FnOnce() -> Result<T, ClientError>) -> anyhow::Result<T> {
+    let _note = ConnectingNote::show(addr);
+    connect().map_err(|e| anyhow::anyhow!("{e}"))
+}
+
 fn headless(addr: &str, token: Option<String>, cli: &Cli) -> anyhow::Result<()> {
-    let mut c = AttachClient::connect(addr, token).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut c = connect(addr, || AttachClient::connect(addr, token))?;
     if cli.once {
         if cli.json {
             output::print(&serde_json::to_string_pretty(c.state())?)?;
@@ -161,7 +198,7 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
         return headless(&addr, token, cli);
     }
     crate::terminal::check_stdout().map_err(|e| e.advise(NEEDS_TERMINAL))?;
-    let src = AttachSource::connect(&addr, token).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let src = connect(&addr, || AttachSource::connect(&addr, token))?;
     let save_dir = std::env::current_dir().context("no current folder to save snapshots in")?;
     let mut app = App::new(Box::new(src), save_dir)?;
     let mut guard = TerminalGuard::enter().map_err(|e| e.advise(NEEDS_TERMINAL))?;
