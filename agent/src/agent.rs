@@ -24,7 +24,7 @@
 //! agent.shutdown();
 //! ```
 
-use std::net::SocketAddr;
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -57,6 +57,14 @@ pub enum AgentError {
     /// The attach server could not start.
     #[error(transparent)]
     Server(#[from] ServerError),
+    /// The metrics address given to [`AgentBuilder::metrics_at`] names no address.
+    #[error("bad metrics address {addr:?}: {why}")]
+    BadMetricsAddress {
+        /// The address as given.
+        addr: String,
+        /// What is wrong with it.
+        why: String,
+    },
     /// The metrics listener could not start.
     #[error("cannot serve metrics on {addr}: {message}")]
     Metrics {
@@ -81,14 +89,17 @@ pub enum AgentError {
     #[error("cannot write OOM dumps into {0}: it is not a folder")]
     DumpDirNotAFolder(PathBuf),
     /// A thread could not be started.
-    #[error("cannot start the {what} thread: {source}")]
+    #[error("cannot start the {what} thread: {error}")]
     Thread {
         /// Which thread.
         what: &'static str,
         /// Why.
-        source: std::io::Error,
+        error: std::io::Error,
     },
 }
+
+// The messages above include their cause's text; the OS errors are therefore not exposed as
+// `source`, so a reporter walking the chain (anyhow's `{:#}`) prints each cause once.
 
 #[derive(Debug, Clone)]
 enum Listen {
@@ -98,6 +109,40 @@ enum Listen {
     DefaultSocket,
     Addr(String),
     Off,
+}
+
+/// Where the metrics listener binds, as given to the builder.
+#[derive(Debug, Clone)]
+enum MetricsAt {
+    Addr(SocketAddr),
+    /// `HOST:PORT`, resolved at spawn.
+    Name(String),
+}
+
+impl MetricsAt {
+    /// The addresses to try binding, in the resolver's order.
+    fn resolve(&self) -> Result<Vec<SocketAddr>, AgentError> {
+        let name = match self {
+            MetricsAt::Addr(a) => return Ok(vec![*a]),
+            MetricsAt::Name(n) => n.trim(),
+        };
+        let name = name.strip_prefix("tcp:").unwrap_or(name);
+        if let Ok(a) = name.parse::<SocketAddr>() {
+            return Ok(vec![a]);
+        }
+        let bad = || {
+            let why = BadAddress::of_host_port(name).why;
+            AgentError::BadMetricsAddress {
+                addr: name.to_string(),
+                why,
+            }
+        };
+        let addrs: Vec<SocketAddr> = name.to_socket_addrs().map_err(|_| bad())?.collect();
+        if addrs.is_empty() {
+            return Err(bad());
+        }
+        Ok(addrs)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -115,7 +160,7 @@ pub struct AgentBuilder {
     channel_capacity: usize,
     tick: Duration,
     sample_interval: Duration,
-    metrics: Option<SocketAddr>,
+    metrics: Option<MetricsAt>,
     providers: Vec<Arc<dyn SnapshotProvider>>,
     host: Option<Arc<dyn HostProvider>>,
     token: Token,
@@ -204,7 +249,26 @@ impl AgentBuilder {
     /// they can read the figures (not the segment map, frames or snapshots, which only the
     /// attach protocol serves).
     pub fn metrics(mut self, addr: SocketAddr) -> Self {
-        self.metrics = Some(addr);
+        self.metrics = Some(MetricsAt::Addr(addr));
+        self
+    }
+
+    /// Serves Prometheus metrics at `http://HOST:PORT/metrics`, like [`metrics`](Self::metrics)
+    /// but from text: an IP address and port, or a host name and port (`localhost:9464`),
+    /// resolved when the agent starts as the attach listener's `HOST:PORT` is. The listener
+    /// binds the first resolved address it can (`localhost` may resolve to `::1` on a host
+    /// without IPv6). [`spawn`](Self::spawn) refuses a name that does not resolve.
+    ///
+    /// ```
+    /// use allocview_agent::agent::Agent;
+    ///
+    /// let agent = Agent::builder().no_listen().metrics_at("localhost:0").spawn()?;
+    /// assert!(agent.metrics_addr().unwrap().ip().is_loopback());
+    /// # agent.shutdown();
+    /// # Ok::<(), allocview_agent::agent::AgentError>(())
+    /// ```
+    pub fn metrics_at(mut self, addr: impl Into<String>) -> Self {
+        self.metrics = Some(MetricsAt::Name(addr.into()));
         self
     }
 
@@ -283,7 +347,7 @@ impl AgentBuilder {
     /// Starts the aggregator and, as configured, the attach server and the metrics listener.
     ///
     /// # Errors
-    /// A bad address, a listener that cannot bind (or a non-loopback TCP address without a
+    /// A bad address (attach or metrics), a listener that cannot bind (or a non-loopback TCP address without a
     /// token), an empty token, two providers of one device, a dump folder path that names a
     /// file, or a thread that cannot start.
     pub fn spawn(self) -> Result<Agent, AgentError> {
@@ -327,9 +391,9 @@ impl AgentBuilder {
             dumper: OomDumper::new(dump_dir),
             max_dumps: self.max_dumps,
         };
-        let (handle, join) = aggregator::spawn(cfg, rx).map_err(|source| AgentError::Thread {
+        let (handle, join) = aggregator::spawn(cfg, rx).map_err(|error| AgentError::Thread {
             what: "aggregator",
-            source,
+            error,
         })?;
         let mut agent = Agent {
             sink: Arc::new(sink),
@@ -355,8 +419,20 @@ impl AgentBuilder {
             };
             agent.server = Some(Server::start(addr, cfg, agent.handle.clone())?);
         }
-        if let Some(addr) = self.metrics {
-            agent.metrics = Some(MetricsServer::start(addr, agent.handle.clone())?);
+        if let Some(at) = &self.metrics {
+            let mut last = None;
+            for addr in at.resolve()? {
+                match MetricsServer::start(addr, agent.handle.clone()) {
+                    Ok(m) => {
+                        agent.metrics = Some(m);
+                        break;
+                    }
+                    Err(e) => last = Some(e),
+                }
+            }
+            if let (None, Some(e)) = (&agent.metrics, last) {
+                return Err(e);
+            }
         }
         Ok(agent)
     }
@@ -422,6 +498,32 @@ impl Agent {
     /// The sink to attach to allocators.
     pub fn sink(&self) -> Arc<dyn EventSink> {
         self.sink.clone()
+    }
+
+    /// The sink for a `static` allocator, such as
+    /// [`Instrumented::set_sink`](allocview_alloc::global::Instrumented::set_sink), which
+    /// takes a `&'static dyn EventSink`: a clone of [`sink`](Self::sink) kept alive for the
+    /// rest of the process (one small leaked box per call, so call it once). Events published
+    /// into it after the agent shut down are counted as dropped.
+    ///
+    /// ```
+    /// use std::alloc::System;
+    /// use allocview_agent::agent::Agent;
+    /// use allocview_alloc::global::Instrumented;
+    ///
+    /// // In a program: `#[global_allocator] static HEAP: ...`.
+    /// static HEAP: Instrumented<System> = Instrumented::new(System);
+    ///
+    /// let agent = Agent::builder().no_listen().spawn()?;
+    /// HEAP.set_sink(Some(agent.leak_sink()));
+    /// assert!(HEAP.has_sink());
+    /// # HEAP.set_sink(None);
+    /// # agent.shutdown();
+    /// # Ok::<(), allocview_agent::agent::AgentError>(())
+    /// ```
+    pub fn leak_sink(&self) -> &'static dyn EventSink {
+        let sink: &'static Arc<ChannelSink> = Box::leak(Box::new(Arc::clone(&self.sink)));
+        &**sink
     }
 
     /// The sink as its concrete type (drop counters, capacity).

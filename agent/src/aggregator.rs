@@ -651,9 +651,7 @@ fn spawn_with_dumps(
         // Nothing can have published into this agent yet: no fence.
         d.resync(None);
     }
-    let join = thread::Builder::new()
-        .name("allocview-aggregator".into())
-        .spawn(move || agg.run())?;
+    let join = crate::agent_thread::spawn("allocview-aggregator", move || agg.run())?;
     let handle = AggregatorHandle {
         cmds: cmd_tx,
         thread: join.thread().clone(),

@@ -51,12 +51,12 @@ pub enum ClientError {
     #[error(transparent)]
     BadAddress(#[from] BadAddress),
     /// The connection could not be made.
-    #[error("cannot connect to {addr}: {source}")]
+    #[error("cannot connect to {addr}: {error}")]
     Connect {
         /// The address.
         addr: String,
-        /// Why.
-        source: io::Error,
+        /// Why (not a `source`: the message already says it, and a chain would say it twice).
+        error: io::Error,
     },
     /// The unix address names something that is not a socket (a regular file, a folder).
     #[error("cannot connect to unix:{}: it is not a socket", .0.display())]
@@ -138,9 +138,9 @@ impl AttachClient {
     /// version, or a refusal (wrong or missing token).
     pub fn connect(addr: &str, token: Option<String>) -> Result<AttachClient, ClientError> {
         let addr: ListenAddr = addr.parse()?;
-        let connect_err = |source| ClientError::Connect {
+        let connect_err = |error| ClientError::Connect {
             addr: addr.to_string(),
-            source,
+            error,
         };
         let mut input = match Conn::connect(&addr) {
             Ok(c) => c,
@@ -177,6 +177,10 @@ impl AttachClient {
                         });
                     }
                     (pid, process)
+                }
+                // An agent that refuses before its hello (too many connections waiting).
+                Ok(ServerFrame::Error { message, .. }) => {
+                    return Err(ClientError::Refused(message));
                 }
                 Ok(_) | Err(ProtocolError::Malformed(_)) | Err(ProtocolError::TooLarge { .. }) => {
                     return Err(ClientError::NotAnAgent(addr.to_string()));

@@ -19,6 +19,9 @@
 //!    join its free bytes;
 //! 4. **exhaustion**: the program's live tensors fill the memory it may use.
 //!
+//! A fragmentation whose live allocations and request fill [`NEAR_FULL_SHARE`] of that memory
+//! says so: a setting that cures the fragmentation fits this request but leaves no room to grow.
+//!
 //! PyTorch's own message states the same facts (allocated, reserved but unallocated, device
 //! free); this module adds the largest free block and the stranded bytes, and
 //! [`what_if_avoided`] replays a recorded trace under other settings to say whether they would
@@ -34,6 +37,10 @@ pub use crate::replay::what_if::{WhatIfOutcome, what_if_avoided};
 /// Memory outside the allocator counts as the cause when it is at least this share of the
 /// memory the allocator may use (and more than the allocator itself reserved).
 pub const OUTSIDE_SHARE: f64 = 0.25;
+
+/// A fragmentation OOM is said to be near exhaustion too when live allocations and the
+/// request fill at least this share of the memory the allocator may use.
+pub const NEAR_FULL_SHARE: f64 = 0.9;
 
 /// The facts of one OOM.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -285,6 +292,18 @@ pub fn diagnose_under(f: &OomFacts, expandable_segments: bool) -> Diagnosis {
             ),
         )
     };
+    // Fragmentation of a nearly full device: curing it buys one request, not room to grow.
+    let mut explanation = explanation;
+    let filled = f.allocated.saturating_add(f.requested) as f64 / capacity.max(1) as f64;
+    if kind == DiagnosisKind::Fragmentation && filled >= NEAR_FULL_SHARE {
+        explanation.push_str(&format!(
+            "; but live allocations and this request would fill {:.0}% of the {} it may use, \
+             so little room is left even without fragmentation: smaller batches or activation \
+             checkpointing make room where a setting cannot",
+            filled * 100.0,
+            human(capacity)
+        ));
+    }
     Diagnosis {
         kind,
         explanation,
@@ -341,6 +360,39 @@ mod tests {
         assert_eq!(d.free_in_reserved, 9 * GIB);
         assert!(d.explanation.contains("9.00 GiB"), "{}", d.explanation);
         assert!(d.explanation.contains("512.00 MiB"), "{}", d.explanation);
+    }
+
+    #[test]
+    fn fragmentation_of_a_nearly_full_device_says_a_setting_leaves_no_room_to_grow() {
+        // 14.2 GiB live and 1.11 GiB asked of 16 GiB (the demo's OOM): 96%.
+        let full = OomFacts {
+            requested: 1136 * MIB,
+            device_total: 16 * GIB,
+            device_free: 300 * MIB,
+            allocated: 14 * GIB + 205 * MIB,
+            reserved: 15 * GIB + 700 * MIB,
+            largest_free_block: 600 * MIB,
+            stranded_in_split_segments: 841 * MIB,
+            ..facts()
+        };
+        let d = diagnose(&full);
+        assert_eq!(d.kind, DiagnosisKind::Fragmentation);
+        assert!(
+            d.explanation
+                .contains("would fill 96% of the 16.00 GiB it may use"),
+            "{}",
+            d.explanation
+        );
+        // Half full: fragmentation alone.
+        let half = OomFacts {
+            allocated: 6 * GIB,
+            reserved: 14 * GIB,
+            device_free: 2 * GIB,
+            ..full
+        };
+        let d = diagnose(&half);
+        assert_eq!(d.kind, DiagnosisKind::Fragmentation);
+        assert!(!d.explanation.contains("would fill"), "{}", d.explanation);
     }
 
     #[test]

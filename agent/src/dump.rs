@@ -18,18 +18,18 @@ use std::thread::JoinHandle;
 use allocview_alloc::snapshot::Snapshot;
 use crossbeam_channel::{Receiver, Sender};
 
-use crate::snapshot_file::{FileFormat, fresh_stem, save};
+use crate::snapshot_file::{FileFormat, SnapshotFileError, fresh_stem, save};
 
 /// Why a dump could not be written.
 #[derive(Debug, thiserror::Error)]
 pub enum DumpError {
     /// The dump folder could not be created.
-    #[error("cannot create the dump folder {path}: {source}")]
+    #[error("cannot create the dump folder {path}: {error}")]
     Folder {
         /// The folder.
         path: PathBuf,
-        /// Why.
-        source: std::io::Error,
+        /// Why (not a `source`: the message already says it, and a chain would say it twice).
+        error: std::io::Error,
     },
     /// A file could not be written.
     #[error("cannot write {path}: {message}")]
@@ -93,9 +93,9 @@ impl OomDumper {
         pid: u32,
         snapshot: &Snapshot,
     ) -> Result<Vec<PathBuf>, DumpError> {
-        std::fs::create_dir_all(&self.dir).map_err(|source| DumpError::Folder {
+        std::fs::create_dir_all(&self.dir).map_err(|error| DumpError::Folder {
             path: self.dir.clone(),
-            source,
+            error,
         })?;
         let stem = self.free_stem(index, pid);
         let mut written = Vec::new();
@@ -105,10 +105,12 @@ impl OomDumper {
             match save(&path, snapshot, format) {
                 Ok(()) => written.push(path),
                 Err(e) => {
-                    first_error.get_or_insert(DumpError::Write {
-                        path,
-                        message: e.to_string(),
-                    });
+                    // The message names the path once: an I/O error's own text leaves it out.
+                    let message = match e {
+                        SnapshotFileError::Io { error, .. } => error.to_string(),
+                        other => other.to_string(),
+                    };
+                    first_error.get_or_insert(DumpError::Write { path, message });
                 }
             }
         }
@@ -179,23 +181,21 @@ impl DumpWriter {
         let (jobs, rx) = crossbeam_channel::unbounded::<DumpJob>();
         let (done_tx, done) = crossbeam_channel::unbounded();
         let (dumper, pid, write) = (self.dumper.clone(), self.pid, Arc::clone(&self.write));
-        let spawned = std::thread::Builder::new()
-            .name("allocview-dump".into())
-            .spawn(move || {
-                for (index, snapshot) in rx {
-                    // An outcome for every job, even a panicking one: `poll(true)` waits for
-                    // it.
-                    let write_one = || write(index, &snapshot);
-                    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(write_one))
-                        .unwrap_or_else(|_| {
-                            Err(DumpError::Write {
-                                path: dumper.stem(index, pid),
-                                message: "the dump writer panicked".into(),
-                            })
-                        });
-                    let _ = done_tx.send((index, outcome));
-                }
-            });
+        let spawned = crate::agent_thread::spawn("allocview-dump", move || {
+            for (index, snapshot) in rx {
+                // An outcome for every job, even a panicking one: `poll(true)` waits for
+                // it.
+                let write_one = || write(index, &snapshot);
+                let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(write_one))
+                    .unwrap_or_else(|_| {
+                        Err(DumpError::Write {
+                            path: dumper.stem(index, pid),
+                            message: "the dump writer panicked".into(),
+                        })
+                    });
+                let _ = done_tx.send((index, outcome));
+            }
+        });
         match spawned {
             Ok(join) => {
                 self.thread = Some(DumpThread { jobs, done, join });

@@ -5,6 +5,7 @@
 
 pub use allocview_alloc::addr_map;
 pub mod agent;
+mod agent_thread;
 pub mod aggregator;
 pub mod client;
 pub mod contexts;

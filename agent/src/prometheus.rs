@@ -11,12 +11,16 @@
 //! `large_pool` or `private_pool_ID`) become Prometheus histograms
 //! (`allocview_allocation_size_bytes`, `allocview_block_lifetime_seconds`,
 //! `allocview_allocator_latency_seconds`: times in seconds, as Prometheus names them) on a fixed
-//! ladder of power-of-two buckets per metric (`le = 2^b - 1` of the recorded integers, exact;
+//! ladder of power-of-two buckets per metric (`le = 2^b - 1` of the recorded integers, exact:
+//! the bucket counts the values below `2^b`;
 //! the same buckets in every series and process, so `sum by (le)` and `histogram_quantile`
 //! work across a fleet), with exact `_sum` and `_count`, plus `_quantile` gauges of their own
 //! finer quantiles; dropped events per action, resyncs and OOM dumps close the page.
+//! `allocview_max_split_size_bytes` is the `max_split_size` setting, `-1` when unlimited (as
+//! `torch.cuda.memory_stats()` reports it).
 //! The HTTP side is `tiny_http` on one thread, so services need no async runtime; `GET` and
-//! `HEAD` of `/metrics` are answered, any other path gets a 404. There is no authentication
+//! `HEAD` of `/metrics` are answered, another method there gets `405 Method Not Allowed` with
+//! `Allow: GET, HEAD`, any other path a 404. There is no authentication
 //! (as usual for Prometheus targets): the page holds figures, not frames or snapshots.
 
 use std::net::SocketAddr;
@@ -36,6 +40,9 @@ use crate::state::{AgentState, HistogramSummary, PoolKey};
 
 /// The path metrics are served at.
 pub const METRICS_PATH: &str = "/metrics";
+
+/// The methods [`METRICS_PATH`] answers (the `Allow` header of a `405 Method Not Allowed`).
+pub const ALLOWED_METHODS: &str = "GET, HEAD";
 
 /// The content type of the OpenMetrics text format.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -375,7 +382,7 @@ pub fn render(state: &AgentState) -> String {
         }
         b.gauge(
             "allocview_max_split_size_bytes",
-            "max_split_size setting (-1 unlimited)",
+            "max_split_size setting in bytes (-1: unlimited, any cached block may be split)",
             l.clone(),
             s.max_split_size,
         );
@@ -519,12 +526,10 @@ impl MetricsServer {
             })?;
         let server = Arc::new(server);
         let s = server.clone();
-        let thread = std::thread::Builder::new()
-            .name("allocview-metrics".into())
-            .spawn(move || serve(&s, &agg))
-            .map_err(|source| AgentError::Thread {
+        let thread = crate::agent_thread::spawn("allocview-metrics", move || serve(&s, &agg))
+            .map_err(|error| AgentError::Thread {
                 what: "metrics",
-                source,
+                error,
             })?;
         tracing::info!(addr = %bound, "allocview metrics at http://{bound}{METRICS_PATH}");
         Ok(MetricsServer {
@@ -560,8 +565,17 @@ fn serve(server: &tiny_http::Server, agg: &AggregatorHandle) {
         // HEAD gets GET's headers without the body (tiny_http leaves it out).
         let method = req.method();
         let resp = if path == METRICS_PATH
-            && (*method == tiny_http::Method::Get || *method == tiny_http::Method::Head)
+            && *method != tiny_http::Method::Get
+            && *method != tiny_http::Method::Head
         {
+            let allow =
+                tiny_http::Header::from_bytes("Allow", ALLOWED_METHODS).expect("a valid header");
+            tiny_http::Response::from_string(format!(
+                "method not allowed: {METRICS_PATH} answers {ALLOWED_METHODS}\n"
+            ))
+            .with_header(allow)
+            .with_status_code(405)
+        } else if path == METRICS_PATH {
             match agg.metrics_state() {
                 Some(state) => {
                     let header = tiny_http::Header::from_bytes("Content-Type", CONTENT_TYPE)

@@ -121,6 +121,19 @@ pub enum ClientFrame {
     },
 }
 
+impl ClientFrame {
+    /// The frame's `type` on the wire (`hello`, `request_snapshot`, `reset_peaks`, `pause`),
+    /// for messages that name a frame as a client's author knows it.
+    pub fn wire_name(&self) -> &'static str {
+        match self {
+            ClientFrame::Hello { .. } => "hello",
+            ClientFrame::RequestSnapshot => "request_snapshot",
+            ClientFrame::ResetPeaks => "reset_peaks",
+            ClientFrame::Pause { .. } => "pause",
+        }
+    }
+}
+
 /// What changed since the previous update.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct StateUpdate {
@@ -252,8 +265,10 @@ fn merge_contexts(
 #[derive(Debug, thiserror::Error)]
 pub enum ProtocolError {
     /// The connection failed or closed.
+    ///
+    /// Not a `source`: the message already says it, and a chain would say it twice.
     #[error("connection error: {0}")]
-    Io(#[from] io::Error),
+    Io(io::Error),
     /// The peer closed the connection between frames.
     #[error("connection closed")]
     Closed,
@@ -268,6 +283,12 @@ pub enum ProtocolError {
     /// The payload is not a frame of this protocol.
     #[error("malformed frame: {0}")]
     Malformed(String),
+}
+
+impl From<io::Error> for ProtocolError {
+    fn from(error: io::Error) -> ProtocolError {
+        ProtocolError::Io(error)
+    }
 }
 
 /// Encodes one frame: the length prefix and the JSON payload.

@@ -254,8 +254,18 @@ pub fn replay(
             initial: base.initial,
             fidelity: base.fidelity,
             runs,
+            ends_at_oom: ends_at_oom(entries),
         },
         replayed: base.snapshot.unwrap_or_default(),
         what_ifs,
     })
+}
+
+/// Whether `entries` hold an `oom` entry with no allocation after the last one.
+fn ends_at_oom(entries: &[allocview_alloc::snapshot::TraceEntry]) -> bool {
+    entries
+        .iter()
+        .rev()
+        .take_while(|e| e.action != TraceAction::Alloc)
+        .any(|e| e.action == TraceAction::Oom)
 }

@@ -17,13 +17,14 @@ use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt}
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use allocview_alloc::snapshot::Snapshot;
 
+use crate::agent_thread;
 use crate::aggregator::{AggregatorHandle, ClientControl, ClientSlot, Command, Encoded};
 use crate::protocol::{
     self, ClientFrame, MAGIC, MAX_CLIENT_FRAME, PROTOCOL_VERSION, ProtocolError, ServerFrame,
@@ -51,6 +52,17 @@ pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long a client has to send its hello.
 pub const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Connections accepted and not yet past their hello, at most. Each has a thread of its own
+/// until it sends its hello or [`HELLO_TIMEOUT`] passes, so connections that never speak (a
+/// port scanner, a stuck client, a flood) would otherwise cost a thread and two descriptors
+/// each. Over the cap, the newest connection gets a fatal error frame (in place of the
+/// agent's hello) and is closed at once; a `tracing` warning says so.
+pub const MAX_AWAITING_HELLO: usize = 64;
+
+/// How long the accept thread may spend telling a connection over [`MAX_AWAITING_HELLO`]
+/// why it is refused (a fresh connection's send buffer takes the frame at once).
+const REFUSE_WRITE_TIMEOUT: Duration = Duration::from_millis(100);
 
 /// How often a writer thread checks whether its client was disconnected.
 const WRITER_POLL: Duration = Duration::from_millis(50);
@@ -91,6 +103,11 @@ impl BadAddress {
             addr: addr.into(),
             why: why.into(),
         }
+    }
+
+    /// Why `HOST:PORT` text `s` is not an address: its port, its host, or its form.
+    pub(crate) fn of_host_port(s: &str) -> BadAddress {
+        BadAddress::of_tcp(s, s)
     }
 
     /// Why `HOST:PORT`-like text `s` is not an address: its port, its host, or its form.
@@ -310,14 +327,17 @@ pub enum ServerError {
     #[error("cannot listen on {0}: a file that is not a socket is there (choose another path)")]
     NotASocket(PathBuf),
     /// Creating the folder or binding failed.
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("cannot listen on {addr}: {error}")]
     Io {
         /// The address.
         addr: String,
         /// Why.
-        source: io::Error,
+        error: io::Error,
     },
 }
+
+// The messages above already include the OS error's text, so it is not exposed as `source`
+// (a reporter walking the chain, such as anyhow's `{:#}`, would print it twice).
 
 /// What the server needs besides the aggregator.
 pub(crate) struct ServerConfig {
@@ -343,7 +363,7 @@ pub(crate) struct Server {
 
 fn io_err(addr: impl fmt::Display) -> impl FnOnce(io::Error) -> ServerError {
     let addr = addr.to_string();
-    move |source| ServerError::Io { addr, source }
+    move |error| ServerError::Io { addr, error }
 }
 
 /// What a probe found at a unix socket path.
@@ -495,10 +515,10 @@ impl Server {
             let stop = stop.clone();
             let clients = clients.clone();
             let cfg = Arc::new(cfg);
-            thread::Builder::new()
-                .name("allocview-accept".into())
-                .spawn(move || accept_loop(listener, stop, cfg, agg, clients))
-                .map_err(io_err(&addr))?
+            agent_thread::spawn("allocview-accept", move || {
+                accept_loop(listener, stop, cfg, agg, clients)
+            })
+            .map_err(io_err(&addr))?
         };
         tracing::info!(%addr, "allocview agent listening");
         Ok(Server {
@@ -559,6 +579,7 @@ fn accept_loop(
     agg: AggregatorHandle,
     clients: ClientThreads,
 ) {
+    let awaiting_hello = Arc::new(AtomicUsize::new(0));
     loop {
         let conn = listener.accept();
         if stop.load(Ordering::Acquire) {
@@ -573,19 +594,60 @@ fn accept_loop(
             }
         };
         let id = NEXT_CLIENT.fetch_add(1, Ordering::Relaxed);
+        let Some(awaiting) = AwaitingHello::enter(&awaiting_hello) else {
+            let message = format!(
+                "too many connections waiting for their hello ({MAX_AWAITING_HELLO}): try again \
+                 later"
+            );
+            tracing::warn!(
+                client = id,
+                limit = MAX_AWAITING_HELLO,
+                "attach connection refused: too many connections waiting for their hello"
+            );
+            let _ = conn.set_write_timeout(Some(REFUSE_WRITE_TIMEOUT));
+            let _ = send(
+                &Mutex::new(conn),
+                &ServerFrame::Error {
+                    message,
+                    fatal: true,
+                },
+            );
+            continue;
+        };
         let Ok(handle_conn) = conn.try_clone() else {
             continue;
         };
         let (cfg, agg) = (cfg.clone(), agg.clone());
-        let spawned = thread::Builder::new()
-            .name(format!("allocview-client-{id}"))
-            .spawn(move || serve_client(id, conn, &cfg, &agg));
+        let spawned = agent_thread::spawn(format!("allocview-client-{id}"), move || {
+            serve_client(id, conn, awaiting, &cfg, &agg)
+        });
         let mut list = clients.lock().unwrap_or_else(|p| p.into_inner());
         list.retain(|(_, h)| !h.is_finished());
         match spawned {
             Ok(h) => list.push((handle_conn, h)),
             Err(e) => tracing::warn!(error = %e, "cannot start a client thread"),
         }
+    }
+}
+
+/// One accepted connection counted against [`MAX_AWAITING_HELLO`] until dropped.
+struct AwaitingHello(Arc<AtomicUsize>);
+
+impl AwaitingHello {
+    /// Counts one more connection awaiting its hello, unless the cap is reached.
+    fn enter(count: &Arc<AtomicUsize>) -> Option<AwaitingHello> {
+        count
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < MAX_AWAITING_HELLO).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| AwaitingHello(Arc::clone(count)))
+    }
+}
+
+impl Drop for AwaitingHello {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -619,7 +681,13 @@ fn refuse(out: &Mutex<Conn>, id: u64, message: String) {
 }
 
 /// One client: hello, then requests; a writer thread sends the aggregator's frames.
-fn serve_client(id: u64, mut input: Conn, cfg: &ServerConfig, agg: &AggregatorHandle) {
+fn serve_client(
+    id: u64,
+    mut input: Conn,
+    awaiting: AwaitingHello,
+    cfg: &ServerConfig,
+    agg: &AggregatorHandle,
+) {
     let Ok(output) = input.try_clone() else {
         return;
     };
@@ -661,13 +729,14 @@ fn serve_client(id: u64, mut input: Conn, cfg: &ServerConfig, agg: &AggregatorHa
                 Ok(())
             }
         }
-        Ok(other) => Err(format!("expected a hello, got {other:?}")),
+        Ok(other) => Err(format!("expected a hello, got {}", other.wire_name())),
         Err(ProtocolError::Closed) => {
             input.shutdown();
             return;
         }
         Err(e) => Err(format!("bad hello: {e}")),
     };
+    drop(awaiting);
     if let Err(message) = accepted {
         refuse(&out, id, message);
         input.shutdown();
@@ -680,9 +749,9 @@ fn serve_client(id: u64, mut input: Conn, cfg: &ServerConfig, agg: &AggregatorHa
     let closed = Arc::new(AtomicBool::new(false));
     let writer = {
         let (out, control, closed) = (out.clone(), control.clone(), closed.clone());
-        thread::Builder::new()
-            .name(format!("allocview-client-{id}-writer"))
-            .spawn(move || write_loop(id, rx, &out, &control, &closed))
+        agent_thread::spawn(format!("allocview-client-{id}-writer"), move || {
+            write_loop(id, rx, &out, &control, &closed)
+        })
     };
     let Ok(writer) = writer else {
         input.shutdown();

@@ -799,3 +799,122 @@ fn attaching_to_a_peer_that_never_answers_gives_up_with_a_reason() {
         "{text}"
     );
 }
+
+/// The message and every cause below it, as anyhow's `{:#}` prints them.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        out.push_str(&format!(": {c}"));
+        cause = c.source();
+    }
+    out
+}
+
+#[test]
+fn a_listener_that_cannot_bind_says_its_os_error_once_in_the_error_chain() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("x/nodir/x.sock");
+    let err = Agent::builder()
+        .listen(format!("unix:{}", missing.display()))
+        .no_token()
+        .spawn()
+        .unwrap_err();
+    let printed = chain(&err);
+    assert!(
+        printed.contains(&missing.display().to_string()),
+        "{printed}"
+    );
+    assert_eq!(printed.matches("(os error").count(), 1, "{printed}");
+
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let err = Agent::builder()
+        .listen(taken.local_addr().unwrap().to_string())
+        .no_token()
+        .spawn()
+        .unwrap_err();
+    let printed = chain(&err);
+    assert_eq!(printed.matches("(os error 98)").count(), 1, "{printed}");
+}
+
+#[test]
+fn a_refused_connection_says_its_os_error_once_in_the_error_chain() {
+    let dir = tempfile::tempdir().unwrap();
+    let Err(err) = AttachClient::connect(
+        &format!("unix:{}", dir.path().join("none.sock").display()),
+        None,
+    ) else {
+        panic!("connected to nothing");
+    };
+    let printed = chain(&err);
+    assert_eq!(printed.matches("(os error").count(), 1, "{printed}");
+}
+
+#[test]
+fn every_client_frames_wire_name_is_its_type_on_the_wire() {
+    for frame in every_frame().1 {
+        let json: serde_json::Value = serde_json::to_value(&frame).unwrap();
+        assert_eq!(json["type"], frame.wire_name(), "{frame:?}");
+    }
+}
+
+#[test]
+fn a_frame_before_the_hello_is_refused_by_its_wire_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let (agent, _) = unix_agent(dir.path());
+    let mut s = UnixStream::connect(dir.path().join("agent.sock")).unwrap();
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    let hello: ServerFrame = protocol::read_frame(&mut s, MAX_SERVER_FRAME).unwrap();
+    assert!(matches!(hello, ServerFrame::Hello { .. }), "{hello:?}");
+    protocol::write_frame(&mut s, &ClientFrame::ResetPeaks).unwrap();
+    match protocol::read_frame::<_, ServerFrame>(&mut s, MAX_SERVER_FRAME).unwrap() {
+        ServerFrame::Error { message, .. } => {
+            assert_eq!(message, "expected a hello, got reset_peaks");
+        }
+        other => panic!("expected an error frame, got {other:?}"),
+    }
+    agent.shutdown();
+}
+
+#[test]
+fn connections_that_never_say_hello_are_capped_and_the_newest_is_refused() {
+    use allocview_agent::server::MAX_AWAITING_HELLO;
+    let dir = tempfile::tempdir().unwrap();
+    let (agent, addr) = unix_agent(dir.path());
+    let sock = dir.path().join("agent.sock");
+    // Each silent connection has had its hello: the agent counts it as waiting.
+    let mut silent: Vec<UnixStream> = (0..MAX_AWAITING_HELLO)
+        .map(|_| {
+            let mut s = UnixStream::connect(&sock).unwrap();
+            s.set_read_timeout(Some(WAIT)).unwrap();
+            let hello: ServerFrame = protocol::read_frame(&mut s, MAX_SERVER_FRAME).unwrap();
+            assert!(matches!(hello, ServerFrame::Hello { .. }), "{hello:?}");
+            s
+        })
+        .collect();
+    let mut over = UnixStream::connect(&sock).unwrap();
+    over.set_read_timeout(Some(WAIT)).unwrap();
+    match protocol::read_frame::<_, ServerFrame>(&mut over, MAX_SERVER_FRAME).unwrap() {
+        ServerFrame::Error { message, fatal } => {
+            assert!(fatal);
+            assert!(message.contains("waiting for their hello"), "{message}");
+        }
+        other => panic!("expected an error frame, got {other:?}"),
+    }
+    // And then the connection is closed.
+    let mut rest = Vec::new();
+    over.read_to_end(&mut rest).unwrap();
+    assert!(rest.is_empty());
+    // A real client is told why.
+    match AttachClient::connect(&addr, None) {
+        Err(ClientError::Refused(message)) => {
+            assert!(message.contains("waiting for their hello"), "{message}")
+        }
+        other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
+    }
+    // Once one silent connection goes away, a client gets in again.
+    silent.pop();
+    wait_until(|| AttachClient::connect(&addr, None).is_ok());
+    drop(silent);
+    agent.shutdown();
+}

@@ -179,6 +179,35 @@ fn a_dump_folder_that_cannot_be_created_is_an_error_counted_not_a_panic() {
 }
 
 #[test]
+fn a_dump_that_cannot_be_written_names_its_path_once() {
+    // `/proc/self` exists (so the folder needs no creating) and takes no new files, root or not.
+    let dump_dir = std::path::Path::new("/proc/self");
+    if !dump_dir.is_dir() {
+        println!("skipped: /proc/self not found");
+        return;
+    }
+    let dev = Arc::new(SimBackend::new(64 * MIB));
+    let alloc = Arc::new(CachingAllocator::new(dev, AllocatorConfig::default()));
+    let agent = Agent::builder()
+        .no_listen()
+        .dump_dir(dump_dir)
+        .provider(alloc.clone())
+        .spawn()
+        .unwrap();
+    alloc.set_event_sink(Some(agent.sink()));
+    assert!(alloc.malloc(128 * MIB, StreamId(0)).is_err());
+    agent.flush();
+    let state = agent.state();
+    let err = state.ooms[0].dump_error.as_deref().unwrap();
+    assert!(
+        err.starts_with("cannot write /proc/self/oom-0001-pid"),
+        "{err}"
+    );
+    assert_eq!(err.matches("/proc/self").count(), 1, "{err}");
+    agent.shutdown();
+}
+
+#[test]
 fn a_dump_folder_path_that_names_a_file_is_refused_at_spawn() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("file");

@@ -7,7 +7,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use allocview_agent::agent::Agent;
+use allocview_agent::agent::{Agent, AgentError};
 use allocview_alloc::event::{Event, EventAction, EventPool};
 
 fn get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
@@ -265,4 +265,55 @@ fn dropped_events_show_per_action_in_metrics() {
     let (_, body) = get(agent.metrics_addr().unwrap(), "/metrics");
     let line = format!("allocview_events_dropped_total{{action=\"segment_alloc\"}} {dropped}");
     assert!(body.contains(&line), "{line} in\n{body}");
+}
+
+#[test]
+fn metrics_at_a_host_name_serves_and_a_bad_one_is_refused_at_spawn() {
+    let agent = Agent::builder()
+        .no_listen()
+        .metrics_at("localhost:0")
+        .spawn()
+        .unwrap();
+    let addr = agent.metrics_addr().expect("metrics listener");
+    assert!(addr.ip().is_loopback(), "{addr}");
+    agent.shutdown();
+
+    let err = Agent::builder()
+        .no_listen()
+        .metrics_at("localhost:soon")
+        .spawn()
+        .unwrap_err();
+    assert!(matches!(err, AgentError::BadMetricsAddress { .. }), "{err}");
+    assert!(
+        err.to_string().contains("\"soon\" is not a number"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_post_to_metrics_is_405_with_an_allow_header() {
+    let agent = Agent::builder()
+        .no_listen()
+        .metrics("127.0.0.1:0".parse().unwrap())
+        .spawn()
+        .unwrap();
+    let addr = agent.metrics_addr().unwrap();
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    write!(
+        s,
+        "POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    let (head, _) = resp.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 405"), "{head}");
+    assert!(
+        head.lines()
+            .any(|l| l.eq_ignore_ascii_case("allow: GET, HEAD")),
+        "{head}"
+    );
+    assert_eq!(get(addr, "/nothing").0, 404);
+    agent.shutdown();
 }

@@ -99,3 +99,30 @@ fn the_recording_s_own_size_adds_no_column_and_summary_replays_at_it() {
         other => panic!("summary did not replay the trace: {other:?}"),
     }
 }
+
+#[test]
+fn a_trace_that_ends_at_its_oom_says_a_cured_run_cannot_speak_for_what_came_next() {
+    let snap = record();
+    // The recording allocates after its OOM: the trace goes on.
+    let r = replay_on(&snap, Some(LARGE_DEVICE), &[]);
+    assert!(!r.ends_at_oom);
+    assert!(!r.to_text().contains("the trace ends at its OOM"));
+    // Cut at the OOM, as a dump taken there is: the larger device fits the request, but what
+    // the program asked next is not in the trace.
+    let mut cut = snap.clone();
+    let trace = &mut cut.device_traces[0];
+    let oom = trace
+        .iter()
+        .position(|e| e.action == allocview_alloc::snapshot::TraceAction::Oom)
+        .unwrap();
+    trace.truncate(oom + 1);
+    let r = replay_on(&cut, Some(LARGE_DEVICE), &[]);
+    assert!(r.ends_at_oom);
+    assert_eq!(r.runs[1].ooms, 0);
+    assert!(
+        r.to_text()
+            .contains("the trace ends at its OOM: a run without an OOM fitted that request"),
+        "{}",
+        r.to_text()
+    );
+}

@@ -73,3 +73,37 @@ fn a_bad_argument_is_one_line_with_exit_code_2_and_no_backtrace() {
         assert!(out.stdout.is_empty(), "{args:?}");
     }
 }
+
+#[test]
+fn the_listening_line_gives_a_pasteable_address_and_command_and_metrics_take_a_host_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = format!("unix:{}", dir.path().join("hs.sock").display());
+    let out = heap_service(
+        &[
+            "--seconds",
+            "0",
+            "--listen",
+            &sock,
+            "--metrics",
+            "localhost:0",
+        ],
+        &[],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    let expected = format!("agent listening at {sock}; attach with: allocview --attach {sock}");
+    assert!(stdout.lines().any(|l| l == expected), "{stdout}");
+    assert!(stdout.contains("metrics at http://"), "{stdout}");
+}
+
+#[test]
+fn a_listener_that_cannot_bind_is_one_line_that_says_its_os_error_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = format!("unix:{}", dir.path().join("x/nodir/x.sock").display());
+    let out = heap_service(&["--seconds", "0", "--listen", &sock], &[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+    assert_eq!(stderr.matches("(os error").count(), 1, "{stderr}");
+}

@@ -16,7 +16,7 @@ use crate::input::{self, Action, Seek};
 use crate::source::Source;
 use crate::state::filter::TraceFilter;
 use crate::state::{State, UiState, View};
-use crate::view;
+use crate::view::{self, theme};
 
 /// The dashboard.
 pub struct App {
@@ -33,10 +33,27 @@ pub struct App {
     /// The last message the app put in the status line, and when: it gives the footer's keys
     /// back after [`NOTICE_SHOWN`].
     notice: Option<(String, Instant)>,
+    /// OOMs the process had when last polled (live): more since is a new OOM to announce.
+    ooms_seen: u64,
 }
 
 /// How long a message the app shows (a save, a reset, a pause) stays in the status line.
 pub const NOTICE_SHOWN: Duration = Duration::from_secs(6);
+
+/// Enter in the live OOM view: a live OOM has no trace to travel in.
+pub const LIVE_OOM_EVENT: &str = "live OOMs have no trace to travel in: open the OOM's dump (allocview open PATH) to go to its event";
+/// Enter in an OOM view without OOMs.
+pub const NO_OOM_TO_OPEN: &str = "no OOM to open";
+/// Enter in the segment view where its detail pane is always shown.
+pub const DETAIL_ALWAYS_SHOWN: &str =
+    "the selected block's detail is always shown at this width (right pane); ◀▶ pick blocks";
+/// `s` for a process with a host heap only.
+pub const NO_DEVICE_TO_SAVE: &str = "nothing to save: this process has no device allocator to snapshot (its host heap is on the Overview)";
+
+/// OOMs of a state: those the agent counted, or those it reports where it counts none.
+fn ooms_count(state: &State) -> u64 {
+    state.ooms_total.max(state.ooms.len() as u64)
+}
 
 impl App {
     /// An app over `source`; `s` saves snapshots into `save_dir`.
@@ -46,14 +63,22 @@ impl App {
     pub fn new(source: Box<dyn Source>, save_dir: PathBuf) -> anyhow::Result<App> {
         let mut app = App {
             state: State::default(),
-            ui: UiState::default(),
+            ui: UiState {
+                no_color: theme::no_color_requested(
+                    std::env::var_os(theme::NO_COLOR_VAR).as_deref(),
+                ),
+                ..UiState::default()
+            },
             dirty: true,
             area: Rect::default(),
             source,
             save_dir,
             notice: None,
+            ooms_seen: 0,
         };
         app.source.poll(&mut app.state)?;
+        // OOMs from before the dashboard opened are on the OOM tab, not news.
+        app.ooms_seen = ooms_count(&app.state);
         Ok(app)
     }
 
@@ -69,6 +94,7 @@ impl App {
     pub fn tick(&mut self) -> anyhow::Result<()> {
         if !self.ui.paused && self.source.poll(&mut self.state)? {
             self.dirty = true;
+            self.announce_new_ooms();
         }
         self.expire_notice(Instant::now());
         Ok(())
@@ -136,6 +162,33 @@ impl App {
             .map_or(0, |i| self.state.segments[i].blocks.len())
     }
 
+    /// Live: a status line for OOMs that happened since the last poll, once each
+    /// (`OOM #3: tried to allocate 1.00 GiB — press 7`).
+    fn announce_new_ooms(&mut self) {
+        let count = ooms_count(&self.state);
+        if self.file_mode() || count <= self.ooms_seen {
+            self.ooms_seen = count;
+            return;
+        }
+        let new = count - self.ooms_seen;
+        self.ooms_seen = count;
+        let newest = match self.state.ooms.last() {
+            Some(o) if o.event_lost => format!("OOM #{} (its request was lost)", o.number),
+            Some(o) => format!(
+                "OOM #{}: tried to allocate {}",
+                o.number,
+                crate::units::bytes(o.requested)
+            ),
+            None => format!("OOM #{count}"),
+        };
+        let msg = if new == 1 {
+            format!("{newest} — press 7")
+        } else {
+            format!("{new} new OOMs, the last {newest} — press 7")
+        };
+        self.status(msg);
+    }
+
     fn status(&mut self, msg: impl Into<String>) {
         let msg = msg.into();
         self.notice = Some((msg.clone(), Instant::now()));
@@ -187,7 +240,16 @@ impl App {
             Action::Enter => match self.ui.view {
                 View::Trace => self.jump_to_block()?,
                 View::Oom if self.file_mode() => self.jump_to_oom()?,
-                _ => self.ui.detail = !self.ui.detail,
+                View::Oom if self.state.ooms.is_empty() => self.status(NO_OOM_TO_OPEN),
+                View::Oom => self.status(LIVE_OOM_EVENT),
+                View::Segments if self.area.width >= view::segments::MIN_WIDTH_WITH_DETAIL => {
+                    self.status(DETAIL_ALWAYS_SHOWN)
+                }
+                View::Segments => self.ui.detail = !self.ui.detail,
+                v => self.status(format!(
+                    "Enter opens nothing in the {} view: it selects in Segments, Trace and OOM",
+                    v.title()
+                )),
             },
             Action::Back => {
                 if self.ui.filter_input.is_some() {
@@ -268,6 +330,7 @@ impl App {
                 let msg = self.source.reset_peaks()?;
                 self.status(msg);
             }
+            Action::Save if self.state.is_host_only() => self.status(NO_DEVICE_TO_SAVE),
             Action::Save => {
                 let msg = match self.source.save(&self.state, &self.save_dir) {
                     Ok(p) => format!("saved snapshot to {}", p.display()),

@@ -83,6 +83,9 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
     }
     if too_small(area) {
         render_too_small(area, buf);
+        if ui.no_color {
+            theme::strip_colors(buf, area);
+        }
         return;
     }
     let r = regions(area);
@@ -91,6 +94,9 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
     footer::render(r.footer, buf, state, ui);
     if ui.help {
         help::render(area, buf, state);
+    }
+    if ui.no_color {
+        theme::strip_colors(buf, area);
     }
 }
 
@@ -167,12 +173,33 @@ pub fn put(buf: &mut Buffer, area: Rect, row: u16, line: &Line<'_>) {
     }
 }
 
-/// Splits `text` into lines of at most `width` characters at spaces.
+/// Units that stay on the line of the number before them when [`wrap`] breaks a line.
+const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+
+/// The words of `text`, a size's number and its unit (`1.50 GiB`) kept together as one.
+fn words(text: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for word in text.split_whitespace() {
+        let unit = UNITS.contains(&word.trim_end_matches([',', ';', ')', ':', '.']));
+        match out.last_mut() {
+            Some(prev) if unit && prev.ends_with(|c: char| c.is_ascii_digit()) => {
+                prev.push(' ');
+                prev.push_str(word);
+            }
+            _ => out.push(word.to_string()),
+        }
+    }
+    out
+}
+
+/// Splits `text` into lines of at most `width` characters at spaces (never between a size's
+/// number and its unit).
 pub fn wrap(text: &str, width: usize) -> Vec<String> {
     let width = width.max(10);
     let mut out = Vec::new();
     let mut line = String::new();
-    for word in text.split_whitespace() {
+    for word in words(text) {
+        let word = word.as_str();
         if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > width {
             out.push(std::mem::take(&mut line));
         }
@@ -274,5 +301,35 @@ pub(crate) mod testing {
         let ui = crate::state::UiState::default();
         super::render_view(view, buf.area, &mut buf, state, &ui);
         rows(&buf).join("\n")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::wrap;
+
+    #[test]
+    fn wrapping_keeps_a_sizes_number_and_unit_together() {
+        let text = "peak reserved 15.4 GiB of 16.0 GiB, 840.98 MiB; 512 B)";
+        for width in 10..60 {
+            for line in wrap(text, width) {
+                assert!(
+                    !line.ends_with(|c: char| c.is_ascii_digit()),
+                    "{width}: {line:?}"
+                );
+                assert!(
+                    !line.starts_with("GiB") && !line.starts_with("MiB") && !line.starts_with('B')
+                );
+            }
+        }
+        assert_eq!(
+            wrap(text, 24),
+            [
+                "peak reserved 15.4 GiB",
+                "of 16.0 GiB, 840.98 MiB;",
+                "512 B)"
+            ]
+            .map(String::from)
+        );
     }
 }

@@ -17,10 +17,12 @@ use allocview_alloc::snapshot::{Snapshot, TraceAction};
 const FRAGMENTED: u64 = 200 * MIB;
 /// The second OOM's request: more than the whole device.
 const TOO_BIG: u64 = 2 * GIB;
+/// An allocation after both.
+const AFTER: u64 = 20 * MIB;
 
 /// Records on a 1 GiB device: a 400 MiB segment split round a live block (190 MiB and 20 MiB
 /// free in it), a 500 MiB block beside it, then the two OOMs, the program carrying on after
-/// each.
+/// each and allocating [`AFTER`].
 fn two_oom_recording() -> Snapshot {
     let alloc = CachingAllocator::new(Arc::new(SimBackend::new(GIB)), AllocatorConfig::default());
     alloc.record_history(HistoryOptions::default());
@@ -33,7 +35,19 @@ fn two_oom_recording() -> Snapshot {
     let _beside = alloc.malloc(500 * MIB, s).unwrap();
     assert!(alloc.malloc(FRAGMENTED, s).is_err());
     assert!(alloc.malloc(TOO_BIG, s).is_err());
+    let _after = alloc.malloc(AFTER, s).unwrap();
     alloc.snapshot()
+}
+
+/// The same recording cut at the first OOM, as a dump taken there is.
+fn cut_at_first_oom(mut snap: Snapshot) -> Snapshot {
+    let trace = &mut snap.device_traces[0];
+    let first = trace
+        .iter()
+        .position(|e| e.action == TraceAction::Oom)
+        .unwrap();
+    trace.truncate(first + 1);
+    snap
 }
 
 /// The what-if line of `config` among `lines`.
@@ -98,6 +112,23 @@ fn a_dumps_oom_is_found_in_its_trace_by_size_and_time() {
     // Lines for the first OOM, as a live OOM's dump gets them.
     let lines = what_if_lines(&snap, GIB, Some(ooms[0]));
     assert!(line(&lines, "expandable_segments:True").contains("→ fits; 1 other OOM"));
+    // The first OOM of a trace cut there (a dump taken at it): the replays fit the request,
+    // but nothing says what the program would have asked next.
+    let cut = cut_at_first_oom(two_oom_recording());
+    let lines = what_if_lines(&cut, GIB, oom_entry_of(&cut, FRAGMENTED, None));
+    assert!(
+        lines
+            .last()
+            .unwrap()
+            .starts_with("(the trace ends at this request: whether the program's next"),
+        "{lines:#?}"
+    );
+    // With allocations after it, no such caveat.
+    let lines = what_if_lines(&snap, GIB, Some(ooms[0]));
+    assert!(
+        !lines.iter().any(|l| l.contains("trace ends")),
+        "{lines:#?}"
+    );
     // Without an OOM to speak of, the lines count the trace's OOMs.
     let whole = what_if_lines(&snap, GIB, None);
     assert!(

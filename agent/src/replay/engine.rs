@@ -264,6 +264,9 @@ pub struct Replayer<'a> {
     figures: RunFigures,
     recorded_ooms: Vec<OomEvent>,
     oom_entries: Vec<usize>,
+    /// With `keep_history`: the allocator's count of trace entries recorded when history was
+    /// turned on, and after each recorded entry was replayed (which entries each one made).
+    history_marks: Option<(u64, Vec<u64>)>,
     unmapped_frees: u64,
     base_device_alloc: i64,
     warnings: Vec<String>,
@@ -352,6 +355,7 @@ impl<'a> Replayer<'a> {
             },
             recorded_ooms: Vec::new(),
             oom_entries: Vec::new(),
+            history_marks: None,
             unmapped_frees: 0,
             base_device_alloc: 0,
             warnings: Vec::new(),
@@ -394,6 +398,10 @@ impl<'a> Replayer<'a> {
                 context: ContextLevel::Never,
                 max_entries: entries.len() * 2 + 1024,
             });
+            r.history_marks = Some((
+                r.alloc.history_recorded(),
+                Vec::with_capacity(entries.len()),
+            ));
         }
         r.sample();
         r
@@ -448,6 +456,9 @@ impl<'a> Replayer<'a> {
             {
                 self.release_squeeze();
             }
+            if let Some((_, marks)) = &mut self.history_marks {
+                marks.push(self.alloc.history_recorded());
+            }
             if (i + 1) % PROGRESS_EVERY == 0 {
                 progress(i + 1);
             }
@@ -455,12 +466,40 @@ impl<'a> Replayer<'a> {
         progress(entries.len());
     }
 
+    /// Gives each entry of the replayed trace the time, frames and metadata of the recorded
+    /// entry whose replay made it, so that a what-if's file reads on the recording's clock,
+    /// with its context.
+    fn stamp_replayed_trace(&self, end: &mut Snapshot) {
+        let Some((base, marks)) = &self.history_marks else {
+            return;
+        };
+        let Some(trace) = end.device_traces.get_mut(self.device.max(0) as usize) else {
+            return;
+        };
+        // The kept entries are the last `trace.len()` of those recorded.
+        let recorded = marks.last().copied().unwrap_or(*base);
+        let first = recorded.saturating_sub(trace.len() as u64);
+        for (j, t) in trace.iter_mut().enumerate() {
+            let n = first + j as u64;
+            // The recorded entry whose replay took the count past `n`.
+            let i = marks.partition_point(|&m| m <= n);
+            if let Some(e) = self.entries.get(i) {
+                t.time_us = e.time_us;
+                t.frames = e.frames.clone();
+                t.user_metadata = e.user_metadata.clone();
+            }
+        }
+    }
+
     /// The run's results: figures, fidelity (with the final state compared to the snapshot's
     /// for a fidelity run), and the replayed snapshot.
     pub fn finish(mut self) -> RunResult {
         let compare =
             self.opts.placement == Placement::Recorded && !self.snapshot.segments.is_empty();
-        let end = (compare || self.opts.keep_history).then(|| self.alloc.snapshot());
+        let mut end = (compare || self.opts.keep_history).then(|| self.alloc.snapshot());
+        if let Some(end) = &mut end {
+            self.stamp_replayed_trace(end);
+        }
         if compare && let Some(end) = &end {
             self.fidelity.final_state_matches = Some(same_layout(self.snapshot, end, self.device));
         }

@@ -189,6 +189,10 @@ pub struct ReplayReport {
     pub fidelity: Fidelity,
     /// The runs: the recording first (the baseline), then one per `--config`.
     pub runs: Vec<RunFigures>,
+    /// The trace ends at an OOM: no allocation follows its last `oom` entry (a dump taken at
+    /// the OOM), so a run that fits that request says nothing of the program's next ones.
+    #[serde(default)]
+    pub ends_at_oom: bool,
 }
 
 impl ReplayReport {
@@ -273,6 +277,14 @@ impl ReplayReport {
                 self.initial.live_blocks,
                 human(self.initial.allocated),
                 human(self.initial.reserved.saturating_sub(self.initial.allocated))
+            );
+        }
+        if self.ends_at_oom && self.runs.iter().skip(1).any(|r| r.ooms == 0) {
+            let _ = writeln!(
+                out,
+                "the trace ends at its OOM: a run without an OOM fitted that request, but the \
+                 allocations the program would have made next are not in the trace, so it may \
+                 still run out of memory after it"
             );
         }
         for run in &self.runs {
@@ -381,6 +393,7 @@ mod tests {
                 run("recorded", 4 << 20, 0),
                 run("expandable_segments:True", 2 << 20, 1),
             ],
+            ends_at_oom: true,
         };
         let table = report.table();
         let lines: Vec<&str> = table.lines().collect();
@@ -398,5 +411,18 @@ mod tests {
              no segment allocations in the trace\n"
         ));
         assert!(!report.fidelity.is_exact());
+        // Every run has an OOM: nothing to warn of at the trace's end.
+        assert!(!text.contains("the trace ends at its OOM"), "{text}");
+        let mut cured = report.clone();
+        cured.runs[1].ooms = 0;
+        assert!(
+            cured.to_text().contains(
+                "the trace ends at its OOM: a run without an OOM fitted that request, but"
+            ),
+            "{}",
+            cured.to_text()
+        );
+        cured.ends_at_oom = false;
+        assert!(!cured.to_text().contains("the trace ends at its OOM"));
     }
 }

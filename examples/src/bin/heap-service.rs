@@ -20,13 +20,11 @@
 use std::alloc::System;
 use std::collections::{HashMap, VecDeque};
 use std::hint::black_box;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use allocview_agent::agent::Agent;
-use allocview_alloc::event::EventSink;
 use allocview_alloc::global::{Instrumented, unpublished};
 use allocview_alloc::stats::HumanBytes;
 use anyhow::{Context, bail};
@@ -72,7 +70,8 @@ enum Command {
 struct Options {
     seconds: u64,
     listen: Option<Option<String>>,
-    metrics: Option<SocketAddr>,
+    /// `HOST:PORT`, a host name or an IP address (resolved by the agent at start).
+    metrics: Option<String>,
 }
 
 fn parse_options(args: impl IntoIterator<Item = String>) -> anyhow::Result<Command> {
@@ -96,10 +95,10 @@ fn parse_options(args: impl IntoIterator<Item = String>) -> anyhow::Result<Comma
             "--no-listen" => options.listen = None,
             "--metrics" => {
                 let v = value("--metrics")?;
-                options.metrics = Some(
-                    v.parse()
-                        .with_context(|| format!("--metrics: {v:?} is not HOST:PORT"))?,
-                );
+                if !v.contains(':') {
+                    bail!("--metrics: {v:?} is not HOST:PORT (for example localhost:9464)");
+                }
+                options.metrics = Some(v);
             }
             other => bail!(
                 "unknown argument {other:?} (expected --seconds N, --listen ADDR, --no-listen, \
@@ -158,21 +157,20 @@ fn run(options: &Options) -> anyhow::Result<()> {
         Some(None) => builder,
         Some(Some(addr)) => builder.listen(addr.clone()),
     };
-    if let Some(addr) = options.metrics {
-        builder = builder.metrics(addr);
+    if let Some(addr) = &options.metrics {
+        builder = builder.metrics_at(addr.clone());
     }
     let agent = builder.spawn().context("starting the agent")?;
     if let Some(addr) = agent.listen_addr() {
-        println!("agent listening at {addr:?}: allocview --attach <that address>");
+        println!("agent listening at {addr}; attach with: allocview --attach {addr}");
     }
     if let Some(addr) = agent.metrics_addr() {
         println!("metrics at http://{addr}/metrics");
     }
 
-    // The heap wants a `&'static dyn EventSink`: keep the agent's sink alive for the process.
-    let sink: &'static Arc<dyn EventSink> = Box::leak(Box::new(agent.sink()));
+    // The heap wants a `&'static dyn EventSink`: the agent's sink, kept alive for the process.
     let at_attach = HEAP.stats();
-    HEAP.set_sink(Some(&**sink));
+    HEAP.set_sink(Some(agent.leak_sink()));
 
     let stop = Arc::new(AtomicBool::new(false));
     let served = Arc::new(AtomicU64::new(0));

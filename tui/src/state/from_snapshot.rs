@@ -161,7 +161,12 @@ impl PostMortem {
             // shown (the OOMs' indices are into its trace).
             let same_trace = trace_index(snapshot) == Some(pm.tt.device().max(0) as usize);
             for o in &mut pm.ooms {
-                o.what_if = what_if_lines_of(&outcomes, o.trace_index.filter(|_| same_trace));
+                o.what_if = what_if_lines_of(
+                    &outcomes,
+                    capacity,
+                    &pm.trace,
+                    o.trace_index.filter(|_| same_trace),
+                );
             }
         }
         pm
@@ -315,11 +320,20 @@ impl PostMortem {
 /// recorded capacity under the usual cures ([`what_if_avoided`]). With `oom`, the index of the
 /// OOM's trace entry, each line says what became of that request; without it, of the trace.
 pub fn what_if_lines(snapshot: &Snapshot, capacity: u64, oom: Option<usize>) -> Vec<String> {
-    what_if_lines_of(&what_if_avoided(snapshot, capacity), oom)
+    let trace = trace_index(snapshot)
+        .and_then(|d| snapshot.device_traces.get(d))
+        .map_or(&[][..], |t| &t[..]);
+    what_if_lines_of(&what_if_avoided(snapshot, capacity), capacity, trace, oom)
 }
 
-/// [`what_if_lines`] of replays already run (the recorded settings' first).
-pub fn what_if_lines_of(outcomes: &[WhatIfOutcome], oom: Option<usize>) -> Vec<String> {
+/// [`what_if_lines`] of replays already run (the recorded settings' first) at `capacity`
+/// bytes, over `trace` (the replayed one).
+pub fn what_if_lines_of(
+    outcomes: &[WhatIfOutcome],
+    capacity: u64,
+    trace: &[TraceEntry],
+    oom: Option<usize>,
+) -> Vec<String> {
     let plural = |n: u64| if n == 1 { "" } else { "s" };
     let mut lines = Vec::new();
     if let (Some(k), Some(recorded)) = (oom, outcomes.first())
@@ -329,6 +343,7 @@ pub fn what_if_lines_of(outcomes: &[WhatIfOutcome], oom: Option<usize>) -> Vec<S
             "{RECORDED_SETTINGS:<26} → the replay fits this request (it does not reproduce the OOM)"
         ));
     }
+    let mut some_fit = false;
     for o in outcomes.iter().skip(1) {
         let verdict = match oom {
             Some(k) if o.failed_at(k) => "still OOM here".to_string(),
@@ -344,10 +359,37 @@ pub fn what_if_lines_of(outcomes: &[WhatIfOutcome], oom: Option<usize>) -> Vec<S
             None if o.ooms == 0 => "no OOM".to_string(),
             None => format!("still {} OOM{}", o.ooms, plural(o.ooms)),
         };
+        some_fit |= oom.is_some_and(|k| !o.failed_at(k));
         lines.push(format!(
-            "{:<26} → {verdict}, peak reserved {}",
+            "{:<26} → {verdict}, peak reserved {} of {}",
             o.config,
-            crate::units::bytes(o.peak_reserved)
+            crate::units::bytes(o.peak_reserved),
+            crate::units::bytes(capacity)
+        ));
+    }
+    // A request that fits says nothing of the program's next ones when the trace stops here
+    // (an OOM's dump is taken at the OOM).
+    if let Some(k) = oom
+        && some_fit
+        && !trace
+            .iter()
+            .skip(k + 1)
+            .any(|e| e.action == TraceAction::Alloc)
+    {
+        lines.push(format!(
+            "(the trace ends at this request: whether the program's next allocations fit the \
+             {} left is not known)",
+            crate::units::bytes(
+                capacity.saturating_sub(
+                    outcomes
+                        .iter()
+                        .skip(1)
+                        .filter(|o| !o.failed_at(k))
+                        .map(|o| o.peak_reserved)
+                        .min()
+                        .unwrap_or(0)
+                )
+            )
         ));
     }
     lines

@@ -179,6 +179,9 @@ pub struct UiState {
     pub paused: bool,
     /// The user asked to quit.
     pub quit: bool,
+    /// No colours (the `NO_COLOR` convention, <https://no-color.org>): the screen is drawn
+    /// without colours, its cues kept as modifiers (reverse, bold, underline) and symbols.
+    pub no_color: bool,
 }
 
 #[cfg(test)]

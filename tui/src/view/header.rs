@@ -119,7 +119,8 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
         let style = if v == ui.view {
             theme::selected().add_modifier(Modifier::BOLD)
         } else if v == View::Oom && !state.ooms.is_empty() {
-            Style::new().fg(theme::ALERT)
+            // Bold and underlined as well as red: visible without colours too.
+            theme::alert().add_modifier(Modifier::UNDERLINED)
         } else {
             theme::dim()
         };

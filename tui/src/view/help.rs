@@ -15,10 +15,7 @@ pub const KEYS: [(&str, &str); 19] = [
     ("Tab  Shift-Tab  1-7", "switch view"),
     ("↑ ↓  j k  PgUp PgDn", "select row / scroll"),
     ("← →  h l", "select block (segments), group (histograms)"),
-    (
-        "Enter",
-        "detail; trace row: its block or OOM; OOM: its event",
-    ),
+    ("Enter", "detail; trace row: block/OOM; file OOM: its event"),
     ("Esc", "back"),
     ("/", "filter the trace: alloc s1 >1MiB 0x7f... forward"),
     ("f", "segments: all / large / small"),

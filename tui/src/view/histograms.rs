@@ -20,6 +20,8 @@ use crate::units;
 const MIN_WIDTH_SIDE_BY_SIDE: u16 = 120;
 /// Width of a bucket label.
 const BUCKET_LABEL: usize = 9;
+/// Before each bucket label: a row counts the values from its label up to the next row's.
+const BUCKET_FROM: &str = "≥";
 
 /// Width of the group column of the comparison table.
 const GROUP_COLUMN: usize = 16;
@@ -126,13 +128,20 @@ fn render_one(area: Rect, buf: &mut Buffer, h: &HistogramSummary) {
     let buckets = fit(h.buckets.clone(), rows);
     let most = buckets.iter().map(|b| b.count).max().unwrap_or(0).max(1);
     let count_width = units::count(most).len();
-    let bar_width = (inner.width as usize).saturating_sub(BUCKET_LABEL + count_width + 4);
+    let bar_width = (inner.width as usize)
+        .saturating_sub(BUCKET_FROM.chars().count() + BUCKET_LABEL + count_width + 4);
     for (i, b) in buckets.iter().enumerate() {
         let n = (b.count as f64 / most as f64 * bar_width as f64).round() as usize;
         let n = if b.count > 0 { n.max(1) } else { 0 }.min(bar_width);
         let line = Line::from(vec![
             Span::styled(
-                format!(" {} ", right(&value(h.unit, b.lo), BUCKET_LABEL)),
+                format!(
+                    " {} ",
+                    right(
+                        &format!("{BUCKET_FROM}{}", value(h.unit, b.lo)),
+                        BUCKET_FROM.chars().count() + BUCKET_LABEL
+                    )
+                ),
                 theme::dim(),
             ),
             Span::styled(
@@ -340,7 +349,11 @@ mod tests {
             .iter()
             .zip(["1.00 KiB", "8.00 KiB", "64.0 KiB", "512 KiB"])
         {
-            assert!(bar.contains(label), "{bar} starts at {label}");
+            // Each row says it counts from its label up (to the next row's label).
+            assert!(
+                bar.contains(&format!("{BUCKET_FROM}{label}")),
+                "{bar} starts at {label}"
+            );
         }
     }
 }

@@ -154,7 +154,8 @@ fn memory_lines(state: &State, width: usize) -> Vec<Line<'static>> {
 /// without a trace no counts at all).
 const NOT_KNOWN: &str = "not known";
 
-fn counter_lines(state: &State, width: usize) -> Vec<Line<'static>> {
+/// The counters: label, figure (`None`: not known) and whether a figure above zero is an alert.
+fn counters(state: &State) -> [(&'static str, Option<u64>, bool); 7] {
     let st = &state.stats;
     let file = state.is_file();
     // A file's counts come from its trace (none without one); it never records retries or
@@ -170,7 +171,7 @@ fn counter_lines(state: &State, width: usize) -> Vec<Line<'static>> {
     } else {
         ("dropped events", Some(state.source.dropped), true)
     };
-    let rows: [(&str, Option<u64>, bool); 7] = [
+    [
         (
             "allocations",
             from_trace(st.allocation.get(StatType::All).allocated),
@@ -182,8 +183,36 @@ fn counter_lines(state: &State, width: usize) -> Vec<Line<'static>> {
         ("OOMs", ooms, true),
         ("stream syncs", live(st.num_sync_all_streams), false),
         last,
-    ];
-    rows.iter()
+    ]
+}
+
+/// The counters that stay where the counters panel does not fit (below
+/// [`MIN_WIDTH_WITH_COUNTERS`]): on one line in the memory panel.
+const KEPT_COUNTERS: [&str; 3] = ["OOMs", "retries", "dropped events"];
+
+/// [`KEPT_COUNTERS`] on one line: ` OOMs 2 · retries 5 · dropped events 0`.
+fn kept_counters_line(state: &State) -> Line<'static> {
+    let all = counters(state);
+    let mut spans = vec![Span::raw(" ")];
+    for &(label, n, alert) in KEPT_COUNTERS
+        .iter()
+        .filter_map(|k| all.iter().find(|(label, _, _)| label == k))
+    {
+        if spans.len() > 1 {
+            spans.push(Span::styled(" · ", theme::dim()));
+        }
+        spans.push(Span::raw(format!("{label} ")));
+        spans.push(match n {
+            Some(n) => Span::styled(units::count(n), theme::alert_if(alert && n > 0)),
+            None => Span::styled(NOT_KNOWN, theme::dim()),
+        });
+    }
+    Line::from(spans)
+}
+
+fn counter_lines(state: &State, width: usize) -> Vec<Line<'static>> {
+    counters(state)
+        .iter()
         .map(|&(label, n, alert)| {
             let value = n.map_or_else(|| NOT_KNOWN.to_string(), units::count);
             let pad = width.saturating_sub(label.len() + value.len() + 2);
@@ -201,18 +230,25 @@ fn counter_lines(state: &State, width: usize) -> Vec<Line<'static>> {
 
 /// Draws the usage chart into `area` (with its border); for a file without a trace, why there
 /// is none.
-pub fn render_chart(area: Rect, buf: &mut Buffer, state: &State) {
+pub fn render_chart(area: Rect, buf: &mut Buffer, state: &State, no_color: bool) {
     let t = &state.timeline;
-    let title = Line::from(vec![
+    let key = |s: Series| {
+        let glyph = match series_marker(s, no_color) {
+            Marker::Custom(c) => c.to_string(),
+            _ if s == Series::Oom => "│".to_string(),
+            _ => "──".to_string(),
+        };
+        Span::styled(format!("{glyph} {} ", s.name()), Style::new().fg(s.color()))
+    };
+    let mut title = Line::from(vec![
         Span::styled(" Over time ", theme::title()),
-        Span::styled("── reserved ", Style::new().fg(theme::RESERVED)),
-        Span::styled("── allocated ", Style::new().fg(theme::ALLOCATED)),
-        Span::styled("── active ", Style::new().fg(theme::ACTIVE)),
-        Span::styled(
-            if t.ooms.is_empty() { "" } else { "│ OOM " },
-            Style::new().fg(theme::ALERT),
-        ),
+        key(Series::Reserved),
+        key(Series::Allocated),
+        key(Series::Active),
     ]);
+    if !t.ooms.is_empty() {
+        title.push_span(key(Series::Oom));
+    }
     let block = Block::bordered().title(title);
     if area.height < 3 || area.width < 10 {
         block.render(area, buf);
@@ -253,16 +289,18 @@ pub fn render_chart(area: Rect, buf: &mut Buffer, state: &State) {
     let active = series(|s| s.active);
     let oom_lines: Vec<[(f64, f64); 2]> = t.ooms.iter().map(|&x| [(x, 0.0), (x, max_y)]).collect();
     let cursor = t.cursor.map(|x| [(x, 0.0), (x, max_y)]);
+    let series_dataset =
+        |data, s: Series| line_dataset(data, s.color()).marker(series_marker(s, no_color));
     let mut datasets = vec![
-        line_dataset(&reserved, theme::RESERVED),
-        line_dataset(&active, theme::ACTIVE),
-        line_dataset(&allocated, theme::ALLOCATED),
+        series_dataset(&reserved, Series::Reserved),
+        series_dataset(&active, Series::Active),
+        series_dataset(&allocated, Series::Allocated),
     ];
     for l in &oom_lines {
-        datasets.push(line_dataset(l, theme::ALERT));
+        datasets.push(series_dataset(l, Series::Oom));
     }
     if let Some(c) = &cursor {
-        datasets.push(line_dataset(c, Color::White));
+        datasets.push(series_dataset(c, Series::Cursor));
     }
     let x_label = |x: f64| {
         if t.x_is_events {
@@ -349,7 +387,7 @@ pub fn render_host_chart(area: Rect, buf: &mut Buffer, h: &HostHeap) {
 }
 
 /// Draws the overview.
-pub fn render(area: Rect, buf: &mut Buffer, state: &State, _ui: &UiState) {
+pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
     if let Some(h) = state.host.as_ref().filter(|_| state.is_host_only()) {
         let [top, chart] =
             Layout::vertical([Constraint::Length(HOST_ROWS), Constraint::Min(0)]).areas(area);
@@ -376,7 +414,12 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, _ui: &UiState) {
     let block = Block::bordered().title(Span::styled(" Memory ", theme::title()));
     let inner = block.inner(memory);
     block.render(memory, buf);
-    for (i, l) in memory_lines(state, inner.width as usize).iter().enumerate() {
+    let mut lines = memory_lines(state, inner.width as usize);
+    if !with_counters {
+        // No room for the counters panel: its alerts stay, on the memory panel's last row.
+        lines.push(kept_counters_line(state));
+    }
+    for (i, l) in lines.iter().enumerate() {
         put(buf, inner, i as u16, l);
     }
     if with_counters {
@@ -390,7 +433,60 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, _ui: &UiState) {
             put(buf, inner, i as u16, l);
         }
     }
-    render_chart(chart, buf, state);
+    render_chart(chart, buf, state, ui.no_color);
+}
+
+/// The lines of the usage chart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Series {
+    Reserved,
+    Allocated,
+    Active,
+    Oom,
+    Cursor,
+}
+
+impl Series {
+    fn name(self) -> &'static str {
+        match self {
+            Series::Reserved => "reserved",
+            Series::Allocated => "allocated",
+            Series::Active => "active",
+            Series::Oom => "OOM",
+            Series::Cursor => "now",
+        }
+    }
+
+    fn color(self) -> Color {
+        match self {
+            Series::Reserved => theme::RESERVED,
+            Series::Allocated => theme::ALLOCATED,
+            Series::Active => theme::ACTIVE,
+            Series::Oom => theme::ALERT,
+            Series::Cursor => Color::White,
+        }
+    }
+}
+
+/// Marker of allocated memory without colours.
+const ALLOCATED_MARKER: char = '•';
+/// Marker of active memory without colours.
+const ACTIVE_MARKER: char = '+';
+/// Marker of an OOM without colours.
+const OOM_MARKER: char = '!';
+/// Marker of the time-travel cursor without colours.
+const CURSOR_MARKER: char = '¦';
+
+/// How a series is drawn: braille dots in colour; without colours ([`UiState::no_color`]),
+/// only reserved memory keeps the braille line and the others get a symbol of their own.
+fn series_marker(s: Series, no_color: bool) -> Marker {
+    match (s, no_color) {
+        (_, false) | (Series::Reserved, true) => Marker::Braille,
+        (Series::Allocated, true) => Marker::Custom(ALLOCATED_MARKER),
+        (Series::Active, true) => Marker::Custom(ACTIVE_MARKER),
+        (Series::Oom, true) => Marker::Custom(OOM_MARKER),
+        (Series::Cursor, true) => Marker::Custom(CURSOR_MARKER),
+    }
 }
 
 /// One line of a chart, in braille dots.
@@ -412,4 +508,33 @@ fn bytes_axis(max_y: f64) -> Axis<'static> {
             units::bytes((max_y / 2.0) as u64),
             units::bytes(max_y as u64),
         ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::View;
+    use crate::view::testing::view_text;
+
+    #[test]
+    fn the_oom_and_retry_counts_stay_on_screen_where_the_counters_panel_does_not_fit() {
+        let mut state = State::default();
+        state.stats.num_ooms = 3;
+        state.stats.num_alloc_retries = 5;
+        // 74x18 and 80x24 screens: the view gets the rows between header and footer.
+        for (w, h) in [(74u16, 15u16), (79, 21), (80, 21)] {
+            let text = view_text(View::Overview, &state, w, h);
+            let top: String = text.lines().take(TOP_ROWS as usize).collect();
+            assert!(
+                top.contains("OOMs") && top.contains('3'),
+                "{w}x{h}:\n{text}"
+            );
+            assert!(
+                top.contains("retries") && top.contains('5'),
+                "{w}x{h}:\n{text}"
+            );
+        }
+        let narrow = view_text(View::Overview, &state, 74, 15);
+        assert!(narrow.contains("OOMs 3 · retries 5"), "{narrow}");
+    }
 }

@@ -69,25 +69,46 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, _ui: &UiState) {
         }
         put(buf, inner, r as u16 + 1, &Line::raw(line));
     }
-    let notes = [
-        "inactive split: free blocks inside segments that still hold live blocks; empty_cache",
-        "cannot release them. oversize: allocations of at least max_split_size (- = unlimited).",
-    ];
     let first = state.pool_rows().len() as u16 + 2;
-    for (i, n) in notes.iter().enumerate() {
-        put(
-            buf,
-            inner,
-            first + i as u16,
-            &Line::styled(format!(" {n}"), theme::dim()),
-        );
+    if let Some(notes) = footnote(all) {
+        super::put_wrapped(buf, inner, first, &notes, theme::dim());
     }
+}
+
+/// The footnote of the columns shown: what the split and oversize columns mean, where they
+/// are shown (wrapped at spaces to the width by the caller).
+fn footnote(all_columns: bool) -> Option<String> {
+    all_columns.then(|| {
+        "inactive split: free blocks inside segments that still hold live blocks; empty_cache \
+         cannot release them. oversize: allocations of at least max_split_size (- = unlimited)."
+            .to_string()
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::view::testing::{buffer, rows};
+
+    #[test]
+    fn a_narrow_table_explains_no_column_it_dropped_and_cuts_no_word() {
+        for (w, shown) in [(80u16, false), (104, true), (120, true)] {
+            let mut buf = buffer(w, 12);
+            render(buf.area, &mut buf, &State::default(), &UiState::default());
+            let text = rows(&buf).join("\n");
+            assert_eq!(text.contains("inactive split"), shown, "{text}");
+            assert_eq!(text.contains("oversize"), shown, "{text}");
+            if shown {
+                assert!(text.contains("empty_cache") && text.contains("(- = unlimited)."));
+                let all = rows(&buf);
+                for r in &all[1..all.len() - 1] {
+                    // A wrapped line ends in a whole word and a space before the border.
+                    let chars: Vec<char> = r.chars().collect();
+                    assert_eq!(chars[chars.len() - 2], ' ', "{r}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn an_empty_state_lists_small_and_large() {

@@ -15,6 +15,9 @@ use crate::units;
 /// Width of the figure columns before the bar.
 const FIGURES_WIDTH: usize = 8 + 10 + 22 + 10 + 10 + 10;
 
+/// The key of the bar column.
+const BAR_KEY: &str = "allocated █ pending ▒ cached ░";
+
 /// Draws the stream table.
 pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
     let rows = state.stream_rows();
@@ -24,6 +27,9 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
     ));
     let inner = block.inner(area);
     block.render(area, buf);
+    // The bar's key heads its column where it fits; else the column is headed `bar` and the
+    // key goes below the table (never cut mid-word).
+    let key_fits = FIGURES_WIDTH + 2 + BAR_KEY.chars().count() <= inner.width as usize;
     let head = format!(
         "{}{}{}{}{}{}  {}",
         left(" stream", 8),
@@ -32,7 +38,7 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
         right("reserved", 10),
         right("peak", 10),
         right("allocs/s", 10),
-        "allocated █ pending ▒ cached ░"
+        if key_fits { BAR_KEY } else { "bar" }
     );
     put(buf, inner, 0, &Line::styled(head, theme::title()));
     let scale = rows.iter().map(|r| r.reserved).max().unwrap_or(0);
@@ -94,6 +100,15 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
         y += 1;
     }
     y += 1;
+    if !key_fits && !rows.is_empty() {
+        put(
+            buf,
+            inner,
+            y,
+            &Line::styled(format!(" bar: {BAR_KEY}"), theme::dim()),
+        );
+        y += 1;
+    }
     if state.is_file() && !rows.is_empty() {
         // A file's trace is a window: its peaks cannot see what came before it.
         put(
@@ -120,5 +135,42 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
             );
             y += 1;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::View;
+    use crate::state::streams::StreamRow;
+    use crate::view::testing::view_text;
+
+    fn one_stream() -> State {
+        State {
+            streams: vec![StreamRow {
+                stream: 0,
+                allocated: 3 << 20,
+                active: 4 << 20,
+                pending_free: 1 << 20,
+                reserved: 8 << 20,
+                peak: None,
+                allocs_per_s: None,
+                idle_s: None,
+            }],
+            ..State::default()
+        }
+    }
+
+    #[test]
+    fn the_bar_key_heads_its_column_where_it_fits_and_goes_below_whole_where_not() {
+        let wide = view_text(View::Streams, &one_stream(), 120, 10);
+        assert!(wide.lines().nth(1).unwrap().contains(BAR_KEY), "{wide}");
+        let narrow = view_text(View::Streams, &one_stream(), 80, 10);
+        let head = narrow.lines().nth(1).unwrap();
+        assert!(
+            head.trim_end_matches(['│', ' ']).ends_with("  bar"),
+            "{narrow}"
+        );
+        assert!(narrow.contains(&format!("bar: {BAR_KEY}")), "{narrow}");
     }
 }

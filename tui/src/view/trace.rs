@@ -8,7 +8,8 @@ use ratatui::style::{Modifier, Style};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Widget};
 
-use allocview_alloc::snapshot::{TraceAction, TraceEntry};
+use allocview_alloc::caching::config::SMALL_BUFFER;
+use allocview_alloc::snapshot::{SegmentType, TraceAction, TraceEntry};
 
 use super::segments::scroll_offset;
 use super::{left, put, right, theme};
@@ -33,6 +34,32 @@ fn action_style(a: TraceAction) -> Style {
         TraceAction::Oom => theme::alert(),
         TraceAction::Snapshot | TraceAction::UserDefined => Style::new().fg(theme::ACCENT),
     }
+}
+
+/// The pool column of an entry: `S` (small) or `L` (large). Trace entries carry no pool (not
+/// in PyTorch's files, not in ours), so it is told as PyTorch's caching allocator decides it
+/// (caching-allocator-spec.md, `get_pool` / `get_allocation_size`):
+/// - a block (`alloc`, `free_*`) or an `oom`: its request rounded to 512 bytes is at most
+///   [`SMALL_SIZE`] (1 MiB) in the small pool;
+/// - a segment map/unmap (expandable segments): the pool of the segment holding its address,
+///   when the state still has it; else as a segment alloc/free;
+/// - a segment alloc/free: small-pool segments are exactly [`SMALL_BUFFER`] (2 MiB); large-pool
+///   ones are [`LARGE_BUFFER`](allocview_alloc::caching::config::LARGE_BUFFER) (20 MiB) or a request of at least 10 MiB rounded to 2 MiB, never
+///   2 MiB.
+fn pool_letter(state: &State, e: &TraceEntry) -> &'static str {
+    let small = match e.action {
+        TraceAction::SegmentAlloc | TraceAction::SegmentFree => e.size == SMALL_BUFFER,
+        TraceAction::SegmentMap | TraceAction::SegmentUnmap => state
+            .segments
+            .iter()
+            .find(|s| s.address <= e.addr && e.addr < s.address.saturating_add(s.total_size))
+            .map_or(e.size == SMALL_BUFFER, |s| {
+                s.segment_type == SegmentType::Small
+            }),
+        TraceAction::Snapshot | TraceAction::UserDefined => return " ",
+        _ => e.size <= SMALL_SIZE,
+    };
+    if small { "S" } else { "L" }
 }
 
 /// The context column: the entry's tags, user frame and metadata
@@ -115,11 +142,7 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
             (Some(t), Some(t0)) => time_column((t - t0) as f64 / US_PER_S),
             _ => format!("#{}", units::count(i as u64 + 1)),
         };
-        let pool = if e.action == TraceAction::Oom || e.size > SMALL_SIZE {
-            "L"
-        } else {
-            "S"
-        };
+        let pool = pool_letter(state, e);
         let future = state.trace_cursor.is_some_and(|c| i >= c);
         let current = state.trace_cursor.is_some_and(|c| c > 0 && i == c - 1);
         let mut base = if future { theme::dim() } else { Style::new() };
@@ -162,6 +185,56 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state::View;
+    use crate::view::testing::view_text;
+    use std::sync::Arc;
+
+    /// The pool letter of each trace row of `state`, with the row's action.
+    fn pools_shown(state: &State) -> Vec<(String, String)> {
+        view_text(View::Trace, state, 100, 20)
+            .lines()
+            .filter_map(|l| {
+                let words: Vec<&str> = l.split_whitespace().collect();
+                let s0 = words.iter().position(|w| *w == "s0")?;
+                let action = words
+                    .iter()
+                    .find(|w| w.contains('_') || **w == "alloc" || **w == "oom")?;
+                Some((action.to_string(), words.get(s0 + 1)?.to_string()))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn small_pool_segments_and_blocks_show_s_and_large_ones_l() {
+        let mib = 1u64 << 20;
+        let state = State {
+            trace: Arc::from(vec![
+                TraceEntry::new(TraceAction::SegmentAlloc, 0x7000_0000, 2 * mib, 0),
+                TraceEntry::new(TraceAction::Alloc, 0x7000_0000, 512, 0),
+                TraceEntry::new(TraceAction::SegmentAlloc, 0x8000_0000, 20 * mib, 0),
+                TraceEntry::new(TraceAction::Alloc, 0x8000_0000, 2 * mib, 0),
+                TraceEntry::new(TraceAction::SegmentAlloc, 0x9000_0000, 12 * mib, 0),
+                TraceEntry::new(TraceAction::Oom, 1 << 30, 4096, 0),
+                TraceEntry::new(TraceAction::SegmentFree, 0x7000_0000, 2 * mib, 0),
+            ]),
+            ..State::default()
+        };
+        let shown = pools_shown(&state);
+        let expect = [
+            ("segment_alloc", "S"),
+            ("alloc", "S"),
+            ("segment_alloc", "L"),
+            ("alloc", "L"),
+            ("segment_alloc", "L"),
+            ("oom", "S"),
+            ("segment_free", "S"),
+        ];
+        let expect: Vec<(String, String)> = expect
+            .iter()
+            .map(|(a, p)| (a.to_string(), p.to_string()))
+            .collect();
+        assert_eq!(shown, expect);
+    }
 
     #[test]
     fn trace_times_fit_their_column_however_long_the_process_runs() {

@@ -1,0 +1,126 @@
+//! The app over a live source (a scripted one: each poll brings the next state): Enter where
+//! it has nothing to open says so, a new OOM is announced once, and `s` on a process with a
+//! host heap only says there is nothing to snapshot.
+
+#[path = "support/builders.rs"]
+mod support;
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+
+use allocview::app::{self, App};
+use allocview::input::Action;
+use allocview::source::Source;
+use allocview::state::{OomReport, State, View};
+
+/// A live source that hands out `states` one per poll, and counts the saves asked of it.
+struct Scripted {
+    states: VecDeque<State>,
+    saves: std::rc::Rc<std::cell::Cell<u32>>,
+}
+
+impl Source for Scripted {
+    fn poll(&mut self, state: &mut State) -> anyhow::Result<bool> {
+        match self.states.pop_front() {
+            Some(s) => {
+                *state = s;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    fn save(&mut self, _state: &State, dir: &Path) -> anyhow::Result<PathBuf> {
+        self.saves.set(self.saves.get() + 1);
+        Ok(dir.join("saved.json"))
+    }
+}
+
+/// A live app whose polls bring `states` in turn (the first when it opens).
+fn live(states: Vec<State>) -> (App, std::rc::Rc<std::cell::Cell<u32>>) {
+    let saves = std::rc::Rc::new(std::cell::Cell::new(0));
+    let src = Scripted {
+        states: states.into(),
+        saves: saves.clone(),
+    };
+    (
+        App::new(Box::new(src), std::env::temp_dir()).unwrap(),
+        saves,
+    )
+}
+
+/// The live state with OOMs `1..=n` (each asking for `n` GiB less a half).
+fn with_ooms(n: u64) -> State {
+    let mut s = support::live_state();
+    s.ooms = (1..=n)
+        .map(|i| OomReport {
+            number: i,
+            requested: i * support::GIB,
+            ..support::oom()
+        })
+        .collect();
+    s.ooms_total = n;
+    s
+}
+
+#[test]
+fn enter_in_the_live_oom_view_says_how_to_reach_the_ooms_event() {
+    let (mut app, _) = live(vec![with_ooms(1)]);
+    app.apply(Action::ShowView(View::Oom)).unwrap();
+    app.apply(Action::Enter).unwrap();
+    assert_eq!(app.state.status.as_deref(), Some(app::LIVE_OOM_EVENT));
+    assert!(app::LIVE_OOM_EVENT.contains("allocview open"));
+}
+
+#[test]
+fn enter_in_a_wide_segment_view_says_the_detail_is_already_shown() {
+    let (mut app, _) = live(vec![support::live_state()]);
+    app.apply(Action::ShowView(View::Segments)).unwrap();
+    app.area = ratatui::layout::Rect::new(0, 0, 120, 36);
+    app.apply(Action::Enter).unwrap();
+    assert_eq!(app.state.status.as_deref(), Some(app::DETAIL_ALWAYS_SHOWN));
+    // Narrow, Enter opens the pane (and says nothing).
+    app.state.status = None;
+    app.area = ratatui::layout::Rect::new(0, 0, 80, 24);
+    app.apply(Action::Enter).unwrap();
+    assert!(app.ui.detail);
+    assert_eq!(app.state.status, None);
+    // Where Enter opens nothing, it says so.
+    app.apply(Action::ShowView(View::Pools)).unwrap();
+    app.apply(Action::Enter).unwrap();
+    let status = app.state.status.clone().unwrap();
+    assert!(
+        status.contains("Enter opens nothing in the Pools view"),
+        "{status}"
+    );
+}
+
+#[test]
+fn a_new_live_oom_is_announced_once_with_its_request() {
+    let (mut app, _) = live(vec![with_ooms(1), with_ooms(1), with_ooms(2), with_ooms(2)]);
+    // The OOM the process had when the dashboard opened is no news.
+    assert_eq!(app.state.status, None);
+    app.tick().unwrap();
+    assert_eq!(app.state.status, None);
+    app.tick().unwrap();
+    assert_eq!(
+        app.state.status.as_deref(),
+        Some("OOM #2: tried to allocate 2.00 GiB — press 7")
+    );
+    // The next poll, with no new OOM, says nothing again (the message stays until it expires).
+    app.state.status = None;
+    app.tick().unwrap();
+    assert_eq!(app.state.status, None);
+}
+
+#[test]
+fn saving_a_host_heap_only_process_says_there_is_no_device_to_snapshot() {
+    let (mut app, saves) = live(vec![support::host_only_state(4)]);
+    app.apply(Action::Save).unwrap();
+    assert_eq!(app.state.status.as_deref(), Some(app::NO_DEVICE_TO_SAVE));
+    assert_eq!(saves.get(), 0, "no empty snapshot written");
+    // A process with a device saves.
+    let (mut app, saves) = live(vec![support::live_state()]);
+    app.apply(Action::Save).unwrap();
+    assert_eq!(saves.get(), 1);
+}
