@@ -19,11 +19,11 @@ pub struct Cli {
     pub headless: bool,
 
     /// With --attach --headless: print the first full state received and exit.
-    #[arg(long, requires = "attach")]
+    #[arg(long, requires = "attach", requires = "headless")]
     pub once: bool,
 
     /// With --attach --headless: print JSON.
-    #[arg(long, requires = "attach")]
+    #[arg(long, requires = "attach", requires = "headless")]
     pub json: bool,
 
     /// The subcommand.
@@ -84,10 +84,12 @@ pub struct DemoArgs {
     /// `--backend cuda`.
     #[arg(long, value_name = "SIZE", default_value = "16GiB")]
     pub device_memory: String,
-    /// Allocator settings in PyTorch's syntax (`expandable_segments:True,...`); default:
-    /// `$ALLOCVIEW_ALLOC_CONF`, else `$PYTORCH_CUDA_ALLOC_CONF`, else PyTorch's defaults.
+    /// Allocator settings in PyTorch's syntax (`KEY:VALUE,...`, e.g.
+    /// `expandable_segments:True`); repeat to add more (joined with commas, as in
+    /// `PYTORCH_CUDA_ALLOC_CONF`). Default: `$ALLOCVIEW_ALLOC_CONF`, else
+    /// `$PYTORCH_CUDA_ALLOC_CONF`, else PyTorch's defaults.
     #[arg(long, value_name = "SETTINGS")]
-    pub config: Option<String>,
+    pub config: Vec<String>,
     /// Workload.
     #[arg(long, value_enum, default_value_t = Scenario::Train)]
     pub scenario: Scenario,
@@ -97,11 +99,12 @@ pub struct DemoArgs {
     /// Run without a terminal, then print a report.
     #[arg(long)]
     pub headless: bool,
-    /// With --headless: how many seconds to run.
-    #[arg(long, default_value_t = 5.0)]
-    pub seconds: f64,
+    /// With --headless: how many seconds to run (default: 5; with `--scenario oom`, until the
+    /// first OOM and 2 s more, at most 60 s).
+    #[arg(long, requires = "headless")]
+    pub seconds: Option<f64>,
     /// With --headless: print the report as JSON.
-    #[arg(long)]
+    #[arg(long, requires = "headless")]
     pub json: bool,
     /// Also serve attach clients here (`unix:PATH`, a path, or `127.0.0.1:PORT`), for
     /// `allocview --attach ADDR` from another terminal.
@@ -219,6 +222,16 @@ Examples:
   allocview replay oom.pickle --config expandable_segments:True
                                            Would expandable segments have avoided the OOM?
   allocview --attach unix:/tmp/train.sock  A live process that embeds the agent
+  ALLOCVIEW_TOKEN=s3cret allocview --attach 10.0.0.5:9464 --headless --once
+                                           An agent that requires a token, as text
+
+Environment:
+  ALLOCVIEW_ADDR      The address --attach uses when none is given (agents listen there, too)
+  ALLOCVIEW_TOKEN     The token --attach presents; agents with a token set refuse clients
+                      without it (and need one to listen on a non-loopback address)
+  ALLOCVIEW_DUMP_DIR  Where OOM dumps go (default ./allocview-dumps)
+  ALLOCVIEW_ALLOC_CONF, PYTORCH_CUDA_ALLOC_CONF
+                      The demo's allocator settings when --config is not given
 
 Run `allocview COMMAND --help` for a command's options.";
 
@@ -227,6 +240,7 @@ const DEMO_EXAMPLES: &str = "\
 Examples:
   allocview demo
   allocview demo --scenario oom --device-memory 8GiB
+  allocview demo --scenario oom --headless   Runs to the first OOM (+2 s), then reports it
   allocview demo --config expandable_segments:True --listen unix:/tmp/demo.sock
   allocview demo --headless --seconds 10 --json
 

@@ -13,6 +13,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use allocview_agent::agent::Agent;
+use allocview_agent::state::NOT_WRITTEN;
 use allocview_alloc::caching::backend::DeviceBackend;
 use allocview_alloc::caching::history::{ContextLevel, HistoryOptions};
 use allocview_alloc::caching::{AllocatorConfig, CachingAllocator};
@@ -110,14 +111,19 @@ pub struct Report {
     pub resyncs: u64,
     /// OOM dump files written.
     pub dumps: Vec<String>,
+    /// OOM dumps that could not be written (the agent's count).
+    pub dump_failures: u64,
+    /// Why, per OOM whose record the agent keeps: `OOM N: reason`.
+    pub dump_errors: Vec<String>,
     /// Where attach clients connect, when served.
     pub listen: Option<String>,
 }
 
 /// A running demo.
 pub struct Demo {
-    /// The embedded agent.
-    pub agent: Agent,
+    /// The embedded agent (shared: `allocview demo` reads its OOM dumps after the dashboard,
+    /// which owns the demo, has ended).
+    pub agent: Arc<Agent>,
     /// The allocator.
     pub alloc: Arc<DemoAllocator>,
     /// The device under the allocator.
@@ -167,7 +173,7 @@ impl Demo {
         if let Some(d) = &cfg.dump_dir {
             builder = builder.dump_dir(d.clone());
         }
-        let agent = builder.spawn().context("cannot start the agent")?;
+        let agent = Arc::new(builder.spawn().context("cannot start the agent")?);
         alloc.set_event_sink(Some(agent.sink()));
         let mut work = Workload::new(
             alloc.clone(),
@@ -283,6 +289,15 @@ impl Demo {
                 .ooms
                 .iter()
                 .flat_map(|o| o.dump_paths.iter().map(|p| p.display().to_string()))
+                .collect(),
+            dump_failures: state.pipeline.dump_failures,
+            dump_errors: state
+                .ooms
+                .iter()
+                .filter_map(|o| {
+                    let e = o.dump_error.as_ref()?;
+                    (!e.starts_with(NOT_WRITTEN)).then(|| format!("OOM {}: {e}", o.index))
+                })
                 .collect(),
             listen: self.agent.listen_addr().map(|a| a.to_string()),
         }

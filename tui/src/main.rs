@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use allocview::cli::{Cli, Command};
-use allocview::cmd;
+use allocview::{cmd, output};
 use clap::Parser;
 
 fn main() -> ExitCode {
@@ -26,6 +26,8 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // `allocview ... | head`: the reader has all it wanted.
+        Err(e) if output::is_stdout_closed(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("allocview: {e:#}");
             ExitCode::FAILURE

@@ -1,16 +1,51 @@
 //! Printing results to stdout for scripts: a closed pipe (`allocview ... | head`) ends the
-//! output quietly instead of panicking as `println!` would.
+//! command quietly instead of panicking as `println!` would. Every command prints through
+//! [`print`] or [`write`]; a closed stdout comes back as a [`StdoutClosed`] error, which stops
+//! the command (a loop printing lines stops too), and `main` exits with status 0 and no message
+//! when it sees one ([`is_stdout_closed`]).
 
 use std::io::{self, Write};
 
-/// Writes `text` and a newline to stdout; a closed pipe is not an error.
+/// Stdout was closed by the reader (`EPIPE`): not a failure of the command.
+#[derive(Debug, thiserror::Error)]
+#[error("stdout was closed")]
+pub struct StdoutClosed;
+
+/// Writes `text` and a newline to stdout.
 ///
 /// # Errors
-/// Other write errors.
-pub fn print(text: &str) -> io::Result<()> {
+/// [`StdoutClosed`] when the reader has gone; other write errors.
+pub fn print(text: &str) -> anyhow::Result<()> {
+    write_all(text, true)
+}
+
+/// Writes `text` as it is (no newline added) to stdout.
+///
+/// # Errors
+/// [`StdoutClosed`] when the reader has gone; other write errors.
+pub fn write(text: &str) -> anyhow::Result<()> {
+    write_all(text, false)
+}
+
+fn write_all(text: &str, newline: bool) -> anyhow::Result<()> {
     let mut out = io::stdout().lock();
-    match writeln!(out, "{text}").and_then(|()| out.flush()) {
-        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
-        r => r,
+    let written = out
+        .write_all(text.as_bytes())
+        .and_then(|()| {
+            if newline {
+                out.write_all(b"\n")
+            } else {
+                Ok(())
+            }
+        })
+        .and_then(|()| out.flush());
+    match written {
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Err(StdoutClosed.into()),
+        r => Ok(r?),
     }
+}
+
+/// Whether `e` (or an error it wraps) is [`StdoutClosed`]: the command ends quietly.
+pub fn is_stdout_closed(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.is::<StdoutClosed>())
 }

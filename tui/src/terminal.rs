@@ -4,12 +4,19 @@
 //! cooked mode; this also holds where panics abort instead of unwinding, as nothing waits for
 //! the guard's `Drop`.
 //!
+//! Signals that end a program (SIGTERM from `kill`, SIGHUP when the terminal window closes,
+//! SIGINT from `kill -INT`; Ctrl-C is a key in raw mode) would otherwise kill the process with
+//! the terminal still in raw mode, on the alternate screen, with the cursor hidden and mouse
+//! tracking on. While the dashboard holds the terminal, a thread waits for them
+//! (`signal_hook::iterator::Signals`, which needs no `unsafe` here), restores the terminal and
+//! exits with status 128 + the signal's number, as a shell reports a death by that signal.
+//!
 //! Restoring happens once: leaving the alternate screen a second time would move the cursor
 //! back to where the dashboard started, and the shell would then write over the panic message.
 //! Only a panic on the thread that drives the dashboard restores: a background thread's panic
 //! (the demo's workload) is reported by the dashboard itself, which keeps the screen.
 
-use std::io::{self, Stdout};
+use std::io::{self, IsTerminal as _, Stdout};
 use std::sync::Once;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -26,10 +33,71 @@ use ratatui::crossterm::terminal::{
 static HELD: AtomicBool = AtomicBool::new(false);
 /// The panic hook is installed once per process.
 static HOOK: Once = Once::new();
+/// The signal thread is started once per process.
+#[cfg(unix)]
+static SIGNAL_THREAD: Once = Once::new();
+
+/// The signals that restore the terminal and end the process while the dashboard runs.
+#[cfg(unix)]
+pub const ENDING_SIGNALS: [i32; 3] = [
+    signal_hook::consts::SIGTERM,
+    signal_hook::consts::SIGHUP,
+    signal_hook::consts::SIGINT,
+];
+
+/// A process killed by signal N exits, as shells report it, with status `128 + N`.
+pub const SIGNAL_EXIT_BASE: i32 = 128;
 
 thread_local! {
     /// Whether this thread entered the terminal (its panics restore it).
     static DRIVES_DASHBOARD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// `ENXIO` (os error 6): opening `/dev/tty` without a controlling terminal.
+const NO_CONTROLLING_TERMINAL: i32 = 6;
+
+/// Why the dashboard cannot take the terminal.
+#[derive(Debug, thiserror::Error)]
+pub enum TerminalError {
+    /// Stdout goes to a file or a pipe: the dashboard's escape codes would land there.
+    #[error("stdout is not a terminal (it goes to a file or a pipe)")]
+    StdoutNotATerminal,
+    /// The process has no controlling terminal (started by a service, `setsid`, ...).
+    #[error("the process has no controlling terminal")]
+    NoControllingTerminal,
+    /// Another failure setting the terminal up.
+    #[error("cannot set up the terminal: {0}")]
+    Io(io::Error),
+}
+
+impl From<io::Error> for TerminalError {
+    fn from(e: io::Error) -> TerminalError {
+        if e.raw_os_error() == Some(NO_CONTROLLING_TERMINAL) {
+            TerminalError::NoControllingTerminal
+        } else {
+            TerminalError::Io(e)
+        }
+    }
+}
+
+/// Checks that stdout is a terminal the dashboard can draw on (call it before any other work,
+/// so a redirected run fails at once).
+///
+/// # Errors
+/// [`TerminalError::StdoutNotATerminal`].
+pub fn check_stdout() -> Result<(), TerminalError> {
+    if io::stdout().is_terminal() {
+        Ok(())
+    } else {
+        Err(TerminalError::StdoutNotATerminal)
+    }
+}
+
+impl TerminalError {
+    /// The error with `advice` after it (what needs the terminal, what to run instead).
+    pub fn advise(self, advice: &str) -> anyhow::Error {
+        anyhow::anyhow!("{self}; {advice}")
+    }
 }
 
 /// The terminal while the dashboard owns it; restores it when dropped.
@@ -67,13 +135,45 @@ pub fn install_panic_hook() {
     });
 }
 
+/// Starts (once) the thread that waits for [`ENDING_SIGNALS`]: on the first one it
+/// [`restore`]s the terminal and exits with [`SIGNAL_EXIT_BASE`] + the signal's number. When
+/// the signals cannot be caught, the dashboard runs without (the reason goes to the log).
+pub fn install_signal_handler() {
+    #[cfg(unix)]
+    SIGNAL_THREAD.call_once(|| {
+        let mut signals = match signal_hook::iterator::Signals::new(ENDING_SIGNALS) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("cannot catch SIGTERM/SIGHUP/SIGINT: {e}");
+                return;
+            }
+        };
+        let spawned = std::thread::Builder::new()
+            .name("allocview-signals".into())
+            .spawn(move || {
+                if let Some(signal) = signals.forever().next() {
+                    // Hold stdout so the dashboard's thread cannot draw after the restore.
+                    let _stdout = io::stdout().lock();
+                    restore();
+                    std::process::exit(SIGNAL_EXIT_BASE + signal);
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!("cannot start the signal thread: {e}");
+        }
+    });
+}
+
 impl TerminalGuard {
-    /// Takes over the terminal (raw mode, alternate screen, mouse) and installs the panic hook.
+    /// Takes over the terminal (raw mode, alternate screen, mouse) and installs the panic hook
+    /// and the signal handler.
     ///
     /// # Errors
-    /// When stdout is not a terminal that can be put in raw mode.
-    pub fn enter() -> io::Result<TerminalGuard> {
+    /// When stdout is not a terminal, or the terminal cannot be put in raw mode.
+    pub fn enter() -> Result<TerminalGuard, TerminalError> {
+        check_stdout()?;
         install_panic_hook();
+        install_signal_handler();
         enable_raw_mode()?;
         HELD.store(true, Ordering::SeqCst);
         DRIVES_DASHBOARD.with(|d| d.set(true));
@@ -83,7 +183,7 @@ impl TerminalGuard {
             Ok(terminal) => Ok(TerminalGuard { terminal }),
             Err(e) => {
                 restore();
-                Err(e)
+                Err(e.into())
             }
         }
     }

@@ -63,3 +63,13 @@ fn replay_help_shows_the_config_syntax_with_an_example() {
         "{text}"
     );
 }
+
+#[test]
+fn the_main_help_names_the_environment_variables_attach_reads() {
+    let text = help(&[]);
+    assert!(
+        text.contains("ALLOCVIEW_TOKEN") && text.contains("ALLOCVIEW_ADDR"),
+        "{text}"
+    );
+    assert!(text.contains("ALLOCVIEW_DUMP_DIR"), "{text}");
+}

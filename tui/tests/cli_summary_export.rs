@@ -353,6 +353,8 @@ fn counts_of_one_take_the_singular_in_the_demo_report_and_sizes_round_up_a_unit(
         dropped_events: 0,
         resyncs: 0,
         dumps: Vec::new(),
+        dump_failures: 0,
+        dump_errors: Vec::new(),
         listen: None,
     };
     let text = allocview::cmd::demo::report_text(&report);

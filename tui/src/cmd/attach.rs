@@ -2,6 +2,7 @@
 //! `--headless --once --json`, the first full state received, as JSON (text: a line per device
 //! and one for the host heap).
 
+use std::io::{IsTerminal as _, Write as _};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -18,6 +19,9 @@ use crate::{output, units};
 
 /// How often the dashboard polls the connection.
 pub const TICK: Duration = Duration::from_millis(100);
+/// Why the dashboard cannot run without a terminal, and what to do instead.
+const NEEDS_TERMINAL: &str = "the live dashboard needs one: add --headless to print the state as text \
+     lines (or --json)";
 /// Headless mode prints a line at most this often.
 const HEADLESS_LINE_EVERY: Duration = Duration::from_secs(1);
 
@@ -59,8 +63,44 @@ pub fn resolve(
     }
 }
 
+/// `allocview: connecting to ADDR…` on stderr while the first connection is made (it can take
+/// up to the client's connect timeout when the peer does not answer), erased once done. Shown
+/// only when stderr is a terminal.
+struct ConnectingNote {
+    shown: bool,
+}
+
+impl ConnectingNote {
+    fn show(addr: &str) -> ConnectingNote {
+        let shown = std::io::stderr().is_terminal();
+        if shown {
+            let mut err = std::io::stderr().lock();
+            let _ = write!(err, "allocview: connecting to {addr}…");
+            let _ = err.flush();
+        }
+        ConnectingNote { shown }
+    }
+}
+
+impl Drop for ConnectingNote {
+    fn drop(&mut self) {
+        if self.shown {
+            // Back to the line's start, and erase it.
+            let mut err = std::io::stderr().lock();
+            let _ = write!(err, "\r\x1b[2K");
+            let _ = err.flush();
+        }
+    }
+}
+
+/// The first connection, with [`ConnectingNote`] meanwhile.
+fn connect<T>(addr: &str, connect: impl FnOnce() -> Result<T, ClientError>) -> anyhow::Result<T> {
+    let _note = ConnectingNote::show(addr);
+    connect().map_err(|e| anyhow::anyhow!("{e}"))
+}
+
 fn headless(addr: &str, token: Option<String>, cli: &Cli) -> anyhow::Result<()> {
-    let mut c = AttachClient::connect(addr, token).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut c = connect(addr, || AttachClient::connect(addr, token))?;
     if cli.once {
         if cli.json {
             output::print(&serde_json::to_string_pretty(c.state())?)?;
@@ -108,11 +148,22 @@ fn print_line(c: &AttachClient) -> anyhow::Result<()> {
             units::count(s.pipeline.resyncs),
         ))?;
     }
+    // The pipeline's counts end each device line; without devices, the line shown.
+    let pipeline = format!(
+        " dropped {} resyncs {}",
+        units::count(s.pipeline.dropped_total),
+        units::count(s.pipeline.resyncs)
+    );
+    let pipeline = if s.devices.is_empty() {
+        &pipeline[..]
+    } else {
+        ""
+    };
     if let Some(h) = &s.host {
-        output::print(&host_line(pid, name, h))?;
+        output::print(&format!("{}{pipeline}", host_line(pid, name, h)))?;
     }
     if s.devices.is_empty() && s.host.is_none() {
-        output::print(&format!("pid {pid} {name}: no device events yet"))?;
+        output::print(&format!("pid {pid} {name}: no device events yet{pipeline}"))?;
     }
     Ok(())
 }
@@ -146,11 +197,11 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
     if cli.headless {
         return headless(&addr, token, cli);
     }
-    let src = AttachSource::connect(&addr, token).map_err(|e| anyhow::anyhow!("{e}"))?;
+    crate::terminal::check_stdout().map_err(|e| e.advise(NEEDS_TERMINAL))?;
+    let src = connect(&addr, || AttachSource::connect(&addr, token))?;
     let save_dir = std::env::current_dir().context("no current folder to save snapshots in")?;
     let mut app = App::new(Box::new(src), save_dir)?;
-    let mut guard =
-        TerminalGuard::enter().context("allocview --attach needs a terminal (or --headless)")?;
+    let mut guard = TerminalGuard::enter().map_err(|e| e.advise(NEEDS_TERMINAL))?;
     app::run(&mut guard.terminal, &mut app, TICK)
 }
 

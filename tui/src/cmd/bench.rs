@@ -26,8 +26,6 @@ pub mod replay;
 pub mod snapshot;
 pub mod workload;
 
-use std::io::Write;
-
 use anyhow::bail;
 
 use self::outcome::{Goal, Outcome, Unit};
@@ -229,10 +227,7 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<()> {
     } else {
         format!("{}\n{}", outcome::to_table(&outcomes), machine_line())
     };
-    let mut stdout = std::io::stdout().lock();
-    writeln!(stdout, "{}", text.trim_end())?;
-    stdout.flush()?;
-    Ok(())
+    crate::output::print(text.trim_end())
 }
 
 #[cfg(test)]

@@ -4,12 +4,13 @@
 
 use std::time::{Duration, Instant};
 
+use allocview_agent::state::{AgentState, NOT_WRITTEN};
 use allocview_agent::summary::render::counted;
 use allocview_alloc::caching::AllocatorConfig;
 use anyhow::Context as _;
 
 use crate::app::{self, App};
-use crate::cli::{Backend, DemoArgs};
+use crate::cli::{Backend, DemoArgs, Scenario};
 use crate::demo::{AGENT_TICK, Demo, DemoConfig, Report};
 use crate::source::embedded::EmbeddedSource;
 use crate::terminal::TerminalGuard;
@@ -18,6 +19,10 @@ use crate::{output, units};
 /// `--device-memory`'s default (in `cli.rs`): any other value on CUDA earns a note that it is
 /// ignored there.
 pub const DEFAULT_DEVICE_MEMORY: &str = "16GiB";
+
+/// Why the interactive demo cannot run without a terminal, and what to do instead.
+const NEEDS_TERMINAL: &str = "the demo's live dashboard needs one: run `allocview demo --headless` to \
+     print a report instead (add --json for JSON)";
 
 /// The demo's settings from its arguments.
 ///
@@ -40,8 +45,10 @@ pub fn config(args: &DemoArgs) -> anyhow::Result<DemoConfig> {
         anyhow::bail!("--device-memory must be more than 0 bytes");
     }
     // As an embedding program would: --config, else the environment's settings.
-    let config = match (&args.config, AllocatorConfig::env_setting()) {
-        (Some(s), _) => AllocatorConfig::parse(s).with_context(|| format!("--config {s:?}"))?,
+    let given = (!args.config.is_empty()).then(|| args.config.join(","));
+    let config = match (&given, AllocatorConfig::env_setting()) {
+        (Some(s), _) => AllocatorConfig::parse(s)
+            .with_context(|| format!("--config {s:?} (expected KEY:VALUE[,KEY:VALUE...])"))?,
         (None, Some((var, s))) => {
             AllocatorConfig::parse(&s).with_context(|| format!("{var}={s:?}"))?
         }
@@ -53,11 +60,10 @@ pub fn config(args: &DemoArgs) -> anyhow::Result<DemoConfig> {
         })?),
         None => None,
     };
-    if !(args.seconds.is_finite() && args.seconds >= 0.0) {
-        anyhow::bail!(
-            "--seconds must be a non-negative number, got {}",
-            args.seconds
-        );
+    if let Some(seconds) = args.seconds
+        && !(seconds.is_finite() && seconds >= 0.0)
+    {
+        anyhow::bail!("--seconds must be a non-negative number, got {seconds}");
     }
     Ok(DemoConfig {
         backend: args.backend,
@@ -122,6 +128,16 @@ pub fn report_text(r: &Report) -> String {
     for d in &r.dumps {
         let _ = write!(out, "\n  OOM dump: {d}");
     }
+    if r.dump_failures > 0 {
+        let _ = write!(
+            out,
+            "\n  OOM dumps that failed: {}",
+            units::count(r.dump_failures)
+        );
+        for e in &r.dump_errors {
+            let _ = write!(out, "\n  OOM dump failed: {e}");
+        }
+    }
     out
 }
 
@@ -135,6 +151,41 @@ fn print_report(r: &Report, json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// How long the headless demo runs without `--seconds`.
+pub const HEADLESS_SECONDS: Duration = Duration::from_secs(5);
+/// Without `--seconds`, the headless OOM scenario runs this long past its first OOM (the
+/// dump is written, the run recovers)...
+pub const OOM_MARGIN: Duration = Duration::from_secs(2);
+/// ...and at most this long (a device too large to fill in time).
+pub const OOM_MAX_SECONDS: Duration = Duration::from_secs(60);
+
+/// Lets the headless demo run: `--seconds`, else [`HEADLESS_SECONDS`] for training, else (the
+/// OOM scenario) until the first OOM and [`OOM_MARGIN`] more, at most [`OOM_MAX_SECONDS`].
+/// Stops early when the workload fails.
+fn run_headless(demo: &Demo, args: &DemoArgs) {
+    let start = Instant::now();
+    let fixed = args.seconds.map(Duration::from_secs_f64);
+    let mut deadline = match (fixed, args.scenario) {
+        (Some(d), _) => start + d,
+        (None, Scenario::Train) => start + HEADLESS_SECONDS,
+        (None, Scenario::Oom) => start + OOM_MAX_SECONDS,
+    };
+    let mut first_oom_seen = false;
+    while Instant::now() < deadline && demo.error().is_none() {
+        if fixed.is_none() && !first_oom_seen && demo.ooms() > 0 {
+            first_oom_seen = true;
+            deadline = deadline.min(Instant::now() + OOM_MARGIN);
+        }
+        std::thread::sleep(AGENT_TICK.min(deadline.saturating_duration_since(Instant::now())));
+    }
+    if fixed.is_none() && args.scenario == Scenario::Oom && demo.ooms() == 0 {
+        eprintln!(
+            "allocview demo: no OOM within {} s (give --seconds to run longer)",
+            OOM_MAX_SECONDS.as_secs()
+        );
+    }
+}
+
 /// Runs the command.
 ///
 /// # Errors
@@ -146,10 +197,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
         if let Some(a) = demo.agent.listen_addr() {
             eprintln!("allocview demo: serving attach clients at {a}");
         }
-        let deadline = Instant::now() + Duration::from_secs_f64(args.seconds);
-        while Instant::now() < deadline && demo.error().is_none() {
-            std::thread::sleep(AGENT_TICK.min(deadline.saturating_duration_since(Instant::now())));
-        }
+        run_headless(&demo, args);
         let report = demo.report();
         print_report(&report, args.json)?;
         if let Some(e) = demo.error() {
@@ -157,10 +205,63 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
         }
         return Ok(());
     }
+    crate::terminal::check_stdout().map_err(|e| e.advise(NEEDS_TERMINAL))?;
     let demo = Demo::start(cfg)?;
+    let agent = demo.agent.clone();
     let save_dir = std::env::current_dir().context("no current folder to save snapshots in")?;
     let mut app = App::new(Box::new(EmbeddedSource::new(demo)), save_dir)?;
-    let mut guard =
-        TerminalGuard::enter().context("allocview demo needs a terminal (or --headless)")?;
-    app::run(&mut guard.terminal, &mut app, AGENT_TICK)
+    let mut guard = TerminalGuard::enter().map_err(|e| e.advise(NEEDS_TERMINAL))?;
+    let result = app::run(&mut guard.terminal, &mut app, AGENT_TICK);
+    // The terminal first, then the workload stops; the dumps started are waited for.
+    drop(guard);
+    drop(app);
+    agent.flush();
+    if let Some(note) = dumps_note(&agent.state()) {
+        output::print(&note)?;
+    }
+    result
+}
+
+/// What the interactive demo prints when it ends, when its agent wrote OOM dumps or failed
+/// to: the files, and the commands that open and summarise the first one.
+pub fn dumps_note(state: &AgentState) -> Option<String> {
+    use std::fmt::Write as _;
+    let paths: Vec<&std::path::Path> = state
+        .ooms
+        .iter()
+        .flat_map(|o| o.dump_paths.iter().map(|p| p.as_path()))
+        .collect();
+    let failures = state.pipeline.dump_failures;
+    if paths.is_empty() && failures == 0 {
+        return None;
+    }
+    let mut out = String::new();
+    // Writing to a String cannot fail.
+    if !paths.is_empty() {
+        let _ = writeln!(out, "OOM dumps written:");
+        for p in &paths {
+            let _ = writeln!(out, "  {}", p.display());
+        }
+    }
+    if failures > 0 {
+        let _ = writeln!(out, "OOM dumps that failed: {}", units::count(failures));
+        for o in &state.ooms {
+            if let Some(e) = o
+                .dump_error
+                .as_ref()
+                .filter(|e| !e.starts_with(NOT_WRITTEN))
+            {
+                let _ = writeln!(out, "  OOM {}: {e}", o.index);
+            }
+        }
+    }
+    let pickle = paths
+        .iter()
+        .find(|p| p.extension().is_some_and(|e| e == "pickle"))
+        .or(paths.first());
+    if let Some(p) = pickle {
+        let _ = writeln!(out, "Open one:      allocview open {}", p.display());
+        let _ = writeln!(out, "Its summary:   allocview summary {}", p.display());
+    }
+    Some(out.trim_end().to_string())
 }

@@ -14,6 +14,9 @@ use crate::terminal::TerminalGuard;
 /// How often the loop wakes without input (a file never changes, so this only bounds
 /// latency of resizes).
 pub const TICK: Duration = Duration::from_millis(250);
+/// Why `open` cannot run without a terminal, and what to do instead.
+const NEEDS_TERMINAL: &str = "the dashboard needs one: `allocview summary FILE` prints the file's \
+     summary instead";
 /// Files larger than this get a progress bar while loading.
 const PROGRESS_FROM_BYTES: u64 = 8 << 20;
 
@@ -43,11 +46,13 @@ pub fn load(path: &std::path::Path) -> anyhow::Result<allocview_alloc::snapshot:
 /// # Errors
 /// The file cannot be loaded, or the terminal cannot be used.
 pub fn run(args: &OpenArgs) -> anyhow::Result<()> {
+    // The file's own problems first (a missing file is named even when redirected).
     let snap = load(&args.file)?;
+    crate::terminal::check_stdout().map_err(|e| e.advise(NEEDS_TERMINAL))?;
     let src = FileSource::new(&args.file.display().to_string(), &snap);
     drop(snap);
     let save_dir = std::env::current_dir().context("no current folder to save snapshots in")?;
     let mut app = App::new(Box::new(src), save_dir)?;
-    let mut guard = TerminalGuard::enter().context("allocview open needs a terminal")?;
+    let mut guard = TerminalGuard::enter().map_err(|e| e.advise(NEEDS_TERMINAL))?;
     app::run(&mut guard.terminal, &mut app, TICK)
 }

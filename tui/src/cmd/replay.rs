@@ -16,6 +16,7 @@ use allocview_agent::snapshot_file::{self, FileFormat};
 use allocview_alloc::snapshot::Snapshot;
 
 use crate::cli::ReplayArgs;
+use crate::output;
 
 /// Replays shorter than this many events (over all runs) get no progress bar.
 const PROGRESS_MIN_EVENTS: usize = 100_000;
@@ -59,14 +60,14 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
         }
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&output.report)?);
+        output::print(&serde_json::to_string_pretty(&output.report)?)?;
         for line in &written {
             eprintln!("{line}");
         }
     } else {
-        print!("{}", output.report.to_text());
+        output::write(&output.report.to_text())?;
         for line in &written {
-            println!("{line}");
+            output::print(line)?;
         }
     }
     Ok(())

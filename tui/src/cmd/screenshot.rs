@@ -179,7 +179,7 @@ pub fn run(args: &ScreenshotArgs) -> anyhow::Result<()> {
     let buf = screen(&state, &ui, args.width, args.height);
     written.extend(write(&args.out, "11-histograms-per-pool", &buf)?);
     for p in written {
-        println!("{}", p.display());
+        crate::output::print(&p.display().to_string())?;
     }
     Ok(())
 }

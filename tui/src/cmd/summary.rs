@@ -7,6 +7,7 @@ pub mod progress;
 use allocview_agent::summary;
 
 use crate::cli::SummaryArgs;
+use crate::output;
 
 /// Runs the command: prints the summary as text, or as JSON with `--json`.
 ///
@@ -16,9 +17,9 @@ pub fn run(args: &SummaryArgs) -> anyhow::Result<()> {
     let snapshot = progress::load_snapshot(&args.file)?;
     let s = summary::summarize(&snapshot);
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&s)?);
+        output::print(&serde_json::to_string_pretty(&s)?)?;
     } else {
-        print!("{s}");
+        output::write(&s.to_string())?;
     }
     Ok(())
 }

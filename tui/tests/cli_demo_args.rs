@@ -1,0 +1,203 @@
+//! `allocview demo` and `allocview --attach` arguments through the real binary: the dashboard
+//! refuses a stdout that is not a terminal (suggesting `--headless`), options that only mean
+//! something with `--headless` require it, `--config` repeats, and the headless OOM scenario
+//! reaches its OOMs and reports dumps that could not be written.
+
+use std::process::{Command, Output, Stdio};
+
+/// `allocview ARGS` with stdin closed and stdout/stderr captured (so stdout is a pipe).
+fn allocview(args: &[&str]) -> Output {
+    allocview_env(args, &[])
+}
+
+/// [`allocview`] with extra environment variables.
+fn allocview_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_allocview"))
+        .args(args)
+        .envs(env.iter().copied())
+        .env_remove("ALLOCVIEW_ADDR")
+        .stdin(Stdio::null())
+        .output()
+        .expect("allocview runs")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn the_dashboard_refuses_a_redirected_stdout_and_suggests_headless() {
+    for args in [
+        &["demo"][..],
+        &["demo", "--scenario", "oom"][..],
+        &["--attach", "127.0.0.1:1"][..],
+    ] {
+        let out = allocview(args);
+        let err = stderr(&out);
+        assert!(!out.status.success(), "{args:?}: {err}");
+        assert!(
+            err.contains("stdout is not a terminal") && err.contains("--headless"),
+            "{args:?}: {err}"
+        );
+        assert!(!err.contains("os error"), "{args:?}: {err}");
+        assert!(
+            out.stdout.is_empty(),
+            "{args:?}: nothing is drawn into the redirected stdout"
+        );
+    }
+}
+
+#[test]
+fn options_that_only_mean_something_headless_require_headless() {
+    for args in [
+        &["demo", "--seconds", "2"][..],
+        &["demo", "--json"][..],
+        &["demo", "--seconds", "2", "--json"][..],
+        &["--attach", "127.0.0.1:1", "--once"][..],
+        &["--attach", "127.0.0.1:1", "--json"][..],
+    ] {
+        let out = allocview(args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains("required arguments were not provided") && err.contains("--headless"),
+            "{args:?}: {err}"
+        );
+    }
+}
+
+#[test]
+fn demo_config_repeats_and_the_settings_join_with_commas() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_allocview"))
+        .current_dir(dir.path())
+        .args(["demo", "--headless", "--seconds", "0", "--json"])
+        .args(["--config", "expandable_segments:True"])
+        .args(["--config", "max_split_size_mb:256"])
+        .env_remove("ALLOCVIEW_ALLOC_CONF")
+        .env_remove("PYTORCH_CUDA_ALLOC_CONF")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let settings = json["settings"].as_str().unwrap();
+    assert!(
+        settings.contains("expandable_segments:True") && settings.contains("max_split_size_mb:256"),
+        "{settings}"
+    );
+}
+
+#[test]
+fn a_malformed_demo_config_says_what_is_expected() {
+    let out = allocview(&["demo", "--headless", "--seconds", "0", "--config", "bogus"]);
+    let err = stderr(&out);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("\"bogus\"") && err.contains("KEY:VALUE"),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_headless_oom_scenario_runs_until_it_meets_an_oom_by_default() {
+    let dir = tempfile::tempdir().unwrap();
+    // The help's example: `allocview demo --scenario oom --device-memory 8GiB`, headless.
+    let out = Command::new(env!("CARGO_BIN_EXE_allocview"))
+        .current_dir(dir.path())
+        .args(["demo", "--scenario", "oom", "--headless", "--json"])
+        .args(["--device-memory", "8GiB"])
+        .env("ALLOCVIEW_DUMP_DIR", dir.path().join("dumps"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(json["ooms"].as_u64().unwrap() >= 1, "{json}");
+    assert!(!json["dumps"].as_array().unwrap().is_empty(), "{json}");
+}
+
+#[test]
+fn the_headless_demo_reports_oom_dumps_that_could_not_be_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("somefile");
+    std::fs::write(&file, "not a folder").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_allocview"))
+        .current_dir(dir.path())
+        .args(["demo", "--scenario", "oom", "--headless", "--json"])
+        .env("ALLOCVIEW_DUMP_DIR", file.join("sub"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(json["ooms"].as_u64().unwrap() >= 1, "{json}");
+    assert!(json["dumps"].as_array().unwrap().is_empty(), "{json}");
+    assert!(json["dump_failures"].as_u64().unwrap() >= 1, "{json}");
+    let errors = json["dump_errors"].as_array().unwrap();
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.as_str().unwrap().starts_with("OOM 1: ")
+                && e.as_str().unwrap().contains("somefile")),
+        "{json}"
+    );
+    // The text report shows the same.
+    let report = allocview::demo::Report {
+        scenario: "oom".into(),
+        device: "simulated".into(),
+        settings: String::new(),
+        steps: 9,
+        ooms: 1,
+        seconds: 1.0,
+        stats: Default::default(),
+        agent_matches_allocator: true,
+        differing_keys: Vec::new(),
+        dropped_events: 0,
+        resyncs: 0,
+        dumps: Vec::new(),
+        dump_failures: json["dump_failures"].as_u64().unwrap(),
+        dump_errors: errors
+            .iter()
+            .map(|e| e.as_str().unwrap().to_string())
+            .collect(),
+        listen: None,
+    };
+    let text = allocview::cmd::demo::report_text(&report);
+    assert!(
+        text.contains("OOM dumps that failed: ") && text.contains("OOM dump failed: OOM 1: "),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_headless_attach_line_counts_dropped_events_and_resyncs() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("demo.sock");
+    let addr = format!("unix:{}", sock.display());
+    let mut demo = Command::new(env!("CARGO_BIN_EXE_allocview"))
+        .current_dir(dir.path())
+        .args(["demo", "--headless", "--seconds", "30", "--listen", &addr])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let line = loop {
+        let out = allocview(&["--attach", &addr, "--headless", "--once"]);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        if out.status.success() && text.contains(" dev ") {
+            break text;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no device line: {text} {}",
+            stderr(&out)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let _ = demo.kill();
+    let _ = demo.wait();
+    assert!(
+        line.contains(" dropped ") && line.contains(" resyncs "),
+        "{line}"
+    );
+}

@@ -1,0 +1,192 @@
+//! How the dashboard ends, in a real terminal (tmux, on a private server so no other test's
+//! sessions are seen): SIGTERM and SIGHUP give the terminal back (main screen, cursor shown,
+//! mouse tracking off, cooked mode) and end the process with 128 + the signal's number; `q`
+//! after OOMs prints where the demo's dumps went and how to open them; `--attach` to a peer
+//! that does not answer says it is connecting meanwhile.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a wait for the screen may take.
+const WAIT: Duration = Duration::from_secs(30);
+/// Poll interval of waits.
+const POLL: Duration = Duration::from_millis(100);
+
+/// A tmux server of this test alone (`tmux -L NAME`), killed on drop, with one session.
+struct PrivateTmux {
+    socket: String,
+}
+
+impl PrivateTmux {
+    /// Starts a 120x36 session running `cmd` (a shell command line).
+    fn start(tag: &str, cmd: &str) -> PrivateTmux {
+        let socket = format!("allocview-{tag}-{}", std::process::id());
+        let status = Command::new("tmux")
+            .args(["-L", &socket, "new-session", "-d", "-s", "t", "-x", "120"])
+            .args(["-y", "36", cmd])
+            .status()
+            .expect("run tmux");
+        assert!(status.success(), "tmux new-session failed");
+        PrivateTmux { socket }
+    }
+
+    fn tmux(&self, args: &[&str]) -> String {
+        let out = Command::new("tmux")
+            .args(["-L", &self.socket])
+            .args(args)
+            .output()
+            .expect("run tmux");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// The pane's flags: `#{alternate_on}` and the like.
+    fn display(&self, format: &str) -> String {
+        self.tmux(&["display-message", "-p", "-t", "t", format])
+            .trim()
+            .to_string()
+    }
+
+    /// Waits until `text` is on screen; panics with the screen after [`WAIT`].
+    fn wait_for(&self, text: &str) -> String {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let screen = self.tmux(&["capture-pane", "-p", "-t", "t"]);
+            if screen.contains(text) {
+                return screen;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "waited {} s for {text:?}; screen:\n{screen}",
+                WAIT.as_secs()
+            );
+            std::thread::sleep(POLL);
+        }
+    }
+}
+
+impl Drop for PrivateTmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["-L", &self.socket, "kill-server"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+fn tmux_available(test: &str) -> bool {
+    let ok = Command::new("tmux")
+        .arg("-V")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        println!("skipped {test}: tmux not found (.ci/run installs it)");
+    }
+    ok
+}
+
+/// Runs the demo's dashboard in tmux, sends it `signal` once it is live, and checks the
+/// terminal afterwards.
+fn signal_restores_the_terminal(dir: &Path, signal: &str, number: i32) {
+    let bin = env!("CARGO_BIN_EXE_allocview");
+    // The shell writes the pid allocview will have (exec), then reports the exit status and
+    // whether the terminal is back in cooked mode.
+    let cmd = format!(
+        "cd {} && sh -c 'echo $$ > pid; exec {bin} demo --device-memory 8GiB'; echo EXIT=$?; \
+         stty -a | tr ' ' '\\n' | grep -qx icanon && echo MODE=cooked || echo MODE=raw; \
+         sleep 600",
+        dir.display()
+    );
+    let t = PrivateTmux::start(&signal.to_lowercase(), &cmd);
+    t.wait_for("● live");
+    assert_eq!(t.display("#{alternate_on}"), "1", "the dashboard is on");
+    let pid = std::fs::read_to_string(dir.join("pid")).unwrap();
+    let status = Command::new("kill")
+        .args([&format!("-{signal}"), pid.trim()])
+        .status()
+        .expect("run kill");
+    assert!(status.success());
+    let screen = t.wait_for("MODE=");
+    assert!(
+        screen.contains(&format!("EXIT={}", 128 + number)),
+        "{signal}: {screen}"
+    );
+    assert!(screen.contains("MODE=cooked"), "{signal}: raw mode left on");
+    assert_eq!(
+        t.display("#{alternate_on} #{cursor_flag} #{mouse_any_flag} #{mouse_sgr_flag}"),
+        "0 1 0 0",
+        "{signal}: alternate screen, cursor, mouse tracking, SGR mouse"
+    );
+}
+
+#[test]
+fn sigterm_and_sighup_restore_the_terminal_and_end_the_dashboard() {
+    if !tmux_available("sigterm_and_sighup_restore_the_terminal_and_end_the_dashboard") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    signal_restores_the_terminal(dir.path(), "TERM", 15);
+    signal_restores_the_terminal(dir.path(), "HUP", 1);
+}
+
+#[test]
+fn quitting_the_demo_after_ooms_prints_where_the_dumps_went() {
+    if !tmux_available("quitting_the_demo_after_ooms_prints_where_the_dumps_went") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let bin = env!("CARGO_BIN_EXE_allocview");
+    let cmd = format!(
+        "cd {} && ALLOCVIEW_DUMP_DIR=dumps {bin} demo --scenario oom --device-memory 8GiB; \
+         echo EXIT=$?; sleep 600",
+        dir.path().display()
+    );
+    let t = PrivateTmux::start("quit", &cmd);
+    t.wait_for("● live");
+    // The first OOM's dump lands in the dump folder.
+    let deadline = Instant::now() + WAIT;
+    let dumps = dir.path().join("dumps");
+    while !std::fs::read_dir(&dumps).is_ok_and(|d| {
+        d.flatten()
+            .any(|e| e.path().extension().is_some_and(|x| x == "pickle"))
+    }) {
+        assert!(Instant::now() < deadline, "no OOM dump in {WAIT:?}");
+        std::thread::sleep(POLL);
+    }
+    t.tmux(&["send-keys", "-t", "t", "q"]);
+    let screen = t.wait_for("EXIT=");
+    assert!(screen.contains("EXIT=0"), "{screen}");
+    assert_eq!(t.display("#{alternate_on}"), "0");
+    assert!(screen.contains("OOM dumps written:"), "{screen}");
+    assert!(
+        screen.contains("allocview open dumps/oom-0001-pid")
+            && screen.contains("allocview summary dumps/oom-0001-pid"),
+        "{screen}"
+    );
+}
+
+#[test]
+fn attaching_to_a_silent_peer_says_it_is_connecting_meanwhile() {
+    if !tmux_available("attaching_to_a_silent_peer_says_it_is_connecting_meanwhile") {
+        return;
+    }
+    // Accepts connections (the kernel's backlog does) and never answers.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = silent.local_addr().unwrap().to_string();
+    let bin = env!("CARGO_BIN_EXE_allocview");
+    let cmd = format!("{bin} --attach {addr}; echo EXIT=$?; sleep 600");
+    let t = PrivateTmux::start("connecting", &cmd);
+    t.wait_for(&format!("connecting to {addr}…"));
+    // Then the client's timeout: the note is erased, the error takes its place.
+    let screen = t.wait_for("EXIT=");
+    assert!(screen.contains("EXIT=1"), "{screen}");
+    assert!(!screen.contains("connecting to"), "{screen}");
+    assert!(
+        screen.contains(&format!("{addr} did not answer")),
+        "{screen}"
+    );
+    drop(silent);
+}
