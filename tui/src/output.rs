@@ -1,6 +1,6 @@
 //! Printing results to stdout for scripts: a closed pipe (`allocview ... | head`) ends the
 //! command quietly instead of panicking as `println!` would. Every command prints through
-//! [`print`] or [`write`]; a closed stdout comes back as a [`StdoutClosed`] error, which stops
+//! [`print()`] or [`write()`]; a closed stdout comes back as a [`StdoutClosed`] error, which stops
 //! the command (a loop printing lines stops too), and `main` exits with status 0 and no message
 //! when it sees one ([`is_stdout_closed`]).
 
