@@ -24,7 +24,7 @@
 //! agent.shutdown();
 //! ```
 
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -41,7 +41,7 @@ use crate::dump::OomDumper;
 use crate::prometheus::MetricsServer;
 use crate::provider::{HostProvider, SnapshotProvider};
 use crate::server::{
-    ADDR_ENV, BadAddress, DEFAULT_CLIENT_QUEUE, DEFAULT_WRITE_TIMEOUT, ListenAddr, Server,
+    self, ADDR_ENV, BadAddress, DEFAULT_CLIENT_QUEUE, DEFAULT_WRITE_TIMEOUT, ListenAddr, Server,
     ServerConfig, ServerError, TOKEN_ENV,
 };
 use crate::sink::{self, ChannelSink, DEFAULT_CHANNEL_CAPACITY};
@@ -120,28 +120,15 @@ enum MetricsAt {
 }
 
 impl MetricsAt {
-    /// The addresses to try binding, in the resolver's order.
+    /// The addresses to try binding, in the resolver's order (never none).
     fn resolve(&self) -> Result<Vec<SocketAddr>, AgentError> {
         let name = match self {
             MetricsAt::Addr(a) => return Ok(vec![*a]),
             MetricsAt::Name(n) => n.trim(),
         };
         let name = name.strip_prefix("tcp:").unwrap_or(name);
-        if let Ok(a) = name.parse::<SocketAddr>() {
-            return Ok(vec![a]);
-        }
-        let bad = || {
-            let why = BadAddress::of_host_port(name).why;
-            AgentError::BadMetricsAddress {
-                addr: name.to_string(),
-                why,
-            }
-        };
-        let addrs: Vec<SocketAddr> = name.to_socket_addrs().map_err(|_| bad())?.collect();
-        if addrs.is_empty() {
-            return Err(bad());
-        }
-        Ok(addrs)
+        server::resolve_tcp(name, name)
+            .map_err(|BadAddress { addr, why }| AgentError::BadMetricsAddress { addr, why })
     }
 }
 
@@ -375,6 +362,8 @@ impl AgentBuilder {
                 None => Some(None),
             },
         };
+        // Resolved before anything starts, as the attach address is parsed.
+        let metrics = self.metrics.as_ref().map(MetricsAt::resolve).transpose()?;
         let process = ProcessInfo {
             pid: std::process::id(),
             name: self.process_name.unwrap_or_else(process_name),
@@ -419,9 +408,9 @@ impl AgentBuilder {
             };
             agent.server = Some(Server::start(addr, cfg, agent.handle.clone())?);
         }
-        if let Some(at) = &self.metrics {
+        if let Some(addrs) = metrics {
             let mut last = None;
-            for addr in at.resolve()? {
+            for addr in addrs {
                 match MetricsServer::start(addr, agent.handle.clone()) {
                     Ok(m) => {
                         agent.metrics = Some(m);

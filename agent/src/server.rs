@@ -105,11 +105,6 @@ impl BadAddress {
         }
     }
 
-    /// Why `HOST:PORT` text `s` is not an address: its port, its host, or its form.
-    pub(crate) fn of_host_port(s: &str) -> BadAddress {
-        BadAddress::of_tcp(s, s)
-    }
-
     /// Why `HOST:PORT`-like text `s` is not an address: its port, its host, or its form.
     fn of_tcp(addr: &str, s: &str) -> BadAddress {
         let Some((host, port)) = s.rsplit_once(':') else {
@@ -150,16 +145,25 @@ impl FromStr for ListenAddr {
             return Ok(ListenAddr::Unix(PathBuf::from(s)));
         }
         let s_tcp = s.strip_prefix("tcp:").unwrap_or(s);
-        if let Ok(a) = s_tcp.parse::<SocketAddr>() {
-            return Ok(ListenAddr::Tcp(a));
-        }
-        s_tcp
-            .to_socket_addrs()
-            .ok()
-            .and_then(|mut it| it.next())
-            .map(ListenAddr::Tcp)
-            .ok_or_else(|| BadAddress::of_tcp(s, s_tcp))
+        resolve_tcp(s, s_tcp).map(|addrs| ListenAddr::Tcp(addrs[0]))
     }
+}
+
+/// The addresses `HOST:PORT` text `s` names, in the resolver's order (never none): an IP
+/// address and port as written, or the addresses a host name resolves to. Else a
+/// [`BadAddress`] for `addr` (the text as given) saying why: its port, its host, or its form.
+pub(crate) fn resolve_tcp(addr: &str, s: &str) -> Result<Vec<SocketAddr>, BadAddress> {
+    if let Ok(a) = s.parse::<SocketAddr>() {
+        return Ok(vec![a]);
+    }
+    let addrs: Vec<SocketAddr> = s
+        .to_socket_addrs()
+        .map(Iterator::collect)
+        .unwrap_or_default();
+    if addrs.is_empty() {
+        return Err(BadAddress::of_tcp(addr, s));
+    }
+    Ok(addrs)
 }
 
 impl fmt::Display for ListenAddr {
