@@ -599,23 +599,12 @@ fn accept_loop(
         };
         let id = NEXT_CLIENT.fetch_add(1, Ordering::Relaxed);
         let Some(awaiting) = AwaitingHello::enter(&awaiting_hello) else {
+            let _ = conn.set_write_timeout(Some(REFUSE_WRITE_TIMEOUT));
             let message = format!(
                 "too many connections waiting for their hello ({MAX_AWAITING_HELLO}): try again \
                  later"
             );
-            tracing::warn!(
-                client = id,
-                limit = MAX_AWAITING_HELLO,
-                "attach connection refused: too many connections waiting for their hello"
-            );
-            let _ = conn.set_write_timeout(Some(REFUSE_WRITE_TIMEOUT));
-            let _ = send(
-                &Mutex::new(conn),
-                &ServerFrame::Error {
-                    message,
-                    fatal: true,
-                },
-            );
+            refuse(&Mutex::new(conn), id, message);
             continue;
         };
         let Ok(handle_conn) = conn.try_clone() else {
