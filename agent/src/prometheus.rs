@@ -563,11 +563,14 @@ fn serve(server: &tiny_http::Server, agg: &AggregatorHandle) {
     for req in server.incoming_requests() {
         let path = req.url().split('?').next().unwrap_or("").to_string();
         // HEAD gets GET's headers without the body (tiny_http leaves it out).
-        let method = req.method();
-        let resp = if path == METRICS_PATH
-            && *method != tiny_http::Method::Get
-            && *method != tiny_http::Method::Head
-        {
+        let get_or_head = matches!(
+            req.method(),
+            tiny_http::Method::Get | tiny_http::Method::Head
+        );
+        let resp = if path != METRICS_PATH {
+            tiny_http::Response::from_string("not found: metrics are at /metrics\n")
+                .with_status_code(404)
+        } else if !get_or_head {
             let allow =
                 tiny_http::Header::from_bytes("Allow", ALLOWED_METHODS).expect("a valid header");
             tiny_http::Response::from_string(format!(
@@ -575,7 +578,7 @@ fn serve(server: &tiny_http::Server, agg: &AggregatorHandle) {
             ))
             .with_header(allow)
             .with_status_code(405)
-        } else if path == METRICS_PATH {
+        } else {
             match agg.metrics_state() {
                 Some(state) => {
                     let header = tiny_http::Header::from_bytes("Content-Type", CONTENT_TYPE)
@@ -586,9 +589,6 @@ fn serve(server: &tiny_http::Server, agg: &AggregatorHandle) {
                 }
                 None => tiny_http::Response::from_string("agent stopped\n").with_status_code(503),
             }
-        } else {
-            tiny_http::Response::from_string("not found: metrics are at /metrics\n")
-                .with_status_code(404)
         };
         if let Err(e) = req.respond(resp) {
             tracing::debug!(error = %e, "metrics client went away");
