@@ -1,6 +1,8 @@
 //! The attach server over real sockets: the protocol, many clients, slow and broken clients,
 //! tokens, permissions.
 
+#[path = "support/raw_client.rs"]
+mod raw_client;
 #[path = "support/toy.rs"]
 mod toy;
 
@@ -19,10 +21,10 @@ use allocview_agent::server::ServerError;
 use allocview_agent::state::AgentState;
 use allocview_alloc::event::{Event, EventAction, EventPool};
 use allocview_alloc::snapshot::Snapshot;
+use raw_client::{WAIT, raw_hello, send_hello};
 
 const MIB: u64 = 1 << 20;
 const SEG: u64 = 0x7f00_0000_0000;
-const WAIT: Duration = Duration::from_secs(20);
 
 fn unix_agent(dir: &std::path::Path) -> (Agent, String) {
     let sock = dir.join("agent.sock");
@@ -502,15 +504,7 @@ fn a_client_that_never_reads_is_disconnected_and_the_host_carries_on() {
     // The stuck client: says hello, then never reads again.
     let mut stuck = UnixStream::connect(&sock).unwrap();
     let _: ServerFrame = protocol::read_frame(&mut stuck, MAX_SERVER_FRAME).unwrap();
-    protocol::write_frame(
-        &mut stuck,
-        &ClientFrame::Hello {
-            magic: MAGIC.into(),
-            version: PROTOCOL_VERSION,
-            token: None,
-        },
-    )
-    .unwrap();
+    send_hello(&mut stuck);
     let mut good = AttachClient::connect(&format!("unix:{}", sock.display()), None).unwrap();
     wait_until(|| agent.state().pipeline.clients == 2);
     // Big updates: a thousand segments, and a layout change on every round, so each update
@@ -567,20 +561,6 @@ fn a_client_that_never_reads_is_disconnected_and_the_host_carries_on() {
     }
 }
 
-fn raw_hello(sock: &std::path::Path) -> UnixStream {
-    let mut s = UnixStream::connect(sock).unwrap();
-    s.set_read_timeout(Some(WAIT)).unwrap();
-    let hello: ServerFrame = protocol::read_frame(&mut s, MAX_SERVER_FRAME).unwrap();
-    assert!(matches!(
-        hello,
-        ServerFrame::Hello {
-            version: PROTOCOL_VERSION,
-            ..
-        }
-    ));
-    s
-}
-
 fn expect_fatal_error_then_close(s: &mut UnixStream, needle: &str) {
     loop {
         match protocol::read_frame::<_, ServerFrame>(s, MAX_SERVER_FRAME) {
@@ -632,15 +612,7 @@ fn garbage_oversized_frames_and_wrong_versions_get_an_error_and_a_disconnect() {
 
     // Garbage after a good hello.
     let mut s = raw_hello(&sock);
-    protocol::write_frame(
-        &mut s,
-        &ClientFrame::Hello {
-            magic: MAGIC.into(),
-            version: PROTOCOL_VERSION,
-            token: None,
-        },
-    )
-    .unwrap();
+    send_hello(&mut s);
     s.write_all(&3u32.to_be_bytes()).unwrap();
     s.write_all(b"{x}").unwrap();
     expect_fatal_error_then_close(&mut s, "bad request");
@@ -862,10 +834,7 @@ fn every_client_frames_wire_name_is_its_type_on_the_wire() {
 fn a_frame_before_the_hello_is_refused_by_its_wire_name() {
     let dir = tempfile::tempdir().unwrap();
     let (agent, _) = unix_agent(dir.path());
-    let mut s = UnixStream::connect(dir.path().join("agent.sock")).unwrap();
-    s.set_read_timeout(Some(WAIT)).unwrap();
-    let hello: ServerFrame = protocol::read_frame(&mut s, MAX_SERVER_FRAME).unwrap();
-    assert!(matches!(hello, ServerFrame::Hello { .. }), "{hello:?}");
+    let mut s = raw_hello(&dir.path().join("agent.sock"));
     protocol::write_frame(&mut s, &ClientFrame::ResetPeaks).unwrap();
     match protocol::read_frame::<_, ServerFrame>(&mut s, MAX_SERVER_FRAME).unwrap() {
         ServerFrame::Error { message, .. } => {
@@ -883,15 +852,7 @@ fn connections_that_never_say_hello_are_capped_and_the_newest_is_refused() {
     let (agent, addr) = unix_agent(dir.path());
     let sock = dir.path().join("agent.sock");
     // Each silent connection has had its hello: the agent counts it as waiting.
-    let mut silent: Vec<UnixStream> = (0..MAX_AWAITING_HELLO)
-        .map(|_| {
-            let mut s = UnixStream::connect(&sock).unwrap();
-            s.set_read_timeout(Some(WAIT)).unwrap();
-            let hello: ServerFrame = protocol::read_frame(&mut s, MAX_SERVER_FRAME).unwrap();
-            assert!(matches!(hello, ServerFrame::Hello { .. }), "{hello:?}");
-            s
-        })
-        .collect();
+    let mut silent: Vec<UnixStream> = (0..MAX_AWAITING_HELLO).map(|_| raw_hello(&sock)).collect();
     let mut over = UnixStream::connect(&sock).unwrap();
     over.set_read_timeout(Some(WAIT)).unwrap();
     match protocol::read_frame::<_, ServerFrame>(&mut over, MAX_SERVER_FRAME).unwrap() {

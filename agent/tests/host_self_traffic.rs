@@ -5,6 +5,9 @@
 //!
 //! One test in this binary (`#[global_allocator]` scenario), so no other test thread runs.
 
+#[path = "support/raw_client.rs"]
+mod raw_client;
+
 use std::alloc::System;
 use std::cell::Cell;
 use std::os::unix::net::UnixStream;
@@ -13,11 +16,10 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 use allocview_agent::agent::Agent;
-use allocview_agent::protocol::{
-    self, ClientFrame, MAGIC, MAX_SERVER_FRAME, PROTOCOL_VERSION, ServerFrame,
-};
+use allocview_agent::protocol::{self, MAX_SERVER_FRAME, ServerFrame};
 use allocview_alloc::event::{Event, EventPool, EventSink};
 use allocview_alloc::global::Instrumented;
+use raw_client::{raw_hello, send_hello};
 
 #[global_allocator]
 static HEAP: Instrumented<System> = Instrumented::new(System);
@@ -59,18 +61,8 @@ impl EventSink for CountingSink {
 /// A client over a raw socket, handshaken on this thread (an `AttachClient` would read on a
 /// thread of its own, whose allocations are not the agent's).
 fn attach(addr: &std::path::Path) -> UnixStream {
-    let mut s = UnixStream::connect(addr).unwrap();
-    let hello: ServerFrame = protocol::read_frame(&mut s, MAX_SERVER_FRAME).unwrap();
-    assert!(matches!(hello, ServerFrame::Hello { .. }), "{hello:?}");
-    protocol::write_frame(
-        &mut s,
-        &ClientFrame::Hello {
-            magic: MAGIC.into(),
-            version: PROTOCOL_VERSION,
-            token: None,
-        },
-    )
-    .unwrap();
+    let mut s = raw_hello(addr);
+    send_hello(&mut s);
     let full: ServerFrame = protocol::read_frame(&mut s, MAX_SERVER_FRAME).unwrap();
     assert!(matches!(full, ServerFrame::Full { .. }), "{full:?}");
     s
