@@ -223,7 +223,7 @@ pub fn diagnose_under(f: &OomFacts, expandable_segments: bool) -> Diagnosis {
     let capacity = f.capacity();
     let req = human(f.requested);
     let free_for_allocator = f.free_for_allocator();
-    let (kind, explanation) = if free_in_reserved >= f.requested {
+    let (kind, mut explanation) = if free_in_reserved >= f.requested {
         let where_ = if f.largest_free_block >= f.requested {
             format!(
                 "the largest free block ({}) is cached for another stream or pool",
@@ -293,7 +293,6 @@ pub fn diagnose_under(f: &OomFacts, expandable_segments: bool) -> Diagnosis {
         )
     };
     // Fragmentation of a nearly full device: curing it buys one request, not room to grow.
-    let mut explanation = explanation;
     let filled = f.allocated.saturating_add(f.requested) as f64 / capacity.max(1) as f64;
     if kind == DiagnosisKind::Fragmentation && filled >= NEAR_FULL_SHARE {
         explanation.push_str(&format!(
