@@ -15,18 +15,23 @@ fn get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
 }
 
 fn request(addr: std::net::SocketAddr, method: &str, path: &str) -> (u16, String) {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).unwrap();
+    let resp = exchange(
+        addr,
+        &format!("{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"),
+    );
     let status = resp.split(' ').nth(1).unwrap().parse().unwrap();
     let body = resp.split_once("\r\n\r\n").unwrap().1.to_string();
     (status, body)
+}
+
+/// Sends `request` (a whole HTTP request) and reads the whole response.
+fn exchange(addr: std::net::SocketAddr, request: &str) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    resp
 }
 
 #[test]
@@ -298,15 +303,10 @@ fn a_post_to_metrics_is_405_with_an_allow_header() {
         .spawn()
         .unwrap();
     let addr = agent.metrics_addr().unwrap();
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    write!(
-        s,
-        "POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).unwrap();
+    let resp = exchange(
+        addr,
+        "POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+    );
     let (head, _) = resp.split_once("\r\n\r\n").unwrap();
     assert!(head.starts_with("HTTP/1.1 405"), "{head}");
     assert!(
