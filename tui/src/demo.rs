@@ -85,7 +85,7 @@ impl DemoConfig {
 }
 
 /// The agent versus the allocator, as `--headless --json` prints it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct Report {
     /// Scenario name.
     pub scenario: String,

@@ -143,22 +143,16 @@ fn the_headless_demo_reports_oom_dumps_that_could_not_be_written() {
     let report = allocview::demo::Report {
         scenario: "oom".into(),
         device: "simulated".into(),
-        settings: String::new(),
         steps: 9,
         ooms: 1,
         seconds: 1.0,
-        stats: Default::default(),
         agent_matches_allocator: true,
-        differing_keys: Vec::new(),
-        dropped_events: 0,
-        resyncs: 0,
-        dumps: Vec::new(),
         dump_failures: json["dump_failures"].as_u64().unwrap(),
         dump_errors: errors
             .iter()
             .map(|e| e.as_str().unwrap().to_string())
             .collect(),
-        listen: None,
+        ..Default::default()
     };
     let text = allocview::cmd::demo::report_text(&report);
     assert!(
