@@ -83,18 +83,16 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
     }
     if too_small(area) {
         render_too_small(area, buf);
-        if ui.no_color {
-            theme::strip_colors(buf, area);
+    } else {
+        let r = regions(area);
+        header::render(r.header, buf, state, ui);
+        render_view(ui.view, r.body, buf, state, ui);
+        footer::render(r.footer, buf, state, ui);
+        if ui.help {
+            help::render(area, buf, state);
         }
-        return;
     }
-    let r = regions(area);
-    header::render(r.header, buf, state, ui);
-    render_view(ui.view, r.body, buf, state, ui);
-    footer::render(r.footer, buf, state, ui);
-    if ui.help {
-        help::render(area, buf, state);
-    }
+    // Whatever was drawn, once.
     if ui.no_color {
         theme::strip_colors(buf, area);
     }
