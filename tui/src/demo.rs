@@ -13,7 +13,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use allocview_agent::agent::Agent;
-use allocview_agent::state::NOT_WRITTEN;
+use allocview_agent::state::{AgentState, NOT_WRITTEN};
 use allocview_alloc::caching::backend::DeviceBackend;
 use allocview_alloc::caching::history::{ContextLevel, HistoryOptions};
 use allocview_alloc::caching::{AllocatorConfig, CachingAllocator};
@@ -85,7 +85,7 @@ impl DemoConfig {
 }
 
 /// The agent versus the allocator, as `--headless --json` prints it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct Report {
     /// Scenario name.
     pub scenario: String,
@@ -291,17 +291,23 @@ impl Demo {
                 .flat_map(|o| o.dump_paths.iter().map(|p| p.display().to_string()))
                 .collect(),
             dump_failures: state.pipeline.dump_failures,
-            dump_errors: state
-                .ooms
-                .iter()
-                .filter_map(|o| {
-                    let e = o.dump_error.as_ref()?;
-                    (!e.starts_with(NOT_WRITTEN)).then(|| format!("OOM {}: {e}", o.index))
-                })
-                .collect(),
+            dump_errors: dump_errors(&state),
             listen: self.agent.listen_addr().map(|a| a.to_string()),
         }
     }
+}
+
+/// Why OOM dumps could not be written, per OOM whose record the agent keeps: `OOM N: reason`
+/// (an OOM the agent chose not to dump, [`NOT_WRITTEN`], is no failure).
+pub fn dump_errors(state: &AgentState) -> Vec<String> {
+    state
+        .ooms
+        .iter()
+        .filter_map(|o| {
+            let e = o.dump_error.as_ref()?;
+            (!e.starts_with(NOT_WRITTEN)).then(|| format!("OOM {}: {e}", o.index))
+        })
+        .collect()
 }
 
 impl Drop for Demo {

@@ -249,12 +249,16 @@ impl State {
         order.get(row).copied()
     }
 
+    /// The index of the segment holding `addr`, if any.
+    pub fn find_segment(&self, addr: u64) -> Option<usize> {
+        self.segments
+            .iter()
+            .position(|s| addr >= s.address && addr < s.address.saturating_add(s.total_size))
+    }
+
     /// The segment index and block index holding `addr`, if any.
     pub fn find_block(&self, addr: u64) -> Option<(usize, usize)> {
-        let seg = self
-            .segments
-            .iter()
-            .position(|s| addr >= s.address && addr < s.address + s.total_size)?;
+        let seg = self.find_segment(addr)?;
         let block = self.segments[seg]
             .blocks
             .iter()

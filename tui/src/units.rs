@@ -22,6 +22,11 @@ const BYTE_UNITS: [(&str, u64); 5] = [
     ("TiB", TIB),
 ];
 
+/// Whether `word` is the name of a binary unit [`bytes`] writes (`B`, `KiB`, ... `TiB`).
+pub fn is_byte_unit(word: &str) -> bool {
+    BYTE_UNITS.iter().any(|&(name, _)| name == word)
+}
+
 /// Significant digits shown for sizes and durations.
 const SIGNIFICANT_DIGITS: usize = 3;
 

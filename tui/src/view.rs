@@ -31,6 +31,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Widget};
 
 use crate::state::{State, UiState, View};
+use crate::units;
 
 /// Rows of the header.
 pub const HEADER_ROWS: u16 = 2;
@@ -83,18 +84,16 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
     }
     if too_small(area) {
         render_too_small(area, buf);
-        if ui.no_color {
-            theme::strip_colors(buf, area);
+    } else {
+        let r = regions(area);
+        header::render(r.header, buf, state, ui);
+        render_view(ui.view, r.body, buf, state, ui);
+        footer::render(r.footer, buf, state, ui);
+        if ui.help {
+            help::render(area, buf, state);
         }
-        return;
     }
-    let r = regions(area);
-    header::render(r.header, buf, state, ui);
-    render_view(ui.view, r.body, buf, state, ui);
-    footer::render(r.footer, buf, state, ui);
-    if ui.help {
-        help::render(area, buf, state);
-    }
+    // Whatever was drawn, once.
     if ui.no_color {
         theme::strip_colors(buf, area);
     }
@@ -173,14 +172,12 @@ pub fn put(buf: &mut Buffer, area: Rect, row: u16, line: &Line<'_>) {
     }
 }
 
-/// Units that stay on the line of the number before them when [`wrap`] breaks a line.
-const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-
-/// The words of `text`, a size's number and its unit (`1.50 GiB`) kept together as one.
+/// The words of `text`, a size's number and its unit (`1.50 GiB`, as [`units::bytes`] writes
+/// it) kept together as one.
 fn words(text: &str) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for word in text.split_whitespace() {
-        let unit = UNITS.contains(&word.trim_end_matches([',', ';', ')', ':', '.']));
+        let unit = units::is_byte_unit(word.trim_end_matches([',', ';', ')', ':', '.']));
         match out.last_mut() {
             Some(prev) if unit && prev.ends_with(|c: char| c.is_ascii_digit()) => {
                 prev.push(' ');

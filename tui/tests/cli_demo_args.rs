@@ -3,6 +3,7 @@
 //! something with `--headless` require it, `--config` repeats, and the headless OOM scenario
 //! reaches its OOMs and reports dumps that could not be written.
 
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 /// `allocview ARGS` with stdin closed and stdout/stderr captured (so stdout is a pipe).
@@ -23,6 +24,22 @@ fn allocview_env(args: &[&str], env: &[(&str, &str)]) -> Output {
 
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// `allocview demo --headless --json ARGS` run in `dir`, its OOM dumps going to `dumps`, no
+/// allocator settings from the environment: the JSON report, after checking that it succeeded.
+fn headless_demo_json(dir: &Path, args: &[&str], dumps: &Path) -> serde_json::Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_allocview"))
+        .current_dir(dir)
+        .args(["demo", "--headless", "--json"])
+        .args(args)
+        .env("ALLOCVIEW_DUMP_DIR", dumps)
+        .env_remove("ALLOCVIEW_ALLOC_CONF")
+        .env_remove("PYTORCH_CUDA_ALLOC_CONF")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 #[test]
@@ -69,17 +86,18 @@ fn options_that_only_mean_something_headless_require_headless() {
 #[test]
 fn demo_config_repeats_and_the_settings_join_with_commas() {
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_allocview"))
-        .current_dir(dir.path())
-        .args(["demo", "--headless", "--seconds", "0", "--json"])
-        .args(["--config", "expandable_segments:True"])
-        .args(["--config", "max_split_size_mb:256"])
-        .env_remove("ALLOCVIEW_ALLOC_CONF")
-        .env_remove("PYTORCH_CUDA_ALLOC_CONF")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
-    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let json = headless_demo_json(
+        dir.path(),
+        &[
+            "--seconds",
+            "0",
+            "--config",
+            "expandable_segments:True",
+            "--config",
+            "max_split_size_mb:256",
+        ],
+        &dir.path().join("dumps"),
+    );
     let settings = json["settings"].as_str().unwrap();
     assert!(
         settings.contains("expandable_segments:True") && settings.contains("max_split_size_mb:256"),
@@ -102,15 +120,11 @@ fn a_malformed_demo_config_says_what_is_expected() {
 fn the_headless_oom_scenario_runs_until_it_meets_an_oom_by_default() {
     let dir = tempfile::tempdir().unwrap();
     // The help's example: `allocview demo --scenario oom --device-memory 8GiB`, headless.
-    let out = Command::new(env!("CARGO_BIN_EXE_allocview"))
-        .current_dir(dir.path())
-        .args(["demo", "--scenario", "oom", "--headless", "--json"])
-        .args(["--device-memory", "8GiB"])
-        .env("ALLOCVIEW_DUMP_DIR", dir.path().join("dumps"))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
-    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let json = headless_demo_json(
+        dir.path(),
+        &["--scenario", "oom", "--device-memory", "8GiB"],
+        &dir.path().join("dumps"),
+    );
     assert!(json["ooms"].as_u64().unwrap() >= 1, "{json}");
     assert!(!json["dumps"].as_array().unwrap().is_empty(), "{json}");
 }
@@ -120,14 +134,7 @@ fn the_headless_demo_reports_oom_dumps_that_could_not_be_written() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("somefile");
     std::fs::write(&file, "not a folder").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_allocview"))
-        .current_dir(dir.path())
-        .args(["demo", "--scenario", "oom", "--headless", "--json"])
-        .env("ALLOCVIEW_DUMP_DIR", file.join("sub"))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
-    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let json = headless_demo_json(dir.path(), &["--scenario", "oom"], &file.join("sub"));
     assert!(json["ooms"].as_u64().unwrap() >= 1, "{json}");
     assert!(json["dumps"].as_array().unwrap().is_empty(), "{json}");
     assert!(json["dump_failures"].as_u64().unwrap() >= 1, "{json}");
@@ -143,22 +150,16 @@ fn the_headless_demo_reports_oom_dumps_that_could_not_be_written() {
     let report = allocview::demo::Report {
         scenario: "oom".into(),
         device: "simulated".into(),
-        settings: String::new(),
         steps: 9,
         ooms: 1,
         seconds: 1.0,
-        stats: Default::default(),
         agent_matches_allocator: true,
-        differing_keys: Vec::new(),
-        dropped_events: 0,
-        resyncs: 0,
-        dumps: Vec::new(),
         dump_failures: json["dump_failures"].as_u64().unwrap(),
         dump_errors: errors
             .iter()
             .map(|e| e.as_str().unwrap().to_string())
             .collect(),
-        listen: None,
+        ..Default::default()
     };
     let text = allocview::cmd::demo::report_text(&report);
     assert!(

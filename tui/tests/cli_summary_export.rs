@@ -343,19 +343,10 @@ fn counts_of_one_take_the_singular_in_the_demo_report_and_sizes_round_up_a_unit(
     let report = allocview::demo::Report {
         scenario: "training".into(),
         device: "simulated".into(),
-        settings: String::new(),
         steps: 1,
-        ooms: 0,
         seconds: 0.5,
-        stats: Default::default(),
         agent_matches_allocator: true,
-        differing_keys: Vec::new(),
-        dropped_events: 0,
-        resyncs: 0,
-        dumps: Vec::new(),
-        dump_failures: 0,
-        dump_errors: Vec::new(),
-        listen: None,
+        ..Default::default()
     };
     let text = allocview::cmd::demo::report_text(&report);
     assert!(text.contains(": 1 step in"), "{text}");

@@ -8,6 +8,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use allocview_tests::tmux;
+
 /// How long a wait for the screen may take.
 const WAIT: Duration = Duration::from_secs(30);
 /// Poll interval of waits.
@@ -75,19 +77,6 @@ impl Drop for PrivateTmux {
     }
 }
 
-fn tmux_available(test: &str) -> bool {
-    let ok = Command::new("tmux")
-        .arg("-V")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        println!("skipped {test}: tmux not found (.ci/run installs it)");
-    }
-    ok
-}
-
 /// Runs the demo's dashboard in tmux, sends it `signal` once it is live, and checks the
 /// terminal afterwards.
 fn signal_restores_the_terminal(dir: &Path, signal: &str, number: i32) {
@@ -124,7 +113,7 @@ fn signal_restores_the_terminal(dir: &Path, signal: &str, number: i32) {
 
 #[test]
 fn sigterm_and_sighup_restore_the_terminal_and_end_the_dashboard() {
-    if !tmux_available("sigterm_and_sighup_restore_the_terminal_and_end_the_dashboard") {
+    if !tmux::available("sigterm_and_sighup_restore_the_terminal_and_end_the_dashboard") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -134,7 +123,7 @@ fn sigterm_and_sighup_restore_the_terminal_and_end_the_dashboard() {
 
 #[test]
 fn quitting_the_demo_after_ooms_prints_where_the_dumps_went() {
-    if !tmux_available("quitting_the_demo_after_ooms_prints_where_the_dumps_went") {
+    if !tmux::available("quitting_the_demo_after_ooms_prints_where_the_dumps_went") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -170,7 +159,7 @@ fn quitting_the_demo_after_ooms_prints_where_the_dumps_went() {
 
 #[test]
 fn attaching_to_a_silent_peer_says_it_is_connecting_meanwhile() {
-    if !tmux_available("attaching_to_a_silent_peer_says_it_is_connecting_meanwhile") {
+    if !tmux::available("attaching_to_a_silent_peer_says_it_is_connecting_meanwhile") {
         return;
     }
     // Accepts connections (the kernel's backlog does) and never answers.

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use allocview_agent::state::{AgentState, NOT_WRITTEN};
+use allocview_agent::state::AgentState;
 use allocview_agent::summary::render::counted;
 use allocview_alloc::caching::AllocatorConfig;
 use anyhow::Context as _;
@@ -245,14 +245,8 @@ pub fn dumps_note(state: &AgentState) -> Option<String> {
     }
     if failures > 0 {
         let _ = writeln!(out, "OOM dumps that failed: {}", units::count(failures));
-        for o in &state.ooms {
-            if let Some(e) = o
-                .dump_error
-                .as_ref()
-                .filter(|e| !e.starts_with(NOT_WRITTEN))
-            {
-                let _ = writeln!(out, "  OOM {}: {e}", o.index);
-            }
+        for e in crate::demo::dump_errors(state) {
+            let _ = writeln!(out, "  {e}");
         }
     }
     let pickle = paths

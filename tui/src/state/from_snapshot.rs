@@ -407,10 +407,11 @@ pub fn oom_entry_of(snapshot: &Snapshot, requested: u64, time_us: Option<i64>) -
         .filter(|(_, e)| e.action == TraceAction::Oom && e.size == requested);
     match time_us {
         Some(t) => candidates
-            .min_by_key(|(i, e)| {
+            // Of entries as near, the last.
+            .min_by_key(|&(i, e)| {
                 (
                     e.time_us.map_or(u64::MAX, |u| u.abs_diff(t)),
-                    usize::MAX - i,
+                    std::cmp::Reverse(i),
                 )
             })
             .map(|(i, _)| i),

@@ -70,20 +70,16 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, _ui: &UiState) {
         put(buf, inner, r as u16 + 1, &Line::raw(line));
     }
     let first = state.pool_rows().len() as u16 + 2;
-    if let Some(notes) = footnote(all) {
-        super::put_wrapped(buf, inner, first, &notes, theme::dim());
+    // What the split and oversize columns mean, where they are shown.
+    if all {
+        super::put_wrapped(buf, inner, first, FOOTNOTE, theme::dim());
     }
 }
 
-/// The footnote of the columns shown: what the split and oversize columns mean, where they
-/// are shown (wrapped at spaces to the width by the caller).
-fn footnote(all_columns: bool) -> Option<String> {
-    all_columns.then(|| {
-        "inactive split: free blocks inside segments that still hold live blocks; empty_cache \
-         cannot release them. oversize: allocations of at least max_split_size (- = unlimited)."
-            .to_string()
-    })
-}
+/// The footnote of the split and oversize columns (wrapped at spaces to the width).
+const FOOTNOTE: &str = "inactive split: free blocks inside segments that still hold live blocks; \
+     empty_cache cannot release them. oversize: allocations of at least max_split_size (- = \
+     unlimited).";
 
 #[cfg(test)]
 mod tests {

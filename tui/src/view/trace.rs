@@ -50,11 +50,9 @@ fn pool_letter(state: &State, e: &TraceEntry) -> &'static str {
     let small = match e.action {
         TraceAction::SegmentAlloc | TraceAction::SegmentFree => e.size == SMALL_BUFFER,
         TraceAction::SegmentMap | TraceAction::SegmentUnmap => state
-            .segments
-            .iter()
-            .find(|s| s.address <= e.addr && e.addr < s.address.saturating_add(s.total_size))
+            .find_segment(e.addr)
             .map_or(e.size == SMALL_BUFFER, |s| {
-                s.segment_type == SegmentType::Small
+                state.segments[s].segment_type == SegmentType::Small
             }),
         TraceAction::Snapshot | TraceAction::UserDefined => return " ",
         _ => e.size <= SMALL_SIZE,
