@@ -14,10 +14,10 @@
 //!
 //! # Device size
 //! The recorded column describes the recording: the fidelity run uses the device size the file
-//! records. A different `--device-memory` ([`ReplaySettings::device_memory`]) is a what-if: the
-//! `--config` runs use it, and one more column, [`resized_label`], replays the recorded
-//! settings on it. Only a file that records no device size (an RMM log, an old snapshot) takes
-//! `--device-memory` as the recording's device.
+//! records, or an unlimited device when it records none (an RMM log, an old snapshot: the
+//! recording then ran out of memory only where its trace says so). A different
+//! `--device-memory` ([`ReplaySettings::device_memory`]) is a what-if: the `--config` runs use
+//! it, and one more column, [`resized_label`], replays the recorded settings on it.
 //!
 //! # Installing the initial state
 //! Replay installs the initial segments through the allocator's public API rather than a
@@ -133,10 +133,10 @@ pub fn load(path: &Path) -> Result<Snapshot, LoadError> {
 pub struct ReplaySettings {
     /// Settings for what-if runs (PyTorch's syntax), one run each.
     pub configs: Vec<String>,
-    /// Device capacity of the what-if runs; `None`: the file's, else unlimited. When the file
-    /// records its device size and this differs, the recorded column keeps the file's and a
-    /// [`resized_label`] column replays the recorded settings on this one; a file that records
-    /// none takes it for the recording's device.
+    /// Device capacity of the what-if runs; `None`: the file's, else unlimited. When this
+    /// differs from the recording's device (the file's size, or unlimited when it records
+    /// none), the recorded column keeps the recording's and a [`resized_label`] column replays
+    /// the recorded settings on this one.
     pub device_memory: Option<u64>,
     /// Keep each run's own trace, for [`ReplayOutput::replayed`] and
     /// [`ReplayOutput::what_ifs`].
@@ -181,12 +181,14 @@ pub fn replay(
         })
         .collect::<Result<Vec<_>, _>>()?;
     // The recorded column runs on the recording's device (see the module docs, "Device size").
-    let file_memory = snapshot.devices.iter().find_map(|d| d.total_memory);
-    let recorded_memory = file_memory.or(settings.device_memory);
-    let fidelity_opts = RunOptions::fidelity(snapshot, recorded_memory, settings.keep_history)
-        .map_err(|message| ReplayError::Config {
-            config: "allocator_settings of the file".into(),
-            message,
+    // A file that records no device size replays its recorded column on an unlimited device:
+    // the recording did not run out for lack of device memory except where it says so.
+    let fidelity_opts =
+        RunOptions::fidelity(snapshot, None, settings.keep_history).map_err(|message| {
+            ReplayError::Config {
+                config: "allocator_settings of the file".into(),
+                message,
+            }
         })?;
     let device_memory = settings.device_memory.or(fidelity_opts.device_memory);
     let resized = device_memory.filter(|&m| fidelity_opts.device_memory != Some(m));

@@ -126,3 +126,70 @@ fn a_trace_that_ends_at_its_oom_says_a_cured_run_cannot_speak_for_what_came_next
         r.to_text()
     );
 }
+
+#[test]
+fn a_file_without_a_device_size_keeps_its_recorded_column_and_gets_a_column_for_the_size() {
+    let mut snap = record();
+    snap.devices[0].total_memory = None;
+    let r = replay_on(&snap, Some(SMALL_DEVICE), &[]);
+    // The recording: its one OOM, on an unlimited device (the file says no more).
+    assert_eq!(r.runs[0].label, RECORDED_LABEL);
+    assert_eq!(r.runs[0].ooms, 1, "{:?}", r.runs[0]);
+    assert_eq!(r.recorded_device_memory, None);
+    assert_eq!(r.device_memory, Some(SMALL_DEVICE));
+    let labels: Vec<&str> = r.runs.iter().map(|run| run.label.as_str()).collect();
+    assert_eq!(
+        labels,
+        vec![RECORDED_LABEL, "recorded settings, 600.00 MiB device"]
+    );
+    assert_eq!(r.runs[1].first_oom.as_ref().unwrap().requested, LIVE);
+    let text = r.to_text();
+    assert!(
+        text.contains(
+            "the recorded column on an unlimited device (the file records no device size)"
+        ),
+        "{text}"
+    );
+    let json = serde_json::to_value(&r).unwrap();
+    assert!(json["recorded_device_memory"].is_null(), "{json}");
+}
+
+#[test]
+fn the_replayed_run_written_under_the_recorded_settings_keeps_the_recorded_ooms() {
+    use allocview_alloc::snapshot::{DumpedOom, TraceAction};
+    let mut snap = record();
+    let header = DumpedOom {
+        index: 1,
+        requested: TOO_BIG,
+        rounded: TOO_BIG,
+        ..DumpedOom::default()
+    };
+    snap.devices[0].oom = Some(header.clone());
+    let out = replay::replay(
+        &snap,
+        &ReplaySettings {
+            configs: Vec::new(),
+            device_memory: None,
+            keep_history: true,
+        },
+        &mut |_, _| {},
+    )
+    .unwrap();
+    let trace = &out.replayed.device_traces[0];
+    let actions: Vec<(TraceAction, u64)> = trace
+        .iter()
+        .filter(|e| matches!(e.action, TraceAction::Alloc | TraceAction::Oom))
+        .map(|e| (e.action, e.size))
+        .collect();
+    assert_eq!(
+        actions,
+        vec![
+            (TraceAction::Alloc, LIVE),
+            (TraceAction::Oom, TOO_BIG),
+            (TraceAction::Alloc, AFTER)
+        ],
+        "{trace:#?}"
+    );
+    assert_eq!(out.replayed.devices[0].oom, Some(header));
+    assert_eq!(out.report.runs[0].ooms, 1);
+}

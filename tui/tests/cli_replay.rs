@@ -72,18 +72,23 @@ fn replay_compares_two_configs_side_by_side_with_the_recording_first() {
     let stdout = allocview_ok(&[&common[..], &["--json"]].concat());
     let json: serde_json::Value = serde_json::from_slice(&stdout).unwrap();
     let runs = json["runs"].as_array().unwrap();
-    assert_eq!(runs.len(), 3);
+    assert_eq!(runs.len(), 4);
     assert_eq!(runs[0]["label"], "recorded");
-    assert_eq!(runs[1]["label"], "expandable_segments:True");
-    assert_eq!(runs[2]["label"], "max_split_size_mb:200");
-    // The recording's own failure (1 GiB) plus the 400 MiB request the default layout
-    // cannot serve on this device.
-    assert_eq!(runs[0]["ooms"], 2, "{json:#}");
-    assert_eq!(runs[0]["first_oom"]["requested"], 400 * MIB);
-    assert_eq!(runs[0]["first_oom"]["diagnosis"]["kind"], "fragmentation");
+    assert_eq!(runs[1]["label"], "recorded settings, 1.00 GiB device");
+    assert_eq!(runs[2]["label"], "expandable_segments:True");
+    assert_eq!(runs[3]["label"], "max_split_size_mb:200");
+    // The log records no device size: the recorded column is the recording, its one failure.
+    assert_eq!(runs[0]["ooms"], 1, "{json:#}");
+    assert_eq!(runs[0]["first_oom"]["requested"], 1024 * MIB);
+    assert!(json["recorded_device_memory"].is_null(), "{json:#}");
+    // On 1 GiB the recorded settings also fail the 400 MiB request the default layout
+    // cannot serve.
+    assert_eq!(runs[1]["ooms"], 2, "{json:#}");
+    assert_eq!(runs[1]["first_oom"]["requested"], 400 * MIB);
+    assert_eq!(runs[1]["first_oom"]["diagnosis"]["kind"], "fragmentation");
     // Expandable segments release the stranded pages: only the 1 GiB request fails.
-    assert_eq!(runs[1]["ooms"], 1, "{json:#}");
-    assert_eq!(runs[1]["first_oom"]["requested"], 1024 * MIB);
+    assert_eq!(runs[2]["ooms"], 1, "{json:#}");
+    assert_eq!(runs[2]["first_oom"]["requested"], 1024 * MIB);
     assert_eq!(json["events"], 20);
     assert_eq!(json["device_memory"], 1u64 << 30);
 

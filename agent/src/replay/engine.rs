@@ -492,6 +492,46 @@ impl<'a> Replayer<'a> {
         }
     }
 
+    /// Puts the recording's OOMs into a fidelity run's replayed trace, where the recording had
+    /// them, and its OOM header (`devices[].oom`) on the run's device: the fidelity run only
+    /// diagnoses a recorded `oom` (it does not attempt the request again), so the allocator
+    /// wrote none, yet the run's file is the recording replayed and must show its OOMs.
+    fn carry_recorded_ooms(&self, end: &mut Snapshot) {
+        let Some((base, marks)) = &self.history_marks else {
+            return;
+        };
+        let device = self.device.max(0) as usize;
+        if let Some(trace) = end.device_traces.get_mut(device) {
+            // The kept entries are the last `trace.len()` of those recorded.
+            let recorded = marks.last().copied().unwrap_or(*base);
+            let first = recorded.saturating_sub(trace.len() as u64);
+            for oom in self.recorded_ooms.iter().rev() {
+                let Some(e) = self.entries.get(oom.index) else {
+                    continue;
+                };
+                // Entries the replay had recorded before it met this one.
+                let before = if oom.index == 0 {
+                    *base
+                } else {
+                    marks.get(oom.index - 1).copied().unwrap_or(*base)
+                };
+                let at = (before.saturating_sub(first) as usize).min(trace.len());
+                trace.insert(at, e.clone());
+            }
+        }
+        let header = self
+            .snapshot
+            .devices
+            .iter()
+            .find(|d| d.device == self.device)
+            .and_then(|d| d.oom.clone());
+        if let Some(header) = header
+            && let Some(meta) = end.devices.iter_mut().find(|d| d.device == self.device)
+        {
+            meta.oom = Some(header);
+        }
+    }
+
     /// The run's results: figures, fidelity (with the final state compared to the snapshot's
     /// for a fidelity run), and the replayed snapshot.
     pub fn finish(mut self) -> RunResult {
@@ -500,6 +540,9 @@ impl<'a> Replayer<'a> {
         let mut end = (compare || self.opts.keep_history).then(|| self.alloc.snapshot());
         if let Some(end) = &mut end {
             self.stamp_replayed_trace(end);
+            if self.opts.placement == Placement::Recorded {
+                self.carry_recorded_ooms(end);
+            }
         }
         if compare && let Some(end) = &end {
             self.fidelity.final_state_matches = Some(same_layout(self.snapshot, end, self.device));

@@ -209,12 +209,15 @@ impl ReplayReport {
                 size(self.device_memory)
             );
         } else {
+            let recorded = match self.recorded_device_memory {
+                Some(m) => format!("on the recording's device of {}", human(m)),
+                None => "on an unlimited device (the file records no device size)".to_string(),
+            };
             let _ = writeln!(
                 out,
-                "replayed {}: the recorded column on the recording's device of {}, the \
-                 other columns on a simulated device of {}",
+                "replayed {}: the recorded column {recorded}, the other columns on a simulated \
+                 device of {}",
                 counted(self.events as u64, "event", "events"),
-                size(self.recorded_device_memory),
                 size(self.device_memory)
             );
         }
