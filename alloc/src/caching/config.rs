@@ -111,6 +111,7 @@ pub struct AllocatorConfig {
     pinned_reserve_segment_size_mb: u64,
     graph_capture_record_stream_reuse: bool,
     source: String,
+    warnings: Vec<String>,
 }
 
 impl Default for AllocatorConfig {
@@ -128,6 +129,7 @@ impl Default for AllocatorConfig {
             pinned_reserve_segment_size_mb: 0,
             graph_capture_record_stream_reuse: false,
             source: String::new(),
+            warnings: Vec::new(),
         }
     }
 }
@@ -170,7 +172,11 @@ impl AllocatorConfig {
     /// divisions, or broken syntax.
     pub fn parse(s: &str) -> Result<AllocatorConfig, ConfigError> {
         let tokens = tokenize(s);
-        let mut p = Parser { tokens, i: 0 };
+        let mut p = Parser {
+            tokens,
+            i: 0,
+            warnings: Vec::new(),
+        };
         let mut c = AllocatorConfig {
             source: s.to_string(),
             ..AllocatorConfig::default()
@@ -244,6 +250,7 @@ impl AllocatorConfig {
                 p.expect(",")?;
             }
         }
+        c.warnings = p.warnings;
         Ok(c)
     }
 
@@ -328,6 +335,12 @@ impl AllocatorConfig {
     /// The string this config was parsed from (or rendered from the builder's settings).
     pub fn source(&self) -> &str {
         &self.source
+    }
+
+    /// Warnings from parsing: PyTorch quirks the settings follow that the string may not mean
+    /// (a `>` in a `roundup_power2_divisions` list also overriding the last named bucket).
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
     }
 
     /// PyTorch's `allocator_settings` dict, with the keys in the order PyTorch 2.2+ writes them.
@@ -478,6 +491,7 @@ fn tokenize(s: &str) -> Vec<String> {
 struct Parser {
     tokens: Vec<String>,
     i: usize,
+    warnings: Vec<String>,
 }
 
 const PUNCT: [&str; 4] = [",", ":", "[", "]"];
@@ -574,6 +588,11 @@ impl Parser {
                          ({} MB), as PyTorch does",
                         1u64 << last_index
                     );
+                    self.warnings.push(format!(
+                        "roundup_power2_divisions: '>:{v}' also sets the last named bucket \
+                         ({} MB) to {v}, as PyTorch does",
+                        1u64 << last_index
+                    ));
                 }
                 out[last_index..].fill(v);
             } else {
