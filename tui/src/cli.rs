@@ -145,7 +145,10 @@ pub struct ReplayArgs {
     pub file: PathBuf,
     /// Allocator settings to replay under, in PyTorch's syntax
     /// (`expandable_segments:True,max_split_size_mb:256`); repeat to compare several side by
-    /// side. Without it, only the replay under the recorded settings runs.
+    /// side. Each is applied on top of the settings the file records: the keys given change,
+    /// the others stay as recorded. Start with `defaults` to begin from PyTorch's defaults
+    /// instead (`defaults`, `defaults,max_split_size_mb:128`). Without it, only the replay
+    /// under the recorded settings runs.
     #[arg(long, value_name = "SETTINGS")]
     pub config: Vec<String>,
     /// Device capacity for the replay (e.g. `80GiB`; default: what the file says, else enough
