@@ -48,6 +48,7 @@ pub mod initial;
 pub mod plan;
 pub mod report;
 pub mod rmm;
+pub mod settings;
 pub mod what_if;
 
 use std::path::Path;
@@ -63,6 +64,7 @@ pub use report::{
     RunFigures, RunStart,
 };
 pub use rmm::{RmmError, is_rmm_log, parse_rmm_log};
+pub use settings::{compose, recorded_settings_text};
 pub use what_if::{WhatIfOutcome, what_if_avoided};
 
 /// Column label of the recorded run.
@@ -77,15 +79,19 @@ pub fn resized_label(device_memory: u64) -> String {
     )
 }
 
-/// Column label of a what-if run under an empty settings string: PyTorch's defaults (as with
-/// `PYTORCH_CUDA_ALLOC_CONF=""`).
-pub const DEFAULTS_LABEL: &str = "defaults";
+/// Column label of a what-if run under PyTorch's defaults (`--config defaults`).
+pub const DEFAULTS_LABEL: &str = settings::DEFAULTS_WORD;
 
-/// The column label of a what-if run under `config`: the string itself, or
-/// [`DEFAULTS_LABEL`] when it is empty.
+/// Column label of a what-if run under an empty settings string: it changes no key, so it is
+/// the recorded settings.
+pub const UNCHANGED_LABEL: &str = "recorded settings";
+
+/// The column label of a what-if run under `config`: what it changes against the recorded
+/// settings, that is the string itself (see [`settings`]), or [`UNCHANGED_LABEL`] when it is
+/// empty.
 pub fn config_label(config: &str) -> String {
     if config.trim().is_empty() {
-        DEFAULTS_LABEL.to_string()
+        UNCHANGED_LABEL.to_string()
     } else {
         config.trim().to_string()
     }
@@ -170,16 +176,27 @@ pub fn replay(
 ) -> Result<ReplayOutput, ReplayError> {
     let trace = engine::trace_index(snapshot).ok_or(ReplayError::NoTrace)?;
     let entries = &snapshot.device_traces[trace];
+    let recorded = recorded_config(snapshot).map_err(|message| ReplayError::Config {
+        config: "allocator_settings of the file".into(),
+        message,
+    })?;
+    // Each `--config` changes the recorded settings (see [`settings`]).
     let configs = settings
         .configs
         .iter()
         .map(|c| {
-            AllocatorConfig::parse(c).map_err(|e| ReplayError::Config {
+            settings::compose(&recorded, c).map_err(|e| ReplayError::Config {
                 config: c.clone(),
                 message: e.to_string(),
             })
         })
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect::<Result<Vec<AllocatorConfig>, _>>()?;
+    let mut config_warnings: Vec<String> = Vec::new();
+    for (given, config) in settings.configs.iter().zip(&configs) {
+        for w in config.warnings() {
+            config_warnings.push(format!("--config {}: {w}", config_label(given)));
+        }
+    }
     // The recorded column runs on the recording's device (see the module docs, "Device size").
     // A file that records no device size replays its recorded column on an unlimited device:
     // the recording did not run out for lack of device memory except where it says so.
@@ -203,9 +220,13 @@ pub fn replay(
     }
     let what_if_start = runs_opts.len();
     for (label, config) in settings.configs.iter().zip(configs) {
+        let mut label = config_label(label);
+        if settings::same_settings(&config, &recorded) && label != UNCHANGED_LABEL {
+            label.push_str(settings::AS_RECORDED_MARK);
+        }
         runs_opts.push(RunOptions::what_if(
             config,
-            config_label(label),
+            label,
             device_memory,
             settings.keep_history,
         ));
@@ -253,6 +274,8 @@ pub fn replay(
             events: entries.len(),
             device_memory,
             recorded_device_memory: fidelity_opts.device_memory,
+            recorded_settings: recorded_settings_text(snapshot),
+            config_warnings,
             initial: base.initial,
             fidelity: base.fidelity,
             runs,

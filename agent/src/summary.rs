@@ -18,7 +18,7 @@ use allocview_alloc::caching::summary::{HistoryColumns, format_memory_summary_wi
 use allocview_alloc::snapshot::{SegmentType, Snapshot, TraceAction, Value};
 use serde::Serialize;
 
-use crate::diagnosis::{Diagnosis, OomFacts, diagnose, human};
+use crate::diagnosis::{Diagnosis, OomFacts, diagnose_under, human};
 use crate::replay::{self, OomEvent, RunOptions};
 
 pub use fragmentation::Fragmentation;
@@ -47,6 +47,9 @@ pub struct Summary {
     pub trace_entries: u64,
     /// OOM entries of every device's trace.
     pub ooms: u64,
+    /// The allocator settings the file records, in one line (PyTorch's syntax, `PyTorch
+    /// defaults`, or `not recorded` for a file without `allocator_settings`).
+    pub recorded_settings: String,
     /// Per device, by index.
     pub devices: Vec<DeviceSummary>,
 }
@@ -180,7 +183,7 @@ pub struct OomFact {
     /// stream and the device's free memory are not known (0).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub event_lost: bool,
-    /// Why it failed ([`diagnose`]), with the numbers: for a trace
+    /// Why it failed ([`diagnose_under`]), with the numbers: for a trace
     /// entry, at the state the trace's replay reached there; for an agent's record, from its
     /// figures. `None` when the replay did not reproduce the recording, or the request was lost.
     pub diagnosis: Option<Diagnosis>,
@@ -234,6 +237,7 @@ pub fn summarize(snapshot: &Snapshot) -> Summary {
         largest_free_block: all.largest_free_block,
         trace_entries: per_device.iter().map(|d| d.trace_entries).sum(),
         ooms: per_device.iter().map(|d| d.ooms.len() as u64).sum(),
+        recorded_settings: replay::recorded_settings_text(snapshot),
         devices: per_device,
     }
 }
@@ -355,7 +359,10 @@ fn summarize_device(
             event_lost: o.event_lost,
             diagnosis: (!o.event_lost).then(|| {
                 let total = meta.and_then(|m| m.total_memory).unwrap_or(0);
-                diagnose(&OomFacts::from_dumped(o, total))
+                // The advice leaves out a setting the recording already had.
+                let expandable =
+                    replay::recorded_config(snapshot).is_ok_and(|c| c.expandable_segments());
+                diagnose_under(&OomFacts::from_dumped(o, total), expandable)
             }),
         });
     }

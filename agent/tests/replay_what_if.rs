@@ -83,9 +83,13 @@ fn a_fragmenting_trace_ooms_at_default_settings_and_expandable_segments_avoid_it
         keep_history: false,
     };
     let out = replay::replay(&snap, &settings, &mut |_, _| {}).unwrap();
-    let [recorded, expandable] = &out.report.runs[..] else {
-        panic!("two runs expected: {:?}", out.report.runs)
+    // The file records no device size: the recording ran without an OOM, and the recorded
+    // settings on 1 GiB are a column of their own.
+    let [as_recorded, recorded, expandable] = &out.report.runs[..] else {
+        panic!("three runs expected: {:?}", out.report.runs)
     };
+    assert_eq!(as_recorded.ooms, 0, "{as_recorded:?}");
+    assert_eq!(recorded.label, replay::resized_label(GIB));
     assert_eq!(recorded.ooms, 1, "{recorded:?}");
     let oom = recorded.first_oom.as_ref().unwrap();
     assert_eq!(oom.requested, 400 * MIB);
@@ -234,7 +238,8 @@ fn a_what_if_that_cannot_hold_the_recorded_cache_is_marked_in_the_report() {
     let out = replay::replay(&snap, &settings, &mut |_, _| {}).unwrap();
     let runs = &out.report.runs;
     assert_eq!(runs[1].start, RunStart::LiveBlocksOnly);
-    assert_eq!(runs[2].label, replay::DEFAULTS_LABEL);
+    // An empty string changes nothing: the recorded settings again.
+    assert_eq!(runs[2].label, replay::UNCHANGED_LABEL);
     assert_eq!(runs[2].peak_reserved, runs[0].peak_reserved);
     let text = out.report.to_text();
     assert!(

@@ -196,14 +196,14 @@ fn replay_out_writes_the_what_if_run_and_one_file_per_config_when_there_are_seve
     assert!(trace.iter().any(|e| e.action == TraceAction::SegmentMap));
     assert!(!trace.iter().any(|e| e.action == TraceAction::SegmentAlloc));
 
-    // Two configs: one file each, named after its run; `""` is PyTorch's defaults.
+    // Two configs: one file each, named after its run; `defaults` is PyTorch's defaults.
     let stdout = allocview_ok(&[
         "replay",
         fixture,
         "--config",
         "expandable_segments:True",
         "--config",
-        "",
+        "defaults",
         "--out",
         out_path.to_str().unwrap(),
     ]);
@@ -221,9 +221,17 @@ fn replay_out_writes_the_what_if_run_and_one_file_per_config_when_there_are_seve
     );
     let header = text
         .lines()
-        .find(|l| l.trim_start().starts_with("recorded"))
+        .find(|l| l.trim_start().starts_with("recorded") && l.contains("expandable"))
         .unwrap_or_else(|| panic!("no table header in:\n{text}"));
-    assert!(header.trim_end().ends_with("defaults"), "{header}");
+    // The recording used PyTorch's defaults: `defaults` is the recorded settings again.
+    assert!(
+        header.trim_end().ends_with("defaults (as recorded)"),
+        "{header}"
+    );
+    assert!(
+        text.contains("recorded settings: PyTorch defaults\n"),
+        "{text}"
+    );
     let exp = allocview_agent::snapshot_file::load(&first).unwrap();
     assert!(exp.segments.iter().all(|s| s.is_expandable));
     let def = allocview_agent::snapshot_file::load(&second).unwrap();

@@ -90,7 +90,9 @@ fn each_oom_card_says_what_the_other_settings_do_to_its_own_request() {
             "{:#?}",
             o.what_if
         );
-        assert_eq!(o.what_if.len(), 3, "{:#?}", o.what_if);
+        // The three cures, then the recorded settings they change.
+        assert_eq!(o.what_if.len(), 4, "{:#?}", o.what_if);
+        assert!(o.what_if[3].starts_with("(recorded settings: PyTorch defaults;"));
     }
 }
 
@@ -117,9 +119,7 @@ fn a_dumps_oom_is_found_in_its_trace_by_size_and_time() {
     let cut = cut_at_first_oom(two_oom_recording());
     let lines = what_if_lines(&cut, GIB, oom_entry_of(&cut, FRAGMENTED, None));
     assert!(
-        lines
-            .last()
-            .unwrap()
+        lines[lines.len() - 2]
             .starts_with("(the trace ends at this request: whether the program's next"),
         "{lines:#?}"
     );
@@ -134,5 +134,36 @@ fn a_dumps_oom_is_found_in_its_trace_by_size_and_time() {
     assert!(
         line(&whole, "expandable_segments:True").contains("→ still 1 OOM,"),
         "{whole:#?}"
+    );
+}
+
+#[test]
+fn a_recording_with_expandable_segments_is_not_offered_them_and_its_settings_are_shown() {
+    let alloc = CachingAllocator::new(
+        Arc::new(SimBackend::new(GIB)),
+        AllocatorConfig::parse("expandable_segments:True").unwrap(),
+    );
+    alloc.record_history(HistoryOptions::default());
+    let s = StreamId::DEFAULT;
+    let _live = alloc.malloc(800 * MIB, s).unwrap();
+    assert!(alloc.malloc(TOO_BIG, s).is_err());
+    let snap = alloc.snapshot();
+    let oom = oom_entry_of(&snap, TOO_BIG, None);
+    let lines = what_if_lines(&snap, GIB, oom);
+    assert!(
+        !lines
+            .iter()
+            .any(|l| l.starts_with("expandable_segments:True")),
+        "{lines:#?}"
+    );
+    // The other cures keep expandable segments on: they change one key each.
+    assert!(line(&lines, "max_split_size_mb:128").contains("still OOM here"));
+    assert_eq!(
+        lines.last().map(String::as_str),
+        Some(
+            "(recorded settings: expandable_segments:True; each what-if changes only the key \
+             it names)"
+        ),
+        "{lines:#?}"
     );
 }

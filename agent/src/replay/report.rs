@@ -183,6 +183,13 @@ pub struct ReplayReport {
     /// asked for another size than the file records.
     #[serde(default)]
     pub recorded_device_memory: Option<u64>,
+    /// The allocator settings the file records, in one line (PyTorch's syntax, `PyTorch
+    /// defaults`, or `not recorded`): the recorded column's, and what each `--config` changes.
+    #[serde(default)]
+    pub recorded_settings: String,
+    /// Warnings from parsing the `--config` strings (PyTorch quirks the replay follows).
+    #[serde(default)]
+    pub config_warnings: Vec<String>,
     /// The state the replay began from.
     pub initial: InitialSummary,
     /// Fidelity of the replay at the recorded settings and addresses.
@@ -219,6 +226,37 @@ impl ReplayReport {
                  device of {}",
                 counted(self.events as u64, "event", "events"),
                 size(self.device_memory)
+            );
+        }
+        if !self.recorded_settings.is_empty() {
+            let _ = writeln!(out, "recorded settings: {}", self.recorded_settings);
+        }
+        if self
+            .runs
+            .iter()
+            .skip(1)
+            .any(|r| !r.label.starts_with("recorded settings, "))
+        {
+            let _ = writeln!(
+                out,
+                "each --config column: the recorded settings with the keys given changed \
+                 (`defaults` first: PyTorch's defaults with them)"
+            );
+        }
+        for w in &self.config_warnings {
+            let _ = writeln!(out, "  warning: {w}");
+        }
+        if let Some(run) = self
+            .runs
+            .iter()
+            .find(|r| r.config.contains("garbage_collection_threshold"))
+        {
+            let _ = writeln!(
+                out,
+                "note: garbage_collection_threshold has no effect in this replay ({}): PyTorch \
+                 collects garbage only under set_per_process_memory_fraction, which the replay \
+                 does not set",
+                run.label
             );
         }
         let _ = writeln!(
@@ -385,6 +423,8 @@ mod tests {
             events: 10,
             device_memory: Some(1 << 30),
             recorded_device_memory: Some(1 << 30),
+            recorded_settings: String::new(),
+            config_warnings: Vec::new(),
             initial: InitialSummary::default(),
             fidelity: Fidelity {
                 allocs: 4,

@@ -1,6 +1,7 @@
 //! Would other allocator settings have avoided a recorded OOM? Replays the trace at a fixed
 //! device capacity under the recorded settings and under the usual cures
-//! ([`CANDIDATE_CONFIGS`]), and says which of them ran without an OOM.
+//! ([`CANDIDATE_CONFIGS`], each on top of the recorded settings, and only those that change
+//! them), and says which of them ran without an OOM.
 
 use serde::{Deserialize, Serialize};
 
@@ -9,6 +10,7 @@ use allocview_alloc::snapshot::Snapshot;
 
 use crate::replay::engine::{self, ReplayError, RunOptions, recorded_config};
 use crate::replay::report::OomEvent;
+use crate::replay::settings::{compose, same_settings};
 
 /// The settings tried: expandable segments (no fragmentation across segments), and
 /// `max_split_size` values that keep large cached blocks whole for large requests.
@@ -47,12 +49,17 @@ impl WhatIfOutcome {
 }
 
 /// Replays `snapshot` at `capacity` bytes under the recorded settings (first outcome) and each
-/// of [`CANDIDATE_CONFIGS`]. A snapshot without a trace gives an empty list.
+/// of [`CANDIDATE_CONFIGS`] applied on top of them ([`compose`]), leaving out a candidate that
+/// the recording already had (it would be the recorded settings again). A snapshot without a
+/// trace gives an empty list.
 pub fn what_if_avoided(snapshot: &Snapshot, capacity: u64) -> Vec<WhatIfOutcome> {
     let base = recorded_config(snapshot).unwrap_or_default();
-    let mut runs: Vec<(String, AllocatorConfig)> = vec![(RECORDED_SETTINGS.to_string(), base)];
+    let mut runs: Vec<(String, AllocatorConfig)> =
+        vec![(RECORDED_SETTINGS.to_string(), base.clone())];
     for c in CANDIDATE_CONFIGS {
-        if let Ok(cfg) = AllocatorConfig::parse(c) {
+        if let Ok(cfg) = compose(&base, c)
+            && !same_settings(&cfg, &base)
+        {
             runs.push((c.to_string(), cfg));
         }
     }

@@ -252,6 +252,11 @@ impl fmt::Display for Summary {
             counted(self.trace_entries, "trace entry", "trace entries"),
             self.ooms
         );
+        let _ = writeln!(
+            out,
+            "Recorded allocator settings: {}",
+            self.recorded_settings
+        );
         let rows = vec![
             vec!["reserved".to_string(), human_bytes(self.total_reserved)],
             vec!["allocated".to_string(), human_bytes(self.total_allocated)],

@@ -54,6 +54,10 @@ pub fn config(args: &DemoArgs) -> anyhow::Result<DemoConfig> {
         }
         (None, None) => AllocatorConfig::default(),
     };
+    // PyTorch quirks the settings follow that the string may not mean.
+    for w in config.warnings() {
+        eprintln!("allocview: warning: {w}");
+    }
     let metrics = match &args.metrics {
         Some(m) => Some(m.parse().with_context(|| {
             format!("--metrics {m:?}: expected HOST:PORT, e.g. 127.0.0.1:9400")

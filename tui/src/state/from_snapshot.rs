@@ -19,10 +19,12 @@ use super::timeline::{Sample, Timeline};
 use super::timetravel::{SMALL_SIZE, TimeTravel, Totals, is_segment_event};
 use super::{HistogramSummary, Mode, Source, State, TraceRowsMemo};
 use crate::units::MIB;
-use allocview_agent::diagnosis::{OomFacts, diagnose};
+use allocview_agent::diagnosis::{OomFacts, diagnose_under};
 use allocview_agent::replay::engine::trace_index;
 use allocview_agent::replay::what_if::RECORDED_SETTINGS;
-use allocview_agent::replay::{WhatIfOutcome, what_if_avoided};
+use allocview_agent::replay::{
+    WhatIfOutcome, recorded_config, recorded_settings_text, what_if_avoided,
+};
 use allocview_agent::state::{NS_PER_US, OomRecord};
 
 use super::from_agent::oom_report;
@@ -95,6 +97,8 @@ pub struct PostMortem {
     dumped_oom: Option<DumpedOom>,
     /// The filtered trace rows, shared by the states of every event.
     trace_rows_memo: TraceRowsMemo,
+    /// The file was recorded with expandable segments: the diagnosis does not recommend them.
+    recorded_expandable: bool,
 }
 
 impl PostMortem {
@@ -151,6 +155,7 @@ impl PostMortem {
             max_split: max_split_size(snapshot),
             dumped_oom: meta.and_then(|m| m.oom.clone()),
             trace_rows_memo: TraceRowsMemo::default(),
+            recorded_expandable: recorded_config(snapshot).is_ok_and(|c| c.expandable_segments()),
         };
         pm.ooms = pm.oom_reports();
         // What-ifs replay the trace: only for OOMs in it.
@@ -167,6 +172,7 @@ impl PostMortem {
                     &pm.trace,
                     o.trace_index.filter(|_| same_trace),
                 );
+                o.what_if.push(settings_note(snapshot));
             }
         }
         pm
@@ -211,7 +217,7 @@ impl PostMortem {
             }
             let (segs, totals) = self.tt.at(i);
             let facts = OomFacts::from_trace_entry(e, &segs, self.total_memory.unwrap_or(0));
-            let d = diagnose(&facts);
+            let d = diagnose_under(&facts, self.recorded_expandable);
             out.push(OomReport {
                 number: out.len() as u64 + 1,
                 time_us: e.time_us,
@@ -323,7 +329,18 @@ pub fn what_if_lines(snapshot: &Snapshot, capacity: u64, oom: Option<usize>) -> 
     let trace = trace_index(snapshot)
         .and_then(|d| snapshot.device_traces.get(d))
         .map_or(&[][..], |t| &t[..]);
-    what_if_lines_of(&what_if_avoided(snapshot, capacity), capacity, trace, oom)
+    let mut lines = what_if_lines_of(&what_if_avoided(snapshot, capacity), capacity, trace, oom);
+    lines.push(settings_note(snapshot));
+    lines
+}
+
+/// The last what-if line: the settings the file was recorded with, which each what-if changes
+/// (only settings that differ from them are tried).
+pub fn settings_note(snapshot: &Snapshot) -> String {
+    format!(
+        "(recorded settings: {}; each what-if changes only the key it names)",
+        recorded_settings_text(snapshot)
+    )
 }
 
 /// [`what_if_lines`] of replays already run (the recorded settings' first) at `capacity`

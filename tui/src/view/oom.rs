@@ -113,7 +113,7 @@ pub fn lines(o: &OomReport, width: usize, in_file: bool) -> Vec<Line<'static>> {
     match (&o.dump_path, o.trace_index) {
         // An OOM of the file on screen: its snapshot is this file, at the OOM's event.
         (Some(_), Some(i)) if in_file => v.push(Line::styled(
-            format!(" in this file at event {} (Enter goes there)", i + 1),
+            format!(" in this file at entry {} (Enter goes there)", i + 1),
             theme::dim(),
         )),
         (None, _) if o.dump_pending => {
@@ -337,7 +337,7 @@ mod tests {
         }];
         let t = draw(&state);
         assert!(
-            t.contains("in this file at event 7 (Enter goes there)"),
+            t.contains("in this file at entry 7 (Enter goes there)"),
             "{t}"
         );
         assert!(!t.contains("open with"), "{t}");
