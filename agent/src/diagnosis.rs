@@ -284,7 +284,9 @@ pub fn diagnose_under(f: &OomFacts, expandable_segments: bool) -> Diagnosis {
             DiagnosisKind::Exhaustion,
             format!(
                 "exhaustion: live allocations hold {} of the {} this allocator may use \
-                 ({} reserved, {} free on the device), so the {req} asked for does not fit",
+                 ({} reserved, {} free on the device), so the {req} asked for does not fit; \
+                 no allocator setting makes room: smaller batches, activation checkpointing or \
+                 a larger device do",
                 human(f.allocated),
                 human(capacity),
                 human(f.reserved),

@@ -49,6 +49,7 @@ pub mod plan;
 pub mod report;
 pub mod rmm;
 pub mod settings;
+pub mod smallest_device;
 pub mod what_if;
 
 use std::path::Path;
@@ -65,6 +66,7 @@ pub use report::{
 };
 pub use rmm::{RmmError, is_rmm_log, parse_rmm_log};
 pub use settings::{compose, recorded_settings_text};
+pub use smallest_device::{SmallestDevice, smallest_device_without_oom};
 pub use what_if::{WhatIfOutcome, what_if_avoided};
 
 /// Column label of the recorded run.
@@ -259,6 +261,14 @@ pub fn replay(
         .chain(base.figures.first_oom.as_ref())
         .min_by_key(|o| o.index)
         .cloned();
+    // Where the recording ran out on a device of known size: the device that would have been
+    // enough, under the recorded settings, for this trace.
+    let smallest_device = match fidelity_opts.device_memory {
+        Some(m) if recorded_run.ooms > 0 => {
+            smallest_device::smallest_device_without_oom(snapshot, &recorded, m)
+        }
+        _ => None,
+    };
     let mut runs = vec![recorded_run];
     let mut what_ifs = Vec::new();
     for (i, opts) in runs_opts.iter().enumerate() {
@@ -280,6 +290,7 @@ pub fn replay(
             fidelity: base.fidelity,
             runs,
             ends_at_oom: ends_at_oom(entries),
+            smallest_device,
         },
         replayed: base.snapshot.unwrap_or_default(),
         what_ifs,

@@ -85,7 +85,17 @@ pub struct DeviceSummary {
     pub actions: BTreeMap<String, u64>,
     /// The OOM entries of the trace.
     pub ooms: Vec<OomFact>,
+    /// For a trace with OOMs on a device of known size (and no more than
+    /// [`SMALLEST_DEVICE_MAX_ENTRIES`] entries), the smallest device on which it replays without
+    /// an OOM under the recorded settings
+    /// ([`smallest_device_without_oom`](crate::replay::smallest_device_without_oom)).
+    pub smallest_device: Option<replay::SmallestDevice>,
 }
+
+/// Summary bisects for [`DeviceSummary::smallest_device`] only over traces of at most this
+/// many entries (each bisection replays the trace up to
+/// [`MAX_RUNS`](crate::replay::smallest_device::MAX_RUNS) times).
+pub const SMALLEST_DEVICE_MAX_ENTRIES: usize = 200_000;
 
 /// What the history columns (Peak Usage, Tot Alloc, Tot Freed) of a device's memory summary
 /// cover.
@@ -409,6 +419,20 @@ fn summarize_device(
         )
     };
     let trace_overflow = meta.map_or(0, |m| m.trace_overflow);
+    let reproduced = matches!(replayed, Some((d, Ok(_))) if *d == device);
+    let smallest_device = match (
+        meta.and_then(|m| m.total_memory),
+        replay::recorded_config(snapshot),
+    ) {
+        (Some(total), Ok(config))
+            if reproduced
+                && ooms.iter().any(|o| o.index.is_some())
+                && trace.len() <= SMALLEST_DEVICE_MAX_ENTRIES =>
+        {
+            replay::smallest_device_without_oom(snapshot, &config, total)
+        }
+        _ => None,
+    };
     DeviceSummary {
         device,
         total_memory: meta.and_then(|m| m.total_memory),
@@ -429,5 +453,6 @@ fn summarize_device(
         ring_overflowed: trace_overflow > 0,
         actions,
         ooms,
+        smallest_device,
     }
 }

@@ -200,6 +200,11 @@ pub struct ReplayReport {
     /// the OOM), so a run that fits that request says nothing of the program's next ones.
     #[serde(default)]
     pub ends_at_oom: bool,
+    /// Where the recording ran out of memory on a device of known size: the smallest device
+    /// on which the trace replays without an OOM under the recorded settings
+    /// ([`smallest_device_without_oom`](crate::replay::smallest_device_without_oom)).
+    #[serde(default)]
+    pub smallest_device: Option<crate::replay::SmallestDevice>,
 }
 
 impl ReplayReport {
@@ -328,6 +333,9 @@ impl ReplayReport {
                  still run out of memory after it"
             );
         }
+        if let Some(s) = &self.smallest_device {
+            let _ = writeln!(out, "{}", smallest_device_line(s));
+        }
         for run in &self.runs {
             if let Some(oom) = &run.first_oom {
                 let _ = writeln!(
@@ -391,6 +399,19 @@ impl ReplayReport {
     }
 }
 
+/// The text of [`ReplayReport::smallest_device`] (also in `allocview summary`).
+pub fn smallest_device_line(s: &crate::replay::SmallestDevice) -> String {
+    format!(
+        "smallest device without an OOM under the recorded settings: ~{} (the recording's {} \
+         plus a shortfall of {}; {} replays of this trace window, to within {})",
+        human(s.bytes),
+        human(s.from),
+        human(s.shortfall),
+        s.runs,
+        human(s.granularity)
+    )
+}
+
 /// A peak as shown: with [`LIVE_BLOCKS_ONLY_MARK`] when the run left out the recorded cache.
 fn marked(run: &RunFigures, figure: String) -> String {
     match run.start {
@@ -437,6 +458,7 @@ mod tests {
                 run("expandable_segments:True", 2 << 20, 1),
             ],
             ends_at_oom: true,
+            smallest_device: None,
         };
         let table = report.table();
         let lines: Vec<&str> = table.lines().collect();

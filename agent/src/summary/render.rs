@@ -229,9 +229,17 @@ fn device_section(out: &mut String, d: &DeviceSummary) {
             ],
             &rows,
         );
+        let d_smallest = d.smallest_device.clone();
         // The first OOM usually tells why the run failed.
         if let Some(d) = d.ooms.first().and_then(|o| o.diagnosis.as_ref()) {
             let _ = writeln!(out, "    first OOM — {}", d.explanation);
+            if let Some(s) = &d_smallest {
+                let _ = writeln!(
+                    out,
+                    "    {}",
+                    crate::replay::report::smallest_device_line(s)
+                );
+            }
         } else if d.ooms.iter().any(|o| o.index.is_some()) {
             out.push_str(
                 "    diagnosis not known: replaying the trace did not reproduce the recording\n",

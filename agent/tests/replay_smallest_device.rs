@@ -1,0 +1,80 @@
+//! For a recording that ran out of memory on a device of known size, replay and summary say
+//! how large a device the trace needed under the recorded settings, found by bisection.
+
+#[path = "support/oom_recording.rs"]
+mod oom_recording;
+
+use allocview_agent::replay::{
+    self, ReplaySettings, smallest_device::granularity, smallest_device_without_oom,
+};
+use allocview_agent::summary::summarize;
+use allocview_alloc::caching::AllocatorConfig;
+use oom_recording::*;
+
+#[test]
+fn the_smallest_device_without_the_oom_is_found_by_bisection_and_shown() {
+    let snap = record();
+    let out = replay::replay(&snap, &ReplaySettings::default(), &mut |_, _| {}).unwrap();
+    let s = out
+        .report
+        .smallest_device
+        .clone()
+        .expect("an OOM on a 1 GiB device");
+    // The live block and the failed request together need 1100 MiB: the answer is at least
+    // that, and within the bisection's granularity of it.
+    assert_eq!(s.from, GIB);
+    assert!(s.bytes >= LIVE + TOO_BIG, "{s:?}");
+    assert!(
+        s.bytes <= LIVE + TOO_BIG + AFTER + granularity(GIB),
+        "{s:?}"
+    );
+    assert_eq!(s.shortfall, s.bytes - GIB);
+    assert!(s.runs <= replay::smallest_device::MAX_RUNS);
+    // A device of that size replays without an OOM; one a granule smaller does not.
+    let at = |m: u64| {
+        replay::replay(
+            &snap,
+            &ReplaySettings {
+                device_memory: Some(m),
+                ..ReplaySettings::default()
+            },
+            &mut |_, _| {},
+        )
+        .unwrap()
+        .report
+        .runs[1]
+            .ooms
+    };
+    assert_eq!(at(s.bytes), 0);
+    assert!(at(s.bytes - granularity(GIB)) > 0);
+    let text = out.report.to_text();
+    assert!(
+        text.contains("smallest device without an OOM under the recorded settings: ~"),
+        "{text}"
+    );
+    let json = serde_json::to_value(&out.report).unwrap();
+    assert_eq!(json["smallest_device"]["bytes"], s.bytes);
+    // Summary says the same.
+    let summary = summarize(&snap);
+    assert_eq!(summary.devices[0].smallest_device.as_ref(), Some(&s));
+    assert!(
+        summary
+            .to_string()
+            .contains("smallest device without an OOM under the recorded settings"),
+        "{summary}"
+    );
+}
+
+#[test]
+fn no_smallest_device_without_an_oom_or_for_a_request_beyond_any_nearby_device() {
+    let mut snap = record();
+    // The same trace on an unknown device: nothing to start from.
+    snap.devices[0].total_memory = None;
+    let out = replay::replay(&snap, &ReplaySettings::default(), &mut |_, _| {}).unwrap();
+    assert_eq!(out.report.smallest_device, None);
+    // From a device a tenth of the live block, eight times larger is still too small.
+    assert_eq!(
+        smallest_device_without_oom(&snap, &AllocatorConfig::default(), LIVE / 10),
+        None
+    );
+}
