@@ -269,6 +269,12 @@ pub fn replay(
         }
         _ => None,
     };
+    // With `--config`, `--out` writes the what-if runs, not this one.
+    if !settings.configs.is_empty()
+        && let Some(oom) = &mut recorded_run.first_oom
+    {
+        oom.written_index = None;
+    }
     let mut runs = vec![recorded_run];
     let mut what_ifs = Vec::new();
     for (i, opts) in runs_opts.iter().enumerate() {

@@ -100,7 +100,7 @@ fn replay_compares_two_configs_side_by_side_with_the_recording_first() {
         .unwrap_or_else(|| panic!("no table header in:\n{text}"));
     assert!(header.find("recorded") < header.find("max_split_size_mb:200"));
     assert!(text.contains("peak reserved"), "{text}");
-    assert!(text.contains("first OOM at event"), "{text}");
+    assert!(text.contains("first OOM at trace entry"), "{text}");
 }
 
 #[test]

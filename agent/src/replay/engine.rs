@@ -496,7 +496,7 @@ impl<'a> Replayer<'a> {
     /// them, and its OOM header (`devices[].oom`) on the run's device: the fidelity run only
     /// diagnoses a recorded `oom` (it does not attempt the request again), so the allocator
     /// wrote none, yet the run's file is the recording replayed and must show its OOMs.
-    fn carry_recorded_ooms(&self, end: &mut Snapshot) {
+    fn carry_recorded_ooms(&mut self, end: &mut Snapshot) {
         let Some((base, marks)) = &self.history_marks else {
             return;
         };
@@ -505,18 +505,28 @@ impl<'a> Replayer<'a> {
             // The kept entries are the last `trace.len()` of those recorded.
             let recorded = marks.last().copied().unwrap_or(*base);
             let first = recorded.saturating_sub(trace.len() as u64);
-            for oom in self.recorded_ooms.iter().rev() {
-                let Some(e) = self.entries.get(oom.index) else {
-                    continue;
-                };
-                // Entries the replay had recorded before it met this one.
-                let before = if oom.index == 0 {
-                    *base
-                } else {
-                    marks.get(oom.index - 1).copied().unwrap_or(*base)
-                };
-                let at = (before.saturating_sub(first) as usize).min(trace.len());
-                trace.insert(at, e.clone());
+            // Where each goes in the replayed trace as it is, then inserted last to first so
+            // that each position holds; each lands after the ones before it.
+            let places: Vec<usize> = self
+                .recorded_ooms
+                .iter()
+                .map(|oom| {
+                    // Entries the replay had recorded before it met this one.
+                    let before = if oom.index == 0 {
+                        *base
+                    } else {
+                        marks.get(oom.index - 1).copied().unwrap_or(*base)
+                    };
+                    (before.saturating_sub(first) as usize).min(trace.len())
+                })
+                .collect();
+            for (oom, &at) in self.recorded_ooms.iter().zip(&places).rev() {
+                if let Some(e) = self.entries.get(oom.index) {
+                    trace.insert(at, e.clone());
+                }
+            }
+            for (k, (oom, at)) in self.recorded_ooms.iter_mut().zip(places).enumerate() {
+                oom.written_index = Some(at + k);
             }
         }
         let header = self
@@ -532,6 +542,25 @@ impl<'a> Replayer<'a> {
         }
     }
 
+    /// Sets where a what-if run's first OOM lies in its own kept trace: the allocator wrote the
+    /// `oom` entry last while it replayed the recorded entry.
+    fn note_written_index(&mut self, end: &Snapshot) {
+        let (Some((base, marks)), Some(oom)) = (&self.history_marks, &mut self.figures.first_oom)
+        else {
+            return;
+        };
+        let kept = end
+            .device_traces
+            .get(self.device.max(0) as usize)
+            .map_or(0, Vec::len) as u64;
+        let first = marks.last().copied().unwrap_or(*base).saturating_sub(kept);
+        if let Some(&after) = marks.get(oom.index)
+            && after > first
+        {
+            oom.written_index = Some((after - 1 - first) as usize);
+        }
+    }
+
     /// The run's results: figures, fidelity (with the final state compared to the snapshot's
     /// for a fidelity run), and the replayed snapshot.
     pub fn finish(mut self) -> RunResult {
@@ -542,6 +571,8 @@ impl<'a> Replayer<'a> {
             self.stamp_replayed_trace(end);
             if self.opts.placement == Placement::Recorded {
                 self.carry_recorded_ooms(end);
+            } else {
+                self.note_written_index(end);
             }
         }
         if compare && let Some(end) = &end {
@@ -1020,6 +1051,7 @@ impl Replayer<'_> {
                     index,
                     requested: e.size,
                     diagnosis: diagnose_under(&facts, self.opts.config.expandable_segments()),
+                    written_index: None,
                 });
             }
             Placement::Free => match self.alloc.malloc(e.size, StreamId(e.stream)) {
@@ -1057,6 +1089,7 @@ impl Replayer<'_> {
                 index,
                 requested,
                 diagnosis: diagnose_under(&OomFacts::from_oom(oom), oom.expandable_segments),
+                written_index: None,
             });
         }
     }

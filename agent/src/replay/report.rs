@@ -73,7 +73,8 @@ fn percent(part: u64, whole: u64) -> f64 {
 /// The first point where a replay differs from its recording.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Divergence {
-    /// Index of the trace entry, from 0 (the text shows it from 1, as the dashboard does).
+    /// Index of the entry in the input file's trace, from 0 (the text shows it from 1 as
+    /// "trace entry N", as the dashboard and `summary` number entries).
     pub index: usize,
     /// Its action (`alloc`, `segment_alloc`, ...).
     pub action: String,
@@ -89,7 +90,7 @@ impl fmt::Display for Divergence {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "event {} ({}): expected {}, got {} ({})",
+            "trace entry {} ({}): expected {}, got {} ({})",
             // Trace entries count from 1 in text, as the dashboard numbers them.
             self.index + 1,
             self.action,
@@ -103,10 +104,18 @@ impl fmt::Display for Divergence {
 /// One OOM a run met.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OomEvent {
-    /// Index of the trace entry whose allocation failed, from 0 (the text shows it from 1).
+    /// Index of the entry in the input file's trace whose allocation failed, from 0 (the text
+    /// shows it from 1 as "trace entry N", as the dashboard and `summary` number entries).
     pub index: usize,
-    /// Bytes asked for (unrounded).
+    /// Bytes asked for (unrounded; the diagnosis's `requested` is the allocator's rounded
+    /// size).
     pub requested: u64,
+    /// Index of this OOM's `oom` entry in the run's own trace, from 0, when the run kept it
+    /// (`replay --out`): the replayed trace numbers its entries differently (the allocator's
+    /// own segment entries, no `snapshot` entries), so the file `--out` writes lists this OOM
+    /// at this index.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub written_index: Option<usize>,
     /// Why.
     pub diagnosis: Diagnosis,
 }
@@ -217,7 +226,7 @@ impl ReplayReport {
             let _ = writeln!(
                 out,
                 "replayed {} on a simulated device of {}",
-                counted(self.events as u64, "event", "events"),
+                counted(self.events as u64, "trace entry", "trace entries"),
                 size(self.device_memory)
             );
         } else {
@@ -229,7 +238,7 @@ impl ReplayReport {
                 out,
                 "replayed {}: the recorded column {recorded}, the other columns on a simulated \
                  device of {}",
-                counted(self.events as u64, "event", "events"),
+                counted(self.events as u64, "trace entry", "trace entries"),
                 size(self.device_memory)
             );
         }
@@ -338,9 +347,20 @@ impl ReplayReport {
         }
         for run in &self.runs {
             if let Some(oom) = &run.first_oom {
+                let rounded = if oom.diagnosis.requested != oom.requested {
+                    format!(", rounded to {}", human(oom.diagnosis.requested))
+                } else {
+                    String::new()
+                };
+                let written = match oom.written_index {
+                    Some(w) if w != oom.index => {
+                        format!(" (entry {} of the replayed trace --out writes)", w + 1)
+                    }
+                    _ => String::new(),
+                };
                 let _ = writeln!(
                     out,
-                    "{}: first OOM at event {} ({} requested): {}",
+                    "{}: first OOM at trace entry {}{written} ({} requested{rounded}): {}",
                     run.label,
                     oom.index + 1,
                     human(oom.requested),
@@ -470,7 +490,7 @@ mod tests {
         assert!(lines[5].ends_with('1'));
         let text = report.to_text();
         assert!(text.contains("3/4 allocations at the recorded address (75.0%)"));
-        assert!(text.starts_with("replayed 10 events on a simulated device of 1.00 GiB\n"));
+        assert!(text.starts_with("replayed 10 trace entries on a simulated device of 1.00 GiB\n"));
         assert!(text.contains(
             "fidelity: 3/4 allocations at the recorded address (75.0%), \
              no segment allocations in the trace\n"
