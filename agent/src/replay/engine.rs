@@ -283,7 +283,7 @@ pub struct Replayer<'a> {
     /// The replay's own last `segment_alloc` or `segment_map` (address, size), written by a
     /// trace tracker on the allocator; taken before and after each replayed `malloc` to tell
     /// which segment (or mapping, for expandable segments) it made.
-    last_segment: Arc<Mutex<Option<(u64, u64)>>>,
+    last_segment: Arc<Mutex<Vec<(u64, u64)>>>,
 }
 
 impl<'a> Replayer<'a> {
@@ -363,7 +363,7 @@ impl<'a> Replayer<'a> {
             carried: false,
             recorded_reserved: initial.reserved(),
             squeezed: false,
-            last_segment: Arc::new(Mutex::new(None)),
+            last_segment: Arc::new(Mutex::new(Vec::new())),
         };
         let last_segment = Arc::clone(&r.last_segment);
         r.alloc.attach_trace_tracker(move |e| {
@@ -371,8 +371,10 @@ impl<'a> Replayer<'a> {
                 e.action,
                 TraceAction::SegmentAlloc | TraceAction::SegmentMap
             ) {
-                *last_segment.lock().unwrap_or_else(PoisonError::into_inner) =
-                    Some((e.addr, e.size));
+                last_segment
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push((e.addr, e.size));
             }
         });
         for w in &initial.warnings {
@@ -416,17 +418,19 @@ impl<'a> Replayer<'a> {
     /// Drives the allocator through every trace entry.
     pub fn replay_events(&mut self, progress: &mut dyn FnMut(usize)) {
         let entries = self.entries;
-        let mut pending_segment: Option<(u64, u64)> = None;
+        // The recorded segments (or mappings) the next `alloc` made: an expandable segment can
+        // map more than one range for one allocation.
+        let mut pending_segments: Vec<(u64, u64)> = Vec::new();
         for (i, e) in entries.iter().enumerate() {
             match e.action {
                 // A new segment, or an expandable segment grew: the next `alloc` made it (a new
                 // reservation starts at its first mapping's address).
                 TraceAction::SegmentAlloc | TraceAction::SegmentMap => {
                     self.recorded_reserved = self.recorded_reserved.saturating_add(e.size);
-                    pending_segment = Some((e.addr, e.size));
+                    pending_segments.push((e.addr, e.size));
                 }
                 TraceAction::Alloc => {
-                    self.replay_alloc(i, e, pending_segment.take());
+                    self.replay_alloc(i, e, &std::mem::take(&mut pending_segments));
                 }
                 TraceAction::FreeRequested => {
                     self.replay_free(i, e, self.plan.is_deferred(i));
@@ -442,7 +446,7 @@ impl<'a> Replayer<'a> {
                     self.recorded_reserved = self.recorded_reserved.saturating_sub(e.size);
                 }
                 TraceAction::Oom => {
-                    pending_segment = None;
+                    pending_segments.clear();
                     self.replay_recorded_oom(i, e);
                     self.sample();
                 }
@@ -612,12 +616,14 @@ impl<'a> Replayer<'a> {
 }
 
 impl Replayer<'_> {
-    /// The replay's last `segment_alloc`/`segment_map` since the previous call, if any.
-    fn take_last_segment(&self) -> Option<(u64, u64)> {
-        self.last_segment
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
+    /// The replay's `segment_alloc`/`segment_map` entries since the previous call, in order.
+    fn take_last_segment(&self) -> Vec<(u64, u64)> {
+        std::mem::take(
+            &mut *self
+                .last_segment
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        )
     }
 
     /// Records the peaks after an event.
@@ -761,10 +767,12 @@ impl Replayer<'_> {
         }
     }
 
-    fn replay_alloc(&mut self, index: usize, e: &TraceEntry, recorded_segment: Option<(u64, u64)>) {
+    /// Replays the `alloc` at `index`, for which the recording made the segments (or
+    /// mappings) `recorded_segments`.
+    fn replay_alloc(&mut self, index: usize, e: &TraceEntry, recorded_segments: &[(u64, u64)]) {
         let recorded = self.opts.placement == Placement::Recorded;
         if self.carried
-            && let Some((addr, _)) = recorded_segment
+            && let Some(&(addr, _)) = recorded_segments.last()
         {
             self.sim.hint_next_segment(addr);
         }
@@ -772,13 +780,13 @@ impl Replayer<'_> {
         let result = self.alloc.malloc(e.size, StreamId(e.stream));
         self.release_squeeze();
         self.sample();
-        // The segment (or, for expandable segments, the mapping) this `malloc` made.
-        let new_segment = self.take_last_segment();
+        // The segments (or, for expandable segments, the mappings) this `malloc` made.
+        let new_segments = self.take_last_segment();
         match result {
             Ok(p) => {
                 self.map.insert(e.addr, p);
                 if recorded {
-                    self.check_alloc(index, e, p, recorded_segment, new_segment);
+                    self.check_alloc(index, e, p, recorded_segments, &new_segments);
                 }
             }
             Err(err) => {
@@ -810,24 +818,38 @@ impl Replayer<'_> {
         index: usize,
         e: &TraceEntry,
         p: DevicePtr,
-        recorded_segment: Option<(u64, u64)>,
-        new_segment: Option<(u64, u64)>,
+        recorded_segments: &[(u64, u64)],
+        new_segments: &[(u64, u64)],
     ) {
         self.fidelity.allocs += 1;
         if p == e.addr {
             self.fidelity.allocs_at_recorded_address += 1;
         }
-        match (recorded_segment, new_segment) {
-            (Some(rec), Some(got)) => {
-                self.fidelity.segment_allocs += 1;
-                if rec.1 == got.1 {
-                    self.fidelity.segment_allocs_of_recorded_size += 1;
-                } else {
+        // Each recorded `segment_alloc`/`segment_map` counts (an expandable segment can map
+        // two ranges for one allocation), matched in order with the replay's.
+        match (recorded_segments.last(), new_segments.last()) {
+            (Some(&rec), Some(&got)) => {
+                self.fidelity.segment_allocs += recorded_segments.len() as u64;
+                let same = recorded_segments
+                    .iter()
+                    .zip(new_segments)
+                    .filter(|(r, g)| r.1 == g.1)
+                    .count() as u64;
+                self.fidelity.segment_allocs_of_recorded_size += same;
+                if same as usize != recorded_segments.len()
+                    || new_segments.len() != recorded_segments.len()
+                {
+                    let sizes = |v: &[(u64, u64)]| {
+                        v.iter()
+                            .map(|x| x.1.to_string())
+                            .collect::<Vec<_>>()
+                            .join(" + ")
+                    };
                     self.diverge(
                         index,
                         "segment_alloc",
-                        format!("a segment of {} bytes", rec.1),
-                        format!("{} bytes", got.1),
+                        format!("a segment of {} bytes", sizes(recorded_segments)),
+                        format!("{} bytes", sizes(new_segments)),
                         "the segment-size rule gave another size".into(),
                     );
                 }
@@ -841,8 +863,8 @@ impl Replayer<'_> {
                     );
                 }
             }
-            (Some(rec), None) => {
-                self.fidelity.segment_allocs += 1;
+            (Some(&rec), None) => {
+                self.fidelity.segment_allocs += recorded_segments.len() as u64;
                 self.diverge(
                     index,
                     "segment_alloc",
@@ -851,8 +873,8 @@ impl Replayer<'_> {
                     "the replay had a free block that fits; the recording did not".into(),
                 );
             }
-            (None, Some(got)) => {
-                self.fidelity.segment_allocs += 1;
+            (None, Some(&got)) => {
+                self.fidelity.segment_allocs += new_segments.len() as u64;
                 self.diverge(
                     index,
                     "alloc",
