@@ -83,6 +83,8 @@ pub enum Action {
     Save,
     /// Move through a file's trace.
     Seek(Seek),
+    /// Scroll the selected OOM's box by this many pages (PgUp / PgDn in the OOM view).
+    ScrollOom(i64),
     /// A left click at a screen cell.
     Click {
         /// Column.
@@ -134,6 +136,8 @@ pub fn key(k: KeyEvent, ui: &UiState, file_mode: bool) -> Option<Action> {
         }
         KeyCode::Up | KeyCode::Char('k') => Action::Move(-1),
         KeyCode::Down | KeyCode::Char('j') => Action::Move(1),
+        KeyCode::PageUp if ui.view == View::Oom => Action::ScrollOom(-1),
+        KeyCode::PageDown if ui.view == View::Oom => Action::ScrollOom(1),
         KeyCode::PageUp => Action::Move(-PAGE),
         KeyCode::PageDown => Action::Move(PAGE),
         KeyCode::Char('h') => Action::Left,

@@ -175,6 +175,9 @@ pub struct UiState {
     pub filter_input: Option<String>,
     /// Selected OOM.
     pub oom: usize,
+    /// Lines of the selected OOM's box scrolled past (PgDn / PgUp in the OOM view), for a
+    /// terminal too short to show it whole.
+    pub oom_scroll: usize,
     /// Updates are paused (live sources).
     pub paused: bool,
     /// The user asked to quit.

@@ -13,7 +13,10 @@ pub const KEYS: [(&str, &str); 19] = [
     ("q  Ctrl-C", "quit"),
     ("?", "this help (Esc closes)"),
     ("Tab  Shift-Tab  1-7", "switch view"),
-    ("↑ ↓  j k  PgUp PgDn", "select row / scroll"),
+    (
+        "↑ ↓  j k  PgUp PgDn",
+        "select row / scroll; OOM view: PgUp PgDn scroll",
+    ),
     ("← →  h l", "select block (segments), group (histograms)"),
     ("Enter", "detail; trace row: block/OOM; file OOM: its event"),
     ("Esc", "back"),
