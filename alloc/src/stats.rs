@@ -69,8 +69,9 @@ pub fn human_bytes(n: u64) -> String {
     HumanBytes(n).to_string()
 }
 
-/// Binary unit names, each [`UNIT_STEP`] times the one before; the last is the largest shown.
-const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+/// The unit names [`HumanBytes`] writes, each 1024 times the one before; the last is the largest
+/// shown.
+pub const BYTE_UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
 
 /// Ratio between consecutive units.
 const UNIT_STEP: f64 = 1024.0;
@@ -92,9 +93,9 @@ impl fmt::Display for HumanBytes {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let bytes = self.0;
         if bytes < UNIT_STEP as u64 {
-            return f.pad(&format!("{bytes} {}", UNITS[0]));
+            return f.pad(&format!("{bytes} {}", BYTE_UNITS[0]));
         }
-        let last = UNITS.len() - 1;
+        let last = BYTE_UNITS.len() - 1;
         let mut value = bytes as f64 / UNIT_STEP;
         let mut unit = 1;
         while unit < last && value >= NEXT_UNIT_FROM {
@@ -108,7 +109,7 @@ impl fmt::Display for HumanBytes {
         } else {
             0
         };
-        f.pad(&format!("{value:.decimals$} {}", UNITS[unit]))
+        f.pad(&format!("{value:.decimals$} {}", BYTE_UNITS[unit]))
     }
 }
 
