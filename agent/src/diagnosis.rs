@@ -345,7 +345,7 @@ mod tests {
         assert_eq!(d.kind, DiagnosisKind::Fragmentation);
         assert_eq!(d.free_in_reserved, 9 * GIB);
         assert!(d.explanation.contains("9.00 GiB"), "{}", d.explanation);
-        assert!(d.explanation.contains("512.00 MiB"), "{}", d.explanation);
+        assert!(d.explanation.contains("512 MiB"), "{}", d.explanation);
     }
 
     #[test]
@@ -365,7 +365,7 @@ mod tests {
         assert_eq!(d.kind, DiagnosisKind::Fragmentation);
         assert!(
             d.explanation
-                .contains("would fill 96% of the 16.00 GiB it may use"),
+                .contains("would fill 96% of the 16.0 GiB it may use"),
             "{}",
             d.explanation
         );
@@ -407,7 +407,7 @@ mod tests {
         };
         let d = diagnose(&f);
         assert_eq!(d.kind, DiagnosisKind::Exhaustion);
-        assert!(d.explanation.contains("78.50 GiB"), "{}", d.explanation);
+        assert!(d.explanation.contains("78.5 GiB"), "{}", d.explanation);
     }
 
     #[test]
@@ -434,7 +434,7 @@ mod tests {
             d.explanation
         );
         assert!(
-            d.explanation.contains("841.00 MiB stranded"),
+            d.explanation.contains("841 MiB stranded"),
             "{}",
             d.explanation
         );
@@ -463,7 +463,7 @@ mod tests {
         let d = diagnose(&f);
         assert_eq!(d.kind, DiagnosisKind::OutsideAllocator);
         assert_eq!(d.outside_allocator, 69 * GIB);
-        assert!(d.explanation.contains("69.00 GiB"), "{}", d.explanation);
+        assert!(d.explanation.contains("69.0 GiB"), "{}", d.explanation);
     }
 
     #[test]
@@ -533,7 +533,7 @@ mod tests {
         assert_eq!(d.kind, DiagnosisKind::Exhaustion);
         assert_eq!(d.capacity, 40 * GIB);
         assert!(
-            d.explanation.contains("40.00 GiB this allocator may use"),
+            d.explanation.contains("40.0 GiB this allocator may use"),
             "{}",
             d.explanation
         );
