@@ -217,7 +217,7 @@ mod tests {
         assert_eq!(bytes(1024), "1.00 KiB");
         assert_eq!(bytes(640 * MIB), "640 MiB");
         assert_eq!(bytes(1023 * MIB), "1.00 GiB");
-        assert_eq!(signed_bytes(-3 * (GIB / 2)), "-1.50 GiB");
+        assert_eq!(signed_bytes(-((3 * GIB / 2) as i64)), "-1.50 GiB");
         assert_eq!(bytes(2 * TIB), allocview_alloc::stats::human_bytes(2 * TIB));
     }
 
