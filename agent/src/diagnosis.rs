@@ -30,8 +30,8 @@
 use serde::{Deserialize, Serialize};
 
 use allocview_alloc::caching::OutOfMemory;
-use allocview_alloc::stats::human_bytes;
 use allocview_alloc::snapshot::{BlockState, DumpedOom, SegmentInfo, TraceEntry};
+use allocview_alloc::stats::human_bytes;
 
 pub use crate::replay::what_if::{WhatIfOutcome, what_if_avoided};
 
@@ -231,7 +231,10 @@ pub fn diagnose_under(f: &OomFacts, expandable_segments: bool) -> Diagnosis {
                 human_bytes(f.largest_free_block)
             )
         } else {
-            format!("the largest free block is {}", human_bytes(f.largest_free_block))
+            format!(
+                "the largest free block is {}",
+                human_bytes(f.largest_free_block)
+            )
         };
         let cure = if expandable_segments {
             "even with expandable segments the free pages are scattered between live blocks"

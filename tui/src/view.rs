@@ -321,12 +321,7 @@ mod tests {
         }
         assert_eq!(
             wrap(text, 24),
-            [
-                "peak reserved 15.4 GiB",
-                "of 16.0 GiB, 841 MiB;",
-                "512 B)"
-            ]
-            .map(String::from)
+            ["peak reserved 15.4 GiB", "of 16.0 GiB, 841 MiB;", "512 B)"].map(String::from)
         );
     }
 }
