@@ -49,9 +49,9 @@ pub fn run(args: &ExportArgs) -> anyhow::Result<()> {
     let bytes = std::fs::metadata(&args.out).map(|m| m.len()).unwrap_or(0);
     let entries = snapshot.device_traces.iter().map(Vec::len).sum::<usize>();
     eprintln!(
-        "wrote {} ({} bytes, {}): {}, {}",
+        "wrote {} ({}, {}): {}, {}",
         args.out.display(),
-        bytes,
+        crate::units::bytes(bytes),
         format_name(wanted),
         counted(snapshot.segments.len() as u64, "segment", "segments"),
         counted(entries as u64, "trace entry", "trace entries")

@@ -410,8 +410,8 @@ mod tests {
     #[test]
     fn the_explanation_wraps_inside_the_boxs_borders() {
         let o = OomReport {
-            explanation: "fragmentation: 6.27 GiB is reserved but free, more than the 589.98 MiB \
-                          asked for, yet the largest free block is 558.02 MiB and 6.27 GiB is \
+            explanation: "fragmentation: 6.27 GiB is reserved but free, more than the 590 MiB \
+                          asked for, yet the largest free block is 558 MiB and 6.27 GiB is \
                           stranded in split segments; expandable_segments:True would let the \
                           free space be used"
                 .into(),
