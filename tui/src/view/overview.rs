@@ -228,8 +228,8 @@ fn counter_lines(state: &State, width: usize) -> Vec<Line<'static>> {
         .collect()
 }
 
-/// Braille dots per cell across: the chart is cut into this many columns per cell of its
-/// box, at least one per dot it can draw, so each dot column shows the maximum over its time.
+/// Braille dots per cell across: the chart is cut into one column per dot it can draw, so each
+/// dot column shows the maximum over its time.
 const COLUMNS_PER_CELL: usize = 2;
 /// Below this box width the x axis gets its two end labels only, not the middle one.
 const MIN_WIDTH_FOR_MIDDLE_LABEL: u16 = 40;
@@ -337,9 +337,8 @@ pub fn render_chart(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
         super::put_wrapped(buf, inner, 0, &text, theme::dim());
         return;
     }
-    let n = COLUMNS_PER_CELL * area.width as usize;
-    let columns: Vec<Sample> = t.columns(lo, hi, n).into_iter().flatten().collect();
-    if columns.is_empty() {
+    // The scale: the maximum over the whole window (one column).
+    let Some(top) = t.columns(lo, hi, 1)[0] else {
         let inner = block.inner(area);
         block.render(area, buf);
         put(
@@ -349,12 +348,28 @@ pub fn render_chart(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
             &Line::styled(" no samples yet", theme::dim()),
         );
         return;
+    };
+    let max_y = (top.max_y().max(1) as f64) * 1.05;
+    let labels: Vec<String> = if area.width >= MIN_WIDTH_FOR_MIDDLE_LABEL {
+        vec![lo, (lo + hi) / 2.0, hi]
+    } else {
+        vec![lo, hi]
     }
-    let max_y = (columns.iter().map(Sample::max_y).max().unwrap_or(0).max(1) as f64) * 1.05;
-    // Each column's point at its middle.
-    let half = (hi - lo) / n as f64 / 2.0;
+    .into_iter()
+    .map(|x| x_label(t, x, file))
+    .collect();
+    // One column per braille dot across, centred on the dot: dot k stands for x = lo + k * dot
+    // and shows the maximum over the half dot either side.
+    let dots = plot_dots(area, &bytes_labels(max_y), labels[0].chars().count()).max(2);
+    let dot = (hi - lo) / (dots - 1) as f64;
+    let columns: Vec<(f64, Sample)> = t
+        .columns(lo - dot / 2.0, hi + dot / 2.0, dots)
+        .into_iter()
+        .enumerate()
+        .filter_map(|(k, c)| c.map(|c| (lo + k as f64 * dot, c)))
+        .collect();
     let series = |f: fn(&Sample) -> u64| -> Vec<(f64, f64)> {
-        columns.iter().map(|c| (c.x + half, f(c) as f64)).collect()
+        columns.iter().map(|(x, c)| (*x, f(c) as f64)).collect()
     };
     let reserved = series(|s| s.reserved);
     let allocated = series(|s| s.allocated);
@@ -379,14 +394,6 @@ pub fn render_chart(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
     if let Some(c) = &cursor {
         datasets.push(series_dataset(c, Series::Cursor));
     }
-    let labels: Vec<String> = if area.width >= MIN_WIDTH_FOR_MIDDLE_LABEL {
-        vec![lo, (lo + hi) / 2.0, hi]
-    } else {
-        vec![lo, hi]
-    }
-    .into_iter()
-    .map(|x| x_label(t, x, file))
-    .collect();
     let chart = Chart::new(datasets)
         .block(block)
         .x_axis(
@@ -578,11 +585,31 @@ fn bytes_axis(max_y: f64) -> Axis<'static> {
     Axis::default()
         .bounds([0.0, max_y])
         .style(theme::dim())
-        .labels([
-            "0".to_string(),
-            units::bytes((max_y / 2.0) as u64),
-            units::bytes(max_y as u64),
-        ])
+        .labels(bytes_labels(max_y))
+}
+
+/// The byte axis's labels: 0, the middle and the top.
+fn bytes_labels(max_y: f64) -> [String; 3] {
+    [
+        "0".to_string(),
+        units::bytes((max_y / 2.0) as u64),
+        units::bytes(max_y as u64),
+    ]
+}
+
+/// Braille dots across the plot of a chart drawn into `area` with a border, y labels
+/// `y_labels` and x labels starting with one `first_x_label` wide: the layout ratatui's
+/// `Chart` gives it (the labels left of the y axis take at most a third of the width, the axis
+/// one column).
+fn plot_dots(area: Rect, y_labels: &[String], first_x_label: usize) -> usize {
+    let inner = area.width.saturating_sub(2) as usize;
+    let y_label = y_labels
+        .iter()
+        .map(|l| l.chars().count())
+        .max()
+        .unwrap_or(0);
+    let left = y_label.max(first_x_label.saturating_sub(1)).min(inner / 3);
+    COLUMNS_PER_CELL * inner.saturating_sub(left + 1).max(1)
 }
 
 #[cfg(test)]
