@@ -241,12 +241,19 @@ const HOUR: u64 = 60 * MINUTE;
 const DAY: u64 = 24 * HOUR;
 /// Below this many seconds an axis label keeps a tenth of a second.
 const TENTHS_BELOW_S: f64 = 10.0;
+/// Milliseconds in a second (axis labels under a second count them).
+const MS_PER_S: f64 = 1000.0;
 
-/// A duration as an axis label: `2.5s`, `45s`, `5m 12s`, `2h 05m`, `3d 4h` (the two largest
-/// units).
+/// A duration as an axis label: `150ms`, `2.5s`, `45s`, `5m 12s`, `2h 05m`, `3d 4h` (the two
+/// largest units).
 fn axis_time(secs: f64) -> String {
     if !secs.is_finite() || secs <= 0.0 {
         return "0s".to_string();
+    }
+    // Below a second in whole milliseconds (999.6 ms and up reads as a second).
+    let ms = (secs * MS_PER_S).round();
+    if ms < MS_PER_S {
+        return format!("{ms}ms");
     }
     if secs < TENTHS_BELOW_S {
         let tenths = format!("{secs:.1}");
@@ -617,6 +624,27 @@ mod tests {
     use super::*;
     use crate::state::View;
     use crate::view::testing::view_text;
+
+    #[test]
+    fn axis_times_read_as_durations_in_their_two_largest_units() {
+        let cases = [
+            (0.0, "0s"),
+            (0.15, "150ms"),
+            (0.9996, "1s"),
+            (2.5, "2.5s"),
+            (7.0, "7s"),
+            (59.5, "1m"),
+            (45.2, "45s"),
+            (312.0, "5m 12s"),
+            (3600.0, "1h"),
+            (7500.0, "2h 05m"),
+            (3.0 * 86_400.0 + 4.0 * 3600.0, "3d 4h"),
+            (f64::NAN, "0s"),
+        ];
+        for (secs, want) in cases {
+            assert_eq!(axis_time(secs), want, "{secs}");
+        }
+    }
 
     #[test]
     fn the_oom_and_retry_counts_stay_on_screen_where_the_counters_panel_does_not_fit() {
