@@ -321,6 +321,10 @@ impl App {
                 self.ui.block = 0;
             }
             Action::ToggleZoom => self.ui.zoom = !self.ui.zoom,
+            Action::CycleChartSpan => {
+                let file = self.file_mode();
+                self.ui.cycle_chart_span(file);
+            }
             Action::HistogramsBy(g) => {
                 self.ui.histogram_by = self.ui.histogram_by.toggle(g);
                 self.ui.histogram_group = 0;

@@ -75,6 +75,8 @@ pub enum Action {
     ToggleZoom,
     /// Histograms per pool / per stream, or back to every group (`p` / `s`, histograms).
     HistogramsBy(HistogramGrouping),
+    /// The usage chart's next span (`t`): whole run, last hour, 10 minutes, minute.
+    CycleChartSpan,
     /// Pause or resume updates.
     TogglePause,
     /// Reset peak statistics.
@@ -173,6 +175,7 @@ pub fn key(k: KeyEvent, ui: &UiState, file_mode: bool) -> Option<Action> {
         }
         KeyCode::Char('p') | KeyCode::Char(' ') => Action::TogglePause,
         KeyCode::Char('r') => Action::ResetPeaks,
+        KeyCode::Char('t') => Action::CycleChartSpan,
         KeyCode::Char('s') => Action::Save,
         _ => return None,
     };
@@ -277,6 +280,13 @@ mod tests {
             );
         }
         assert_eq!(key(press(KeyCode::End), &ui, false), Some(Action::Bottom));
+        // The chart's span, live and in files.
+        for file in [false, true] {
+            assert_eq!(
+                key(press(KeyCode::Char('t')), &ui, file),
+                Some(Action::CycleChartSpan)
+            );
+        }
     }
 
     #[test]

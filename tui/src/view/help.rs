@@ -9,7 +9,7 @@ use super::{left, put, theme};
 use crate::state::State;
 
 /// Every key and what it does; the time-travel keys only apply to files.
-pub const KEYS: [(&str, &str); 19] = [
+pub const KEYS: [(&str, &str); 20] = [
     ("q  Ctrl-C", "quit"),
     ("?", "this help (Esc closes)"),
     ("Tab  Shift-Tab  1-7", "switch view"),
@@ -28,6 +28,7 @@ pub const KEYS: [(&str, &str); 19] = [
         "pause updates (histograms: Space; p per pool / all)",
     ),
     ("r", "reset peak statistics"),
+    ("t", "chart span: whole run / last 1 h / 10 min / 1 min"),
     ("s", "save a snapshot; histograms: per stream / all"),
     ("mouse", "wheel scrolls, click selects"),
     ("◀ ▶  , .  < >", "file: previous / next event"),
