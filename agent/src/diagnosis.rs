@@ -48,7 +48,7 @@ pub const NEAR_FULL_SHARE: f64 = 0.9;
 pub struct OomFacts {
     /// Bytes asked for (rounded as the allocator rounds them).
     pub requested: u64,
-    /// Total device memory.
+    /// Total device memory (0: not known, as in PyTorch's own snapshot files).
     pub device_total: u64,
     /// Free device memory when the allocation failed.
     pub device_free: u64,
@@ -143,9 +143,21 @@ impl OomFacts {
             .saturating_sub(self.reserved)
     }
 
-    /// The memory this allocator may use: the fraction's limit, else the device.
+    /// The memory this allocator may use: the fraction's limit, else the device; where
+    /// neither is known, what it could reach for sure: its segments and the device's free
+    /// memory (see [`capacity_known`](Self::capacity_known)).
     pub fn capacity(&self) -> u64 {
-        self.allowed_max.unwrap_or(self.device_total)
+        match (self.allowed_max, self.device_total) {
+            (Some(limit), _) => limit,
+            (None, 0) => self.reserved.saturating_add(self.device_free),
+            (None, total) => total,
+        }
+    }
+
+    /// Whether [`capacity`](Self::capacity) is a limit or a device size the facts give, not
+    /// only the reserved and free bytes.
+    pub fn capacity_known(&self) -> bool {
+        self.allowed_max.is_some() || self.device_total != 0
     }
 
     /// The memory left to this allocator beyond its live allocations: what it may use (less
@@ -283,12 +295,25 @@ pub fn diagnose_under(f: &OomFacts, expandable_segments: bool) -> Diagnosis {
                 human_bytes(f.device_free)
             ),
         )
-    } else {
+    } else if f.capacity_known() {
         (
             DiagnosisKind::Exhaustion,
             format!(
                 "exhaustion: live allocations hold {} of the {} this allocator may use \
                  ({} reserved, {} free on the device), so the {req} asked for does not fit",
+                human_bytes(f.allocated),
+                human_bytes(capacity),
+                human_bytes(f.reserved),
+                human_bytes(f.device_free)
+            ),
+        )
+    } else {
+        (
+            DiagnosisKind::Exhaustion,
+            format!(
+                "exhaustion: live allocations hold {} of the {} this allocator could reach \
+                 ({} reserved and {} free on the device; the file does not record the \
+                 device's size), so the {req} asked for does not fit",
                 human_bytes(f.allocated),
                 human_bytes(capacity),
                 human_bytes(f.reserved),
@@ -340,6 +365,40 @@ mod tests {
             largest_free_block: 512 * MIB,
             stranded_in_split_segments: 9 * GIB,
         }
+    }
+
+    #[test]
+    fn without_a_device_size_the_reserved_and_free_bytes_are_what_the_allocator_could_reach() {
+        // A PyTorch file: no device size, the OOM entry gives the device's free bytes.
+        // 200 MiB free in segments and 300 MiB on the device: 500 MiB in all, in pieces.
+        let f = OomFacts {
+            requested: 400 * MIB,
+            device_total: 0,
+            device_free: 300 * MIB,
+            allowed_max: None,
+            allocated: 6 * GIB,
+            reserved: 6 * GIB + 200 * MIB,
+            largest_free_block: 100 * MIB,
+            stranded_in_split_segments: 200 * MIB,
+        };
+        assert!(!f.capacity_known());
+        assert_eq!(f.capacity(), 6 * GIB + 500 * MIB);
+        assert_eq!(f.free_for_allocator(), 500 * MIB);
+        assert_eq!(diagnose(&f).kind, DiagnosisKind::Fragmentation);
+        // Less than the request in all: exhaustion, of what it could reach, never "of 0 B".
+        let d = diagnose(&OomFacts {
+            device_free: 100 * MIB,
+            ..f
+        });
+        assert_eq!(d.kind, DiagnosisKind::Exhaustion);
+        assert!(
+            d.explanation
+                .contains("of the 6.29 GiB this allocator could reach")
+                && d.explanation.contains("does not record the device's size"),
+            "{}",
+            d.explanation
+        );
+        assert!(!d.explanation.contains(" 0 B"), "{}", d.explanation);
     }
 
     #[test]
