@@ -14,6 +14,8 @@ pub const MIB: u64 = 1 << 20;
 pub const GIB: u64 = 1 << 30;
 /// One tebibyte.
 pub const TIB: u64 = 1 << 40;
+/// One pebibyte (the largest unit sizes are written in).
+pub const PIB: u64 = 1 << 50;
 
 /// Whether `word` is the name of a binary unit [`bytes`] writes (`B`, `KiB`, ... `PiB`).
 pub fn is_byte_unit(word: &str) -> bool {
@@ -133,12 +135,12 @@ pub enum SizeError {
     Empty,
     /// The number part does not parse.
     #[error(
-        "bad size {0:?}: expected a number of bytes or a number with a unit (B, KiB, MiB, GiB, TiB, KB, MB, GB, TB), e.g. 16GiB or 512MiB"
+        "bad size {0:?}: expected a number of bytes or a number with a unit (B, KiB, MiB, GiB, TiB, PiB, KB, MB, GB, TB, PB), e.g. 16GiB or 512MiB"
     )]
     BadNumber(String),
     /// The unit is unknown.
     #[error(
-        "bad size {input:?}: unknown unit {unit:?} (use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)"
+        "bad size {input:?}: unknown unit {unit:?} (use B, KiB, MiB, GiB, TiB, PiB, KB, MB, GB, TB or PB)"
     )]
     BadUnit {
         /// The whole input.
@@ -152,8 +154,9 @@ pub enum SizeError {
 }
 
 /// Parses a size: plain bytes (`8000000000`, `1_000`), or a number and a unit, binary (`KiB`,
-/// `MiB`, `GiB`, `TiB`, also `K`/`M`/`G`/`T`) or decimal (`KB`, `MB`, `GB`, `TB`), case
-/// insensitive, with an optional space and fraction (`1.5 GiB`).
+/// `MiB`, `GiB`, `TiB`, `PiB`, also `K`/`M`/`G`/`T`/`P`) or decimal (`KB`, `MB`, `GB`, `TB`,
+/// `PB`), case insensitive, with an optional space and fraction (`1.5 GiB`): every unit
+/// [`bytes`] writes reads back.
 ///
 /// # Errors
 /// [`SizeError`] naming what is wrong with the input.
@@ -177,10 +180,12 @@ pub fn parse_size(input: &str) -> Result<u64, SizeError> {
         "m" | "mib" => MIB,
         "g" | "gib" => GIB,
         "t" | "tib" => TIB,
+        "p" | "pib" => PIB,
         "kb" => 1_000,
         "mb" => 1_000_000,
         "gb" => 1_000_000_000,
         "tb" => 1_000_000_000_000,
+        "pb" => 1_000_000_000_000_000,
         _ => {
             return Err(SizeError::BadUnit {
                 input: input.to_string(),
@@ -267,6 +272,27 @@ mod tests {
         assert_eq!(parse_size("1.5 GiB"), Ok(3 * GIB / 2));
         assert_eq!(parse_size("2gb"), Ok(2_000_000_000));
         assert_eq!(parse_size("1_024"), Ok(1024));
+        assert_eq!(parse_size("1PiB"), Ok(PIB));
+        assert_eq!(parse_size("2 pb"), Ok(2_000_000_000_000_000));
+    }
+
+    #[test]
+    fn every_size_bytes_writes_parses_back_to_within_its_rounding() {
+        for n in [
+            0,
+            1023,
+            1536,
+            10 * MIB + 1,
+            3 * GIB / 2,
+            5 * TIB,
+            7 * PIB,
+            u64::MAX / 2,
+        ] {
+            let shown = bytes(n);
+            let back = parse_size(&shown).unwrap_or_else(|e| panic!("{shown}: {e}"));
+            let err = back.abs_diff(n) as f64 / n.max(1) as f64;
+            assert!(err < 0.005, "{n} -> {shown} -> {back}");
+        }
     }
 
     #[test]
