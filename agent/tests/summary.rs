@@ -383,3 +383,18 @@ fn a_size_that_would_read_1000_of_a_unit_prints_in_the_next_unit() {
     assert_eq!(human_bytes((1 << 20) - 60 * 1024), "964 KiB");
     assert_eq!(human_bytes(1023), "1023 B");
 }
+
+#[test]
+fn a_snapshot_without_history_says_none_was_recorded_rather_than_judging_its_ring() {
+    let mut snap = rich_snapshot();
+    snap.device_traces.clear();
+    let text = summary::summarize(&snap).to_string();
+    assert!(
+        text.contains("Trace: 0 entries (no history was recorded"),
+        "{text}"
+    );
+    assert!(!text.contains("the ring did not overflow"), "{text}");
+    // With a trace, the ring is judged as before.
+    let text = summary::summarize(&rich_snapshot()).to_string();
+    assert!(text.contains("the ring"), "{text}");
+}

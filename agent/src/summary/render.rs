@@ -159,6 +159,12 @@ fn device_section(out: &mut String, d: &DeviceSummary) {
             "; the ring overflowed: {} older entries were lost",
             d.trace_overflow
         );
+    } else if d.trace_entries == 0 {
+        // Nothing to judge the ring by: history was off when the snapshot was taken.
+        out.push_str(
+            " (no history was recorded; in PyTorch, \
+             torch.cuda.memory._record_memory_history() before the run records it)",
+        );
     } else {
         out.push_str("; the ring did not overflow");
     }
