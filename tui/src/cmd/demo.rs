@@ -48,7 +48,7 @@ pub fn config(args: &DemoArgs) -> anyhow::Result<DemoConfig> {
     let given = (!args.config.is_empty()).then(|| args.config.join(","));
     let config = match (&given, AllocatorConfig::env_setting()) {
         (Some(s), _) => AllocatorConfig::parse(s)
-            .with_context(|| format!("--config {s:?} (expected KEY:VALUE[,KEY:VALUE...])"))?,
+            .with_context(|| format!("--config {s:?}"))?,
         (None, Some((var, s))) => {
             AllocatorConfig::parse(&s).with_context(|| format!("{var}={s:?}"))?
         }
