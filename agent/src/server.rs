@@ -385,8 +385,11 @@ pub(crate) enum SocketProbe {
     /// An agent listens there, busy (its backlog is full).
     Busy,
     /// Nobody listens (refused): the socket outlived its agent, killed by a signal, say. It
-    /// was removed, if it was still the socket probed.
-    Stale,
+    /// was removed (`removed`) if it was still the socket probed and removing it worked.
+    Stale {
+        /// Whether this probe removed the socket file.
+        removed: bool,
+    },
     /// The probe failed otherwise.
     Failed(io::Error),
 }
@@ -423,10 +426,9 @@ pub(crate) fn probe_unix_socket(path: &Path) -> SocketProbe {
             // replaces it with its own).
             let same = std::fs::symlink_metadata(path)
                 .is_ok_and(|now| now.dev() == before.dev() && now.ino() == before.ino());
-            if same {
-                let _ = std::fs::remove_file(path);
+            SocketProbe::Stale {
+                removed: same && std::fs::remove_file(path).is_ok(),
             }
-            SocketProbe::Stale
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => SocketProbe::Absent,
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => SocketProbe::Busy,
@@ -437,7 +439,7 @@ pub(crate) fn probe_unix_socket(path: &Path) -> SocketProbe {
 /// Binds a unix socket, replacing a stale one; `Ok(None)` when a live agent holds the path.
 fn bind_unix(path: &Path) -> Result<Option<UnixListener>, ServerError> {
     match probe_unix_socket(path) {
-        SocketProbe::Absent | SocketProbe::Stale => {}
+        SocketProbe::Absent | SocketProbe::Stale { .. } => {}
         // Only a stale socket is ours to replace: anything else at the path (a typo in
         // ALLOCVIEW_ADDR naming a user's file) is left alone.
         SocketProbe::NotASocket => return Err(ServerError::NotASocket(path.to_path_buf())),

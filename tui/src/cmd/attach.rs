@@ -6,7 +6,7 @@ use std::io::{IsTerminal as _, Write as _};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use allocview_agent::client::{self, AttachClient, ClientError, ClientUpdate};
+use allocview_agent::client::{self, AttachClient, ClientError, ClientUpdate, SocketDiscovery};
 use allocview_agent::server::{ADDR_ENV, TOKEN_ENV, default_socket_dir};
 use allocview_agent::state::HostState;
 use anyhow::Context as _;
@@ -25,37 +25,59 @@ const NEEDS_TERMINAL: &str = "the live dashboard needs one: add --headless to pr
 /// Headless mode prints a line at most this often.
 const HEADLESS_LINE_EVERY: Duration = Duration::from_secs(1);
 
+/// Where to attach, and what looking for it did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// The address.
+    pub addr: String,
+    /// A line to show before attaching: the stale sockets the look removed (see
+    /// [`SocketDiscovery::stale_note`]).
+    pub note: Option<String>,
+}
+
 /// The address to attach to: the one given, else `$ALLOCVIEW_ADDR`, else the only socket in
-/// the default folder (`sockets` lists them, probing each: called only when needed).
+/// the default folder (`sockets` lists them, probing each: called only when needed). Stale
+/// sockets that look removed are said in one line: before the listing in an error, else in
+/// [`Target::note`].
 ///
 /// # Errors
 /// No address and no socket, or several sockets (listed, to choose from).
 pub fn resolve(
     given: Option<&str>,
     env: Option<String>,
-    sockets: impl FnOnce() -> Vec<PathBuf>,
-) -> anyhow::Result<String> {
+    sockets: impl FnOnce() -> SocketDiscovery,
+) -> anyhow::Result<Target> {
+    let chosen = |addr: &str| Target {
+        addr: addr.trim().to_string(),
+        note: None,
+    };
     if let Some(a) = given.filter(|a| !a.trim().is_empty()) {
-        return Ok(a.trim().to_string());
+        return Ok(chosen(a));
     }
     if let Some(a) = env.filter(|a| !a.trim().is_empty()) {
-        return Ok(a.trim().to_string());
+        return Ok(chosen(&a));
     }
-    match sockets().as_slice() {
+    let found = sockets();
+    let note = found.stale_note();
+    let before = note.as_ref().map_or(String::new(), |n| format!("{n}\n"));
+    match found.sockets.as_slice() {
         [] => anyhow::bail!(
-            "no allocview agent found: no socket in {} and ${ADDR_ENV} is not set; give an \
-             address (allocview --attach unix:PATH or HOST:PORT) or start one \
+            "{before}no allocview agent found: no socket in {} and ${ADDR_ENV} is not set; give \
+             an address (allocview --attach unix:PATH or HOST:PORT) or start one \
              (allocview demo --listen unix:PATH)",
             default_socket_dir().display()
         ),
-        [one] => Ok(format!("unix:{}", one.display())),
+        [one] => Ok(Target {
+            addr: format!("unix:{}", one.display()),
+            note,
+        }),
         many => {
             let list: Vec<String> = many
                 .iter()
                 .map(|p| format!("  unix:{}", p.display()))
                 .collect();
             anyhow::bail!(
-                "{} agents are listening; choose one with allocview --attach ADDR:\n{}",
+                "{before}{} agents are listening; choose one with allocview --attach ADDR:\n{}",
                 many.len(),
                 list.join("\n")
             )
@@ -188,11 +210,14 @@ fn host_line(pid: u32, name: &str, h: &HostState) -> String {
 /// # Errors
 /// No address to attach to, a failed first connection, or a terminal that cannot be used.
 pub fn run(cli: &Cli) -> anyhow::Result<()> {
-    let addr = resolve(
+    let Target { addr, note } = resolve(
         cli.attach.as_deref(),
         std::env::var(ADDR_ENV).ok(),
         client::find_sockets,
     )?;
+    if let Some(note) = note {
+        eprintln!("allocview: {note}");
+    }
     let token = std::env::var(TOKEN_ENV).ok().filter(|t| !t.is_empty());
     if cli.headless {
         return headless(&addr, token, cli);
@@ -209,20 +234,53 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
 mod tests {
     use super::*;
 
+    /// What a look in `/run/allocview` finds: `live` sockets, `stale` removed.
+    fn found(live: &[&str], stale: usize) -> SocketDiscovery {
+        SocketDiscovery {
+            dir: PathBuf::from("/run/allocview"),
+            sockets: live.iter().map(PathBuf::from).collect(),
+            stale_removed: stale,
+        }
+    }
+
     #[test]
     fn the_address_comes_from_the_flag_then_the_environment_then_the_only_socket() {
-        let socks = [PathBuf::from("/tmp/a.sock")];
+        let socks = || found(&["/tmp/a.sock"], 0);
+        let addr = |t: anyhow::Result<Target>| t.unwrap().addr;
         assert_eq!(
-            resolve(Some("unix:/x.sock"), Some("h:1".into()), || socks.to_vec()).unwrap(),
+            addr(resolve(Some("unix:/x.sock"), Some("h:1".into()), socks)),
             "unix:/x.sock"
         );
+        assert_eq!(addr(resolve(Some(""), Some("h:1".into()), socks)), "h:1");
         assert_eq!(
-            resolve(Some(""), Some("h:1".into()), || socks.to_vec()).unwrap(),
-            "h:1"
+            resolve(None, None, socks).unwrap(),
+            Target {
+                addr: "unix:/tmp/a.sock".into(),
+                note: None
+            }
         );
+    }
+
+    #[test]
+    fn stale_sockets_removed_while_looking_are_said_in_one_line_with_the_listing() {
+        let t = resolve(None, None, || found(&["/tmp/a.sock"], 2)).unwrap();
         assert_eq!(
-            resolve(None, None, || socks.to_vec()).unwrap(),
-            "unix:/tmp/a.sock"
+            t.note.as_deref(),
+            Some("removed 2 stale sockets in /run/allocview")
+        );
+        let e = resolve(None, None, || found(&[], 1))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("removed 1 stale socket in /run/allocview\nno allocview agent found"),
+            "{e}"
+        );
+        let e = resolve(None, None, || found(&["/tmp/a.sock", "/tmp/b.sock"], 3))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("removed 3 stale sockets in /run/allocview\n2 agents are listening"),
+            "{e}"
         );
     }
 
@@ -244,10 +302,11 @@ mod tests {
 
     #[test]
     fn no_socket_or_several_are_clear_errors() {
-        let e = resolve(None, None, Vec::new).unwrap_err().to_string();
-        assert!(e.contains("no allocview agent found"), "{e}");
-        let two = [PathBuf::from("/tmp/a.sock"), PathBuf::from("/tmp/b.sock")];
-        let e = resolve(None, None, || two.to_vec())
+        let e = resolve(None, None, || found(&[], 0))
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("no allocview agent found"), "{e}");
+        let e = resolve(None, None, || found(&["/tmp/a.sock", "/tmp/b.sock"], 0))
             .unwrap_err()
             .to_string();
         assert!(
