@@ -8,12 +8,12 @@ use std::time::{Duration, Instant};
 
 use allocview_agent::client::{self, AttachClient, ClientError, ClientUpdate, SocketDiscovery};
 use allocview_agent::server::{ADDR_ENV, TOKEN_ENV, default_socket_dir};
-use allocview_agent::state::HostState;
+use allocview_agent::state::{HostState, PipelineStats};
 use anyhow::Context as _;
 
 use crate::app::{self, App};
 use crate::cli::Cli;
-use crate::source::attach::AttachSource;
+use crate::source::attach::{AttachSource, refused_summary};
 use crate::terminal::TerminalGuard;
 use crate::{output, units};
 
@@ -157,25 +157,19 @@ fn headless(addr: &str, token: Option<String>, cli: &Cli) -> anyhow::Result<()> 
 fn print_line(c: &AttachClient) -> anyhow::Result<()> {
     let s = c.state();
     let (pid, name) = c.process();
+    // The pipeline's counts end each device line; without devices, the line shown.
+    let pipeline = pipeline_counts(&s.pipeline);
     for d in &s.devices {
         let st = &d.stats;
         output::print(&format!(
-            "pid {pid} {name} dev {}: allocated {} reserved {} active {} OOMs {} dropped {} resyncs {}",
+            "pid {pid} {name} dev {}: allocated {} reserved {} active {} OOMs {}{pipeline}",
             d.device,
             units::bytes(st.allocated_bytes.0[0].current.max(0) as u64),
             units::bytes(st.reserved_bytes.0[0].current.max(0) as u64),
             units::bytes(st.active_bytes.0[0].current.max(0) as u64),
             st.num_ooms,
-            units::count(s.pipeline.dropped_total),
-            units::count(s.pipeline.resyncs),
         ))?;
     }
-    // The pipeline's counts end each device line; without devices, the line shown.
-    let pipeline = format!(
-        " dropped {} resyncs {}",
-        units::count(s.pipeline.dropped_total),
-        units::count(s.pipeline.resyncs)
-    );
     let pipeline = if s.devices.is_empty() {
         &pipeline[..]
     } else {
@@ -188,6 +182,20 @@ fn print_line(c: &AttachClient) -> anyhow::Result<()> {
         output::print(&format!("pid {pid} {name}: no device events yet{pipeline}"))?;
     }
     Ok(())
+}
+
+/// ` dropped N resyncs N`, then the attach clients the agent refused, per reason, when any
+/// (` refused 3 (hello_cap 2, token 1)`).
+fn pipeline_counts(p: &PipelineStats) -> String {
+    let mut out = format!(
+        " dropped {} resyncs {}",
+        units::count(p.dropped_total),
+        units::count(p.resyncs)
+    );
+    if let Some(refused) = refused_summary(p) {
+        out.push_str(&format!(" refused {refused}"));
+    }
+    out
 }
 
 /// The headless line of the host heap.
@@ -297,6 +305,21 @@ mod tests {
             l,
             "pid 7 svc host heap: in use 2.00 MiB peak 3.00 MiB allocations 2 frees 1 live 1 total \
              allocated 3.00 MiB"
+        );
+    }
+
+    #[test]
+    fn the_pipeline_counts_name_refused_clients_per_reason_only_when_there_are_some() {
+        let mut p = PipelineStats {
+            dropped_total: 4,
+            resyncs: 1,
+            ..PipelineStats::default()
+        };
+        assert_eq!(pipeline_counts(&p), " dropped 4 resyncs 1");
+        p.refused_clients = vec![("hello_cap".into(), 2), ("token".into(), 1)];
+        assert_eq!(
+            pipeline_counts(&p),
+            " dropped 4 resyncs 1 refused 3 (hello_cap 2, token 1)"
         );
     }
 
