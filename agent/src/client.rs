@@ -358,7 +358,10 @@ impl SocketDiscovery {
         match self.stale_removed {
             0 => None,
             1 => Some(format!("removed 1 stale socket in {}", self.dir.display())),
-            n => Some(format!("removed {n} stale sockets in {}", self.dir.display())),
+            n => Some(format!(
+                "removed {n} stale sockets in {}",
+                self.dir.display()
+            )),
         }
     }
 }
@@ -390,7 +393,7 @@ pub fn find_sockets_in(dir: &Path) -> SocketDiscovery {
     };
     let mut socks: Vec<(std::time::SystemTime, PathBuf)> = Vec::new();
     for p in entries.flatten().map(|e| e.path()) {
-        if !p.extension().is_some_and(|x| x == "sock") {
+        if p.extension().is_none_or(|x| x != "sock") {
             continue;
         }
         match liveness(&p) {
