@@ -144,7 +144,12 @@ impl RefusalCounts {
     pub(crate) fn nonzero(&self) -> Vec<(String, u64)> {
         RefusalReason::ALL
             .iter()
-            .map(|r| (r.as_str().to_string(), self.0[*r as usize].load(Ordering::Relaxed)))
+            .map(|r| {
+                (
+                    r.as_str().to_string(),
+                    self.0[*r as usize].load(Ordering::Relaxed),
+                )
+            })
             .filter(|(_, n)| *n > 0)
             .collect()
     }
@@ -833,10 +838,7 @@ fn serve_client(
             input.shutdown();
             return;
         }
-        Err(e) => Err((
-            RefusalReason::of_hello_error(&e),
-            format!("bad hello: {e}"),
-        )),
+        Err(e) => Err((RefusalReason::of_hello_error(&e), format!("bad hello: {e}"))),
     };
     drop(awaiting);
     if let Err((why, message)) = accepted {

@@ -462,7 +462,10 @@ fn discovery_counts_the_stale_sockets_it_removes_and_says_so_in_one_line() {
     drop(std::os::unix::net::UnixListener::bind(&stale[0]).unwrap());
     assert_eq!(
         allocview_agent::client::find_sockets_in(dir.path()).stale_note(),
-        Some(format!("removed 1 stale socket in {}", dir.path().display()))
+        Some(format!(
+            "removed 1 stale socket in {}",
+            dir.path().display()
+        ))
     );
 }
 
