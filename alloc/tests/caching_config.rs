@@ -3,8 +3,7 @@
 
 use allocview_alloc::caching::config::{
     AllocatorConfig, ConfigError, LARGE_BUFFER, ROUNDUP_BUCKETS, SMALL_BUFFER, VALID_KEYS,
-    roundup_bucket,
-    segment_size,
+    roundup_bucket, segment_size,
 };
 use allocview_alloc::snapshot::Value;
 

@@ -600,7 +600,10 @@ impl Parser<'_> {
 
     /// The text of tokens `from..to` as written (whitespace inside kept).
     fn text(&self, from: usize, to: usize) -> &str {
-        match (self.tokens.get(from), to.checked_sub(1).and_then(|l| self.tokens.get(l))) {
+        match (
+            self.tokens.get(from),
+            to.checked_sub(1).and_then(|l| self.tokens.get(l)),
+        ) {
             (Some(a), Some(b)) if from < to => &self.src[a.start..b.end],
             _ => "",
         }
