@@ -3,7 +3,6 @@
 //! and one for the host heap).
 
 use std::io::{IsTerminal as _, Write as _};
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use allocview_agent::client::{self, AttachClient, ClientError, ClientUpdate, SocketDiscovery};
@@ -241,6 +240,7 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::PathBuf;
 
     /// What a look in `/run/allocview` finds: `live` sockets, `stale` removed.
     fn found(live: &[&str], stale: usize) -> SocketDiscovery {
