@@ -31,6 +31,7 @@ use serde::{Deserialize, Serialize};
 
 use allocview_alloc::caching::OutOfMemory;
 use allocview_alloc::snapshot::{BlockState, DumpedOom, SegmentInfo, TraceEntry};
+use allocview_alloc::stats::human_bytes;
 
 pub use crate::replay::what_if::{WhatIfOutcome, what_if_avoided};
 
@@ -221,16 +222,19 @@ pub fn diagnose_under(f: &OomFacts, expandable_segments: bool) -> Diagnosis {
     let free_in_reserved = f.free_in_reserved();
     let outside = f.outside();
     let capacity = f.capacity();
-    let req = human(f.requested);
+    let req = human_bytes(f.requested);
     let free_for_allocator = f.free_for_allocator();
     let (kind, mut explanation) = if free_in_reserved >= f.requested {
         let where_ = if f.largest_free_block >= f.requested {
             format!(
                 "the largest free block ({}) is cached for another stream or pool",
-                human(f.largest_free_block)
+                human_bytes(f.largest_free_block)
             )
         } else {
-            format!("the largest free block is {}", human(f.largest_free_block))
+            format!(
+                "the largest free block is {}",
+                human_bytes(f.largest_free_block)
+            )
         };
         let cure = if expandable_segments {
             "even with expandable segments the free pages are scattered between live blocks"
@@ -242,8 +246,8 @@ pub fn diagnose_under(f: &OomFacts, expandable_segments: bool) -> Diagnosis {
             format!(
                 "fragmentation: {} is reserved but free, more than the {req} asked for, yet \
                  {where_} and {} is stranded in split segments; {cure}",
-                human(free_in_reserved),
-                human(f.stranded_in_split_segments)
+                human_bytes(free_in_reserved),
+                human_bytes(f.stranded_in_split_segments)
             ),
         )
     } else if outside as f64 >= OUTSIDE_SHARE * capacity as f64 && outside > f.reserved {
@@ -252,10 +256,10 @@ pub fn diagnose_under(f: &OomFacts, expandable_segments: bool) -> Diagnosis {
             format!(
                 "memory outside the allocator: {} of the device's {} is used by something else \
                  (this allocator reserves only {}), leaving {} free for the {req} asked for",
-                human(outside),
-                human(f.device_total),
-                human(f.reserved),
-                human(f.device_free)
+                human_bytes(outside),
+                human_bytes(f.device_total),
+                human_bytes(f.reserved),
+                human_bytes(f.device_free)
             ),
         )
     } else if free_for_allocator >= f.requested {
@@ -272,11 +276,11 @@ pub fn diagnose_under(f: &OomFacts, expandable_segments: bool) -> Diagnosis {
                 "fragmentation: {} is free in all, more than the {req} asked for, but in \
                  pieces: {} reserved but free (largest block {}, {} stranded in split segments \
                  that cannot be given back) and {} free on the device; {cure}",
-                human(free_for_allocator),
-                human(free_in_reserved),
-                human(f.largest_free_block),
-                human(f.stranded_in_split_segments),
-                human(f.device_free)
+                human_bytes(free_for_allocator),
+                human_bytes(free_in_reserved),
+                human_bytes(f.largest_free_block),
+                human_bytes(f.stranded_in_split_segments),
+                human_bytes(f.device_free)
             ),
         )
     } else {
@@ -285,10 +289,10 @@ pub fn diagnose_under(f: &OomFacts, expandable_segments: bool) -> Diagnosis {
             format!(
                 "exhaustion: live allocations hold {} of the {} this allocator may use \
                  ({} reserved, {} free on the device), so the {req} asked for does not fit",
-                human(f.allocated),
-                human(capacity),
-                human(f.reserved),
-                human(f.device_free)
+                human_bytes(f.allocated),
+                human_bytes(capacity),
+                human_bytes(f.reserved),
+                human_bytes(f.device_free)
             ),
         )
     };
@@ -300,7 +304,7 @@ pub fn diagnose_under(f: &OomFacts, expandable_segments: bool) -> Diagnosis {
              so little room is left even without fragmentation: smaller batches or activation \
              checkpointing make room where a setting cannot",
             filled * 100.0,
-            human(capacity)
+            human_bytes(capacity)
         ));
     }
     Diagnosis {
@@ -315,20 +319,6 @@ pub fn diagnose_under(f: &OomFacts, expandable_segments: bool) -> Diagnosis {
         reserved: f.reserved,
         capacity,
     }
-}
-
-/// A byte count in binary units with two decimals (`1.50 GiB`, `512 B`).
-pub fn human(bytes: u64) -> String {
-    human_with(bytes, 2)
-}
-
-/// Units [`human_with`] goes up to: `B` to `PiB`.
-const UNITS: usize = 6;
-
-/// A byte count in binary units with `decimals` decimals (`512 B` below 1 KiB), up to PiB. A
-/// value that would round to 1024 of a unit is given in the next (1048575 B is `1.00 MiB`).
-pub fn human_with(bytes: u64, decimals: usize) -> String {
-    allocview_alloc::stats::binary_size(bytes, UNITS, |_| decimals)
 }
 
 #[cfg(test)]
@@ -358,7 +348,7 @@ mod tests {
         assert_eq!(d.kind, DiagnosisKind::Fragmentation);
         assert_eq!(d.free_in_reserved, 9 * GIB);
         assert!(d.explanation.contains("9.00 GiB"), "{}", d.explanation);
-        assert!(d.explanation.contains("512.00 MiB"), "{}", d.explanation);
+        assert!(d.explanation.contains("512 MiB"), "{}", d.explanation);
     }
 
     #[test]
@@ -378,7 +368,7 @@ mod tests {
         assert_eq!(d.kind, DiagnosisKind::Fragmentation);
         assert!(
             d.explanation
-                .contains("would fill 96% of the 16.00 GiB it may use"),
+                .contains("would fill 96% of the 16.0 GiB it may use"),
             "{}",
             d.explanation
         );
@@ -420,7 +410,7 @@ mod tests {
         };
         let d = diagnose(&f);
         assert_eq!(d.kind, DiagnosisKind::Exhaustion);
-        assert!(d.explanation.contains("78.50 GiB"), "{}", d.explanation);
+        assert!(d.explanation.contains("78.5 GiB"), "{}", d.explanation);
     }
 
     #[test]
@@ -447,7 +437,7 @@ mod tests {
             d.explanation
         );
         assert!(
-            d.explanation.contains("841.00 MiB stranded"),
+            d.explanation.contains("841 MiB stranded"),
             "{}",
             d.explanation
         );
@@ -476,7 +466,7 @@ mod tests {
         let d = diagnose(&f);
         assert_eq!(d.kind, DiagnosisKind::OutsideAllocator);
         assert_eq!(d.outside_allocator, 69 * GIB);
-        assert!(d.explanation.contains("69.00 GiB"), "{}", d.explanation);
+        assert!(d.explanation.contains("69.0 GiB"), "{}", d.explanation);
     }
 
     #[test]
@@ -546,16 +536,9 @@ mod tests {
         assert_eq!(d.kind, DiagnosisKind::Exhaustion);
         assert_eq!(d.capacity, 40 * GIB);
         assert!(
-            d.explanation.contains("40.00 GiB this allocator may use"),
+            d.explanation.contains("40.0 GiB this allocator may use"),
             "{}",
             d.explanation
         );
-    }
-
-    #[test]
-    fn human_sizes_use_binary_units() {
-        assert_eq!(human(512), "512 B");
-        assert_eq!(human(1536), "1.50 KiB");
-        assert_eq!(human(3 * GIB), "3.00 GiB");
     }
 }

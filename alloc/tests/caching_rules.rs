@@ -251,6 +251,32 @@ fn allocated_drops_at_free_and_active_when_a_stream_deferred_free_completes() {
 }
 
 #[test]
+fn process_events_completes_finished_deferred_frees_without_a_malloc() {
+    let (a, dev) = allocator();
+    let p = a.malloc(4096, S0).unwrap();
+    let q = a.malloc(4096, S0).unwrap();
+    a.record_stream(p, S1).unwrap();
+    dev.submit_work(S1);
+    a.free(p).unwrap();
+    a.record_stream(q, S2).unwrap();
+    dev.submit_work(S2);
+    a.free(q).unwrap();
+    // Nothing has finished: nothing completes.
+    a.process_events().unwrap();
+    assert_eq!(cur(&a.device_stats().active_bytes), 8192);
+    dev.complete_stream(S1);
+    a.process_events().unwrap();
+    // Only the block stream 1 held is free; stream 2's is still pending.
+    let s = a.device_stats();
+    assert_eq!(cur(&s.active_bytes), 4096);
+    assert_eq!(cur(&s.allocated_bytes), 0);
+    let snap = check_consistent(&a);
+    let states: Vec<_> = snap.segments[0].blocks.iter().map(|b| b.state).collect();
+    use allocview_alloc::snapshot::BlockState::{ActivePendingFree, Inactive};
+    assert_eq!(states, [Inactive, ActivePendingFree, Inactive]);
+}
+
+#[test]
 fn record_stream_on_the_allocation_stream_is_ignored() {
     let (a, dev) = allocator();
     let p = a.malloc(4096, S1).unwrap();

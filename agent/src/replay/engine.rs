@@ -55,8 +55,10 @@ use allocview_alloc::snapshot::{
     SegmentInfo, SegmentType, Snapshot, TraceAction, TraceEntry, Value,
 };
 
+use allocview_alloc::stats::human_bytes;
+
 use crate::addr_map::AddrMap;
-use crate::diagnosis::{OomFacts, diagnose_under, human};
+use crate::diagnosis::{OomFacts, diagnose_under};
 use crate::replay::initial::{InitialState, MIN_BLOCK_SIZE, SMALL_SIZE};
 use crate::replay::plan::{FreeRun, TracePlan, is_release};
 use crate::replay::report::{Divergence, Fidelity, InitialSummary, OomEvent, RunFigures, RunStart};
@@ -384,10 +386,11 @@ impl<'a> Replayer<'a> {
         } else {
             r.install_free(&initial);
             // Only a recorded cache left behind makes the peaks incomparable.
-            if initial.reserved() > initial.allocated() {
+            if initial.reserved() > initial.active() {
                 r.figures.start = RunStart::LiveBlocksOnly;
             }
         }
+        r.request_pending_frees(&initial);
         // Peaks and totals cover the trace window, not the installation of its initial state.
         r.alloc.reset_peak_stats();
         r.alloc.reset_accumulated_stats();
@@ -718,9 +721,9 @@ impl Replayer<'_> {
                         match err.out_of_memory() {
                             Some(oom) => format!(
                                 "the replay's device ran out: {} requested, {} free of {}",
-                                human(oom.rounded),
-                                human(oom.device_free),
-                                human(oom.device_total)
+                                human_bytes(oom.rounded),
+                                human_bytes(oom.device_free),
+                                human_bytes(oom.device_total)
                             ),
                             None => err.to_string(),
                         },
@@ -818,23 +821,44 @@ impl Replayer<'_> {
             return;
         };
         if deferred {
-            let helper = self.helper_stream();
-            self.sim.submit_work(helper);
-            if let Err(err) = self.alloc.record_stream(p, helper) {
-                self.warnings
-                    .push(format!("event {index}: record_stream: {err}"));
-            }
-            self.held.insert(e.addr, helper);
+            self.hold_on_helper(index, e.addr, p);
         }
         self.free_or_warn(index, p);
     }
 
+    /// Makes the block at `p` (recorded at `addr`) wait on a helper stream's unfinished work, so
+    /// that its free stays pending until the trace's `free_completed` for `addr`.
+    fn hold_on_helper(&mut self, index: usize, addr: u64, p: DevicePtr) {
+        let helper = self.helper_stream();
+        self.sim.submit_work(helper);
+        if let Err(err) = self.alloc.record_stream(p, helper) {
+            self.warnings
+                .push(format!("event {index}: record_stream: {err}"));
+        }
+        self.held.insert(addr, helper);
+    }
+
+    /// Requests the free of every initial block whose free the recording requested before the
+    /// trace began: it starts the window active but not allocated, pending until its
+    /// `free_completed`, as in the recording.
+    fn request_pending_frees(&mut self, initial: &InitialState) {
+        for b in initial.live_blocks().filter(|b| b.pending_free) {
+            if let Some(p) = self.map.remove(&b.address) {
+                self.hold_on_helper(0, b.address, p);
+                self.free_or_warn(0, p);
+            }
+        }
+    }
+
     fn replay_free_completed(&mut self, index: usize, e: &TraceEntry) {
         if let Some(helper) = self.held.remove(&e.addr) {
-            // The allocator completes the free at its next malloc or synchronisation, as the
-            // recording did.
+            // The recording completed the free here (in a `malloc`'s or a synchronisation's
+            // `process_events`): so does the replay, in the recorded order.
             self.sim.complete_stream(helper);
             self.idle_helpers.push(helper);
+            if let Err(err) = self.alloc.process_events() {
+                self.warn(format!("event {index}: {err}"));
+            }
         } else if let Some(p) = self.map.remove(&e.addr) {
             // Freed before the trace began, its completion recorded inside it.
             self.free_or_warn(index, p);

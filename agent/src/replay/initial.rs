@@ -55,6 +55,10 @@ pub struct InitialBlock {
     pub requested: u64,
     /// Allocated at trace start (else free, cached).
     pub live: bool,
+    /// Live, but its free was already requested before the trace began and completes inside
+    /// it (a lone `free_completed`): active, waiting on another stream's work, and no longer
+    /// counted as allocated (spec "Free": `allocated_*` drop at the request).
+    pub pending_free: bool,
 }
 
 /// One segment that existed when the trace began, with its block layout then.
@@ -91,6 +95,8 @@ struct LiveBlock {
     stream: u64,
     /// The final snapshot gave the size.
     exact: bool,
+    /// Its free was requested before the trace began ([`InitialBlock::pending_free`]).
+    pending_free: bool,
 }
 
 impl LiveBlock {
@@ -102,6 +108,7 @@ impl LiveBlock {
             requested: e.size,
             stream: e.stream,
             exact: false,
+            pending_free: false,
         }
     }
 }
@@ -161,7 +168,13 @@ impl InitialState {
                     if !pending.remove(&e.addr) && !allocated.contains(&e.addr) =>
                 {
                     // Freed before the trace began, completed inside it.
-                    start_blocks.push((e.addr, LiveBlock::freed_unallocated(e, round)));
+                    start_blocks.push((
+                        e.addr,
+                        LiveBlock {
+                            pending_free: true,
+                            ..LiveBlock::freed_unallocated(e, round)
+                        },
+                    ));
                 }
                 _ => {}
             }
@@ -183,6 +196,7 @@ impl InitialState {
                             requested: b.requested_size,
                             stream: seg.stream,
                             exact: true,
+                            pending_free: false,
                         },
                     ));
                 }
@@ -263,6 +277,7 @@ impl InitialState {
                     size: b_size,
                     requested: live.requested,
                     live: true,
+                    pending_free: live.pending_free,
                 });
                 cursor = b_addr + b_size;
             }
@@ -297,8 +312,15 @@ impl InitialState {
             .fold(0u64, |t, s| t.saturating_add(s.size))
     }
 
-    /// Bytes allocated at trace start.
+    /// Bytes allocated at trace start (live blocks whose free was not yet requested).
     pub fn allocated(&self) -> u64 {
+        self.live_blocks()
+            .filter(|b| !b.pending_free)
+            .fold(0u64, |t, b| t.saturating_add(b.size))
+    }
+
+    /// Bytes active at trace start: every live block, pending frees included.
+    pub fn active(&self) -> u64 {
         self.live_blocks()
             .fold(0u64, |t, b| t.saturating_add(b.size))
     }
@@ -400,6 +422,7 @@ fn free_block(address: u64, size: u64) -> InitialBlock {
         size,
         requested: size,
         live: false,
+        pending_free: false,
     }
 }
 
@@ -483,6 +506,37 @@ mod tests {
         assert_eq!(s.segments[0].blocks.len(), 1);
         assert_eq!(s.segments[0].blocks[0].size, 20 * MIB);
         assert!(s.segments[0].blocks[0].live);
+    }
+
+    #[test]
+    fn a_lone_free_completed_marks_a_block_whose_free_was_requested_before_the_trace() {
+        let base = 0x1000_0000;
+        let snap = Snapshot {
+            segments: vec![segment(base, &[(20 * MIB, BlockState::Inactive)])],
+            device_traces: vec![vec![
+                entry(TraceAction::FreeCompleted, base, 8 * MIB),
+                entry(TraceAction::FreeRequested, base + 8 * MIB, 4 * MIB),
+                entry(TraceAction::FreeCompleted, base + 8 * MIB, 4 * MIB),
+            ]],
+            ..Snapshot::default()
+        };
+        let s = InitialState::reconstruct(&snap, 0, 0, &round_to_min_block);
+        let layout: Vec<_> = s.segments[0]
+            .blocks
+            .iter()
+            .map(|b| (b.address - base, b.size, b.live, b.pending_free))
+            .collect();
+        assert_eq!(
+            layout,
+            vec![
+                (0, 8 * MIB, true, true),
+                (8 * MIB, 4 * MIB, true, false),
+                (12 * MIB, 8 * MIB, false, false),
+            ]
+        );
+        // Only the block whose free the trace requests was still allocated at its start.
+        assert_eq!(s.allocated(), 4 * MIB);
+        assert_eq!(s.active(), 12 * MIB);
     }
 
     #[test]

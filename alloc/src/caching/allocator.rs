@@ -305,6 +305,23 @@ impl<B: DeviceBackend> CachingAllocator<B> {
         self.lock().record_stream(ptr, stream)
     }
 
+    /// Completes the frees whose stream events have completed, as every
+    /// [`malloc`](Self::malloc) does first (PyTorch's `process_events`): a block freed while
+    /// another stream used it goes back to the cache now rather than at the next `malloc`.
+    /// Does nothing during a graph capture.
+    ///
+    /// # Errors
+    /// [`AllocError::Device`] when querying an event fails.
+    pub fn process_events(&self) -> Result<(), AllocError> {
+        let context = self.gather(ContextLevel::All);
+        let hash = self.context_hash(context.as_ref());
+        let mut st = self.lock();
+        st.begin_call(context.as_ref().zip(hash));
+        let r = st.process_ready_events(&self.backend, context.as_ref());
+        st.end_call();
+        r
+    }
+
     /// Completes pending frees, then returns every whole cached segment to the device (and
     /// unmaps free pages of expandable segments), then releases freeable private pools.
     ///

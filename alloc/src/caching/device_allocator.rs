@@ -753,11 +753,7 @@ impl DeviceCachingAllocator {
         stream: StreamId,
         context: Option<Frames>,
     ) -> Result<DevicePtr, MallocFailure> {
-        if self.captures.is_empty()
-            && (self.pending_events > 0 || !self.deferred_until_no_capture.is_empty())
-        {
-            self.process_events(be, context.as_ref())?;
-        }
+        self.process_ready_events(be, context.as_ref())?;
         let size = self.config.round_size(orig_size);
         let pool = self.get_pool(size, stream);
         let sidx = self.stream_index(stream)?;
@@ -1598,6 +1594,22 @@ impl DeviceCachingAllocator {
             if self.arena[id].event_count == 0 {
                 self.free_block(id, EventAction::FreeCompleted, context);
             }
+        }
+        Ok(())
+    }
+
+    /// What `malloc` does first: [`process_events`](Self::process_events) when events are
+    /// outstanding, unless a graph capture is under way (PyTorch defers them then).
+    #[inline]
+    pub(crate) fn process_ready_events<B: DeviceBackend>(
+        &mut self,
+        be: &B,
+        context: Option<&Frames>,
+    ) -> Result<(), AllocError> {
+        if self.captures.is_empty()
+            && (self.pending_events > 0 || !self.deferred_until_no_capture.is_empty())
+        {
+            self.process_events(be, context)?;
         }
         Ok(())
     }
