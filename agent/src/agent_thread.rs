@@ -15,9 +15,9 @@
 //! Memory handed between an agent thread and an application thread (a state copy a caller
 //! asks for, a command it sends) is allocated on one side and freed on the other, so the host
 //! counters folded from events can drift by those few small blocks; the next resync from the
-//! heap's own counters corrects them. The metrics listener reads, renders and answers each
-//! request on its own marked thread (see [`crate::prometheus::http`]): a Prometheus scrape
-//! publishes nothing.
+//! heap's own counters corrects them. The metrics listener's HTTP library reads requests on
+//! threads it starts itself, which cannot be marked: a Prometheus scrape still publishes the
+//! few allocations it takes to parse the request (the rendering runs on a marked thread).
 
 use std::io;
 use std::thread::{Builder, JoinHandle};

@@ -19,14 +19,14 @@
 //! per reason (`allocview_attach_refused_total{reason}`) close the page.
 //! `allocview_max_split_size_bytes` is the `max_split_size` setting, `-1` when unlimited (as
 //! `torch.cuda.memory_stats()` reports it).
-//! The HTTP side is a minimal HTTP/1.1 server of our own ([`http`]) on one agent thread, so
-//! services need no async runtime and a scrape publishes none of its allocations as the
-//! process's heap traffic; `GET` and `HEAD` of `/metrics` are answered, another method there
-//! gets `405 Method Not Allowed` with `Allow: GET, HEAD`, any other path a 404. There is no
-//! authentication
+//! The HTTP side is `tiny_http` on one thread, so services need no async runtime; `GET` and
+//! `HEAD` of `/metrics` are answered, another method there gets `405 Method Not Allowed` with
+//! `Allow: GET, HEAD`, any other path a 404. There is no authentication
 //! (as usual for Prometheus targets): the page holds figures, not frames or snapshots.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::thread::JoinHandle;
 
 use allocview_alloc::caching::stats::StatType;
 use prometheus_client::collector::Collector;
@@ -38,11 +38,7 @@ use prometheus_client::registry::Registry;
 use crate::agent::AgentError;
 use crate::aggregator::AggregatorHandle;
 use crate::server::RefusalReason;
-
-pub mod http;
-
 use crate::state::{AgentState, HistogramSummary, PoolKey};
-use http::{HttpServer, Request, Response};
 
 /// The path metrics are served at.
 pub const METRICS_PATH: &str = "/metrics";
@@ -521,9 +517,11 @@ pub fn render(state: &AgentState) -> String {
     out
 }
 
-/// The HTTP listener serving [`render`] at [`METRICS_PATH`] (see [`http`]).
+/// The HTTP listener serving [`render`] at [`METRICS_PATH`].
 pub struct MetricsServer {
-    http: HttpServer,
+    addr: SocketAddr,
+    server: Arc<tiny_http::Server>,
+    thread: Option<JoinHandle<()>>,
 }
 
 impl MetricsServer {
@@ -532,48 +530,86 @@ impl MetricsServer {
         addr: SocketAddr,
         agg: AggregatorHandle,
     ) -> Result<MetricsServer, AgentError> {
-        let http = HttpServer::start(addr, "allocview-metrics", move |req| respond(req, &agg))
-            .map_err(|e| AgentError::Metrics {
+        let server = tiny_http::Server::http(addr).map_err(|e| AgentError::Metrics {
+            addr,
+            message: e.to_string(),
+        })?;
+        let bound = server
+            .server_addr()
+            .to_ip()
+            .ok_or_else(|| AgentError::Metrics {
                 addr,
-                message: e.to_string(),
+                message: "not an IP listener".into(),
             })?;
-        let bound = http.addr();
+        let server = Arc::new(server);
+        let s = server.clone();
+        let thread = crate::agent_thread::spawn("allocview-metrics", move || serve(&s, &agg))
+            .map_err(|error| AgentError::Thread {
+                what: "metrics",
+                error,
+            })?;
         tracing::info!(addr = %bound, "allocview metrics at http://{bound}{METRICS_PATH}");
-        Ok(MetricsServer { http })
+        Ok(MetricsServer {
+            addr: bound,
+            server,
+            thread: Some(thread),
+        })
     }
 
     /// The bound address.
     pub fn addr(&self) -> SocketAddr {
-        self.http.addr()
+        self.addr
     }
 
     /// Stops the listener and joins its thread.
     pub fn stop(&mut self) {
-        self.http.stop();
+        self.server.unblock();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
     }
 }
 
-/// The answer to one request: the page for `GET`/`HEAD` of [`METRICS_PATH`] (HEAD gets GET's
-/// headers without the body), 405 with `Allow` for another method there, 404 elsewhere.
-fn respond(req: &Request, agg: &AggregatorHandle) -> Response {
-    if req.path() != METRICS_PATH {
-        return Response::text(404, "not found: metrics are at /metrics\n");
+impl Drop for MetricsServer {
+    fn drop(&mut self) {
+        self.stop();
     }
-    if !matches!(req.method.as_str(), "GET" | "HEAD") {
-        let mut r = Response::text(
-            405,
-            format!("method not allowed: {METRICS_PATH} answers {ALLOWED_METHODS}\n"),
+}
+
+fn serve(server: &tiny_http::Server, agg: &AggregatorHandle) {
+    for req in server.incoming_requests() {
+        let path = req.url().split('?').next().unwrap_or("").to_string();
+        // HEAD gets GET's headers without the body (tiny_http leaves it out).
+        let get_or_head = matches!(
+            req.method(),
+            tiny_http::Method::Get | tiny_http::Method::Head
         );
-        r.headers.push(("Allow", ALLOWED_METHODS.into()));
-        return r;
-    }
-    match agg.metrics_state() {
-        Some(state) => Response {
-            status: 200,
-            headers: vec![("Content-Type", CONTENT_TYPE.into())],
-            body: render(&state),
-        },
-        None => Response::text(503, "agent stopped\n"),
+        let resp = if path != METRICS_PATH {
+            tiny_http::Response::from_string("not found: metrics are at /metrics\n")
+                .with_status_code(404)
+        } else if !get_or_head {
+            let allow =
+                tiny_http::Header::from_bytes("Allow", ALLOWED_METHODS).expect("a valid header");
+            tiny_http::Response::from_string(format!(
+                "method not allowed: {METRICS_PATH} answers {ALLOWED_METHODS}\n"
+            ))
+            .with_header(allow)
+            .with_status_code(405)
+        } else {
+            match agg.metrics_state() {
+                Some(state) => {
+                    let header = tiny_http::Header::from_bytes("Content-Type", CONTENT_TYPE)
+                        .expect("a valid header");
+                    tiny_http::Response::from_string(render(&state))
+                        .with_header(header)
+                        .with_status_code(200)
+                }
+                None => tiny_http::Response::from_string("agent stopped\n").with_status_code(503),
+            }
+        };
+        if let Err(e) = req.respond(resp) {
+            tracing::debug!(error = %e, "metrics client went away");
+        }
     }
 }
 
