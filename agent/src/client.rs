@@ -318,18 +318,12 @@ impl AttachClient {
 
 /// [`ClientError::Silent`] for a read that timed out while connecting, else the error itself.
 fn silent_or(e: ProtocolError, addr: &ListenAddr) -> ClientError {
-    match e {
-        ProtocolError::Io(io)
-            if matches!(
-                io.kind(),
-                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-            ) =>
-        {
-            ClientError::Silent {
-                addr: addr.to_string(),
-            }
+    if e.is_timeout() {
+        ClientError::Silent {
+            addr: addr.to_string(),
         }
-        e => e.into(),
+    } else {
+        e.into()
     }
 }
 

@@ -115,14 +115,7 @@ impl RefusalReason {
     /// Why a hello could not be read.
     fn of_hello_error(e: &ProtocolError) -> RefusalReason {
         match e {
-            ProtocolError::Io(io)
-                if matches!(
-                    io.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                RefusalReason::HelloTimeout
-            }
+            e if e.is_timeout() => RefusalReason::HelloTimeout,
             ProtocolError::TooLarge { .. } => RefusalReason::OversizeFrame,
             _ => RefusalReason::BadHello,
         }
