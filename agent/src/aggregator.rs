@@ -35,6 +35,7 @@ use crate::histogram::DeviceHistograms;
 use crate::mirror::{DeviceMirror, pool_key};
 use crate::protocol::{DeviceUpdate, ServerFrame, StateUpdate, encode_frame};
 use crate::provider::{HostProvider, SnapshotProvider};
+use crate::server::RefusalCounts;
 use crate::sink::{EventReceiver, OOM_DROP_DEVICES};
 use crate::state::{
     AgentState, ContextFrames, DeviceState, HostState, NOT_WRITTEN, OomRecord, PipelineStats,
@@ -134,9 +135,16 @@ pub(crate) enum StateScope {
 pub(crate) struct AggregatorHandle {
     cmds: Sender<Command>,
     thread: Thread,
+    /// Attach clients refused, counted by the server, reported in the pipeline stats.
+    refusals: Arc<RefusalCounts>,
 }
 
 impl AggregatorHandle {
+    /// The attach server's refusal counters (see [`RefusalCounts`]).
+    pub fn refusals(&self) -> &RefusalCounts {
+        &self.refusals
+    }
+
     /// Sends a command and wakes the thread; false when the aggregator is gone.
     pub fn send(&self, cmd: Command) -> bool {
         let ok = self.cmds.send(cmd).is_ok();
@@ -602,6 +610,8 @@ pub(crate) struct Aggregator {
     needs_resync: bool,
     partial: bool,
     clients: Vec<ClientSlot>,
+    /// Attach clients refused (shared with the handle the server counts through).
+    refusals: Arc<RefusalCounts>,
     /// When clients last got an update.
     last_broadcast: Instant,
 }
@@ -622,6 +632,7 @@ fn spawn_with_dumps(
     dumps: DumpWriter,
 ) -> std::io::Result<(AggregatorHandle, thread::JoinHandle<()>)> {
     let (cmd_tx, cmd_rx) = crossbeam_channel::unbounded();
+    let refusals = Arc::new(RefusalCounts::default());
     let mut agg = Aggregator {
         cfg,
         rx,
@@ -643,6 +654,7 @@ fn spawn_with_dumps(
         needs_resync: false,
         partial: false,
         clients: Vec::new(),
+        refusals: refusals.clone(),
         last_broadcast: Instant::now(),
     };
     for p in agg.cfg.providers.clone() {
@@ -655,6 +667,7 @@ fn spawn_with_dumps(
     let handle = AggregatorHandle {
         cmds: cmd_tx,
         thread: join.thread().clone(),
+        refusals,
     };
     Ok((handle, join))
 }
@@ -1177,6 +1190,7 @@ impl Aggregator {
             partial: self.partial,
             clients: self.clients.len() as u64,
             ooms_total: self.ooms_total,
+            refused_clients: self.refusals.nonzero(),
         }
     }
 

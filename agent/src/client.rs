@@ -10,7 +10,7 @@
 //! use std::time::Duration;
 //! use allocview_agent::client::{AttachClient, find_sockets};
 //!
-//! let sock = find_sockets().into_iter().next().expect("no agent running");
+//! let sock = find_sockets().sockets.into_iter().next().expect("no agent running");
 //! let mut client = AttachClient::connect(&format!("unix:{}", sock.display()), None)?;
 //! loop {
 //!     client.next_update(Duration::from_millis(500))?;
@@ -318,18 +318,12 @@ impl AttachClient {
 
 /// [`ClientError::Silent`] for a read that timed out while connecting, else the error itself.
 fn silent_or(e: ProtocolError, addr: &ListenAddr) -> ClientError {
-    match e {
-        ProtocolError::Io(io)
-            if matches!(
-                io.kind(),
-                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-            ) =>
-        {
-            ClientError::Silent {
-                addr: addr.to_string(),
-            }
+    if e.is_timeout() {
+        ClientError::Silent {
+            addr: addr.to_string(),
         }
-        e => e.into(),
+    } else {
+        e.into()
     }
 }
 
@@ -339,13 +333,40 @@ impl Drop for AttachClient {
     }
 }
 
-/// The live agents' sockets in [`default_socket_dir`], newest first: candidates for
-/// `allocview --attach` without an address (see [`find_sockets_in`]).
-pub fn find_sockets() -> Vec<PathBuf> {
+/// What a look for agents' sockets in one folder found (see [`find_sockets_in`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SocketDiscovery {
+    /// The folder looked in.
+    pub dir: PathBuf,
+    /// The live agents' sockets, newest first.
+    pub sockets: Vec<PathBuf>,
+    /// Stale sockets (nobody listening: their agents died without removing them) that the look
+    /// removed.
+    pub stale_removed: usize,
+}
+
+impl SocketDiscovery {
+    /// `removed 2 stale sockets in DIR` when the look removed any, for the line shown beside
+    /// the listing (removing files unannounced would leave a user wondering where they went).
+    pub fn stale_note(&self) -> Option<String> {
+        match self.stale_removed {
+            0 => None,
+            1 => Some(format!("removed 1 stale socket in {}", self.dir.display())),
+            n => Some(format!(
+                "removed {n} stale sockets in {}",
+                self.dir.display()
+            )),
+        }
+    }
+}
+
+/// The live agents' sockets in [`default_socket_dir`]: candidates for `allocview --attach`
+/// without an address (see [`find_sockets_in`]).
+pub fn find_sockets() -> SocketDiscovery {
     find_sockets_in(&default_socket_dir())
 }
 
-/// The live agents' sockets in `dir`, newest first.
+/// The live agents' sockets in `dir`, newest first, and how many stale ones were removed.
 ///
 /// A `.sock` entry counts when an agent answers on it with its hello, or, when nothing says
 /// hello, when it accepts a connection (or fails to in a way that does not prove it dead) and
@@ -353,36 +374,61 @@ pub fn find_sockets() -> Vec<PathBuf> {
 /// wins over the name: an agent in another PID namespace (a container sharing the folder)
 /// has a pid this process cannot see. A socket whose connection is refused has nobody listening:
 /// its agent died without removing it (killed by a signal, say). Such a stale socket is left
-/// out and removed, the folder being the agents' own (0700); anything else is left alone.
-pub fn find_sockets_in(dir: &Path) -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Vec::new();
+/// out and removed, the folder being the agents' own (0700), and counted in
+/// [`SocketDiscovery::stale_removed`]; anything else is left alone. A folder that cannot be
+/// read holds no sockets.
+pub fn find_sockets_in(dir: &Path) -> SocketDiscovery {
+    let mut found = SocketDiscovery {
+        dir: dir.to_path_buf(),
+        ..SocketDiscovery::default()
     };
-    let mut socks: Vec<(std::time::SystemTime, PathBuf)> = entries
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "sock"))
-        .filter(|p| is_live_socket(p))
-        .map(|p| {
-            let t = std::fs::metadata(&p)
-                .and_then(|m| m.modified())
-                .unwrap_or(std::time::UNIX_EPOCH);
-            (t, p)
-        })
-        .collect();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return found;
+    };
+    let mut socks: Vec<(std::time::SystemTime, PathBuf)> = Vec::new();
+    for p in entries.flatten().map(|e| e.path()) {
+        if p.extension().is_none_or(|x| x != "sock") {
+            continue;
+        }
+        match liveness(&p) {
+            Liveness::Live => {
+                let t = std::fs::metadata(&p)
+                    .and_then(|m| m.modified())
+                    .unwrap_or(std::time::UNIX_EPOCH);
+                socks.push((t, p));
+            }
+            Liveness::StaleRemoved => found.stale_removed += 1,
+            Liveness::Other => {}
+        }
+    }
     socks.sort_by(|a, b| b.cmp(a));
-    socks.into_iter().map(|(_, p)| p).collect()
+    found.sockets = socks.into_iter().map(|(_, p)| p).collect();
+    found
+}
+
+/// What [`liveness`] makes of a `.sock` entry.
+enum Liveness {
+    /// An agent listens there.
+    Live,
+    /// Nobody listens; the socket was removed.
+    StaleRemoved,
+    /// Not an agent's (gone already, not a socket, a stale one some other process removed).
+    Other,
 }
 
 /// Whether `path` is a socket an agent listens on; a stale one (connection refused) is removed.
-fn is_live_socket(path: &Path) -> bool {
+fn liveness(path: &Path) -> Liveness {
     let pid_alive = || default_socket_pid(path).map(process_exists) != Some(false);
+    let live = |yes: bool| if yes { Liveness::Live } else { Liveness::Other };
     match probe_unix_socket(path) {
         // An agent said hello: live, even when its name's pid is not one this process can
         // see (an agent in another PID namespace, a container sharing the folder).
-        SocketProbe::Live => true,
-        SocketProbe::Silent | SocketProbe::Busy | SocketProbe::Failed(_) => pid_alive(),
-        SocketProbe::Absent | SocketProbe::NotASocket | SocketProbe::Stale => false,
+        SocketProbe::Live => Liveness::Live,
+        SocketProbe::Silent | SocketProbe::Busy | SocketProbe::Failed(_) => live(pid_alive()),
+        SocketProbe::Stale { removed: true } => Liveness::StaleRemoved,
+        SocketProbe::Absent | SocketProbe::NotASocket | SocketProbe::Stale { removed: false } => {
+            Liveness::Other
+        }
     }
 }
 

@@ -31,6 +31,7 @@ use serde::{Deserialize, Serialize};
 
 use allocview_alloc::caching::OutOfMemory;
 use allocview_alloc::snapshot::{BlockState, DumpedOom, SegmentInfo, TraceEntry};
+use allocview_alloc::stats::human_bytes;
 
 pub use crate::replay::what_if::{WhatIfOutcome, what_if_avoided};
 
@@ -47,7 +48,7 @@ pub const NEAR_FULL_SHARE: f64 = 0.9;
 pub struct OomFacts {
     /// Bytes asked for (rounded as the allocator rounds them).
     pub requested: u64,
-    /// Total device memory.
+    /// Total device memory (0: not known, as in PyTorch's own snapshot files).
     pub device_total: u64,
     /// Free device memory when the allocation failed.
     pub device_free: u64,
@@ -142,9 +143,21 @@ impl OomFacts {
             .saturating_sub(self.reserved)
     }
 
-    /// The memory this allocator may use: the fraction's limit, else the device.
+    /// The memory this allocator may use: the fraction's limit, else the device; where
+    /// neither is known, what it could reach for sure: its segments and the device's free
+    /// memory (see [`capacity_known`](Self::capacity_known)).
     pub fn capacity(&self) -> u64 {
-        self.allowed_max.unwrap_or(self.device_total)
+        match (self.allowed_max, self.device_total) {
+            (Some(limit), _) => limit,
+            (None, 0) => self.reserved.saturating_add(self.device_free),
+            (None, total) => total,
+        }
+    }
+
+    /// Whether [`capacity`](Self::capacity) is a limit or a device size the facts give, not
+    /// only the reserved and free bytes.
+    pub fn capacity_known(&self) -> bool {
+        self.allowed_max.is_some() || self.device_total != 0
     }
 
     /// The memory left to this allocator beyond its live allocations: what it may use (less
@@ -221,16 +234,19 @@ pub fn diagnose_under(f: &OomFacts, expandable_segments: bool) -> Diagnosis {
     let free_in_reserved = f.free_in_reserved();
     let outside = f.outside();
     let capacity = f.capacity();
-    let req = human(f.requested);
+    let req = human_bytes(f.requested);
     let free_for_allocator = f.free_for_allocator();
     let (kind, mut explanation) = if free_in_reserved >= f.requested {
         let where_ = if f.largest_free_block >= f.requested {
             format!(
                 "the largest free block ({}) is cached for another stream or pool",
-                human(f.largest_free_block)
+                human_bytes(f.largest_free_block)
             )
         } else {
-            format!("the largest free block is {}", human(f.largest_free_block))
+            format!(
+                "the largest free block is {}",
+                human_bytes(f.largest_free_block)
+            )
         };
         let cure = if expandable_segments {
             "even with expandable segments the free pages are scattered between live blocks"
@@ -242,8 +258,8 @@ pub fn diagnose_under(f: &OomFacts, expandable_segments: bool) -> Diagnosis {
             format!(
                 "fragmentation: {} is reserved but free, more than the {req} asked for, yet \
                  {where_} and {} is stranded in split segments; {cure}",
-                human(free_in_reserved),
-                human(f.stranded_in_split_segments)
+                human_bytes(free_in_reserved),
+                human_bytes(f.stranded_in_split_segments)
             ),
         )
     } else if outside as f64 >= OUTSIDE_SHARE * capacity as f64 && outside > f.reserved {
@@ -252,10 +268,10 @@ pub fn diagnose_under(f: &OomFacts, expandable_segments: bool) -> Diagnosis {
             format!(
                 "memory outside the allocator: {} of the device's {} is used by something else \
                  (this allocator reserves only {}), leaving {} free for the {req} asked for",
-                human(outside),
-                human(f.device_total),
-                human(f.reserved),
-                human(f.device_free)
+                human_bytes(outside),
+                human_bytes(f.device_total),
+                human_bytes(f.reserved),
+                human_bytes(f.device_free)
             ),
         )
     } else if free_for_allocator >= f.requested {
@@ -272,28 +288,46 @@ pub fn diagnose_under(f: &OomFacts, expandable_segments: bool) -> Diagnosis {
                 "fragmentation: {} is free in all, more than the {req} asked for, but in \
                  pieces: {} reserved but free (largest block {}, {} stranded in split segments \
                  that cannot be given back) and {} free on the device; {cure}",
-                human(free_for_allocator),
-                human(free_in_reserved),
-                human(f.largest_free_block),
-                human(f.stranded_in_split_segments),
-                human(f.device_free)
+                human_bytes(free_for_allocator),
+                human_bytes(free_in_reserved),
+                human_bytes(f.largest_free_block),
+                human_bytes(f.stranded_in_split_segments),
+                human_bytes(f.device_free)
+            ),
+        )
+    } else if f.capacity_known() {
+        (
+            DiagnosisKind::Exhaustion,
+            format!(
+                "exhaustion: live allocations hold {} of the {} this allocator may use \
+                 ({} reserved, {} free on the device), so the {req} asked for does not fit",
+                human_bytes(f.allocated),
+                human_bytes(capacity),
+                human_bytes(f.reserved),
+                human_bytes(f.device_free)
             ),
         )
     } else {
         (
             DiagnosisKind::Exhaustion,
             format!(
-                "exhaustion: live allocations hold {} of the {} this allocator may use \
-                 ({} reserved, {} free on the device), so the {req} asked for does not fit; \
-                 no allocator setting makes room: smaller batches, activation checkpointing or \
-                 a larger device do",
-                human(f.allocated),
-                human(capacity),
-                human(f.reserved),
-                human(f.device_free)
+                "exhaustion: live allocations hold {} of the {} this allocator could reach \
+                 ({} reserved and {} free on the device; the file does not record the \
+                 device's size), so the {req} asked for does not fit",
+                human_bytes(f.allocated),
+                human_bytes(capacity),
+                human_bytes(f.reserved),
+                human_bytes(f.device_free)
             ),
         )
     };
+    // Exhaustion: no setting makes room (replay and summary give the device that would).
+    if kind == DiagnosisKind::Exhaustion {
+        explanation.push_str(
+            "; no allocator setting makes room: smaller batches, activation checkpointing or a \
+             larger device do",
+        );
+    }
     // Fragmentation of a nearly full device: curing it buys one request, not room to grow.
     let filled = f.allocated.saturating_add(f.requested) as f64 / capacity.max(1) as f64;
     if kind == DiagnosisKind::Fragmentation && filled >= NEAR_FULL_SHARE {
@@ -302,7 +336,7 @@ pub fn diagnose_under(f: &OomFacts, expandable_segments: bool) -> Diagnosis {
              so little room is left even without fragmentation: smaller batches or activation \
              checkpointing make room where a setting cannot",
             filled * 100.0,
-            human(capacity)
+            human_bytes(capacity)
         ));
     }
     Diagnosis {
@@ -317,20 +351,6 @@ pub fn diagnose_under(f: &OomFacts, expandable_segments: bool) -> Diagnosis {
         reserved: f.reserved,
         capacity,
     }
-}
-
-/// A byte count in binary units with two decimals (`1.50 GiB`, `512 B`).
-pub fn human(bytes: u64) -> String {
-    human_with(bytes, 2)
-}
-
-/// Units [`human_with`] goes up to: `B` to `PiB`.
-const UNITS: usize = 6;
-
-/// A byte count in binary units with `decimals` decimals (`512 B` below 1 KiB), up to PiB. A
-/// value that would round to 1024 of a unit is given in the next (1048575 B is `1.00 MiB`).
-pub fn human_with(bytes: u64, decimals: usize) -> String {
-    allocview_alloc::stats::binary_size(bytes, UNITS, |_| decimals)
 }
 
 #[cfg(test)]
@@ -355,12 +375,46 @@ mod tests {
     }
 
     #[test]
+    fn without_a_device_size_the_reserved_and_free_bytes_are_what_the_allocator_could_reach() {
+        // A PyTorch file: no device size, the OOM entry gives the device's free bytes.
+        // 200 MiB free in segments and 300 MiB on the device: 500 MiB in all, in pieces.
+        let f = OomFacts {
+            requested: 400 * MIB,
+            device_total: 0,
+            device_free: 300 * MIB,
+            allowed_max: None,
+            allocated: 6 * GIB,
+            reserved: 6 * GIB + 200 * MIB,
+            largest_free_block: 100 * MIB,
+            stranded_in_split_segments: 200 * MIB,
+        };
+        assert!(!f.capacity_known());
+        assert_eq!(f.capacity(), 6 * GIB + 500 * MIB);
+        assert_eq!(f.free_for_allocator(), 500 * MIB);
+        assert_eq!(diagnose(&f).kind, DiagnosisKind::Fragmentation);
+        // Less than the request in all: exhaustion, of what it could reach, never "of 0 B".
+        let d = diagnose(&OomFacts {
+            device_free: 100 * MIB,
+            ..f
+        });
+        assert_eq!(d.kind, DiagnosisKind::Exhaustion);
+        assert!(
+            d.explanation
+                .contains("of the 6.29 GiB this allocator could reach")
+                && d.explanation.contains("does not record the device's size"),
+            "{}",
+            d.explanation
+        );
+        assert!(!d.explanation.contains(" 0 B"), "{}", d.explanation);
+    }
+
+    #[test]
     fn enough_free_reserved_bytes_but_no_large_block_is_fragmentation() {
         let d = diagnose(&facts());
         assert_eq!(d.kind, DiagnosisKind::Fragmentation);
         assert_eq!(d.free_in_reserved, 9 * GIB);
         assert!(d.explanation.contains("9.00 GiB"), "{}", d.explanation);
-        assert!(d.explanation.contains("512.00 MiB"), "{}", d.explanation);
+        assert!(d.explanation.contains("512 MiB"), "{}", d.explanation);
     }
 
     #[test]
@@ -380,7 +434,7 @@ mod tests {
         assert_eq!(d.kind, DiagnosisKind::Fragmentation);
         assert!(
             d.explanation
-                .contains("would fill 96% of the 16.00 GiB it may use"),
+                .contains("would fill 96% of the 16.0 GiB it may use"),
             "{}",
             d.explanation
         );
@@ -422,7 +476,7 @@ mod tests {
         };
         let d = diagnose(&f);
         assert_eq!(d.kind, DiagnosisKind::Exhaustion);
-        assert!(d.explanation.contains("78.50 GiB"), "{}", d.explanation);
+        assert!(d.explanation.contains("78.5 GiB"), "{}", d.explanation);
     }
 
     #[test]
@@ -449,7 +503,7 @@ mod tests {
             d.explanation
         );
         assert!(
-            d.explanation.contains("841.00 MiB stranded"),
+            d.explanation.contains("841 MiB stranded"),
             "{}",
             d.explanation
         );
@@ -478,7 +532,7 @@ mod tests {
         let d = diagnose(&f);
         assert_eq!(d.kind, DiagnosisKind::OutsideAllocator);
         assert_eq!(d.outside_allocator, 69 * GIB);
-        assert!(d.explanation.contains("69.00 GiB"), "{}", d.explanation);
+        assert!(d.explanation.contains("69.0 GiB"), "{}", d.explanation);
     }
 
     #[test]
@@ -548,16 +602,9 @@ mod tests {
         assert_eq!(d.kind, DiagnosisKind::Exhaustion);
         assert_eq!(d.capacity, 40 * GIB);
         assert!(
-            d.explanation.contains("40.00 GiB this allocator may use"),
+            d.explanation.contains("40.0 GiB this allocator may use"),
             "{}",
             d.explanation
         );
-    }
-
-    #[test]
-    fn human_sizes_use_binary_units() {
-        assert_eq!(human(512), "512 B");
-        assert_eq!(human(1536), "1.50 KiB");
-        assert_eq!(human(3 * GIB), "3.00 GiB");
     }
 }

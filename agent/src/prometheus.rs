@@ -15,7 +15,8 @@
 //! the bucket counts the values below `2^b`;
 //! the same buckets in every series and process, so `sum by (le)` and `histogram_quantile`
 //! work across a fleet), with exact `_sum` and `_count`, plus `_quantile` gauges of their own
-//! finer quantiles; dropped events per action, resyncs and OOM dumps close the page.
+//! finer quantiles; dropped events per action, resyncs, OOM dumps and attach clients refused
+//! per reason (`allocview_attach_refused_total{reason}`) close the page.
 //! `allocview_max_split_size_bytes` is the `max_split_size` setting, `-1` when unlimited (as
 //! `torch.cuda.memory_stats()` reports it).
 //! The HTTP side is `tiny_http` on one thread, so services need no async runtime; `GET` and
@@ -36,6 +37,7 @@ use prometheus_client::registry::Registry;
 
 use crate::agent::AgentError;
 use crate::aggregator::AggregatorHandle;
+use crate::server::RefusalReason;
 use crate::state::{AgentState, HistogramSummary, PoolKey};
 
 /// The path metrics are served at.
@@ -487,6 +489,21 @@ pub fn render(state: &AgentState) -> String {
         "Attach clients connected",
         p.clients as i64,
     );
+    // Every reason, zeros included, so a rate over any of them exists from the first scrape.
+    for reason in RefusalReason::ALL.map(RefusalReason::as_str) {
+        let n = p
+            .refused_clients
+            .iter()
+            .find(|(r, _)| r == reason)
+            .map_or(0, |(_, n)| *n);
+        b.counter(
+            "allocview_attach_refused",
+            "Attach clients refused, by reason (hello_cap: too many connections waiting for \
+             their hello)",
+            labels(&[("reason", reason)]),
+            n,
+        );
+    }
     b.plain_gauge(
         "allocview_channel_capacity",
         "Capacity of the event channel",

@@ -285,6 +285,14 @@ pub enum ProtocolError {
     Malformed(String),
 }
 
+impl ProtocolError {
+    /// Whether the read timed out (the peer said nothing in time), as opposed to failing.
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, ProtocolError::Io(io)
+            if matches!(io.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut))
+    }
+}
+
 impl From<io::Error> for ProtocolError {
     fn from(error: io::Error) -> ProtocolError {
         ProtocolError::Io(error)

@@ -77,7 +77,7 @@ pub const RECORDED_LABEL: &str = "recorded";
 pub fn resized_label(device_memory: u64) -> String {
     format!(
         "recorded settings, {} device",
-        crate::diagnosis::human(device_memory)
+        allocview_alloc::stats::human_bytes(device_memory)
     )
 }
 

@@ -9,6 +9,10 @@
 //! (`$XDG_RUNTIME_DIR/allocview`, else `/tmp/allocview-<uid>`), and the socket itself gets mode
 //! 0600. TCP listens on loopback unless a token is configured; a listener on any other address
 //! without a token is refused at start. With a token, every client must present it in its hello.
+//!
+//! Every client refused (over the hello cap, no hello in time, a bad hello, version or token,
+//! an oversize frame, a bad request) is counted per [`RefusalReason`], in the pipeline stats
+//! and in `/metrics` (`allocview_attach_refused_total{reason}`).
 
 use std::fmt;
 use std::io::{self, Read, Write};
@@ -57,8 +61,92 @@ pub const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 /// until it sends its hello or [`HELLO_TIMEOUT`] passes, so connections that never speak (a
 /// port scanner, a stuck client, a flood) would otherwise cost a thread and two descriptors
 /// each. Over the cap, the newest connection gets a fatal error frame (in place of the
-/// agent's hello) and is closed at once; a `tracing` warning says so.
+/// agent's hello) and is closed at once; a `tracing` warning says so, and the refusal is
+/// counted ([`RefusalReason::HelloCap`]).
 pub const MAX_AWAITING_HELLO: usize = 64;
+
+/// Why the attach server refused a client: the `reason` label of the refusal counter
+/// (`allocview_attach_refused_total`) and the key of
+/// [`PipelineStats::refused_clients`](crate::state::PipelineStats::refused_clients).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RefusalReason {
+    /// Over [`MAX_AWAITING_HELLO`] connections were already waiting for their hello.
+    HelloCap,
+    /// No hello within [`HELLO_TIMEOUT`].
+    HelloTimeout,
+    /// The first frame was not an allocview client's hello (another frame, a wrong magic, not
+    /// a frame of the protocol at all).
+    BadHello,
+    /// The client speaks another protocol version.
+    Version,
+    /// A token was required and missing, or wrong.
+    Token,
+    /// A frame over the size limit (before or after the hello).
+    OversizeFrame,
+    /// After the hello, a request that is not one (malformed, a second hello).
+    BadRequest,
+}
+
+impl RefusalReason {
+    /// Every reason, in the order metrics and state list them.
+    pub const ALL: [RefusalReason; 7] = [
+        RefusalReason::HelloCap,
+        RefusalReason::HelloTimeout,
+        RefusalReason::BadHello,
+        RefusalReason::Version,
+        RefusalReason::Token,
+        RefusalReason::OversizeFrame,
+        RefusalReason::BadRequest,
+    ];
+
+    /// The label value (`hello_cap`, `hello_timeout`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RefusalReason::HelloCap => "hello_cap",
+            RefusalReason::HelloTimeout => "hello_timeout",
+            RefusalReason::BadHello => "bad_hello",
+            RefusalReason::Version => "version",
+            RefusalReason::Token => "token",
+            RefusalReason::OversizeFrame => "oversize_frame",
+            RefusalReason::BadRequest => "bad_request",
+        }
+    }
+
+    /// Why a hello could not be read.
+    fn of_hello_error(e: &ProtocolError) -> RefusalReason {
+        match e {
+            e if e.is_timeout() => RefusalReason::HelloTimeout,
+            ProtocolError::TooLarge { .. } => RefusalReason::OversizeFrame,
+            _ => RefusalReason::BadHello,
+        }
+    }
+}
+
+/// Clients refused, per [`RefusalReason`]: counted by the server's threads (relaxed atomics, no
+/// lock), read by the aggregator into [`PipelineStats`](crate::state::PipelineStats).
+#[derive(Debug, Default)]
+pub(crate) struct RefusalCounts([AtomicU64; RefusalReason::ALL.len()]);
+
+impl RefusalCounts {
+    /// Counts one refusal.
+    pub(crate) fn count(&self, why: RefusalReason) {
+        self.0[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The reasons with refusals, and how many, in [`RefusalReason::ALL`]'s order.
+    pub(crate) fn nonzero(&self) -> Vec<(String, u64)> {
+        RefusalReason::ALL
+            .iter()
+            .map(|r| {
+                (
+                    r.as_str().to_string(),
+                    self.0[*r as usize].load(Ordering::Relaxed),
+                )
+            })
+            .filter(|(_, n)| *n > 0)
+            .collect()
+    }
+}
 
 /// How long the accept thread may spend telling a connection over [`MAX_AWAITING_HELLO`]
 /// why it is refused (a fresh connection's send buffer takes the frame at once).
@@ -385,8 +473,11 @@ pub(crate) enum SocketProbe {
     /// An agent listens there, busy (its backlog is full).
     Busy,
     /// Nobody listens (refused): the socket outlived its agent, killed by a signal, say. It
-    /// was removed, if it was still the socket probed.
-    Stale,
+    /// was removed (`removed`) if it was still the socket probed and removing it worked.
+    Stale {
+        /// Whether this probe removed the socket file.
+        removed: bool,
+    },
     /// The probe failed otherwise.
     Failed(io::Error),
 }
@@ -423,10 +514,9 @@ pub(crate) fn probe_unix_socket(path: &Path) -> SocketProbe {
             // replaces it with its own).
             let same = std::fs::symlink_metadata(path)
                 .is_ok_and(|now| now.dev() == before.dev() && now.ino() == before.ino());
-            if same {
-                let _ = std::fs::remove_file(path);
+            SocketProbe::Stale {
+                removed: same && std::fs::remove_file(path).is_ok(),
             }
-            SocketProbe::Stale
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => SocketProbe::Absent,
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => SocketProbe::Busy,
@@ -437,7 +527,7 @@ pub(crate) fn probe_unix_socket(path: &Path) -> SocketProbe {
 /// Binds a unix socket, replacing a stale one; `Ok(None)` when a live agent holds the path.
 fn bind_unix(path: &Path) -> Result<Option<UnixListener>, ServerError> {
     match probe_unix_socket(path) {
-        SocketProbe::Absent | SocketProbe::Stale => {}
+        SocketProbe::Absent | SocketProbe::Stale { .. } => {}
         // Only a stale socket is ours to replace: anything else at the path (a typo in
         // ALLOCVIEW_ADDR naming a user's file) is left alone.
         SocketProbe::NotASocket => return Err(ServerError::NotASocket(path.to_path_buf())),
@@ -604,6 +694,7 @@ fn accept_loop(
                 "too many connections waiting for their hello ({MAX_AWAITING_HELLO}): try again \
                  later"
             );
+            agg.refusals().count(RefusalReason::HelloCap);
             refuse(&Mutex::new(conn), id, message);
             continue;
         };
@@ -705,32 +796,46 @@ fn serve_client(
             token,
         }) => {
             if magic != MAGIC {
-                Err(format!("not an allocview client (magic {magic:?})"))
+                Err((
+                    RefusalReason::BadHello,
+                    format!("not an allocview client (magic {magic:?})"),
+                ))
             } else if version != PROTOCOL_VERSION {
-                Err(format!(
-                    "protocol version mismatch: agent speaks {PROTOCOL_VERSION}, client {version}"
+                Err((
+                    RefusalReason::Version,
+                    format!(
+                        "protocol version mismatch: agent speaks {PROTOCOL_VERSION}, client \
+                         {version}"
+                    ),
                 ))
             } else if let Some(expected) = &cfg.token
                 && !token_matches(expected, token.as_deref())
             {
-                Err(if token.is_none() {
-                    "this agent requires a token (ALLOCVIEW_TOKEN)".to_string()
-                } else {
-                    "wrong token".to_string()
-                })
+                Err((
+                    RefusalReason::Token,
+                    if token.is_none() {
+                        "this agent requires a token (ALLOCVIEW_TOKEN)".to_string()
+                    } else {
+                        "wrong token".to_string()
+                    },
+                ))
             } else {
                 Ok(())
             }
         }
-        Ok(other) => Err(format!("expected a hello, got {}", other.wire_name())),
+        Ok(other) => Err((
+            RefusalReason::BadHello,
+            format!("expected a hello, got {}", other.wire_name()),
+        )),
         Err(ProtocolError::Closed) => {
             input.shutdown();
             return;
         }
-        Err(e) => Err(format!("bad hello: {e}")),
+        Err(e) => Err((RefusalReason::of_hello_error(&e), format!("bad hello: {e}"))),
     };
     drop(awaiting);
-    if let Err(message) = accepted {
+    if let Err((why, message)) = accepted {
+        agg.refusals().count(why);
         refuse(&out, id, message);
         input.shutdown();
         return;
@@ -765,6 +870,10 @@ fn serve_client(
             Err(ProtocolError::Closed) => break,
             Err(ProtocolError::Io(_)) => break,
             Err(e) => {
+                agg.refusals().count(match e {
+                    ProtocolError::TooLarge { .. } => RefusalReason::OversizeFrame,
+                    _ => RefusalReason::BadRequest,
+                });
                 refuse(&out, id, format!("bad request: {e}"));
                 break;
             }
@@ -789,6 +898,7 @@ fn serve_client(
                 }
             }
             ClientFrame::Hello { .. } => {
+                agg.refusals().count(RefusalReason::BadRequest);
                 refuse(&out, id, "unexpected second hello".into());
                 break;
             }

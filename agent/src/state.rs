@@ -361,6 +361,18 @@ pub struct PipelineStats {
     /// [`OOM_KEEP_FIRST`]).
     #[serde(default)]
     pub ooms_total: u64,
+    /// Attach clients the agent refused, per reason
+    /// ([`RefusalReason::as_str`](crate::server::RefusalReason::as_str)): only reasons with
+    /// refusals, in [`RefusalReason::ALL`](crate::server::RefusalReason::ALL)'s order.
+    #[serde(default)]
+    pub refused_clients: Vec<(String, u64)>,
+}
+
+impl PipelineStats {
+    /// Attach clients refused, all reasons together.
+    pub fn refused_clients_total(&self) -> u64 {
+        self.refused_clients.iter().map(|(_, n)| n).sum()
+    }
 }
 
 /// One OOM, with the facts taken when the agent saw it.

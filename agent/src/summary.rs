@@ -18,7 +18,9 @@ use allocview_alloc::caching::summary::{HistoryColumns, format_memory_summary_wi
 use allocview_alloc::snapshot::{SegmentType, Snapshot, TraceAction, Value};
 use serde::Serialize;
 
-use crate::diagnosis::{Diagnosis, OomFacts, diagnose_under, human};
+use allocview_alloc::stats::human_bytes;
+
+use crate::diagnosis::{Diagnosis, OomFacts, diagnose_under};
 use crate::replay::{self, OomEvent, RunOptions};
 
 pub use fragmentation::Fragmentation;
@@ -140,8 +142,8 @@ impl StatsWindow {
                      traced);\npeak allocated {} ({peak_allocated} B), peak reserved {} \
                      ({peak_reserved} B); the table rounds down to whole units",
                     render::counted(*entries, "entry", "entries"),
-                    human(*peak_allocated),
-                    human(*peak_reserved),
+                    human_bytes(*peak_allocated),
+                    human_bytes(*peak_reserved),
                 )
             }
             StatsWindow::NotKnown { why } => {

@@ -425,16 +425,48 @@ fn discovery_lists_live_agents_only_and_removes_stale_sockets() {
     // Not a socket at all.
     let file = dir.path().join("notes.sock");
     std::fs::write(&file, b"notes").unwrap();
-    assert_eq!(
-        allocview_agent::client::find_sockets_in(dir.path()),
-        vec![live.clone()]
-    );
+    let found = allocview_agent::client::find_sockets_in(dir.path());
+    assert_eq!(found.sockets, vec![live.clone()]);
     assert!(!stale.exists(), "the stale socket is removed");
+    assert_eq!(found.stale_removed, 1);
     assert!(
         gone.exists() && file.exists(),
         "anything else is left alone"
     );
     AttachClient::connect(&format!("unix:{}", live.display()), None).unwrap();
+}
+
+#[test]
+fn discovery_counts_the_stale_sockets_it_removes_and_says_so_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    // Two sockets whose listeners are gone (bound, then dropped: what killed agents leave).
+    let stale: Vec<_> = ["1.sock", "2-3.sock"]
+        .iter()
+        .map(|n| dir.path().join(n))
+        .collect();
+    for s in &stale {
+        drop(std::os::unix::net::UnixListener::bind(s).unwrap());
+    }
+    let found = allocview_agent::client::find_sockets_in(dir.path());
+    assert!(found.sockets.is_empty(), "{found:?}");
+    assert_eq!(found.stale_removed, 2);
+    assert_eq!(
+        found.stale_note().unwrap(),
+        format!("removed 2 stale sockets in {}", dir.path().display())
+    );
+    assert!(stale.iter().all(|s| !s.exists()));
+    // A second look finds nothing left to remove, and says nothing.
+    let again = allocview_agent::client::find_sockets_in(dir.path());
+    assert_eq!((again.stale_removed, again.stale_note()), (0, None));
+    // One: the singular.
+    drop(std::os::unix::net::UnixListener::bind(&stale[0]).unwrap());
+    assert_eq!(
+        allocview_agent::client::find_sockets_in(dir.path()).stale_note(),
+        Some(format!(
+            "removed 1 stale socket in {}",
+            dir.path().display()
+        ))
+    );
 }
 
 #[test]
@@ -449,7 +481,7 @@ fn discovery_lists_an_agent_whose_pid_this_process_cannot_see() {
         .spawn()
         .unwrap();
     assert_eq!(
-        allocview_agent::client::find_sockets_in(dir.path()),
+        allocview_agent::client::find_sockets_in(dir.path()).sockets,
         vec![sock]
     );
 }
@@ -721,7 +753,11 @@ fn the_default_socket_is_0600_in_a_0700_folder_and_removed_on_shutdown() {
     let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode(&path), 0o600);
     assert_eq!(mode(path.parent().unwrap()), 0o700);
-    assert!(allocview_agent::client::find_sockets().contains(&path));
+    assert!(
+        allocview_agent::client::find_sockets()
+            .sockets
+            .contains(&path)
+    );
     let c = AttachClient::connect(&format!("unix:{}", path.display()), None).unwrap();
     drop(c);
     agent.shutdown();

@@ -1,5 +1,7 @@
 //! `/metrics` over real HTTP, parsed by a Prometheus text-format parser.
 
+#[path = "support/raw_client.rs"]
+mod raw_client;
 #[path = "support/toy.rs"]
 mod toy;
 
@@ -8,7 +10,10 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use allocview_agent::agent::{Agent, AgentError};
+use allocview_agent::protocol::{self, ClientFrame, MAX_SERVER_FRAME, ServerFrame};
+use allocview_agent::server::{MAX_AWAITING_HELLO, RefusalReason};
 use allocview_alloc::event::{Event, EventAction, EventPool};
+use raw_client::{WAIT, raw_hello, send_hello};
 
 fn get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
     request(addr, "GET", path)
@@ -315,5 +320,107 @@ fn a_post_to_metrics_is_405_with_an_allow_header() {
         "{head}"
     );
     assert_eq!(get(addr, "/nothing").0, 404);
+    agent.shutdown();
+}
+
+/// Reads the fatal error frame a refused connection gets; its message.
+fn refusal(s: &mut std::os::unix::net::UnixStream) -> String {
+    match protocol::read_frame::<_, ServerFrame>(s, MAX_SERVER_FRAME).unwrap() {
+        ServerFrame::Error { message, fatal } => {
+            assert!(fatal, "{message}");
+            message
+        }
+        other => panic!("expected an error frame, got {other:?}"),
+    }
+}
+
+#[test]
+fn refused_attach_clients_are_counted_per_reason_in_the_state_and_the_metrics() {
+    /// Connections beyond the hello cap, each refused.
+    const OVER_CAP: usize = 3;
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("agent.sock");
+    let agent = Agent::builder()
+        .listen(format!("unix:{}", sock.display()))
+        .dump_dir(dir.path().join("dumps"))
+        .metrics("127.0.0.1:0".parse().unwrap())
+        .spawn()
+        .unwrap();
+    // Nothing refused yet: every reason is on the page, at 0.
+    let (_, body) = get(agent.metrics_addr().unwrap(), "/metrics");
+    for r in RefusalReason::ALL {
+        let line = format!(
+            "allocview_attach_refused_total{{reason=\"{}\"}} 0",
+            r.as_str()
+        );
+        assert!(body.contains(&line), "{line} in\n{body}");
+    }
+
+    // Silent connections up to the cap (each has had the agent's hello), then more: refused.
+    let silent: Vec<_> = (0..MAX_AWAITING_HELLO).map(|_| raw_hello(&sock)).collect();
+    for _ in 0..OVER_CAP {
+        let mut over = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+        over.set_read_timeout(Some(WAIT)).unwrap();
+        assert!(refusal(&mut over).contains("waiting for their hello"));
+    }
+    drop(silent);
+    // Other refusals: a hello of another program, and a frame over the size limit.
+    let mut wrong = raw_hello(&sock);
+    protocol::write_frame(
+        &mut wrong,
+        &ClientFrame::Hello {
+            magic: "not-allocview".into(),
+            version: protocol::PROTOCOL_VERSION,
+            token: None,
+        },
+    )
+    .unwrap();
+    assert!(refusal(&mut wrong).contains("not an allocview client"));
+    let mut oversize = raw_hello(&sock);
+    oversize.write_all(&u32::MAX.to_be_bytes()).unwrap();
+    assert!(refusal(&mut oversize).contains("exceeds the limit"));
+    // A real client still gets in (and is not counted).
+    let mut ok = raw_hello(&sock);
+    send_hello(&mut ok);
+
+    let expected = vec![
+        ("hello_cap".to_string(), OVER_CAP as u64),
+        ("bad_hello".to_string(), 1),
+        ("oversize_frame".to_string(), 1),
+    ];
+    let pipeline = agent.state().pipeline;
+    assert_eq!(pipeline.refused_clients, expected);
+    assert_eq!(pipeline.refused_clients_total(), OVER_CAP as u64 + 2);
+
+    let (status, body) = get(agent.metrics_addr().unwrap(), "/metrics");
+    assert_eq!(status, 200);
+    let scrape = prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_string()))).unwrap();
+    let refused = |reason: &str| -> f64 {
+        let s = scrape
+            .samples
+            .iter()
+            .find(|s| {
+                s.metric == "allocview_attach_refused_total"
+                    && s.labels.get("reason") == Some(reason)
+            })
+            .unwrap_or_else(|| panic!("no refusals for {reason} in\n{body}"));
+        // The parser reads OpenMetrics' `_total` samples of a counter family as untyped.
+        match s.value {
+            prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Untyped(v) => v,
+            ref other => panic!("not a counter: {other:?}"),
+        }
+    };
+    assert!(
+        body.lines()
+            .any(|l| l == "# TYPE allocview_attach_refused counter"),
+        "{body}"
+    );
+    assert_eq!(refused("hello_cap"), OVER_CAP as f64);
+    assert_eq!(refused("bad_hello"), 1.0);
+    assert_eq!(refused("oversize_frame"), 1.0);
+    for r in ["hello_timeout", "version", "token", "bad_request"] {
+        assert_eq!(refused(r), 0.0, "{r}");
+    }
+    drop(ok);
     agent.shutdown();
 }

@@ -9,6 +9,7 @@ use allocview_alloc::caching::backend::StreamId;
 use allocview_alloc::caching::sim::SimBackend;
 use allocview_alloc::caching::{AllocatorConfig, CachingAllocator, HistoryOptions};
 use allocview_alloc::snapshot::{Snapshot, TraceAction};
+use allocview_alloc::stats::human_bytes;
 
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
@@ -59,9 +60,11 @@ fn a_what_if_oom_names_its_entry_in_the_written_file_and_the_rounded_size() {
     assert!(
         line.starts_with(&format!(
             "roundup_power2_divisions:4: first OOM at trace entry {} (entry {} of the replayed \
-             trace --out writes) (300.00 MiB requested, rounded to ",
+             trace --out writes) ({} requested, rounded to {}): ",
             oom_index + 1,
-            written + 1
+            written + 1,
+            human_bytes(ODD),
+            human_bytes(oom.diagnosis.requested)
         )),
         "{line}"
     );

@@ -227,7 +227,7 @@ fn pools_streams_ooms_and_ring_overflow_are_reported() {
     // The OOM's row names its trace entry from 1, as the dashboard numbers entries.
     let row = format!("#{} ", d1.ooms[0].index.unwrap() + 1);
     assert!(text.contains(&row), "{row} in {text}");
-    assert!(text.contains("8.0 GiB"), "{text}");
+    assert!(text.contains("8.00 GiB"), "{text}");
     assert!(text.contains("17 older entries were lost"), "{text}");
     assert!(text.contains("total memory 80.0 GiB"), "{text}");
 
@@ -327,7 +327,7 @@ fn peaks_and_totals_come_from_replaying_the_trace_and_agree_with_replay() {
         "{text}"
     );
     assert!(
-        text.contains(&allocview_agent::diagnosis::human(peak_allocated)),
+        text.contains(&allocview_alloc::stats::human_bytes(peak_allocated)),
         "{text}"
     );
 }
@@ -375,13 +375,26 @@ fn streams_are_named_as_on_the_dashboard_and_oom_times_say_their_origin() {
 }
 
 #[test]
-fn a_size_that_rounds_up_to_1024_of_a_unit_prints_in_the_next_unit() {
-    use allocview_agent::diagnosis::human;
-    use allocview_agent::summary::render::human_bytes;
-    assert_eq!(human((1 << 20) - 1), "1.00 MiB");
-    assert_eq!(human((1 << 30) - 1), "1.00 GiB");
-    assert_eq!(human((1 << 20) - 20 * 1024), "1004.00 KiB");
-    assert_eq!(human(1023), "1023 B");
-    assert_eq!(human_bytes((1 << 20) - 1), "1.0 MiB");
-    assert_eq!(human_bytes((1 << 20) - 60 * 1024), "964.0 KiB");
+fn a_size_that_would_read_1000_of_a_unit_prints_in_the_next_unit() {
+    use allocview_alloc::stats::human_bytes;
+    assert_eq!(human_bytes((1 << 20) - 1), "1.00 MiB");
+    assert_eq!(human_bytes((1 << 30) - 1), "1.00 GiB");
+    assert_eq!(human_bytes((1 << 20) - 20 * 1024), "0.98 MiB");
+    assert_eq!(human_bytes((1 << 20) - 60 * 1024), "964 KiB");
+    assert_eq!(human_bytes(1023), "1023 B");
+}
+
+#[test]
+fn a_snapshot_without_history_says_none_was_recorded_rather_than_judging_its_ring() {
+    let mut snap = rich_snapshot();
+    snap.device_traces.clear();
+    let text = summary::summarize(&snap).to_string();
+    assert!(
+        text.contains("Trace: 0 entries (no history was recorded"),
+        "{text}"
+    );
+    assert!(!text.contains("the ring did not overflow"), "{text}");
+    // With a trace, the ring is judged as before.
+    let text = summary::summarize(&rich_snapshot()).to_string();
+    assert!(text.contains("the ring"), "{text}");
 }

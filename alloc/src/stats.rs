@@ -1,6 +1,7 @@
 //! [`AllocatorStats`]: the counters an allocator may keep, as TensorFlow's `AllocatorStats`
 //! (`tensorflow/core/framework/allocator.h`), with a readable [`Display`](fmt::Display) in human
-//! units ([`HumanBytes`]).
+//! units; and [`HumanBytes`] / [`human_bytes`], the one byte-size formatter every allocview view
+//! uses (three significant digits in binary units, whole bytes below 1 KiB).
 
 use std::fmt;
 
@@ -39,64 +40,76 @@ impl fmt::Display for AllocatorStats {
     }
 }
 
-/// A byte count shown in binary units: `512 B`, `1.5 KiB`, `64.0 MiB`, `2.00 GiB`.
+/// A byte count as every allocview view writes it: whole bytes below 1 KiB, else three
+/// significant digits in binary units (`0 B`, `1023 B`, `1.00 KiB`, `12.1 GiB`, `640 MiB`).
 ///
-/// Values under 1 KiB print exactly; larger ones with one decimal (two from GiB up), in the
-/// largest unit the value reaches, like TensorFlow's `strings::HumanReadableNumBytes`. Unlike
-/// it, a value that would round to 1024 of a unit moves to the next one (`1048575` bytes is
-/// `1.0 MiB`, never `1024.0 KiB`).
+/// This is the one size formatter of the workspace: the summary text, the OOM diagnosis, replay
+/// reports, CLI messages and the dashboard all print sizes through it (or [`human_bytes`]), so a
+/// figure reads the same everywhere. The rule:
+///
+/// - below 1024 bytes, the exact count and `B` (`1000 B`, `1023 B`);
+/// - otherwise the largest unit of `KiB`, `MiB`, `GiB`, `TiB`, `PiB` the value reaches, with
+///   two decimals below 10 of it, one below 100, none from 100 (`1.50 KiB`, `12.1 MiB`,
+///   `640 GiB`);
+/// - a value that would read 1000 or more of a unit (from 999.5) moves to the next unit, so no
+///   figure shows four digits: 999.5 MiB is `0.98 GiB`, 1048575 bytes is `1.00 MiB`;
+/// - PiB is the largest unit: from 999.5 PiB the figure is whole PiB (`u64::MAX` is
+///   `16384 PiB`).
+///
+/// At most [`HUMAN_BYTES_WIDTH`] characters wide below 999.5 PiB (`0.98 MiB`, `12.1 GiB`,
+/// `1023 B`), so a column that wide keeps sizes aligned. Width, fill and alignment flags apply (`{:>9}`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct HumanBytes(pub u64);
 
-/// Binary unit names, each 1024 times the one before.
-const UNITS: [&str; 7] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+/// The widest [`HumanBytes`] text below 999.5 PiB (`0.98 MiB`, `12.1 GiB`).
+pub const HUMAN_BYTES_WIDTH: usize = 8;
+
+/// `n` bytes as [`HumanBytes`] writes them: `1.50 KiB`, `640 MiB`, `512 B`.
+pub fn human_bytes(n: u64) -> String {
+    HumanBytes(n).to_string()
+}
+
+/// The unit names [`HumanBytes`] writes, each 1024 times the one before; the last is the largest
+/// shown.
+pub const BYTE_UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
 
 /// Ratio between consecutive units.
 const UNIT_STEP: f64 = 1024.0;
 
-/// Index in [`UNITS`] of the first unit shown with [`WIDE_DECIMALS`] (GiB).
-const FIRST_WIDE_UNIT: usize = 3;
+/// Significant digits shown from KiB up.
+pub const SIGNIFICANT_DIGITS: usize = 3;
 
-/// Decimals shown for KiB and MiB.
-const NARROW_DECIMALS: usize = 1;
+/// The smallest figure that would print as 1000 of a unit (with no decimals): from it a value
+/// moves to the next unit.
+const NEXT_UNIT_FROM: f64 = 999.5;
 
-/// Decimals shown from [`FIRST_WIDE_UNIT`] up.
-const WIDE_DECIMALS: usize = 2;
+/// Below this a figure keeps two decimals (`9.99`); from it, `9.995` would round to `10.00`.
+const TWO_DECIMALS_BELOW: f64 = 9.995;
 
-/// Decimals shown for the unit at `unit` in [`UNITS`].
-fn decimals(unit: usize) -> usize {
-    if unit >= FIRST_WIDE_UNIT {
-        WIDE_DECIMALS
-    } else {
-        NARROW_DECIMALS
-    }
-}
+/// Below this a figure keeps one decimal (`99.9`); from it, `99.95` would round to `100.0`.
+const ONE_DECIMAL_BELOW: f64 = 99.95;
 
 impl fmt::Display for HumanBytes {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&binary_size(self.0, UNITS.len(), decimals))
-    }
-}
-
-/// `bytes` in the largest of the first `units` (at least 1) of `B`, `KiB`, ... `EiB` that it
-/// reaches, with `decimals(unit)` decimals (`unit` indexing that list), and exact below 1 KiB:
-/// `512 B`, `1.5 KiB`. A value that would round to 1024 of a unit is given in the next
-/// (1048575 bytes is `1.0 MiB` with one decimal, never `1024.0 KiB`).
-pub fn binary_size(bytes: u64, units: usize, decimals: impl Fn(usize) -> usize) -> String {
-    let units = units.clamp(1, UNITS.len());
-    let mut value = bytes as f64;
-    let mut unit = 0;
-    while unit + 1 < units
-        && (value >= UNIT_STEP
-            || (unit > 0 && value >= UNIT_STEP - 0.5 / 10f64.powi(decimals(unit) as i32)))
-    {
-        value /= UNIT_STEP;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{value:.*} {}", decimals(unit), UNITS[unit])
+        let bytes = self.0;
+        if bytes < UNIT_STEP as u64 {
+            return f.pad(&format!("{bytes} {}", BYTE_UNITS[0]));
+        }
+        let last = BYTE_UNITS.len() - 1;
+        let mut value = bytes as f64 / UNIT_STEP;
+        let mut unit = 1;
+        while unit < last && value >= NEXT_UNIT_FROM {
+            value /= UNIT_STEP;
+            unit += 1;
+        }
+        let decimals = if value < TWO_DECIMALS_BELOW {
+            SIGNIFICANT_DIGITS - 1
+        } else if value < ONE_DECIMAL_BELOW {
+            SIGNIFICANT_DIGITS - 2
+        } else {
+            0
+        };
+        f.pad(&format!("{value:.decimals$} {}", BYTE_UNITS[unit]))
     }
 }
 
@@ -104,44 +117,83 @@ pub fn binary_size(bytes: u64, units: usize, decimals: impl Fn(usize) -> usize) 
 mod tests {
     use super::*;
 
+    const KIB: u64 = 1 << 10;
+    const MIB: u64 = 1 << 20;
+    const GIB: u64 = 1 << 30;
+    const PIB: u64 = 1 << 50;
+
     #[test]
-    fn human_bytes_picks_the_largest_unit_below_the_value() {
-        assert_eq!(HumanBytes(0).to_string(), "0 B");
-        assert_eq!(HumanBytes(1023).to_string(), "1023 B");
-        assert_eq!(HumanBytes(1024).to_string(), "1.0 KiB");
-        assert_eq!(HumanBytes(1536).to_string(), "1.5 KiB");
-        assert_eq!(HumanBytes(64 << 20).to_string(), "64.0 MiB");
-        assert_eq!(HumanBytes(3 << 30).to_string(), "3.00 GiB");
-        assert_eq!(HumanBytes(u64::MAX).to_string(), "16.00 EiB");
+    fn whole_bytes_are_exact_below_one_kib() {
+        assert_eq!(human_bytes(0), "0 B");
+        assert_eq!(human_bytes(512), "512 B");
+        assert_eq!(human_bytes(1000), "1000 B");
+        assert_eq!(human_bytes(1023), "1023 B");
+        assert_eq!(human_bytes(1024), "1.00 KiB");
     }
 
     #[test]
-    fn a_value_that_rounds_to_1024_of_a_unit_shows_the_next_unit() {
-        assert_eq!(HumanBytes((1 << 20) - 1).to_string(), "1.0 MiB");
-        assert_eq!(HumanBytes((1 << 30) - 1).to_string(), "1.00 GiB");
-        assert_eq!(HumanBytes((1 << 40) - 1).to_string(), "1.00 TiB");
-        assert_eq!(HumanBytes((1 << 60) - 1).to_string(), "1.00 EiB");
-        // 1023.9502 KiB rounds to 1024.0: the next unit. 1023.9492 KiB stays.
-        assert_eq!(HumanBytes(1_048_525).to_string(), "1.0 MiB");
-        assert_eq!(HumanBytes(1_048_524).to_string(), "1023.9 KiB");
-        // 1023.996 GiB rounds to 1024.00 at two decimals.
-        let just_under_tib = (1u64 << 40) - (1 << 30) / 250;
-        assert_eq!(HumanBytes(just_under_tib).to_string(), "1.00 TiB");
-        assert_eq!(
-            HumanBytes((1 << 40) - (1 << 30) / 50).to_string(),
-            "1023.98 GiB"
-        );
+    fn sizes_from_one_kib_show_three_significant_digits() {
+        assert_eq!(human_bytes(1536), "1.50 KiB");
+        assert_eq!(human_bytes(10 * KIB), "10.0 KiB");
+        assert_eq!(human_bytes(640 * MIB), "640 MiB");
+        assert_eq!(human_bytes(12 * GIB + GIB / 10), "12.1 GiB");
+        assert_eq!(human_bytes(7_840_000_000), "7.30 GiB");
+        assert_eq!(human_bytes(80 * GIB), "80.0 GiB");
+        assert_eq!(human_bytes(3 << 40), "3.00 TiB");
+        assert_eq!(human_bytes(5 * PIB), "5.00 PiB");
     }
 
     #[test]
-    fn no_value_shows_1024_of_a_unit() {
-        for shift in [10u32, 20, 30, 40, 50, 60] {
-            for below in 0..2048u64 {
-                let n = (1u64 << shift).saturating_sub(below);
-                let text = HumanBytes(n).to_string();
-                assert!(!text.starts_with("1024"), "{n} shows as {text}");
+    fn a_value_that_would_read_1000_of_a_unit_shows_the_next_unit() {
+        // 1048575 B is 1023.999 KiB.
+        assert_eq!(human_bytes(MIB - 1), "1.00 MiB");
+        assert_eq!(human_bytes(GIB - 1), "1.00 GiB");
+        assert_eq!(human_bytes(1023 * MIB), "1.00 GiB");
+        // 999.5 MiB would round to 1000 MiB; 999.49 MiB rounds to 999.
+        let edge = 999 * MIB + MIB / 2;
+        assert_eq!(human_bytes(edge), "0.98 GiB");
+        assert_eq!(human_bytes(edge - 1), "999 MiB");
+        assert_eq!(human_bytes(1000 * KIB), "0.98 MiB");
+        // 9.995 and 99.95 of a unit would carry into a fourth digit.
+        assert_eq!(human_bytes(9 * KIB + 1018), "9.99 KiB");
+        assert_eq!(human_bytes(9 * KIB + 1019), "10.0 KiB");
+        assert_eq!(human_bytes(99 * KIB + 972), "99.9 KiB");
+        assert_eq!(human_bytes(99 * KIB + 973), "100 KiB");
+    }
+
+    #[test]
+    fn pib_is_the_largest_unit() {
+        assert_eq!(human_bytes(999 * PIB), "999 PiB");
+        assert_eq!(human_bytes(1024 * PIB), "1024 PiB");
+        assert_eq!(human_bytes(u64::MAX), "16384 PiB");
+    }
+
+    #[test]
+    fn no_size_shows_four_digits_below_1000_pib() {
+        for shift in [10u32, 20, 30, 40, 50] {
+            for offset in 0..4096u64 {
+                for n in [
+                    (1u64 << shift).saturating_sub(offset),
+                    (1000u64 << (shift - 10)).saturating_sub(offset),
+                    (1u64 << shift) * 10 - offset,
+                    (1u64 << shift) * 100 - offset,
+                ] {
+                    let text = human_bytes(n);
+                    let number = text.split(' ').next().unwrap_or_default();
+                    let digits = number.chars().filter(char::is_ascii_digit).count();
+                    let limit = if n < KIB { 4 } else { SIGNIFICANT_DIGITS };
+                    assert!(digits <= limit, "{n} shows as {text}");
+                    assert!(text.len() <= HUMAN_BYTES_WIDTH, "{n} shows as {text}");
+                }
             }
         }
+    }
+
+    #[test]
+    fn width_flags_align_the_text() {
+        assert_eq!(format!("{:>8}", HumanBytes(1536)), "1.50 KiB");
+        assert_eq!(format!("{:>8}", HumanBytes(512)), "   512 B");
+        assert_eq!(format!("{:<8}|", HumanBytes(640 * MIB)), "640 MiB |");
     }
 
     #[test]
@@ -155,7 +207,7 @@ mod tests {
         };
         assert_eq!(
             stats.to_string(),
-            "allocs: 3, in use: 2.0 KiB, peak: 4.0 KiB, largest: 100 B, limit: 1.0 MiB"
+            "allocs: 3, in use: 2.00 KiB, peak: 4.00 KiB, largest: 100 B, limit: 1.00 MiB"
         );
         let unlimited = AllocatorStats {
             bytes_limit: None,

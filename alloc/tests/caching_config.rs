@@ -2,8 +2,8 @@
 //! worked out by hand.
 
 use allocview_alloc::caching::config::{
-    AllocatorConfig, ConfigError, LARGE_BUFFER, ROUNDUP_BUCKETS, SMALL_BUFFER, roundup_bucket,
-    segment_size,
+    AllocatorConfig, ConfigError, LARGE_BUFFER, ROUNDUP_BUCKETS, SMALL_BUFFER, VALID_KEYS,
+    roundup_bucket, segment_size,
 };
 use allocview_alloc::snapshot::Value;
 
@@ -187,7 +187,7 @@ fn bad_divisions_are_errors_naming_the_valid_forms() {
 #[test]
 fn syntax_errors_say_where() {
     let m = err("expandable_segments True");
-    assert!(m.contains("expected ':'"), "{m}");
+    assert!(m.contains("a ':' after"), "{m}");
     let m = err("expandable_segments:True max_split_size_mb:30");
     assert!(m.contains("expected ','"), "{m}");
     assert!(err("backend:cudaMallocAsync").contains("native"));
@@ -254,4 +254,218 @@ fn settings_have_pytorchs_keys_in_pytorchs_order() {
     assert_eq!(d.len(), 16);
     assert_eq!(d[0].0, Value::Str("1".into()));
     assert_eq!(d[15].0, Value::Str("32768".into()));
+}
+
+/// What `roundup_power2_divisions` accepts, as every message about it ends.
+const DIVISIONS_FORMS: &str = "expected 0 or a power of two, either one value \
+(roundup_power2_divisions:4) or a list [256:1,512:2,>:8] whose keys are power-of-two sizes in MB \
+or '>'";
+
+/// The end of a message about a malformed `[...]` list item.
+const ITEM_FORMS: &str = "is not SIZE_MB:DIVISIONS (e.g. 256:2, or >:8 for every larger size)";
+
+#[test]
+fn every_parse_error_names_the_setting_as_written_in_plain_words() {
+    let mib = "expected an integer number of MiB, at least 20";
+    let table: Vec<(&str, String)> = vec![
+        // No ':' after a name: the whole setting, and what is missing where.
+        (
+            "bogus",
+            r#""bogus": expected KEY:VALUE (a ':' after "bogus")"#.into(),
+        ),
+        (
+            "max_split_size_mb:30,expandable_segments True",
+            r#""expandable_segments True": expected KEY:VALUE (a ':' after "expandable_segments")"#
+                .into(),
+        ),
+        // No name before the ':' (or before a list).
+        (
+            ":5",
+            r#"":5": expected KEY:VALUE (a setting name before ":")"#.into(),
+        ),
+        (
+            "[1]",
+            r#""[1]": expected KEY:VALUE (a setting name before "[")"#.into(),
+        ),
+        // Empty settings, by their place.
+        (
+            ",max_split_size_mb:30",
+            "the 1st setting is empty: expected KEY:VALUE between the commas".into(),
+        ),
+        (
+            "max_split_size_mb:30,,expandable_segments:True",
+            "the 2nd setting is empty: expected KEY:VALUE between the commas".into(),
+        ),
+        // A comma forgotten between two settings.
+        (
+            "expandable_segments:True max_split_size_mb:30",
+            r#""expandable_segments:True max_split_size_mb:30": expected ',' after "expandable_segments:True" (one KEY:VALUE per setting)"#
+                .into(),
+        ),
+        (
+            "roundup_power2_divisions:[256:1]x",
+            r#""roundup_power2_divisions:[256:1]x": expected ',' after "roundup_power2_divisions:[256:1]" (one KEY:VALUE per setting)"#
+                .into(),
+        ),
+        // Unknown key.
+        (
+            "max_split_mb:100",
+            format!(r#"unknown allocator setting "max_split_mb"; valid settings: {VALID_KEYS}"#),
+        ),
+        // Missing values.
+        (
+            "max_split_size_mb:",
+            format!("max_split_size_mb has no value after ':': {mib}"),
+        ),
+        (
+            "max_split_size_mb:,expandable_segments:True",
+            format!("max_split_size_mb has no value after ':': {mib}"),
+        ),
+        (
+            "garbage_collection_threshold:",
+            "garbage_collection_threshold has no value after ':': expected a number strictly \
+             between 0 and 1"
+                .into(),
+        ),
+        (
+            "roundup_power2_divisions:",
+            format!("roundup_power2_divisions has no value after ':': {DIVISIONS_FORMS}"),
+        ),
+        // Bad values and sizes.
+        (
+            "max_split_size_mb:abc",
+            format!(r#"invalid value "abc" for max_split_size_mb: {mib}"#),
+        ),
+        (
+            "max_split_size_mb:-5",
+            format!(r#"invalid value "-5" for max_split_size_mb: {mib}"#),
+        ),
+        (
+            "max_split_size_mb:99999999999999999999999",
+            format!(r#"invalid value "99999999999999999999999" for max_split_size_mb: {mib}"#),
+        ),
+        (
+            "expandable_segments:yes",
+            r#"invalid value "yes" for expandable_segments: expected True or False"#.into(),
+        ),
+        (
+            "expandable_segments:[True]",
+            r#"invalid value "[True]" for expandable_segments: expected True or False"#.into(),
+        ),
+        (
+            "backend:cudaMallocAsync",
+            r#"invalid value "cudaMallocAsync" for backend: expected native (cudaMallocAsync is not supported by allocview)"#
+                .into(),
+        ),
+        // Out of range.
+        (
+            "max_split_size_mb:19",
+            format!(r#"invalid value "19" for max_split_size_mb: {mib}"#),
+        ),
+        (
+            "max_non_split_rounding_mb:10",
+            format!(r#"invalid value "10" for max_non_split_rounding_mb: {mib}"#),
+        ),
+        (
+            "garbage_collection_threshold:1.5",
+            r#"invalid value "1.5" for garbage_collection_threshold: expected a number strictly between 0 and 1"#
+                .into(),
+        ),
+        (
+            "pinned_num_register_threads:256",
+            r#"invalid value "256" for pinned_num_register_threads: expected a power of two no larger than 128"#
+                .into(),
+        ),
+        (
+            "pinned_reserve_segment_size_mb:0",
+            r#"invalid value "0" for pinned_reserve_segment_size_mb: expected a positive integer"#
+                .into(),
+        ),
+        // roundup_power2_divisions in every form.
+        (
+            "roundup_power2_divisions:3",
+            format!(r#"invalid value "3" for roundup_power2_divisions: {DIVISIONS_FORMS}"#),
+        ),
+        (
+            "roundup_power2_divisions:[256:3]",
+            format!(r#"invalid value "256:3" for roundup_power2_divisions: {DIVISIONS_FORMS}"#),
+        ),
+        (
+            "roundup_power2_divisions:[300:2]",
+            format!(r#"invalid value "300:2" for roundup_power2_divisions: {DIVISIONS_FORMS}"#),
+        ),
+        (
+            "roundup_power2_divisions:[256:x]",
+            format!(r#"invalid value "256:x" for roundup_power2_divisions: {DIVISIONS_FORMS}"#),
+        ),
+        (
+            "roundup_power2_divisions:[256:2",
+            r#"roundup_power2_divisions: the list "[256:2" has no closing ']'"#.into(),
+        ),
+        (
+            "roundup_power2_divisions:[256:2,",
+            r#"roundup_power2_divisions: the list "[256:2," has no closing ']'"#.into(),
+        ),
+        (
+            "roundup_power2_divisions:[256]",
+            format!(r#"roundup_power2_divisions: list item "256" {ITEM_FORMS}"#),
+        ),
+        (
+            "roundup_power2_divisions:[:2]",
+            format!(r#"roundup_power2_divisions: list item ":2" {ITEM_FORMS}"#),
+        ),
+        (
+            "roundup_power2_divisions:[256:]",
+            format!(r#"roundup_power2_divisions: list item "256:" {ITEM_FORMS}"#),
+        ),
+        (
+            "roundup_power2_divisions:[>]",
+            format!(r#"roundup_power2_divisions: list item ">" {ITEM_FORMS}"#),
+        ),
+        (
+            "roundup_power2_divisions:[256:1 512:2]",
+            format!(r#"roundup_power2_divisions: list item "256:1 512:2" {ITEM_FORMS}"#),
+        ),
+        (
+            "roundup_power2_divisions:[,256:1]",
+            format!("roundup_power2_divisions: list item (empty) {ITEM_FORMS}"),
+        ),
+    ];
+    for (input, expected) in &table {
+        let e = AllocatorConfig::parse(input).unwrap_err();
+        let m = e.to_string();
+        assert_eq!(&m, expected, "{input}");
+        // No parser internals: token numbers or "end of string".
+        assert!(
+            !m.contains("token") && !m.contains("end of string") && !m.contains("malformed"),
+            "{input}: {m}"
+        );
+    }
+    // The kinds stay typed.
+    assert!(matches!(
+        AllocatorConfig::parse("bogus").unwrap_err(),
+        ConfigError::MissingColon { ref key, .. } if key == "bogus"
+    ));
+    assert!(matches!(
+        AllocatorConfig::parse("max_split_size_mb:").unwrap_err(),
+        ConfigError::MissingValue { ref key, .. } if key == "max_split_size_mb"
+    ));
+}
+
+#[test]
+fn one_trailing_comma_is_accepted_as_pytorch_accepts_it() {
+    assert_eq!(
+        AllocatorConfig::parse("max_split_size_mb:30,")
+            .unwrap()
+            .max_split_size(),
+        Some(30 << 20)
+    );
+    assert_eq!(
+        AllocatorConfig::parse("roundup_power2_divisions:[256:1,]")
+            .unwrap()
+            .roundup_power2_divisions(),
+        AllocatorConfig::parse("roundup_power2_divisions:[256:1]")
+            .unwrap()
+            .roundup_power2_divisions()
+    );
 }

@@ -34,6 +34,20 @@ fn from_env_prefers_allocviews_variable_then_pytorchs() {
     unsafe { std::env::set_var(ENV_VAR, "expandable_segments:maybe") };
     let e = AllocatorConfig::from_env().unwrap_err().to_string();
     assert!(e.contains("expandable_segments"), "{e}");
+    // A malformed value reads as it does from `parse`: the setting as written, no token
+    // numbers.
+    for var in [ENV_VAR, PYTORCH_ENV_VAR] {
+        // SAFETY: as above.
+        unsafe {
+            std::env::remove_var(ENV_VAR);
+            std::env::set_var(var, "bogus");
+        }
+        let e = AllocatorConfig::from_env().unwrap_err().to_string();
+        assert_eq!(
+            e, r#""bogus": expected KEY:VALUE (a ':' after "bogus")"#,
+            "{var}"
+        );
+    }
     // SAFETY: as above.
     unsafe {
         std::env::remove_var(ENV_VAR);

@@ -285,7 +285,7 @@ fn stats_read_in_human_units() {
     };
     assert_eq!(
         s.to_string(),
-        "in use: 1.5 KiB, peak: 2.0 MiB, total: 10 B, allocs: 3, frees: 2, reallocs: 1"
+        "in use: 1.50 KiB, peak: 2.00 MiB, total: 10 B, allocs: 3, frees: 2, reallocs: 1"
     );
 }
 

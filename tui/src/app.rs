@@ -151,7 +151,12 @@ impl App {
             }
             View::Streams => self.ui.stream_row = row,
             View::Trace => self.ui.trace_row = Some(row),
-            View::Oom => self.ui.oom = row,
+            View::Oom => {
+                if row != self.ui.oom {
+                    self.ui.oom_scroll = 0;
+                }
+                self.ui.oom = row;
+            }
             _ => {}
         }
     }
@@ -211,6 +216,13 @@ impl App {
             Action::Move(d) => {
                 let row = (self.current_row() as i64 + d).max(0) as usize;
                 self.set_row(row);
+            }
+            Action::ScrollOom(pages) => {
+                let body = view::regions(self.area).body;
+                let (page, max) = view::oom::scroll_range(body, &self.state, &self.ui);
+                let by = pages.saturating_mul(page as i64);
+                self.ui.oom_scroll =
+                    (self.ui.oom_scroll.min(max) as i64 + by).clamp(0, max as i64) as usize;
             }
             Action::Top => self.set_row(0),
             Action::Bottom => self.set_row(usize::MAX),
@@ -309,6 +321,10 @@ impl App {
                 self.ui.block = 0;
             }
             Action::ToggleZoom => self.ui.zoom = !self.ui.zoom,
+            Action::CycleChartSpan => {
+                let file = self.file_mode();
+                self.ui.cycle_chart_span(file);
+            }
             Action::HistogramsBy(g) => {
                 self.ui.histogram_by = self.ui.histogram_by.toggle(g);
                 self.ui.histogram_group = 0;

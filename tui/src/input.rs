@@ -75,6 +75,8 @@ pub enum Action {
     ToggleZoom,
     /// Histograms per pool / per stream, or back to every group (`p` / `s`, histograms).
     HistogramsBy(HistogramGrouping),
+    /// The usage chart's next span (`t`): whole run, last hour, 10 minutes, minute.
+    CycleChartSpan,
     /// Pause or resume updates.
     TogglePause,
     /// Reset peak statistics.
@@ -83,6 +85,8 @@ pub enum Action {
     Save,
     /// Move through a file's trace.
     Seek(Seek),
+    /// Scroll the selected OOM's box by this many pages (PgUp / PgDn in the OOM view).
+    ScrollOom(i64),
     /// A left click at a screen cell.
     Click {
         /// Column.
@@ -134,6 +138,8 @@ pub fn key(k: KeyEvent, ui: &UiState, file_mode: bool) -> Option<Action> {
         }
         KeyCode::Up | KeyCode::Char('k') => Action::Move(-1),
         KeyCode::Down | KeyCode::Char('j') => Action::Move(1),
+        KeyCode::PageUp if ui.view == View::Oom => Action::ScrollOom(-1),
+        KeyCode::PageDown if ui.view == View::Oom => Action::ScrollOom(1),
         KeyCode::PageUp => Action::Move(-PAGE),
         KeyCode::PageDown => Action::Move(PAGE),
         KeyCode::Char('h') => Action::Left,
@@ -169,6 +175,7 @@ pub fn key(k: KeyEvent, ui: &UiState, file_mode: bool) -> Option<Action> {
         }
         KeyCode::Char('p') | KeyCode::Char(' ') => Action::TogglePause,
         KeyCode::Char('r') => Action::ResetPeaks,
+        KeyCode::Char('t') => Action::CycleChartSpan,
         KeyCode::Char('s') => Action::Save,
         _ => return None,
     };
@@ -273,6 +280,13 @@ mod tests {
             );
         }
         assert_eq!(key(press(KeyCode::End), &ui, false), Some(Action::Bottom));
+        // The chart's span, live and in files.
+        for file in [false, true] {
+            assert_eq!(
+                key(press(KeyCode::Char('t')), &ui, file),
+                Some(Action::CycleChartSpan)
+            );
+        }
     }
 
     #[test]

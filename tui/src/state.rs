@@ -176,6 +176,8 @@ pub struct Fragmentation {
     /// Largest free block in any segment.
     pub largest_free: u64,
     /// Free bytes inside segments that also hold active blocks (cannot be released).
+    /// Expandable segments strand nothing: their free pages are unmapped one by one (as
+    /// `summary` and the pools' inactive-split figures count them).
     pub stranded: u64,
 }
 
@@ -184,7 +186,7 @@ impl State {
     pub fn fragmentation(&self) -> Fragmentation {
         let mut f = Fragmentation::default();
         for seg in &self.segments {
-            let has_active = seg.blocks.iter().any(|b| b.state.is_active());
+            let has_active = !seg.is_expandable && seg.blocks.iter().any(|b| b.state.is_active());
             for b in seg
                 .blocks
                 .iter()

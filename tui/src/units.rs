@@ -1,8 +1,10 @@
-//! Human units: byte sizes with three significant digits (`9.80 GiB`, `640 MiB`, `512 B`),
-//! counts with thousands separators (`1,204,331`), durations (`1.25 ms`), and the size parser
+//! Human units: byte sizes ([`bytes`], the workspace's one size formatter:
+//! `9.80 GiB`, `640 MiB`, `512 B`), counts with thousands separators (`1,204,331`), durations (`1.25 ms`), and the size parser
 //! behind `--device-memory` (`16GiB`, `512MiB`, `8000000000`).
 
 use std::fmt::Write as _;
+
+use allocview_alloc::stats::BYTE_UNITS;
 
 /// One kibibyte.
 pub const KIB: u64 = 1 << 10;
@@ -12,22 +14,15 @@ pub const MIB: u64 = 1 << 20;
 pub const GIB: u64 = 1 << 30;
 /// One tebibyte.
 pub const TIB: u64 = 1 << 40;
+/// One pebibyte (the largest unit sizes are written in).
+pub const PIB: u64 = 1 << 50;
 
-/// Binary unit names and their sizes, smallest first.
-const BYTE_UNITS: [(&str, u64); 5] = [
-    ("B", 1),
-    ("KiB", KIB),
-    ("MiB", MIB),
-    ("GiB", GIB),
-    ("TiB", TIB),
-];
-
-/// Whether `word` is the name of a binary unit [`bytes`] writes (`B`, `KiB`, ... `TiB`).
+/// Whether `word` is the name of a binary unit [`bytes`] writes (`B`, `KiB`, ... `PiB`).
 pub fn is_byte_unit(word: &str) -> bool {
-    BYTE_UNITS.iter().any(|&(name, _)| name == word)
+    BYTE_UNITS.contains(&word)
 }
 
-/// Significant digits shown for sizes and durations.
+/// Significant digits shown for durations (sizes show as many, see [`bytes`]).
 const SIGNIFICANT_DIGITS: usize = 3;
 
 /// Formats `value` (below 1,000) with three significant digits: `0.98`, `1.50`, `12.1`, `640`.
@@ -50,23 +45,11 @@ fn three_digits(value: f64) -> String {
     }
 }
 
-/// A byte count in binary units with three significant digits: `0 B`, `512 B`, `1.50 KiB`,
-/// `640 MiB`, `12.1 GiB`. Values that would read 1,000 or more of a unit move to the next
-/// (`1000 B` is `0.98 KiB`).
-pub fn bytes(n: u64) -> String {
-    let mut idx = BYTE_UNITS
-        .iter()
-        .rposition(|&(_, unit)| n >= unit)
-        .unwrap_or(0);
-    if n as f64 / BYTE_UNITS[idx].1 as f64 >= 999.5 && idx + 1 < BYTE_UNITS.len() {
-        idx += 1;
-    }
-    let (name, unit) = BYTE_UNITS[idx];
-    if unit == 1 {
-        return format!("{n} B");
-    }
-    format!("{} {name}", three_digits(n as f64 / unit as f64))
-}
+/// A byte count as every allocview view writes it: whole bytes below 1 KiB, else three
+/// significant digits in binary units (`512 B`, `1.50 KiB`, `640 MiB`, `12.1 GiB`), the next
+/// unit from 999.5 of one (`0.98 GiB`). The dashboard's name for
+/// [`allocview_alloc::stats::human_bytes`], which the summary text and the OOM diagnosis use too.
+pub use allocview_alloc::stats::human_bytes as bytes;
 
 /// A signed byte count (`-1.50 GiB`).
 pub fn signed_bytes(n: i64) -> String {
@@ -152,12 +135,12 @@ pub enum SizeError {
     Empty,
     /// The number part does not parse.
     #[error(
-        "bad size {0:?}: expected a number of bytes or a number with a unit (B, KiB, MiB, GiB, TiB, KB, MB, GB, TB), e.g. 16GiB or 512MiB"
+        "bad size {0:?}: expected a number of bytes or a number with a unit (B, KiB, MiB, GiB, TiB, PiB, KB, MB, GB, TB, PB), e.g. 16GiB or 512MiB"
     )]
     BadNumber(String),
     /// The unit is unknown.
     #[error(
-        "bad size {input:?}: unknown unit {unit:?} (use B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)"
+        "bad size {input:?}: unknown unit {unit:?} (use B, KiB, MiB, GiB, TiB, PiB, KB, MB, GB, TB or PB)"
     )]
     BadUnit {
         /// The whole input.
@@ -171,8 +154,9 @@ pub enum SizeError {
 }
 
 /// Parses a size: plain bytes (`8000000000`, `1_000`), or a number and a unit, binary (`KiB`,
-/// `MiB`, `GiB`, `TiB`, also `K`/`M`/`G`/`T`) or decimal (`KB`, `MB`, `GB`, `TB`), case
-/// insensitive, with an optional space and fraction (`1.5 GiB`).
+/// `MiB`, `GiB`, `TiB`, `PiB`, also `K`/`M`/`G`/`T`/`P`) or decimal (`KB`, `MB`, `GB`, `TB`,
+/// `PB`), case insensitive, with an optional space and fraction (`1.5 GiB`): every unit
+/// [`bytes`] writes reads back.
 ///
 /// # Errors
 /// [`SizeError`] naming what is wrong with the input.
@@ -196,10 +180,12 @@ pub fn parse_size(input: &str) -> Result<u64, SizeError> {
         "m" | "mib" => MIB,
         "g" | "gib" => GIB,
         "t" | "tib" => TIB,
+        "p" | "pib" => PIB,
         "kb" => 1_000,
         "mb" => 1_000_000,
         "gb" => 1_000_000_000,
         "tb" => 1_000_000_000_000,
+        "pb" => 1_000_000_000_000_000,
         _ => {
             return Err(SizeError::BadUnit {
                 input: input.to_string(),
@@ -230,28 +216,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn bytes_have_three_significant_digits() {
+    fn bytes_is_the_shared_size_formatter() {
         assert_eq!(bytes(0), "0 B");
-        assert_eq!(bytes(512), "512 B");
-        assert_eq!(bytes(999), "999 B");
-        assert_eq!(bytes(1000), "0.98 KiB");
+        assert_eq!(bytes(1000), "1000 B");
         assert_eq!(bytes(1024), "1.00 KiB");
-        assert_eq!(bytes(1536), "1.50 KiB");
         assert_eq!(bytes(640 * MIB), "640 MiB");
-        assert_eq!(bytes(12 * GIB + GIB / 10), "12.1 GiB");
-        assert_eq!(bytes(3 * GIB / 2), "1.50 GiB");
-        assert_eq!(bytes(80 * GIB), "80.0 GiB");
         assert_eq!(bytes(1023 * MIB), "1.00 GiB");
+        assert_eq!(signed_bytes(-((3 * GIB / 2) as i64)), "-1.50 GiB");
+        assert_eq!(bytes(2 * TIB), allocview_alloc::stats::human_bytes(2 * TIB));
     }
 
     #[test]
-    fn rounding_never_shows_four_digits() {
-        for n in [99_950 * KIB, 1023 * KIB + 1000, 102_399 * KIB] {
-            let s = bytes(n);
-            let digits = s.chars().filter(char::is_ascii_digit).count();
-            assert!(digits <= 3, "{n} -> {s}");
-            assert!(!s.starts_with("1000"), "{n} -> {s}");
+    fn every_unit_bytes_writes_is_a_byte_unit() {
+        for n in [1, KIB, MIB, GIB, TIB, TIB << 10] {
+            let text = bytes(n);
+            let unit = text.rsplit(' ').next().unwrap_or_default();
+            assert!(is_byte_unit(unit), "{text}");
         }
+        assert!(!is_byte_unit("ns"));
     }
 
     #[test]
@@ -290,6 +272,27 @@ mod tests {
         assert_eq!(parse_size("1.5 GiB"), Ok(3 * GIB / 2));
         assert_eq!(parse_size("2gb"), Ok(2_000_000_000));
         assert_eq!(parse_size("1_024"), Ok(1024));
+        assert_eq!(parse_size("1PiB"), Ok(PIB));
+        assert_eq!(parse_size("2 pb"), Ok(2_000_000_000_000_000));
+    }
+
+    #[test]
+    fn every_size_bytes_writes_parses_back_to_within_its_rounding() {
+        for n in [
+            0,
+            1023,
+            1536,
+            10 * MIB + 1,
+            3 * GIB / 2,
+            5 * TIB,
+            7 * PIB,
+            u64::MAX / 2,
+        ] {
+            let shown = bytes(n);
+            let back = parse_size(&shown).unwrap_or_else(|e| panic!("{shown}: {e}"));
+            let err = back.abs_diff(n) as f64 / n.max(1) as f64;
+            assert!(err < 0.005, "{n} -> {shown} -> {back}");
+        }
     }
 
     #[test]

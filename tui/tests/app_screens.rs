@@ -288,3 +288,43 @@ fn a_files_counters_say_what_it_does_not_record() {
     );
     assert!(!all.contains("dropped events"), "{all}");
 }
+
+#[test]
+fn pgdn_scrolls_an_oom_box_too_tall_for_the_terminal_and_says_what_is_hidden() {
+    let (mut app, _d) = file_app(&support::traced_snapshot(3));
+    press(&mut app, KeyCode::Char('7'));
+    // What-if lines as the background replays add them: the box no longer fits the shortest
+    // terminal the dashboard draws at.
+    app.state.ooms[0].what_if = [
+        "expandable_segments:True   → fits; no OOM in the trace, peak reserved 7.88 GiB of 8.00 GiB",
+        "max_split_size_mb:128      → fits; no OOM in the trace, peak reserved 8.00 GiB of 8.00 GiB",
+        "max_split_size_mb:512      → fits; 1 other OOM, first at entry 2203, peak reserved 8.00 GiB",
+    ]
+    .map(String::from)
+    .to_vec();
+    let (w, h) = (view::MIN_WIDTH, view::MIN_HEIGHT);
+    let first = screen_of(&mut app, w, h);
+    assert!(first.contains("more (PgDn)"), "{first}");
+    assert!(!first.contains("Enter goes there"), "{first}");
+    press(&mut app, KeyCode::PageDown);
+    let scrolled = screen_of(&mut app, w, h);
+    assert!(scrolled.contains("Enter goes there"), "{scrolled}");
+    assert!(scrolled.contains("above (PgUp)"), "{scrolled}");
+    // Further PgDn stays at the end; PgUp goes back to the top.
+    press(&mut app, KeyCode::PageDown);
+    assert_eq!(screen_of(&mut app, w, h), scrolled);
+    press(&mut app, KeyCode::PageUp);
+    press(&mut app, KeyCode::PageUp);
+    assert_eq!(screen_of(&mut app, w, h), first);
+    // Selecting another OOM starts at its top.
+    press(&mut app, KeyCode::PageDown);
+    press(&mut app, KeyCode::Char('j'));
+    assert_eq!(app.ui.oom, 1);
+    assert_eq!(app.ui.oom_scroll, 0);
+    // Tall enough, nothing is hidden and nothing says so.
+    let tall = screen_of(&mut app, 120, 60);
+    assert!(
+        !tall.contains("(PgDn)") && !tall.contains("(PgUp)"),
+        "{tall}"
+    );
+}

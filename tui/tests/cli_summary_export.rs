@@ -327,6 +327,28 @@ fn export_without_to_refuses_an_output_extension_naming_no_format_and_lists_the_
 }
 
 #[test]
+fn export_refuses_to_write_over_its_input_under_any_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.pickle");
+    let snapshot = allocview_alloc::snapshot::Snapshot::default();
+    snapshot_file::save(&input, &snapshot, snapshot_file::FileFormat::Pickle).unwrap();
+    let before = std::fs::read(&input).unwrap();
+    let modified = std::fs::metadata(&input).unwrap().modified().unwrap();
+    let link = dir.path().join("link.pickle");
+    std::os::unix::fs::symlink(&input, &link).unwrap();
+    let dotted = dir.path().join(".").join("in.pickle");
+    for out in [&input, &link, &dotted] {
+        let err = fails_cleanly(&export_by_extension(&input, out));
+        assert!(err.contains("the output is the input file"), "{err}");
+    }
+    assert_eq!(std::fs::read(&input).unwrap(), before);
+    assert_eq!(
+        std::fs::metadata(&input).unwrap().modified().unwrap(),
+        modified
+    );
+}
+
+#[test]
 fn export_help_says_the_extension_picks_the_format() {
     let o = run(&["export", "--help"]);
     ok(&o);

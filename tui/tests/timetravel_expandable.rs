@@ -313,3 +313,31 @@ fn an_ordinary_recording_still_ends_in_the_files_own_state_and_starts_from_nothi
     assert!(snap.segments.iter().all(|s| !s.is_expandable));
     check(&snap, &steps);
 }
+
+#[test]
+fn the_overviews_stranded_bytes_agree_with_summary_and_the_pools_on_expandable_segments() {
+    // Live blocks with free pages between them, in expandable segments and in an ordinary
+    // recording: the free pages of an expandable segment can be unmapped, so only the
+    // ordinary recording strands anything.
+    for (conf, strands) in [("expandable_segments:True", false), ("", true)] {
+        let mut r = Recorder::new(conf);
+        let big: Vec<DevicePtr> = (0..6).map(|_| r.malloc(9 * MIB, 0)).collect();
+        for &p in big.iter().step_by(2) {
+            r.free(p);
+        }
+        let snap = r.snapshot();
+        let state =
+            PostMortem::new("recording.pickle", &snap).state_at(snap.device_traces[0].len());
+        let overview = state.fragmentation().stranded;
+        let pools: u64 = state
+            .pool_rows()
+            .iter()
+            .map(|p| p.inactive_split_bytes)
+            .sum();
+        let summary = allocview_agent::summary::summarize(&snap).devices[0]
+            .totals
+            .free_in_split_segments;
+        assert_eq!((overview, pools), (summary, summary), "{conf:?}");
+        assert_eq!(summary > 0, strands, "{conf:?}: {summary}");
+    }
+}

@@ -55,8 +55,10 @@ use allocview_alloc::snapshot::{
     SegmentInfo, SegmentType, Snapshot, TraceAction, TraceEntry, Value,
 };
 
+use allocview_alloc::stats::human_bytes;
+
 use crate::addr_map::AddrMap;
-use crate::diagnosis::{OomFacts, diagnose_under, human};
+use crate::diagnosis::{OomFacts, diagnose_under};
 use crate::replay::initial::{InitialState, MIN_BLOCK_SIZE, SMALL_SIZE};
 use crate::replay::plan::{FreeRun, TracePlan, is_release};
 use crate::replay::report::{Divergence, Fidelity, InitialSummary, OomEvent, RunFigures, RunStart};
@@ -801,9 +803,9 @@ impl Replayer<'_> {
                         match err.out_of_memory() {
                             Some(oom) => format!(
                                 "the replay's device ran out: {} requested, {} free of {}",
-                                human(oom.rounded),
-                                human(oom.device_free),
-                                human(oom.device_total)
+                                human_bytes(oom.rounded),
+                                human_bytes(oom.device_free),
+                                human_bytes(oom.device_total)
                             ),
                             None => err.to_string(),
                         },

@@ -4,7 +4,9 @@ use std::fmt::{self, Write as _};
 
 use serde::{Deserialize, Serialize};
 
-use crate::diagnosis::{Diagnosis, human};
+use allocview_alloc::stats::human_bytes;
+
+use crate::diagnosis::Diagnosis;
 use crate::summary::render::counted;
 
 /// How closely a replay at the recorded addresses followed the recording.
@@ -221,7 +223,7 @@ impl ReplayReport {
     pub fn to_text(&self) -> String {
         let mut out = String::new();
         let fid = &self.fidelity;
-        let size = |m: Option<u64>| m.map_or("unlimited memory".to_string(), human);
+        let size = |m: Option<u64>| m.map_or("unlimited memory".to_string(), human_bytes);
         if self.recorded_device_memory == self.device_memory {
             let _ = writeln!(
                 out,
@@ -231,7 +233,7 @@ impl ReplayReport {
             );
         } else {
             let recorded = match self.recorded_device_memory {
-                Some(m) => format!("on the recording's device of {}", human(m)),
+                Some(m) => format!("on the recording's device of {}", human_bytes(m)),
                 None => "on an unlimited device (the file records no device size)".to_string(),
             };
             let _ = writeln!(
@@ -277,9 +279,9 @@ impl ReplayReport {
             out,
             "initial state: {} segments ({} reserved), {} live blocks ({} allocated)",
             self.initial.segments,
-            human(self.initial.reserved),
+            human_bytes(self.initial.reserved),
             self.initial.live_blocks,
-            human(self.initial.allocated)
+            human_bytes(self.initial.allocated)
         );
         for w in &self.initial.warnings {
             let _ = writeln!(out, "  warning: {w}");
@@ -330,8 +332,8 @@ impl ReplayReport {
                  the recorded column's",
                 run.label,
                 self.initial.live_blocks,
-                human(self.initial.allocated),
-                human(self.initial.reserved.saturating_sub(self.initial.allocated))
+                human_bytes(self.initial.allocated),
+                human_bytes(self.initial.reserved.saturating_sub(self.initial.allocated))
             );
         }
         if self.ends_at_oom && self.runs.iter().skip(1).any(|r| r.ooms == 0) {
@@ -348,7 +350,7 @@ impl ReplayReport {
         for run in &self.runs {
             if let Some(oom) = &run.first_oom {
                 let rounded = if oom.diagnosis.requested != oom.requested {
-                    format!(", rounded to {}", human(oom.diagnosis.requested))
+                    format!(", rounded to {}", human_bytes(oom.diagnosis.requested))
                 } else {
                     String::new()
                 };
@@ -363,7 +365,7 @@ impl ReplayReport {
                     "{}: first OOM at trace entry {}{written} ({} requested{rounded}): {}",
                     run.label,
                     oom.index + 1,
-                    human(oom.requested),
+                    human_bytes(oom.requested),
                     oom.diagnosis.explanation
                 );
             }
@@ -374,10 +376,10 @@ impl ReplayReport {
     /// The runs as an aligned table, one column per run.
     pub fn table(&self) -> String {
         let rows: [Row; 5] = [
-            ("peak reserved", |r| marked(r, human(r.peak_reserved))),
-            ("peak allocated", |r| human(r.peak_allocated)),
+            ("peak reserved", |r| marked(r, human_bytes(r.peak_reserved))),
+            ("peak allocated", |r| human_bytes(r.peak_allocated)),
             ("peak fragmentation", |r| {
-                marked(r, human(r.peak_fragmentation))
+                marked(r, human_bytes(r.peak_fragmentation))
             }),
             ("device mallocs", |r| r.device_mallocs.to_string()),
             ("OOMs", |r| r.ooms.to_string()),
@@ -424,11 +426,11 @@ pub fn smallest_device_line(s: &crate::replay::SmallestDevice) -> String {
     format!(
         "smallest device without an OOM under the recorded settings: ~{} (the recording's {} \
          plus a shortfall of {}; {} replays of this trace window, to within {})",
-        human(s.bytes),
-        human(s.from),
-        human(s.shortfall),
+        human_bytes(s.bytes),
+        human_bytes(s.from),
+        human_bytes(s.shortfall),
         s.runs,
-        human(s.granularity)
+        human_bytes(s.granularity)
     )
 }
 

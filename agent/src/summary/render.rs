@@ -1,17 +1,15 @@
-//! The text `allocview summary` prints: [`Summary`]'s `Display`. Human units (binary prefixes,
-//! one decimal), columns aligned, one section per device.
+//! The text `allocview summary` prints: [`Summary`]'s `Display`. Sizes as every view writes
+//! them ([`human_bytes`]: three significant digits, binary units), columns aligned, one section
+//! per device.
 
 use std::fmt::{self, Write as _};
+
+use allocview_alloc::stats::human_bytes;
 
 use super::{DeviceSummary, Fragmentation, Summary};
 
 /// Microseconds per second, for trace times.
 pub(crate) const US_PER_S: f64 = 1e6;
-
-/// `1536` -> `"1.5 KiB"`, `512` -> `"512 B"`.
-pub fn human_bytes(n: u64) -> String {
-    crate::diagnosis::human_with(n, 1)
-}
 
 /// A stream as the dashboard names it: `s0` (the default stream), `s1`, ...
 pub fn stream_label(stream: u64) -> String {
@@ -161,6 +159,12 @@ fn device_section(out: &mut String, d: &DeviceSummary) {
             "; the ring overflowed: {} older entries were lost",
             d.trace_overflow
         );
+    } else if d.trace_entries == 0 {
+        // Nothing to judge the ring by: history was off when the snapshot was taken.
+        out.push_str(
+            " (no history was recorded; in PyTorch, \
+             torch.cuda.memory._record_memory_history() before the run records it)",
+        );
     } else {
         out.push_str("; the ring did not overflow");
     }
@@ -286,17 +290,7 @@ impl fmt::Display for Summary {
 
 #[cfg(test)]
 mod tests {
-    use super::{counted, human_bytes};
-
-    #[test]
-    fn human_bytes_uses_binary_units_with_one_decimal() {
-        assert_eq!(human_bytes(0), "0 B");
-        assert_eq!(human_bytes(1023), "1023 B");
-        assert_eq!(human_bytes(1536), "1.5 KiB");
-        assert_eq!(human_bytes(20 << 20), "20.0 MiB");
-        assert_eq!(human_bytes(80 << 30), "80.0 GiB");
-        assert_eq!(human_bytes(u64::MAX), "16384.0 PiB");
-    }
+    use super::counted;
 
     #[test]
     fn counted_takes_the_singular_only_for_one() {

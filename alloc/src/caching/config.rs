@@ -52,11 +52,12 @@ garbage_collection_threshold, roundup_power2_divisions, expandable_segments, \
 release_lock_on_cudamalloc, backend, pinned_use_cuda_host_register, pinned_num_register_threads, \
 pinned_use_background_threads, pinned_reserve_segment_size_mb, graph_capture_record_stream_reuse";
 
-/// A configuration string or builder value that cannot be used.
+/// A configuration string or builder value that cannot be used. Each message names the
+/// setting (or the text) at fault as written, and what would have been accepted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
     /// A key the allocator does not know.
-    #[error("unknown allocator setting '{key}'; valid settings: {valid}")]
+    #[error("unknown allocator setting \"{key}\"; valid settings: {valid}")]
     UnknownKey {
         /// The key as written.
         key: String,
@@ -64,7 +65,7 @@ pub enum ConfigError {
         valid: &'static str,
     },
     /// A value out of range or of the wrong form.
-    #[error("invalid value '{value}' for '{key}': expected {expected}")]
+    #[error("invalid value \"{value}\" for {key}: expected {expected}")]
     InvalidValue {
         /// The setting.
         key: String,
@@ -73,16 +74,86 @@ pub enum ConfigError {
         /// What would have been accepted.
         expected: &'static str,
     },
-    /// The string does not follow the `key:value,key:value` syntax.
-    #[error("malformed allocator config near '{near}' (token {position}): {problem}")]
-    Syntax {
-        /// What is wrong.
-        problem: &'static str,
-        /// The token where it went wrong (or `end of string`).
-        near: String,
-        /// Index of that token.
-        position: usize,
+    /// A setting with its `:` but nothing after it (`max_split_size_mb:`).
+    #[error("{key} has no value after ':': expected {expected}")]
+    MissingValue {
+        /// The setting.
+        key: String,
+        /// What would have been accepted.
+        expected: &'static str,
     },
+    /// A setting name without the `:` and value after it (`bogus`, `expandable_segments True`).
+    #[error("\"{setting}\": expected KEY:VALUE (a ':' after \"{key}\")")]
+    MissingColon {
+        /// The whole setting as written (up to the next comma).
+        setting: String,
+        /// The name it starts with.
+        key: String,
+    },
+    /// A setting that starts with punctuation where its name should be (`:5`, `[1]`).
+    #[error("\"{setting}\": expected KEY:VALUE (a setting name before \"{found}\")")]
+    MissingKey {
+        /// The whole setting as written (up to the next comma).
+        setting: String,
+        /// What stands where the name should.
+        found: String,
+    },
+    /// Nothing between two commas, or before the first (`a:1,,b:2`, `,a:1`). One comma at the
+    /// very end is accepted, as PyTorch accepts it.
+    #[error("the {} setting is empty: expected KEY:VALUE between the commas", ordinal(*.number))]
+    EmptySetting {
+        /// Which setting, counting from 1.
+        number: usize,
+    },
+    /// More after a setting's value than the value (`a:True b:30`: a comma forgotten).
+    #[error("\"{setting}\": expected ',' after \"{after}\" (one KEY:VALUE per setting)")]
+    MissingComma {
+        /// The whole setting as written (up to the next comma).
+        setting: String,
+        /// The setting and value read before the unexpected text.
+        after: String,
+    },
+    /// A `[` list that the string ends inside.
+    #[error("{key}: the list \"{list}\" has no closing ']'")]
+    UnclosedList {
+        /// The setting.
+        key: String,
+        /// The list as written.
+        list: String,
+    },
+    /// An item of a `[...]` list that is not `SIZE_MB:DIVISIONS` (`[256]`, `[:2]`,
+    /// `[256:1 512:2]`).
+    #[error(
+        "{key}: list item {} is not SIZE_MB:DIVISIONS (e.g. 256:2, or >:8 for every larger size)",
+        quoted_item(.item)
+    )]
+    ListItem {
+        /// The setting.
+        key: String,
+        /// The item as written (up to the next `,` or `]`).
+        item: String,
+    },
+}
+
+/// `1st`, `2nd`, `3rd`, `4th`, ..., `11th`, `21st`: a setting's place in words.
+fn ordinal(n: usize) -> String {
+    let suffix = match (n % 10, n % 100) {
+        (_, 11..=13) => "th",
+        (1, _) => "st",
+        (2, _) => "nd",
+        (3, _) => "rd",
+        _ => "th",
+    };
+    format!("{n}{suffix}")
+}
+
+/// A list item in quotes, or `(empty)` for one with no text at all.
+fn quoted_item(item: &str) -> String {
+    if item.is_empty() {
+        "(empty)".into()
+    } else {
+        format!("\"{item}\"")
+    }
 }
 
 /// Expected forms, named once.
@@ -167,12 +238,16 @@ impl AllocatorConfig {
     /// `max_split_size_mb:128,roundup_power2_divisions:[256:1,512:2,>:8],garbage_collection_threshold:0.6,expandable_segments:True`.
     ///
     /// # Errors
-    /// [`ConfigError`] naming the key and the valid forms: unknown key, `max_split_size_mb`
-    /// below 20, a threshold not strictly between 0 and 1, a bool other than True/False, bad
-    /// divisions, or broken syntax.
+    /// [`ConfigError`] naming the setting (or the text as written) and the valid forms: an
+    /// unknown key, a missing or bad value (`max_split_size_mb` below 20, a threshold not
+    /// strictly between 0 and 1, a bool other than True/False, bad divisions), or text that is
+    /// not `KEY:VALUE[,KEY:VALUE...]` (no `:`, no name, an empty setting, a missing comma, a
+    /// malformed or unclosed `[...]` list). A single trailing comma is accepted, as PyTorch
+    /// accepts it.
     pub fn parse(s: &str) -> Result<AllocatorConfig, ConfigError> {
         let tokens = tokenize(s);
         let mut p = Parser {
+            src: s,
             tokens,
             i: 0,
             warnings: Vec::new(),
@@ -181,9 +256,18 @@ impl AllocatorConfig {
             source: s.to_string(),
             ..AllocatorConfig::default()
         };
+        let mut number = 0;
         while p.i < p.tokens.len() {
-            let key = p.next_word("a setting name")?;
-            p.expect(":")?;
+            number += 1;
+            let start = p.i;
+            let key = p.key(number)?;
+            if p.peek() != Some(":") {
+                return Err(ConfigError::MissingColon {
+                    setting: p.setting_from(start).to_string(),
+                    key,
+                });
+            }
+            p.i += 1;
             match key.as_str() {
                 "max_split_size_mb" => {
                     let mb = p.integer(&key, EXPECT_SPLIT_MB)?;
@@ -200,7 +284,7 @@ impl AllocatorConfig {
                     c.max_non_split_rounding = mb_to_bytes(mb);
                 }
                 "garbage_collection_threshold" => {
-                    let word = p.next_word(EXPECT_THRESHOLD)?;
+                    let word = p.value(&key, EXPECT_THRESHOLD)?;
                     c.garbage_collection_threshold = parse_threshold(&key, &word)?;
                 }
                 "expandable_segments" => c.expandable_segments = p.boolean(&key)?,
@@ -231,7 +315,7 @@ impl AllocatorConfig {
                     c.pinned_reserve_segment_size_mb = n;
                 }
                 "backend" => {
-                    let word = p.next_word(EXPECT_BACKEND)?;
+                    let word = p.value(&key, EXPECT_BACKEND)?;
                     if word != "native" {
                         return Err(invalid(&key, word, EXPECT_BACKEND));
                     }
@@ -246,8 +330,15 @@ impl AllocatorConfig {
                     });
                 }
             }
-            if p.i < p.tokens.len() {
-                p.expect(",")?;
+            match p.peek() {
+                None => {}
+                Some(",") => p.i += 1,
+                Some(_) => {
+                    return Err(ConfigError::MissingComma {
+                        setting: p.setting_from(start).to_string(),
+                        after: p.text(start, p.i).to_string(),
+                    });
+                }
             }
         }
         c.warnings = p.warnings;
@@ -461,97 +552,181 @@ fn parse_threshold(key: &str, word: &str) -> Result<f64, ConfigError> {
     }
 }
 
+/// One token of the string, with where it stands (byte offsets) for error messages that
+/// quote the text as written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Token {
+    text: String,
+    start: usize,
+    end: usize,
+}
+
 /// Splits like PyTorch's `lexArgs`: `,` `:` `[` `]` are tokens of their own, whitespace
 /// separates, anything else accumulates.
-fn tokenize(s: &str) -> Vec<String> {
+fn tokenize(s: &str) -> Vec<Token> {
     let mut out = Vec::new();
-    let mut cur = String::new();
-    for ch in s.chars() {
+    let mut cur: Option<usize> = None;
+    let flush = |out: &mut Vec<Token>, cur: &mut Option<usize>, end: usize| {
+        if let Some(start) = cur.take() {
+            out.push(Token {
+                text: s[start..end].to_string(),
+                start,
+                end,
+            });
+        }
+    };
+    for (at, ch) in s.char_indices() {
         match ch {
             ',' | ':' | '[' | ']' => {
-                if !cur.is_empty() {
-                    out.push(std::mem::take(&mut cur));
-                }
-                out.push(ch.to_string());
+                flush(&mut out, &mut cur, at);
+                out.push(Token {
+                    text: ch.to_string(),
+                    start: at,
+                    end: at + ch.len_utf8(),
+                });
             }
-            c if c.is_whitespace() => {
-                if !cur.is_empty() {
-                    out.push(std::mem::take(&mut cur));
-                }
+            c if c.is_whitespace() => flush(&mut out, &mut cur, at),
+            _ => {
+                cur.get_or_insert(at);
             }
-            c => cur.push(c),
         }
     }
-    if !cur.is_empty() {
-        out.push(cur);
-    }
+    flush(&mut out, &mut cur, s.len());
     out
 }
 
-struct Parser {
-    tokens: Vec<String>,
+struct Parser<'a> {
+    src: &'a str,
+    tokens: Vec<Token>,
     i: usize,
     warnings: Vec<String>,
 }
 
 const PUNCT: [&str; 4] = [",", ":", "[", "]"];
 
-impl Parser {
-    fn near(&self) -> String {
-        self.tokens
-            .get(self.i)
-            .cloned()
-            .unwrap_or_else(|| "end of string".into())
-    }
-
-    fn syntax(&self, problem: &'static str) -> ConfigError {
-        ConfigError::Syntax {
-            problem,
-            near: self.near(),
-            position: self.i,
-        }
-    }
-
+impl Parser<'_> {
     fn peek(&self) -> Option<&str> {
-        self.tokens.get(self.i).map(String::as_str)
+        self.tokens.get(self.i).map(|t| t.text.as_str())
     }
 
-    fn expect(&mut self, tok: &'static str) -> Result<(), ConfigError> {
-        if self.peek() == Some(tok) {
-            self.i += 1;
-            Ok(())
-        } else {
-            Err(self.syntax(match tok {
-                ":" => "expected ':' between a setting and its value",
-                "," => "expected ',' between settings",
-                "]" => "expected ']' to close the list",
-                _ => "unexpected token",
-            }))
+    /// The text of tokens `from..to` as written (whitespace inside kept).
+    fn text(&self, from: usize, to: usize) -> &str {
+        match (
+            self.tokens.get(from),
+            to.checked_sub(1).and_then(|l| self.tokens.get(l)),
+        ) {
+            (Some(a), Some(b)) if from < to => &self.src[a.start..b.end],
+            _ => "",
         }
     }
 
-    fn next_word(&mut self, _what: &'static str) -> Result<String, ConfigError> {
+    /// Index of the first token from `from` on that `stop` accepts outside brackets (or the
+    /// end).
+    fn scan(&self, from: usize, stop: impl Fn(&str) -> bool) -> usize {
+        let mut depth = 0usize;
+        let mut j = from;
+        while let Some(t) = self.tokens.get(j) {
+            match t.text.as_str() {
+                t if depth == 0 && stop(t) => break,
+                "[" => depth += 1,
+                "]" => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+            j += 1;
+        }
+        j
+    }
+
+    /// The setting that starts at token `from`, as written: up to the next comma outside
+    /// brackets.
+    fn setting_from(&self, from: usize) -> &str {
+        self.text(from, self.scan(from, |t| t == ","))
+    }
+
+    /// A setting's name; `number` counts the settings, for an empty one.
+    fn key(&mut self, number: usize) -> Result<String, ConfigError> {
         match self.peek() {
             Some(t) if !PUNCT.contains(&t) => {
                 let t = t.to_string();
                 self.i += 1;
                 Ok(t)
             }
-            _ => Err(self.syntax("expected a name or a value")),
+            Some(",") => Err(ConfigError::EmptySetting { number }),
+            found => Err(ConfigError::MissingKey {
+                setting: self.setting_from(self.i).to_string(),
+                found: found.unwrap_or_default().to_string(),
+            }),
+        }
+    }
+
+    /// The value after `key:`, one word: none there is [`ConfigError::MissingValue`],
+    /// punctuation an [`ConfigError::InvalidValue`] quoting the rest of the setting.
+    fn value(&mut self, key: &str, expected: &'static str) -> Result<String, ConfigError> {
+        match self.peek() {
+            Some(t) if !PUNCT.contains(&t) => {
+                let t = t.to_string();
+                self.i += 1;
+                Ok(t)
+            }
+            None | Some(",") => Err(ConfigError::MissingValue {
+                key: key.to_string(),
+                expected,
+            }),
+            Some(_) => Err(invalid(
+                key,
+                self.setting_from(self.i).to_string(),
+                expected,
+            )),
         }
     }
 
     fn integer(&mut self, key: &str, expected: &'static str) -> Result<u64, ConfigError> {
-        let w = self.next_word(expected)?;
+        let w = self.value(key, expected)?;
         w.parse::<u64>().map_err(|_| invalid(key, w, expected))
     }
 
     fn boolean(&mut self, key: &str) -> Result<bool, ConfigError> {
-        let w = self.next_word(EXPECT_BOOL)?;
+        let w = self.value(key, EXPECT_BOOL)?;
         match w.as_str() {
             "True" => Ok(true),
             "False" => Ok(false),
             _ => Err(invalid(key, w, EXPECT_BOOL)),
+        }
+    }
+
+    /// One word of a list item, else the item is malformed.
+    fn item_word(&mut self, key: &str, item_start: usize) -> Result<String, ConfigError> {
+        match self.peek() {
+            Some(t) if !PUNCT.contains(&t) => {
+                let t = t.to_string();
+                self.i += 1;
+                Ok(t)
+            }
+            _ => Err(self.list_item(key, item_start)),
+        }
+    }
+
+    /// The list item starting at token `from` is malformed (or the list is not closed).
+    fn list_item(&self, key: &str, from: usize) -> ConfigError {
+        let end = self.scan(from, |t| t == "," || t == "]");
+        if end >= self.tokens.len() {
+            return self.unclosed(key);
+        }
+        ConfigError::ListItem {
+            key: key.to_string(),
+            item: self.text(from, end).to_string(),
+        }
+    }
+
+    /// The list that starts at the last `[` is not closed.
+    fn unclosed(&self, key: &str) -> ConfigError {
+        let open = self.tokens[..self.i.min(self.tokens.len())]
+            .iter()
+            .rposition(|t| t.text == "[")
+            .unwrap_or(0);
+        ConfigError::UnclosedList {
+            key: key.to_string(),
+            list: self.text(open, self.tokens.len()).to_string(),
         }
     }
 
@@ -569,16 +744,26 @@ impl Parser {
         let mut last_index = 0usize;
         let mut named_any = false;
         loop {
-            if self.peek() == Some("]") {
-                self.i += 1;
-                break;
+            match self.peek() {
+                Some("]") => {
+                    self.i += 1;
+                    break;
+                }
+                None => return Err(self.unclosed(key)),
+                Some(_) => {}
             }
-            let k = self.next_word(EXPECT_DIVISIONS)?;
-            self.expect(":")?;
-            let v = self.integer(key, EXPECT_DIVISIONS)?;
-            if v != 0 && !v.is_power_of_two() {
-                return Err(invalid(key, format!("{k}:{v}"), EXPECT_DIVISIONS));
+            let item_start = self.i;
+            let k = self.item_word(key, item_start)?;
+            if self.peek() != Some(":") {
+                return Err(self.list_item(key, item_start));
             }
+            self.i += 1;
+            let v = self.item_word(key, item_start)?;
+            let v = v
+                .parse::<u64>()
+                .ok()
+                .filter(|v| *v == 0 || v.is_power_of_two())
+                .ok_or_else(|| invalid(key, format!("{k}:{v}"), EXPECT_DIVISIONS))?;
             if k == ">" {
                 if named_any {
                     tracing::warn!(
@@ -613,7 +798,8 @@ impl Parser {
             match self.peek() {
                 Some("]") => {}
                 Some(",") => self.i += 1,
-                _ => return Err(self.syntax("expected ',' or ']' in the divisions list")),
+                None => return Err(self.unclosed(key)),
+                Some(_) => return Err(self.list_item(key, item_start)),
             }
         }
         Ok(out)
@@ -722,8 +908,12 @@ mod tests {
 
     #[test]
     fn tokenizer_splits_punctuation_and_skips_whitespace() {
+        let texts: Vec<String> = tokenize("a:1, b : [2:3,>:4]")
+            .into_iter()
+            .map(|t| t.text)
+            .collect();
         assert_eq!(
-            tokenize("a:1, b : [2:3,>:4]"),
+            texts,
             vec![
                 "a", ":", "1", ",", "b", ":", "[", "2", ":", "3", ",", ">", ":", "4", "]"
             ]

@@ -3,17 +3,16 @@
 //! and one for the host heap).
 
 use std::io::{IsTerminal as _, Write as _};
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use allocview_agent::client::{self, AttachClient, ClientError, ClientUpdate};
+use allocview_agent::client::{self, AttachClient, ClientError, ClientUpdate, SocketDiscovery};
 use allocview_agent::server::{ADDR_ENV, TOKEN_ENV, default_socket_dir};
-use allocview_agent::state::HostState;
+use allocview_agent::state::{HostState, PipelineStats};
 use anyhow::Context as _;
 
 use crate::app::{self, App};
 use crate::cli::Cli;
-use crate::source::attach::AttachSource;
+use crate::source::attach::{AttachSource, refused_summary};
 use crate::terminal::TerminalGuard;
 use crate::{output, units};
 
@@ -25,37 +24,59 @@ const NEEDS_TERMINAL: &str = "the live dashboard needs one: add --headless to pr
 /// Headless mode prints a line at most this often.
 const HEADLESS_LINE_EVERY: Duration = Duration::from_secs(1);
 
+/// Where to attach, and what looking for it did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// The address.
+    pub addr: String,
+    /// A line to show before attaching: the stale sockets the look removed (see
+    /// [`SocketDiscovery::stale_note`]).
+    pub note: Option<String>,
+}
+
 /// The address to attach to: the one given, else `$ALLOCVIEW_ADDR`, else the only socket in
-/// the default folder (`sockets` lists them, probing each: called only when needed).
+/// the default folder (`sockets` lists them, probing each: called only when needed). Stale
+/// sockets that look removed are said in one line: before the listing in an error, else in
+/// [`Target::note`].
 ///
 /// # Errors
 /// No address and no socket, or several sockets (listed, to choose from).
 pub fn resolve(
     given: Option<&str>,
     env: Option<String>,
-    sockets: impl FnOnce() -> Vec<PathBuf>,
-) -> anyhow::Result<String> {
+    sockets: impl FnOnce() -> SocketDiscovery,
+) -> anyhow::Result<Target> {
+    let chosen = |addr: &str| Target {
+        addr: addr.trim().to_string(),
+        note: None,
+    };
     if let Some(a) = given.filter(|a| !a.trim().is_empty()) {
-        return Ok(a.trim().to_string());
+        return Ok(chosen(a));
     }
     if let Some(a) = env.filter(|a| !a.trim().is_empty()) {
-        return Ok(a.trim().to_string());
+        return Ok(chosen(&a));
     }
-    match sockets().as_slice() {
+    let found = sockets();
+    let note = found.stale_note();
+    let before = note.as_ref().map_or(String::new(), |n| format!("{n}\n"));
+    match found.sockets.as_slice() {
         [] => anyhow::bail!(
-            "no allocview agent found: no socket in {} and ${ADDR_ENV} is not set; give an \
-             address (allocview --attach unix:PATH or HOST:PORT) or start one \
+            "{before}no allocview agent found: no socket in {} and ${ADDR_ENV} is not set; give \
+             an address (allocview --attach unix:PATH or HOST:PORT) or start one \
              (allocview demo --listen unix:PATH)",
             default_socket_dir().display()
         ),
-        [one] => Ok(format!("unix:{}", one.display())),
+        [one] => Ok(Target {
+            addr: format!("unix:{}", one.display()),
+            note,
+        }),
         many => {
             let list: Vec<String> = many
                 .iter()
                 .map(|p| format!("  unix:{}", p.display()))
                 .collect();
             anyhow::bail!(
-                "{} agents are listening; choose one with allocview --attach ADDR:\n{}",
+                "{before}{} agents are listening; choose one with allocview --attach ADDR:\n{}",
                 many.len(),
                 list.join("\n")
             )
@@ -135,25 +156,19 @@ fn headless(addr: &str, token: Option<String>, cli: &Cli) -> anyhow::Result<()> 
 fn print_line(c: &AttachClient) -> anyhow::Result<()> {
     let s = c.state();
     let (pid, name) = c.process();
+    // The pipeline's counts end each device line; without devices, the line shown.
+    let pipeline = pipeline_counts(&s.pipeline);
     for d in &s.devices {
         let st = &d.stats;
         output::print(&format!(
-            "pid {pid} {name} dev {}: allocated {} reserved {} active {} OOMs {} dropped {} resyncs {}",
+            "pid {pid} {name} dev {}: allocated {} reserved {} active {} OOMs {}{pipeline}",
             d.device,
             units::bytes(st.allocated_bytes.0[0].current.max(0) as u64),
             units::bytes(st.reserved_bytes.0[0].current.max(0) as u64),
             units::bytes(st.active_bytes.0[0].current.max(0) as u64),
             st.num_ooms,
-            units::count(s.pipeline.dropped_total),
-            units::count(s.pipeline.resyncs),
         ))?;
     }
-    // The pipeline's counts end each device line; without devices, the line shown.
-    let pipeline = format!(
-        " dropped {} resyncs {}",
-        units::count(s.pipeline.dropped_total),
-        units::count(s.pipeline.resyncs)
-    );
     let pipeline = if s.devices.is_empty() {
         &pipeline[..]
     } else {
@@ -166,6 +181,20 @@ fn print_line(c: &AttachClient) -> anyhow::Result<()> {
         output::print(&format!("pid {pid} {name}: no device events yet{pipeline}"))?;
     }
     Ok(())
+}
+
+/// ` dropped N resyncs N`, then the attach clients the agent refused, per reason, when any
+/// (` refused 3 (hello_cap 2, token 1)`).
+fn pipeline_counts(p: &PipelineStats) -> String {
+    let mut out = format!(
+        " dropped {} resyncs {}",
+        units::count(p.dropped_total),
+        units::count(p.resyncs)
+    );
+    if let Some(refused) = refused_summary(p) {
+        out.push_str(&format!(" refused {refused}"));
+    }
+    out
 }
 
 /// The headless line of the host heap.
@@ -188,11 +217,14 @@ fn host_line(pid: u32, name: &str, h: &HostState) -> String {
 /// # Errors
 /// No address to attach to, a failed first connection, or a terminal that cannot be used.
 pub fn run(cli: &Cli) -> anyhow::Result<()> {
-    let addr = resolve(
+    let Target { addr, note } = resolve(
         cli.attach.as_deref(),
         std::env::var(ADDR_ENV).ok(),
         client::find_sockets,
     )?;
+    if let Some(note) = note {
+        eprintln!("allocview: {note}");
+    }
     let token = std::env::var(TOKEN_ENV).ok().filter(|t| !t.is_empty());
     if cli.headless {
         return headless(&addr, token, cli);
@@ -208,21 +240,55 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::PathBuf;
+
+    /// What a look in `/run/allocview` finds: `live` sockets, `stale` removed.
+    fn found(live: &[&str], stale: usize) -> SocketDiscovery {
+        SocketDiscovery {
+            dir: PathBuf::from("/run/allocview"),
+            sockets: live.iter().map(PathBuf::from).collect(),
+            stale_removed: stale,
+        }
+    }
 
     #[test]
     fn the_address_comes_from_the_flag_then_the_environment_then_the_only_socket() {
-        let socks = [PathBuf::from("/tmp/a.sock")];
+        let socks = || found(&["/tmp/a.sock"], 0);
+        let addr = |t: anyhow::Result<Target>| t.unwrap().addr;
         assert_eq!(
-            resolve(Some("unix:/x.sock"), Some("h:1".into()), || socks.to_vec()).unwrap(),
+            addr(resolve(Some("unix:/x.sock"), Some("h:1".into()), socks)),
             "unix:/x.sock"
         );
+        assert_eq!(addr(resolve(Some(""), Some("h:1".into()), socks)), "h:1");
         assert_eq!(
-            resolve(Some(""), Some("h:1".into()), || socks.to_vec()).unwrap(),
-            "h:1"
+            resolve(None, None, socks).unwrap(),
+            Target {
+                addr: "unix:/tmp/a.sock".into(),
+                note: None
+            }
         );
+    }
+
+    #[test]
+    fn stale_sockets_removed_while_looking_are_said_in_one_line_with_the_listing() {
+        let t = resolve(None, None, || found(&["/tmp/a.sock"], 2)).unwrap();
         assert_eq!(
-            resolve(None, None, || socks.to_vec()).unwrap(),
-            "unix:/tmp/a.sock"
+            t.note.as_deref(),
+            Some("removed 2 stale sockets in /run/allocview")
+        );
+        let e = resolve(None, None, || found(&[], 1))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("removed 1 stale socket in /run/allocview\nno allocview agent found"),
+            "{e}"
+        );
+        let e = resolve(None, None, || found(&["/tmp/a.sock", "/tmp/b.sock"], 3))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("removed 3 stale sockets in /run/allocview\n2 agents are listening"),
+            "{e}"
         );
     }
 
@@ -243,11 +309,27 @@ mod tests {
     }
 
     #[test]
+    fn the_pipeline_counts_name_refused_clients_per_reason_only_when_there_are_some() {
+        let mut p = PipelineStats {
+            dropped_total: 4,
+            resyncs: 1,
+            ..PipelineStats::default()
+        };
+        assert_eq!(pipeline_counts(&p), " dropped 4 resyncs 1");
+        p.refused_clients = vec![("hello_cap".into(), 2), ("token".into(), 1)];
+        assert_eq!(
+            pipeline_counts(&p),
+            " dropped 4 resyncs 1 refused 3 (hello_cap 2, token 1)"
+        );
+    }
+
+    #[test]
     fn no_socket_or_several_are_clear_errors() {
-        let e = resolve(None, None, Vec::new).unwrap_err().to_string();
-        assert!(e.contains("no allocview agent found"), "{e}");
-        let two = [PathBuf::from("/tmp/a.sock"), PathBuf::from("/tmp/b.sock")];
-        let e = resolve(None, None, || two.to_vec())
+        let e = resolve(None, None, || found(&[], 0))
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("no allocview agent found"), "{e}");
+        let e = resolve(None, None, || found(&["/tmp/a.sock", "/tmp/b.sock"], 0))
             .unwrap_err()
             .to_string();
         assert!(

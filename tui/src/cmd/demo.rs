@@ -47,8 +47,7 @@ pub fn config(args: &DemoArgs) -> anyhow::Result<DemoConfig> {
     // As an embedding program would: --config, else the environment's settings.
     let given = (!args.config.is_empty()).then(|| args.config.join(","));
     let config = match (&given, AllocatorConfig::env_setting()) {
-        (Some(s), _) => AllocatorConfig::parse(s)
-            .with_context(|| format!("--config {s:?} (expected KEY:VALUE[,KEY:VALUE...])"))?,
+        (Some(s), _) => AllocatorConfig::parse(s).with_context(|| format!("--config {s:?}"))?,
         (None, Some((var, s))) => {
             AllocatorConfig::parse(&s).with_context(|| format!("{var}={s:?}"))?
         }

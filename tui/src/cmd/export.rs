@@ -8,7 +8,8 @@
 //! no such extension is refused with the list of known ones. With `--to`, an output name whose
 //! extension names the other format (`--to json -o out.pickle`) is refused before anything is
 //! read or written: a file's name never lies about its format. An extension naming no format
-//! (`--to json -o out.snapshot`) is the user's choice.
+//! (`--to json -o out.snapshot`) is the user's choice. An output that is the input file (by
+//! any name) is refused: a post-mortem's only copy is never rewritten.
 
 use std::path::Path;
 
@@ -27,6 +28,13 @@ use crate::cli::{ExportArgs, ExportFormat};
 /// written.
 pub fn run(args: &ExportArgs) -> anyhow::Result<()> {
     let wanted = output_format(args)?;
+    if same_file(&args.input, &args.out) {
+        anyhow::bail!(
+            "{}: the output is the input file; give -o another name (export never rewrites its \
+             input)",
+            args.out.display()
+        );
+    }
     let snapshot = load_snapshot(&args.input)?;
     if wanted == FileFormat::Pickle {
         pytorch::check_tiling(&snapshot).map_err(|e| {
@@ -41,14 +49,24 @@ pub fn run(args: &ExportArgs) -> anyhow::Result<()> {
     let bytes = std::fs::metadata(&args.out).map(|m| m.len()).unwrap_or(0);
     let entries = snapshot.device_traces.iter().map(Vec::len).sum::<usize>();
     eprintln!(
-        "wrote {} ({} bytes, {}): {}, {}",
+        "wrote {} ({}, {}): {}, {}",
         args.out.display(),
-        bytes,
+        crate::units::bytes(bytes),
         format_name(wanted),
         counted(snapshot.segments.len() as u64, "segment", "segments"),
         counted(entries as u64, "trace entry", "trace entries")
     );
     Ok(())
+}
+
+/// Whether `a` and `b` name one existing file (the same path, a link, or another spelling of
+/// it).
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => false,
+    }
 }
 
 /// The format `--to` names (each format's `--to` value is its extension).

@@ -1,17 +1,20 @@
 //! Another process's agent as a source, over the attach protocol: the client's state each
 //! tick, reconnecting with a back-off when the connection drops (the header then reads
-//! `◌ reconnecting (n)` over the last state received).
+//! `◌ reconnecting (n)` over the last state received). When the agent's count of attach
+//! clients it refused rises, the status line says so with the reasons.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use allocview_agent::client::{AttachClient, ClientError, ClientUpdate};
 use allocview_agent::snapshot_file::{self, FileFormat};
+use allocview_agent::state::PipelineStats;
 
 use super::what_if::WhatIfJobs;
 use super::{Source, fresh_path};
 use crate::state::from_agent::{AgentAdapter, LiveInfo, SnapshotFrames};
 use crate::state::{Mode, State};
+use crate::units;
 
 /// Wait between reconnect attempts.
 pub const RECONNECT_EVERY: Duration = Duration::from_secs(1);
@@ -42,6 +45,35 @@ pub struct AttachSource {
     last_update: Option<Instant>,
     saved: u32,
     what_if: WhatIfJobs,
+    /// Attach clients the agent had refused when last said in the status line: a rise is
+    /// said again.
+    refused_said: u64,
+}
+
+/// `3 (hello_cap 2, token 1)`: the attach clients the agent refused, all together and per
+/// reason; `None` when it refused none.
+pub fn refused_summary(p: &PipelineStats) -> Option<String> {
+    if p.refused_clients.is_empty() {
+        return None;
+    }
+    let why: Vec<String> = p
+        .refused_clients
+        .iter()
+        .map(|(reason, n)| format!("{reason} {}", units::count(*n)))
+        .collect();
+    Some(format!(
+        "{} ({})",
+        units::count(p.refused_clients_total()),
+        why.join(", ")
+    ))
+}
+
+/// The status line when the agent has refused more attach clients than `said`.
+fn refused_status(p: &PipelineStats, said: u64) -> Option<String> {
+    if p.refused_clients_total() <= said {
+        return None;
+    }
+    refused_summary(p).map(|s| format!("the agent refused attach clients: {s}"))
 }
 
 impl AttachSource {
@@ -66,6 +98,7 @@ impl AttachSource {
             last_update: None,
             saved: 0,
             what_if: WhatIfJobs::new(),
+            refused_said: 0,
         })
     }
 
@@ -92,6 +125,11 @@ impl AttachSource {
         // The dump is readable when the agent runs on this machine.
         self.what_if.fill(&mut state.ooms);
         state.status = status;
+        let pipeline = &c.state().pipeline;
+        if let Some(note) = refused_status(pipeline, self.refused_said) {
+            state.status = Some(note);
+        }
+        self.refused_said = pipeline.refused_clients_total();
     }
 }
 
@@ -226,5 +264,22 @@ impl Source for AttachSource {
                 return Ok(path);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refused_clients_are_said_once_per_rise_with_their_reasons() {
+        let mut p = PipelineStats::default();
+        assert_eq!(refused_status(&p, 0), None);
+        p.refused_clients = vec![("hello_cap".into(), 2), ("token".into(), 1)];
+        assert_eq!(
+            refused_status(&p, 0).as_deref(),
+            Some("the agent refused attach clients: 3 (hello_cap 2, token 1)")
+        );
+        assert_eq!(refused_status(&p, 3), None);
     }
 }

@@ -383,6 +383,10 @@ impl AgentAdapter {
             .map(|o| (oom_report(o), x(o.time_ns)))
             .unzip();
         timeline.ooms = oom_x;
+        // The newest sample holds until the agent's present: the chart's "now".
+        if now > t0 {
+            timeline.end = timeline.end.max(x(now));
+        }
         let mut histograms = Vec::new();
         summaries(&d.histograms.all, "all", &mut histograms);
         for p in &d.histograms.by_pool {
@@ -583,9 +587,11 @@ mod tests {
         assert_eq!(s.timeline.samples[0].x, 0.5);
         assert_eq!(trace_time_of(&s, 0x2000), "66.250 s");
         assert_eq!(trace_time_of(&s, 0x1000), "50.000 s");
-        // The chart's axis is labelled from the same origin.
+        // The chart spans from the first sample to the agent's clock (70 s after the start),
+        // labelled back from now.
+        assert_eq!(s.timeline.x_range(), (0.5, 70.0));
         let text = crate::view::testing::view_text(crate::state::View::Overview, &s, 100, 30);
-        assert!(text.contains("500 ms") && text.contains("66.0 s"), "{text}");
+        assert!(text.contains("-1m 10s") && text.contains("now"), "{text}");
         // The older event rolls out of the recent tail: the newer one keeps its time.
         a.devices[0].recent.remove(0);
         let s = ad.state(&a, 0, &LiveInfo::default());

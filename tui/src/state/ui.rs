@@ -144,6 +144,78 @@ impl HistogramGrouping {
     }
 }
 
+/// How much of the run the usage chart spans (`t` cycles).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChartSpan {
+    /// The whole run (every sample kept).
+    Whole,
+    /// The last hour (traces without time: 10,000 events).
+    Hour,
+    /// The last 10 minutes (traces without time: 1,000 events).
+    TenMinutes,
+    /// The last minute (traces without time: 100 events).
+    Minute,
+}
+
+/// Seconds in a minute.
+const MINUTE_S: f64 = 60.0;
+
+impl ChartSpan {
+    /// The span a source starts with: a live process's last 10 minutes (what it is doing now,
+    /// however long it has run), a file's whole trace (its cursor always in view).
+    pub fn default_for(file: bool) -> ChartSpan {
+        if file {
+            ChartSpan::Whole
+        } else {
+            ChartSpan::TenMinutes
+        }
+    }
+
+    /// The next span (`t`): whole, 1 h, 10 min, 1 min, whole again.
+    pub fn next(self) -> ChartSpan {
+        match self {
+            ChartSpan::Whole => ChartSpan::Hour,
+            ChartSpan::Hour => ChartSpan::TenMinutes,
+            ChartSpan::TenMinutes => ChartSpan::Minute,
+            ChartSpan::Minute => ChartSpan::Whole,
+        }
+    }
+
+    /// The span in x units: seconds, or events where the x axis counts events (`None`: the
+    /// whole run).
+    pub fn width(self, x_is_events: bool) -> Option<f64> {
+        let (seconds, events) = match self {
+            ChartSpan::Whole => return None,
+            ChartSpan::Hour => (60.0 * MINUTE_S, 10_000.0),
+            ChartSpan::TenMinutes => (10.0 * MINUTE_S, 1_000.0),
+            ChartSpan::Minute => (MINUTE_S, 100.0),
+        };
+        Some(if x_is_events { events } else { seconds })
+    }
+
+    /// How the chart's title names it: `whole run`, `last 10 min`; in a file, the span is
+    /// around the cursor (`whole trace`, `1 min around the cursor`, `100 events around the
+    /// cursor`).
+    pub fn label(self, x_is_events: bool, file: bool) -> String {
+        let size = match (self, x_is_events) {
+            (ChartSpan::Whole, _) => {
+                return if file { "whole trace" } else { "whole run" }.to_string();
+            }
+            (ChartSpan::Hour, false) => "1 h",
+            (ChartSpan::TenMinutes, false) => "10 min",
+            (ChartSpan::Minute, false) => "1 min",
+            (ChartSpan::Hour, true) => "10,000 events",
+            (ChartSpan::TenMinutes, true) => "1,000 events",
+            (ChartSpan::Minute, true) => "100 events",
+        };
+        if file {
+            format!("{size} around the cursor")
+        } else {
+            format!("last {size}")
+        }
+    }
+}
+
 /// The user's side of the dashboard.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct UiState {
@@ -175,13 +247,32 @@ pub struct UiState {
     pub filter_input: Option<String>,
     /// Selected OOM.
     pub oom: usize,
+    /// Lines of the selected OOM's box scrolled past (PgDn / PgUp in the OOM view), for a
+    /// terminal too short to show it whole.
+    pub oom_scroll: usize,
     /// Updates are paused (live sources).
     pub paused: bool,
     /// The user asked to quit.
     pub quit: bool,
+    /// The usage chart's span, once the user picks one (`t`); `None`: the source's default
+    /// ([`ChartSpan::default_for`]).
+    pub chart_span: Option<ChartSpan>,
     /// No colours (the `NO_COLOR` convention, <https://no-color.org>): the screen is drawn
     /// without colours, its cues kept as modifiers (reverse, bold, underline) and symbols.
     pub no_color: bool,
+}
+
+impl UiState {
+    /// The usage chart's span for a live source or a file.
+    pub fn chart_span(&self, file: bool) -> ChartSpan {
+        self.chart_span
+            .unwrap_or_else(|| ChartSpan::default_for(file))
+    }
+
+    /// `t`: the usage chart's next span.
+    pub fn cycle_chart_span(&mut self, file: bool) {
+        self.chart_span = Some(self.chart_span(file).next());
+    }
 }
 
 #[cfg(test)]
@@ -195,5 +286,33 @@ mod tests {
         assert_eq!(View::Overview.prev(), View::Oom);
         assert_eq!(View::from_index(6), View::Oom);
         assert_eq!(View::Trace.index(), 5);
+    }
+
+    #[test]
+    fn the_chart_span_starts_per_source_and_cycles_through_every_span() {
+        let mut live = UiState::default();
+        assert_eq!(live.chart_span(false), ChartSpan::TenMinutes);
+        assert_eq!(live.chart_span(true), ChartSpan::Whole);
+        let mut seen = vec![];
+        for _ in 0..4 {
+            live.cycle_chart_span(false);
+            seen.push(live.chart_span(false));
+        }
+        assert_eq!(
+            seen,
+            [
+                ChartSpan::Minute,
+                ChartSpan::Whole,
+                ChartSpan::Hour,
+                ChartSpan::TenMinutes
+            ]
+        );
+        assert_eq!(ChartSpan::Hour.width(false), Some(3600.0));
+        assert_eq!(ChartSpan::Hour.width(true), Some(10_000.0));
+        assert_eq!(
+            ChartSpan::Minute.label(false, true),
+            "1 min around the cursor"
+        );
+        assert_eq!(ChartSpan::TenMinutes.label(false, false), "last 10 min");
     }
 }

@@ -14,7 +14,8 @@ use crate::units;
 /// Keys of the time-travel slider.
 pub const SLIDER_KEYS: &str = "◀ ▶ step  [ ] ±100  n next OOM  g segment event  Home End";
 /// Keys shown when nothing else is.
-pub const LIVE_KEYS: &str = "q quit  ? help  Tab/1-7 views  p pause  r reset peaks  s save";
+pub const LIVE_KEYS: &str =
+    "q quit  ? help  Tab/1-7 views  p pause  r reset peaks  s save  t chart span";
 /// Keys shown on the histogram view, where `p` / `s` switch the grouping.
 pub const HISTOGRAM_KEYS: &str =
     "q quit  ? help  Tab/1-7 views  p per pool  s per stream  ◀ ▶ group  Space pause";

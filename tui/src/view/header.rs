@@ -21,6 +21,30 @@ pub fn tab_label(v: View) -> String {
 
 /// The mode words.
 pub fn mode_span(mode: &Mode) -> Span<'static> {
+    mode_span_within(mode, usize::MAX)
+}
+
+/// `name` in at most `max` cells: whole when it fits, else its start and end around a `…`.
+fn shorten(name: &str, max: usize) -> String {
+    let chars: Vec<char> = name.chars().collect();
+    if chars.len() <= max {
+        return name.to_string();
+    }
+    // Two thirds for the end, where dumps differ (`oom-0004-pid32418.pickle`).
+    let keep = max.saturating_sub(1);
+    let head = keep / 3;
+    let tail = keep - head;
+    let mut out: String = chars[..head].iter().collect();
+    out.push('…');
+    out.extend(&chars[chars.len() - tail..]);
+    out
+}
+
+/// Cells a file name is never shortened below.
+const MIN_FILE_NAME: usize = 12;
+
+/// [`mode_span`] with a file's name shortened to at most `max_name` cells.
+fn mode_span_within(mode: &Mode, max_name: usize) -> Span<'static> {
     match mode {
         Mode::Live => Span::styled("● live", Style::new().fg(theme::ALLOCATED)),
         Mode::Paused => Span::styled("○ paused", Style::new().fg(theme::PENDING)),
@@ -30,7 +54,8 @@ pub fn mode_span(mode: &Mode) -> Span<'static> {
         ),
         Mode::File { name, event, total } => Span::styled(
             format!(
-                "file {name}  event {}/{}",
+                "file {}  event {}/{}",
+                shorten(name, max_name.max(MIN_FILE_NAME)),
                 units::count(*event as u64),
                 units::count(*total as u64)
             ),
@@ -80,15 +105,29 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
     if let Some(hz) = s.rate_hz {
         optional.push((1, Span::raw(format!("  {hz:.0} Hz"))));
     }
-    let drops = vec![
-        Span::raw("  dropped "),
-        Span::styled(units::count(s.dropped), theme::alert_if(s.dropped > 0)),
-        Span::raw("  resync "),
-        Span::styled(units::count(s.resyncs), theme::alert_if(s.resyncs > 0)),
-    ];
+    // A file's drop counts are those its recorder wrote: shown when there were any (a
+    // PyTorch file has none to show); a live source always shows them.
+    let drops = if state.is_file() && s.dropped == 0 && s.resyncs == 0 {
+        Vec::new()
+    } else {
+        vec![
+            Span::raw("  dropped "),
+            Span::styled(units::count(s.dropped), theme::alert_if(s.dropped > 0)),
+            Span::raw("  resync "),
+            Span::styled(units::count(s.resyncs), theme::alert_if(s.resyncs > 0)),
+        ]
+    };
     let help = " ? help ";
     let width = area.width as usize;
     let len = |v: &[Span<'_>]| v.iter().map(|s| s.width()).sum::<usize>();
+    // A file name too long for the line is shortened so that the event and `? help` stay.
+    if let Mode::File { name, .. } = &state.mode {
+        let over = (len(&spans) + len(&drops) + help.len()).saturating_sub(width);
+        if over > 0 {
+            let max_name = name.chars().count().saturating_sub(over);
+            spans[2] = mode_span_within(&state.mode, max_name);
+        }
+    }
     let fixed = len(&spans) + len(&drops) + help.len();
     let mut optional_width: usize = optional.iter().map(|(_, s)| s.width()).sum();
     for prio in 0..=2 {
@@ -188,5 +227,56 @@ mod tests {
         let mut buf = buffer(100, 2);
         render(buf.area, &mut buf, &s, &UiState::default());
         assert!(rows(&buf)[0].contains("file oom.pickle  event 12,034/19,342"));
+    }
+
+    fn file_state(name: &str, dropped: u64) -> State {
+        State {
+            mode: Mode::File {
+                name: name.into(),
+                event: 2_203,
+                total: 2_203,
+            },
+            source: Source {
+                dropped,
+                ..Source::default()
+            },
+            ..State::default()
+        }
+    }
+
+    #[test]
+    fn at_80_columns_a_files_header_keeps_the_event_and_help_and_leaves_out_zero_drops() {
+        let mut buf = buffer(80, 2);
+        render(
+            buf.area,
+            &mut buf,
+            &file_state("oom-0001-pid32418.pickle", 0),
+            &UiState::default(),
+        );
+        let line = rows(&buf)[0].clone();
+        assert!(
+            line.contains("file oom-0001-pid32418.pickle  event 2,203/2,203"),
+            "{line}"
+        );
+        assert!(line.trim_end().ends_with("? help"), "{line}");
+        assert!(!line.contains("dropped"), "{line}");
+    }
+
+    #[test]
+    fn a_long_file_name_is_shortened_in_the_middle_and_recorded_drops_stay() {
+        let name = "a-very-long-directory-name-for-a-training-run-oom-0001-pid32418.pickle";
+        let mut buf = buffer(80, 2);
+        render(
+            buf.area,
+            &mut buf,
+            &file_state(name, 5),
+            &UiState::default(),
+        );
+        let line = rows(&buf)[0].clone();
+        assert!(line.contains("event 2,203/2,203"), "{line}");
+        assert!(line.contains("dropped 5  resync 0"), "{line}");
+        assert!(line.trim_end().ends_with("? help"), "{line}");
+        assert!(line.contains("file a-ve…418.pickle  event"), "{line}");
+        assert!(!line.contains(name), "{line}");
     }
 }

@@ -9,11 +9,14 @@ use super::{left, put, theme};
 use crate::state::State;
 
 /// Every key and what it does; the time-travel keys only apply to files.
-pub const KEYS: [(&str, &str); 19] = [
+pub const KEYS: [(&str, &str); 20] = [
     ("q  Ctrl-C", "quit"),
     ("?", "this help (Esc closes)"),
     ("Tab  Shift-Tab  1-7", "switch view"),
-    ("↑ ↓  j k  PgUp PgDn", "select row / scroll"),
+    (
+        "↑ ↓  j k  PgUp PgDn",
+        "select row / scroll; OOM view: PgUp PgDn scroll",
+    ),
     ("← →  h l", "select block (segments), group (histograms)"),
     ("Enter", "detail; trace row: block/OOM; file OOM: its event"),
     ("Esc", "back"),
@@ -25,6 +28,7 @@ pub const KEYS: [(&str, &str); 19] = [
         "pause updates (histograms: Space; p per pool / all)",
     ),
     ("r", "reset peak statistics"),
+    ("t", "chart span: whole run / last 1 h / 10 min / 1 min"),
     ("s", "save a snapshot; histograms: per stream / all"),
     ("mouse", "wheel scrolls, click selects"),
     ("◀ ▶  , .  < >", "file: previous / next event"),

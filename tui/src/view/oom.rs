@@ -150,6 +150,23 @@ fn forgotten_between(state: &State, prev: u64, next: u64) -> Option<(u64, u64)> 
     (from <= to).then_some((from, to))
 }
 
+/// The selected OOM's box in `area` (the view's area): the lines a page scrolls (its visible
+/// lines less one, kept for context) and the most lines it may scroll past, 0 when it fits.
+pub fn scroll_range(area: Rect, state: &State, ui: &UiState) -> (usize, usize) {
+    let Some(o) = state
+        .ooms
+        .get(ui.oom.min(state.ooms.len().saturating_sub(1)))
+    else {
+        return (1, 0);
+    };
+    let visible = area.height.saturating_sub(2) as usize;
+    let body = lines(o, area.width as usize, state.is_file()).len();
+    (
+        visible.saturating_sub(1).max(1),
+        body.saturating_sub(visible),
+    )
+}
+
 /// Draws the OOM list, the selected one first.
 pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
     let in_file = state.is_file();
@@ -192,8 +209,19 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
                 break;
             }
         }
-        let body = lines(o, area.width as usize, in_file);
+        let mut body = lines(o, area.width as usize, in_file);
         let h = (body.len() as u16 + 2).min(area.bottom() - y);
+        // The selected box, first on screen, scrolls when it does not fit; others are cut.
+        let mut more = None;
+        if i == selected {
+            let (_, max) = scroll_range(area, state, ui);
+            let skip = ui.oom_scroll.min(max);
+            body.drain(..skip);
+            let below = body.len().saturating_sub(h.saturating_sub(2) as usize);
+            if skip > 0 || below > 0 {
+                more = Some(scroll_hint(skip, below));
+            }
+        }
         let rect = Rect::new(area.x, y, area.width, h);
         let mut title = format!(" OOM #{}", o.number);
         if let Some(t) = o.time_us {
@@ -212,6 +240,10 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
                 Line::styled(format!(" {} of {} ", i + 1, state.ooms.len()), theme::dim())
                     .right_aligned(),
             );
+        let block = match more {
+            Some(hint) => block.title_bottom(Line::styled(hint, theme::dim()).right_aligned()),
+            None => block,
+        };
         let inner = block.inner(rect);
         block.render(rect, buf);
         for (r, l) in body.iter().enumerate() {
@@ -219,6 +251,20 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
         }
         y += h;
     }
+}
+
+/// The bottom border's note on a box that does not fit: lines above and below, and the keys.
+fn scroll_hint(above: usize, below: usize) -> String {
+    match (above, below) {
+        (0, b) => format!(" ↓ {} more (PgDn) ", counted(b)),
+        (a, 0) => format!(" ↑ {} above (PgUp) ", counted(a)),
+        (a, b) => format!(" ↑ {a} above  ↓ {} more (PgUp PgDn) ", counted(b)),
+    }
+}
+
+/// `1 line`, `5 lines`.
+fn counted(n: usize) -> String {
+    allocview_agent::summary::render::counted(n as u64, "line", "lines")
 }
 
 #[cfg(test)]
@@ -364,8 +410,8 @@ mod tests {
     #[test]
     fn the_explanation_wraps_inside_the_boxs_borders() {
         let o = OomReport {
-            explanation: "fragmentation: 6.27 GiB is reserved but free, more than the 589.98 MiB \
-                          asked for, yet the largest free block is 558.02 MiB and 6.27 GiB is \
+            explanation: "fragmentation: 6.27 GiB is reserved but free, more than the 590 MiB \
+                          asked for, yet the largest free block is 558 MiB and 6.27 GiB is \
                           stranded in split segments; expandable_segments:True would let the \
                           free space be used"
                 .into(),

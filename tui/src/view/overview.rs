@@ -20,7 +20,7 @@ use allocview_alloc::caching::stats::{Stat, StatType};
 
 use super::trace::{NO_TRACE, RECORD_HISTORY};
 use super::{put, right, theme};
-use crate::state::{HostHeap, State, UiState};
+use crate::state::{HostHeap, Sample, State, Timeline, UiState};
 use crate::units;
 
 /// Width of the counters panel.
@@ -228,10 +228,83 @@ fn counter_lines(state: &State, width: usize) -> Vec<Line<'static>> {
         .collect()
 }
 
+/// Braille dots per cell across: the chart is cut into one column per dot it can draw, so each
+/// dot column shows the maximum over its time.
+const COLUMNS_PER_CELL: usize = 2;
+/// Below this box width the x axis gets its two end labels only, not the middle one.
+const MIN_WIDTH_FOR_MIDDLE_LABEL: u16 = 40;
+/// Seconds in a minute, an hour, a day (axis labels).
+const MINUTE: u64 = 60;
+/// Seconds in an hour.
+const HOUR: u64 = 60 * MINUTE;
+/// Seconds in a day.
+const DAY: u64 = 24 * HOUR;
+/// Below this many seconds an axis label keeps a tenth of a second.
+const TENTHS_BELOW_S: f64 = 10.0;
+/// Milliseconds in a second (axis labels under a second count them).
+const MS_PER_S: f64 = 1000.0;
+
+/// A duration as an axis label: `150ms`, `2.5s`, `45s`, `5m 12s`, `2h 05m`, `3d 4h` (the two
+/// largest units).
+fn axis_time(secs: f64) -> String {
+    if !secs.is_finite() || secs <= 0.0 {
+        return "0s".to_string();
+    }
+    // Below a second in whole milliseconds (999.6 ms and up reads as a second).
+    let ms = (secs * MS_PER_S).round();
+    if ms < MS_PER_S {
+        return format!("{ms}ms");
+    }
+    if secs < TENTHS_BELOW_S {
+        let tenths = format!("{secs:.1}");
+        return format!("{}s", tenths.strip_suffix(".0").unwrap_or(&tenths));
+    }
+    let s = secs.round() as u64;
+    match s {
+        s if s < MINUTE => format!("{s}s"),
+        s if s < HOUR => match s % MINUTE {
+            0 => format!("{}m", s / MINUTE),
+            r => format!("{}m {r:02}s", s / MINUTE),
+        },
+        s if s < DAY => match s % HOUR / MINUTE {
+            0 => format!("{}h", s / HOUR),
+            m => format!("{}h {m:02}m", s / HOUR),
+        },
+        s => match s % DAY / HOUR {
+            0 => format!("{}d", s / DAY),
+            h => format!("{}d {h}h", s / DAY),
+        },
+    }
+}
+
+/// The label of `x` on the usage chart's axis: event numbers where x counts events; live,
+/// how long before the newest sample's end (`-10m`, `now`); in a file, the time since its
+/// first event (`5m 12s`).
+fn x_label(t: &Timeline, x: f64, file: bool) -> String {
+    if t.x_is_events {
+        units::count(x.max(0.0).round() as u64)
+    } else if file {
+        axis_time(x)
+    } else {
+        let before = t.end - x;
+        // Within half a tenth of a second of the end is the present.
+        if before < 0.05 {
+            "now".to_string()
+        } else {
+            format!("-{}", axis_time(before))
+        }
+    }
+}
+
 /// Draws the usage chart into `area` (with its border); for a file without a trace, why there
-/// is none.
-pub fn render_chart(area: Rect, buf: &mut Buffer, state: &State, no_color: bool) {
+/// is none. The chart spans `ui`'s [`chart span`](UiState::chart_span) (named in the title)
+/// and draws [`Timeline::columns`]: each braille dot column the maximum over the time it
+/// covers, whatever the samples' resolution, placed by time.
+pub fn render_chart(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
+    let no_color = ui.no_color;
     let t = &state.timeline;
+    let file = state.is_file();
+    let span = ui.chart_span(file);
     let key = |s: Series| {
         let glyph = match series_marker(s, no_color) {
             Marker::Custom(c) => c.to_string(),
@@ -242,11 +315,17 @@ pub fn render_chart(area: Rect, buf: &mut Buffer, state: &State, no_color: bool)
     };
     let mut title = Line::from(vec![
         Span::styled(" Over time ", theme::title()),
+        Span::styled(
+            format!("({}) ", span.label(t.x_is_events, file)),
+            theme::dim(),
+        ),
         key(Series::Reserved),
         key(Series::Allocated),
         key(Series::Active),
     ]);
-    if !t.ooms.is_empty() {
+    let (lo, hi) = t.window(span.width(t.x_is_events));
+    let in_view = |x: &f64| (lo..=hi).contains(x);
+    if t.ooms.iter().any(in_view) {
         title.push_span(key(Series::Oom));
     }
     let block = Block::bordered().title(title);
@@ -254,7 +333,7 @@ pub fn render_chart(area: Rect, buf: &mut Buffer, state: &State, no_color: bool)
         block.render(area, buf);
         return;
     }
-    if state.is_file() && state.trace.is_empty() {
+    if file && state.trace.is_empty() {
         // A snapshot without a trace has one point in time: nothing to draw over time.
         let inner = block.inner(area);
         block.render(area, buf);
@@ -265,7 +344,8 @@ pub fn render_chart(area: Rect, buf: &mut Buffer, state: &State, no_color: bool)
         super::put_wrapped(buf, inner, 0, &text, theme::dim());
         return;
     }
-    if t.samples.is_empty() {
+    // The scale: the maximum over the whole window (one column).
+    let Some(top) = t.columns(lo, hi, 1)[0] else {
         let inner = block.inner(area);
         block.render(area, buf);
         put(
@@ -275,20 +355,39 @@ pub fn render_chart(area: Rect, buf: &mut Buffer, state: &State, no_color: bool)
             &Line::styled(" no samples yet", theme::dim()),
         );
         return;
+    };
+    let max_y = (top.max_y().max(1) as f64) * 1.05;
+    let labels: Vec<String> = if area.width >= MIN_WIDTH_FOR_MIDDLE_LABEL {
+        vec![lo, (lo + hi) / 2.0, hi]
+    } else {
+        vec![lo, hi]
     }
-    let (x0, mut x1) = t.x_range();
-    if x1 <= x0 {
-        x1 = x0 + 1.0;
-    }
-    let max_y = (t.max_y().max(1) as f64) * 1.05;
-    let series = |f: fn(&crate::state::Sample) -> u64| -> Vec<(f64, f64)> {
-        t.samples.iter().map(|s| (s.x, f(s) as f64)).collect()
+    .into_iter()
+    .map(|x| x_label(t, x, file))
+    .collect();
+    // One column per braille dot across, centred on the dot: dot k stands for x = lo + k * dot
+    // and shows the maximum over the half dot either side.
+    let dots = plot_dots(area, &bytes_labels(max_y), labels[0].chars().count()).max(2);
+    let dot = (hi - lo) / (dots - 1) as f64;
+    let columns: Vec<(f64, Sample)> = t
+        .columns(lo - dot / 2.0, hi + dot / 2.0, dots)
+        .into_iter()
+        .enumerate()
+        .filter_map(|(k, c)| c.map(|c| (lo + k as f64 * dot, c)))
+        .collect();
+    let series = |f: fn(&Sample) -> u64| -> Vec<(f64, f64)> {
+        columns.iter().map(|(x, c)| (*x, f(c) as f64)).collect()
     };
     let reserved = series(|s| s.reserved);
     let allocated = series(|s| s.allocated);
     let active = series(|s| s.active);
-    let oom_lines: Vec<[(f64, f64); 2]> = t.ooms.iter().map(|&x| [(x, 0.0), (x, max_y)]).collect();
-    let cursor = t.cursor.map(|x| [(x, 0.0), (x, max_y)]);
+    let oom_lines: Vec<[(f64, f64); 2]> = t
+        .ooms
+        .iter()
+        .filter(|x| in_view(x))
+        .map(|&x| [(x, 0.0), (x, max_y)])
+        .collect();
+    let cursor = t.cursor.filter(in_view).map(|x| [(x, 0.0), (x, max_y)]);
     let series_dataset =
         |data, s: Series| line_dataset(data, s.color()).marker(series_marker(s, no_color));
     let mut datasets = vec![
@@ -302,23 +401,13 @@ pub fn render_chart(area: Rect, buf: &mut Buffer, state: &State, no_color: bool)
     if let Some(c) = &cursor {
         datasets.push(series_dataset(c, Series::Cursor));
     }
-    let x_label = |x: f64| {
-        if t.x_is_events {
-            units::count(x.max(0.0) as u64)
-        } else if t.origin_us.is_some() {
-            // Seconds since the origin (live: the process start), as the trace times.
-            units::elapsed(x)
-        } else {
-            units::elapsed(x - x0)
-        }
-    };
     let chart = Chart::new(datasets)
         .block(block)
         .x_axis(
             Axis::default()
-                .bounds([x0, x1])
+                .bounds([lo, hi])
                 .style(theme::dim())
-                .labels([x_label(x0), x_label(x1)]),
+                .labels(labels),
         )
         .y_axis(bytes_axis(max_y));
     chart.render(area, buf);
@@ -433,7 +522,7 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
             put(buf, inner, i as u16, l);
         }
     }
-    render_chart(chart, buf, state, ui.no_color);
+    render_chart(chart, buf, state, ui);
 }
 
 /// The lines of the usage chart.
@@ -503,11 +592,31 @@ fn bytes_axis(max_y: f64) -> Axis<'static> {
     Axis::default()
         .bounds([0.0, max_y])
         .style(theme::dim())
-        .labels([
-            "0".to_string(),
-            units::bytes((max_y / 2.0) as u64),
-            units::bytes(max_y as u64),
-        ])
+        .labels(bytes_labels(max_y))
+}
+
+/// The byte axis's labels: 0, the middle and the top.
+fn bytes_labels(max_y: f64) -> [String; 3] {
+    [
+        "0".to_string(),
+        units::bytes((max_y / 2.0) as u64),
+        units::bytes(max_y as u64),
+    ]
+}
+
+/// Braille dots across the plot of a chart drawn into `area` with a border, y labels
+/// `y_labels` and x labels starting with one `first_x_label` wide: the layout ratatui's
+/// `Chart` gives it (the labels left of the y axis take at most a third of the width, the axis
+/// one column).
+fn plot_dots(area: Rect, y_labels: &[String], first_x_label: usize) -> usize {
+    let inner = area.width.saturating_sub(2) as usize;
+    let y_label = y_labels
+        .iter()
+        .map(|l| l.chars().count())
+        .max()
+        .unwrap_or(0);
+    let left = y_label.max(first_x_label.saturating_sub(1)).min(inner / 3);
+    COLUMNS_PER_CELL * inner.saturating_sub(left + 1).max(1)
 }
 
 #[cfg(test)]
@@ -515,6 +624,27 @@ mod tests {
     use super::*;
     use crate::state::View;
     use crate::view::testing::view_text;
+
+    #[test]
+    fn axis_times_read_as_durations_in_their_two_largest_units() {
+        let cases = [
+            (0.0, "0s"),
+            (0.15, "150ms"),
+            (0.9996, "1s"),
+            (2.5, "2.5s"),
+            (7.0, "7s"),
+            (59.5, "1m"),
+            (45.2, "45s"),
+            (312.0, "5m 12s"),
+            (3600.0, "1h"),
+            (7500.0, "2h 05m"),
+            (3.0 * 86_400.0 + 4.0 * 3600.0, "3d 4h"),
+            (f64::NAN, "0s"),
+        ];
+        for (secs, want) in cases {
+            assert_eq!(axis_time(secs), want, "{secs}");
+        }
+    }
 
     #[test]
     fn the_oom_and_retry_counts_stay_on_screen_where_the_counters_panel_does_not_fit() {

@@ -123,9 +123,9 @@ pub fn load(seconds: f64, mut out: Outcome) -> anyhow::Result<Outcome> {
     );
     out.allocview_ns = Some(timing.median_ns);
     out = out.note(format!(
-        "{} ({} bytes, {segments} segments)",
+        "{} ({}, {segments} segments)",
         path.display(),
-        bytes.len()
+        crate::units::bytes(bytes.len() as u64)
     ));
     match python_median(&path, seconds) {
         Ok(ns) => out.baseline_ns = Some(ns),
