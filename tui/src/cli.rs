@@ -135,6 +135,15 @@ pub struct SummaryArgs {
     /// Print JSON instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// CI gate: after the output, exit with status 3 when the file holds an OOM (in its trace
+    /// or its header).
+    #[arg(long)]
+    pub fail_on_oom: bool,
+    /// CI gate: after the output, exit with status 3 when the peak allocated bytes over the
+    /// trace window exceed SIZE (bytes, or a number and a unit: 4GiB); status 1 when the
+    /// peak is not known (no trace, or its replay did not reproduce the recording).
+    #[arg(long, value_name = "SIZE")]
+    pub max_peak: Option<String>,
 }
 
 /// `allocview replay FILE`.
@@ -268,7 +277,11 @@ n next OOM, g next segment event, Home/End first/last; 1-7 or Tab views, ? help,
 const SUMMARY_EXAMPLES: &str = "\
 Examples:
   allocview summary oom.pickle             A torch.cuda.memory._dump_snapshot file
-  allocview summary allocview-dumps/oom-0001-pid4242.json --json";
+  allocview summary allocview-dumps/oom-0001-pid4242.json --json
+  allocview summary run.pickle --json --fail-on-oom --max-peak 60GiB
+
+Exit status: 0 success, 1 error, 2 usage error, 3 a --fail-on-oom or --max-peak gate failed
+(the output is printed first). JSON fields and exit codes: docs/json.md.";
 
 /// Examples under `allocview replay --help`.
 const REPLAY_EXAMPLES: &str = "\
