@@ -102,8 +102,9 @@ pub fn config_label(config: &str) -> String {
 /// A file replay cannot read.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    /// The file could not be read.
-    #[error("cannot read {path}: {why}")]
+    /// The file could not be read. Every message says `cannot load FILE: ...`, as
+    /// `allocview summary`'s do.
+    #[error("cannot load {path}: {why}")]
     Io {
         /// The file.
         path: String,
@@ -111,10 +112,15 @@ pub enum LoadError {
         why: std::io::Error,
     },
     /// An RMM log with a bad row.
-    #[error(transparent)]
-    Rmm(#[from] RmmError),
-    /// A snapshot file that did not parse.
-    #[error("{0}")]
+    #[error("cannot load {path}: {error}")]
+    Rmm {
+        /// The file.
+        path: String,
+        /// What is wrong with it.
+        error: RmmError,
+    },
+    /// A snapshot file that did not parse: `FILE: problem`.
+    #[error("cannot load {0}")]
     Snapshot(String),
 }
 
@@ -130,7 +136,10 @@ pub fn load(path: &Path) -> Result<Snapshot, LoadError> {
     })?;
     if is_rmm_log(&bytes) {
         let text = String::from_utf8_lossy(&bytes);
-        return Ok(parse_rmm_log(&text)?);
+        return parse_rmm_log(&text).map_err(|error| LoadError::Rmm {
+            path: path.display().to_string(),
+            error,
+        });
     }
     crate::snapshot_file::from_bytes(&bytes)
         .map_err(|e| LoadError::Snapshot(format!("{}: {e}", path.display())))

@@ -7,6 +7,7 @@ pub mod app;
 pub mod cli;
 pub mod cmd;
 pub mod demo;
+pub mod exit;
 pub mod input;
 pub mod output;
 pub mod screenshot;

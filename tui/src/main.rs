@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use allocview::cli::{Cli, Command};
-use allocview::{cmd, output};
+use allocview::{cmd, exit, output};
 use clap::Parser;
 
 fn main() -> ExitCode {
@@ -19,18 +19,21 @@ fn main() -> ExitCode {
         Some(Command::Screenshot(a)) => cmd::screenshot::run(a),
         None if cli.attach.is_some() => cmd::attach::run(&cli),
         None => {
+            // No command is a usage error, as clap treats a missing argument: the help on
+            // stderr (stdout stays empty for scripts), status 2. `--help` prints it on stdout
+            // with status 0.
             use clap::CommandFactory;
-            let _ = Cli::command().print_help();
-            return ExitCode::from(2);
+            eprint!("{}", Cli::command().render_help());
+            return ExitCode::from(exit::USAGE);
         }
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => ExitCode::from(exit::SUCCESS),
         // `allocview ... | head`: the reader has all it wanted.
-        Err(e) if output::is_stdout_closed(&e) => ExitCode::SUCCESS,
+        Err(e) if output::is_stdout_closed(&e) => ExitCode::from(exit::SUCCESS),
         Err(e) => {
             eprintln!("allocview: {e:#}");
-            ExitCode::FAILURE
+            ExitCode::from(exit::status_of(&e))
         }
     }
 }

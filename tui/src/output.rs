@@ -6,6 +6,49 @@
 
 use std::io::{self, Write};
 
+use serde::Serialize;
+
+/// A JSON output's top level: `format` (which output this is) and `version` (bumped when a
+/// field changes meaning or disappears; fields are only added within a version) first, then
+/// the value's own fields. docs/json.md describes each format.
+#[derive(Debug, Serialize)]
+pub struct Versioned<'a, T: Serialize> {
+    /// The output's name, `allocview-...`.
+    pub format: &'static str,
+    /// Its version.
+    pub version: u32,
+    /// The output's own fields, at the top level beside the two above.
+    #[serde(flatten)]
+    pub body: &'a T,
+}
+
+impl<'a, T: Serialize> Versioned<'a, T> {
+    /// `body` as the output `format`, version `version`.
+    pub fn new(format: &'static str, version: u32, body: &'a T) -> Self {
+        Versioned {
+            format,
+            version,
+            body,
+        }
+    }
+
+    /// Pretty JSON (the one-shot outputs: `summary`, `replay`, `demo --headless`, `--once`).
+    ///
+    /// # Errors
+    /// A value serde_json cannot write (a map with non-string keys).
+    pub fn pretty(&self) -> serde_json::Result<String> {
+        serde_json::to_string_pretty(self)
+    }
+
+    /// One line of JSON (the `--attach --headless --json` stream: NDJSON).
+    ///
+    /// # Errors
+    /// A value serde_json cannot write (a map with non-string keys).
+    pub fn line(&self) -> serde_json::Result<String> {
+        serde_json::to_string(self)
+    }
+}
+
 /// Stdout was closed by the reader (`EPIPE`): not a failure of the command.
 #[derive(Debug, thiserror::Error)]
 #[error("stdout was closed")]

@@ -12,6 +12,7 @@ use anyhow::Context as _;
 
 use crate::app::{self, App};
 use crate::cli::Cli;
+use crate::output::Versioned;
 use crate::source::attach::{AttachSource, refused_summary};
 use crate::terminal::TerminalGuard;
 use crate::{output, units};
@@ -120,11 +121,18 @@ fn connect<T>(addr: &str, connect: impl FnOnce() -> Result<T, ClientError>) -> a
     connect().map_err(|e| anyhow::anyhow!("{e}"))
 }
 
+/// `--attach --headless --json`'s `format` field: the agent's state as the attach protocol
+/// carries it (docs/protocol.md), with these two fields added at the top level.
+pub const JSON_FORMAT: &str = "allocview-agent-state";
+/// `--attach --headless --json`'s `version` field: the attach protocol's version, which
+/// changes when the state's fields change meaning.
+pub const JSON_VERSION: u32 = allocview_agent::protocol::PROTOCOL_VERSION;
+
 fn headless(addr: &str, token: Option<String>, cli: &Cli) -> anyhow::Result<()> {
     let mut c = connect(addr, || AttachClient::connect(addr, token))?;
     if cli.once {
         if cli.json {
-            output::print(&serde_json::to_string_pretty(c.state())?)?;
+            output::print(&Versioned::new(JSON_FORMAT, JSON_VERSION, c.state()).pretty()?)?;
         } else {
             print_line(&c)?;
         }
@@ -137,7 +145,9 @@ fn headless(addr: &str, token: Option<String>, cli: &Cli) -> anyhow::Result<()> 
                 if last.elapsed() >= HEADLESS_LINE_EVERY {
                     last = Instant::now();
                     if cli.json {
-                        output::print(&serde_json::to_string(c.state())?)?;
+                        output::print(
+                            &Versioned::new(JSON_FORMAT, JSON_VERSION, c.state()).line()?,
+                        )?;
                     } else {
                         print_line(&c)?;
                     }

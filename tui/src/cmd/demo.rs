@@ -12,6 +12,7 @@ use anyhow::Context as _;
 use crate::app::{self, App};
 use crate::cli::{Backend, DemoArgs, Scenario};
 use crate::demo::{AGENT_TICK, Demo, DemoConfig, Report};
+use crate::output::Versioned;
 use crate::source::embedded::EmbeddedSource;
 use crate::terminal::TerminalGuard;
 use crate::{output, units};
@@ -144,10 +145,15 @@ pub fn report_text(r: &Report) -> String {
     out
 }
 
+/// `demo --headless --json`'s `format` field.
+pub const JSON_FORMAT: &str = "allocview-demo-report";
+/// `demo --headless --json`'s `version` field (docs/json.md).
+pub const JSON_VERSION: u32 = 1;
+
 /// Prints the report (a closed pipe ends the output quietly).
 fn print_report(r: &Report, json: bool) -> anyhow::Result<()> {
     if json {
-        output::print(&serde_json::to_string_pretty(r)?)?;
+        output::print(&Versioned::new(JSON_FORMAT, JSON_VERSION, r).pretty()?)?;
     } else {
         output::print(&report_text(r))?;
     }

@@ -10,13 +10,14 @@ use std::time::Duration;
 
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde::Serialize;
 
-use allocview_agent::replay::{self, ReplayOutput, ReplaySettings};
+use allocview_agent::replay::{self, ReplayOutput, ReplayReport, ReplaySettings};
 use allocview_agent::snapshot_file::{self, FileFormat};
 use allocview_alloc::snapshot::Snapshot;
 
 use crate::cli::ReplayArgs;
-use crate::output;
+use crate::output::{self, Versioned};
 
 /// Replays shorter than this many events (over all runs) get no progress bar.
 const PROGRESS_MIN_EVENTS: usize = 100_000;
@@ -52,49 +53,97 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
     bar.finish_and_clear();
     let output = output.with_context(|| format!("replaying {}", args.file.display()))?;
     let mut written = Vec::new();
+    let mut lines = Vec::new();
     if let Some(out) = &args.out {
-        for (path, snapshot, what) in outputs(out, &args.config, &output) {
+        for (path, snapshot, what, label) in outputs(out, &args.config, &output) {
             snapshot_file::save(&path, snapshot, FileFormat::Pickle)
                 .with_context(|| format!("writing {}", path.display()))?;
-            written.push(format!("{what} written to {}", path.display()));
+            lines.push(format!("{what} written to {}", path.display()));
+            written.push(Written { label, path });
         }
     }
     if args.json {
-        output::print(&serde_json::to_string_pretty(&output.report)?)?;
-        for line in &written {
+        let json = ReplayJson {
+            report: &output.report,
+            written,
+        };
+        output::print(&Versioned::new(JSON_FORMAT, JSON_VERSION, &json).pretty()?)?;
+        for line in &lines {
             eprintln!("{line}");
         }
     } else {
         output::write(&output.report.to_text())?;
-        for line in &written {
+        for line in &lines {
             output::print(line)?;
         }
     }
     Ok(())
 }
 
+/// `replay --json`'s `format` field.
+pub const JSON_FORMAT: &str = "allocview-replay";
+/// `replay --json`'s `version` field (docs/json.md).
+pub const JSON_VERSION: u32 = 1;
+
+/// `replay --json`: the report's fields, and the files `--out` wrote.
+#[derive(Debug, Serialize)]
+struct ReplayJson<'a> {
+    #[serde(flatten)]
+    report: &'a ReplayReport,
+    /// Empty without `--out`.
+    written: Vec<Written>,
+}
+
+/// A file `replay --out` wrote.
+#[derive(Debug, Serialize)]
+pub struct Written {
+    /// The run it holds: the `label` of its entry in `runs` (`recorded` for the replay under
+    /// the recorded settings, else the `--config` run's label).
+    pub label: String,
+    /// Where, as given (relative to the current folder when `--out` was).
+    pub path: PathBuf,
+}
+
 /// What `--out OUT` writes: without `--config`, the replay under the recorded settings to
 /// `OUT`; with one, that what-if run to `OUT`; with several, each what-if run to its own file,
 /// `OUT` with the run's number and settings before the extension (`OUT.1-SETTINGS.pickle`).
-/// Each with a description of the run for the message.
+/// Each with a description of the run for the message, and the run's label in the report.
 fn outputs<'a>(
     out: &Path,
     configs: &[String],
     output: &'a ReplayOutput,
-) -> Vec<(PathBuf, &'a Snapshot, String)> {
+) -> Vec<(PathBuf, &'a Snapshot, String, String)> {
     let describe = |config: &str| format!("what-if run ({})", replay::config_label(config));
+    // The report's runs: the recorded one first, then (with `--device-memory` of another
+    // size) the recorded settings resized, then one per `--config`, last.
+    let runs = &output.report.runs;
+    let first_what_if = runs.len().saturating_sub(configs.len());
+    let label = |i: usize| runs.get(i).map_or_else(String::new, |r| r.label.clone());
     match (configs, output.what_ifs.as_slice()) {
         ([], _) => vec![(
             out.to_path_buf(),
             &output.replayed,
             "replayed run (recorded settings)".to_string(),
+            label(0),
         )],
-        ([config], [run]) => vec![(out.to_path_buf(), run, describe(config))],
+        ([config], [run]) => vec![(
+            out.to_path_buf(),
+            run,
+            describe(config),
+            label(first_what_if),
+        )],
         _ => configs
             .iter()
             .zip(&output.what_ifs)
             .enumerate()
-            .map(|(i, (config, run))| (numbered(out, i + 1, config), run, describe(config)))
+            .map(|(i, (config, run))| {
+                (
+                    numbered(out, i + 1, config),
+                    run,
+                    describe(config),
+                    label(first_what_if + i),
+                )
+            })
             .collect(),
     }
 }
