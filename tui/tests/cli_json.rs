@@ -352,10 +352,49 @@ fn demo_report_and_attach_state_json_name_their_format_and_version_first() {
         }
         std::thread::sleep(Duration::from_millis(100));
     };
+    // The stream: one compact state per line, the two fields first.
+    let mut stream = Command::new(env!("CARGO_BIN_EXE_allocview"))
+        .args(["--attach", &addr, "--headless", "--json"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    let read = std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(stream.stdout.take().unwrap()),
+        &mut line,
+    );
+    let _ = stream.kill();
+    let _ = stream.wait();
     let _ = demo.kill();
     let _ = demo.wait();
+    read.unwrap();
     let protocol = allocview_agent::protocol::PROTOCOL_VERSION;
+    assert!(
+        line.starts_with(&format!(
+            "{{\"format\":\"allocview-agent-state\",\"version\":{protocol},"
+        )),
+        "{}",
+        &line[..line.len().min(200)]
+    );
     starts_with_format_and_version(&stdout(&once), "allocview-agent-state", protocol);
     let v: serde_json::Value = serde_json::from_slice(&once.stdout).unwrap();
     assert!(v["devices"].is_array() && v["pipeline"].is_object(), "{v}");
+}
+
+#[test]
+fn summary_help_documents_the_gates_and_their_exit_status() {
+    let o = allocview(&["summary", "--help"]);
+    assert!(o.status.success());
+    let text = stdout(&o);
+    assert!(
+        text.contains("--fail-on-oom") && text.contains("--max-peak <SIZE>"),
+        "{text}"
+    );
+    assert!(
+        text.contains("3 a --fail-on-oom or --max-peak gate failed"),
+        "{text}"
+    );
+    assert!(text.contains("docs/json.md"), "{text}");
 }
