@@ -1,7 +1,7 @@
 //! `allocview summary FILE [--json] [--fail-on-oom] [--max-peak SIZE]`: PyTorch's memory
 //! summary of a snapshot file (pickle or allocview JSON), plus fragmentation per pool and
 //! stream, OOM entries and trace facts ([`allocview_agent::summary`]). The two gates fail the
-//! command with [`exit::GATE_FAILED`] after the output is printed, for CI.
+//! command with [`GATE_FAILED`](crate::exit::GATE_FAILED) after the output is printed, for CI.
 
 pub mod progress;
 
