@@ -263,10 +263,9 @@ impl ReplayReport {
         {
             say(
                 &mut out,
-                format!(
-                    "each --config column: the recorded settings with the keys given changed \
+                "each --config column: the recorded settings with the keys given changed \
                  (`defaults` first: PyTorch's defaults with them)"
-                ),
+                    .to_string(),
             );
         }
         for w in &self.config_warnings {
@@ -322,7 +321,7 @@ impl ReplayReport {
                 say(&mut out, format!("first divergence: {d}"));
             }
             None => {
-                say(&mut out, format!("no divergence"));
+                say(&mut out, "no divergence".to_string());
             }
         }
         if let Some(m) = fid.final_state_matches {
@@ -364,15 +363,14 @@ impl ReplayReport {
         if self.ends_at_oom && self.runs.iter().skip(1).any(|r| r.ooms == 0) {
             say(
                 &mut out,
-                format!(
-                    "the trace ends at its OOM: a run without an OOM fitted that request, but the \
+                "the trace ends at its OOM: a run without an OOM fitted that request, but the \
                  allocations the program would have made next are not in the trace, so it may \
                  still run out of memory after it"
-                ),
+                    .to_string(),
             );
         }
         if let Some(s) = &self.smallest_device {
-            say(&mut out, format!("{}", smallest_device_line(s)));
+            say(&mut out, smallest_device_line(s).to_string());
         }
         for run in &self.runs {
             if let Some(oom) = &run.first_oom {
