@@ -35,10 +35,13 @@ pub fn wrap(text: &str, width: usize) -> Vec<String> {
 }
 
 /// `text` as lines of at most `width` columns, each ending in a newline: the first as it
-/// starts, the others after `indent`.
+/// starts (its leading spaces kept), the others after those spaces and `indent`.
 pub fn paragraph(text: &str, width: usize, indent: &str) -> String {
+    let body = text.trim_start();
+    let lead = &text[..text.len() - body.len()];
     let mut out = String::new();
-    for l in lines(text, width, indent) {
+    for l in lines(body, width.saturating_sub(lead.chars().count()), indent) {
+        out.push_str(lead);
         out.push_str(&l);
         out.push('\n');
     }
@@ -110,6 +113,10 @@ mod tests {
         let words: Vec<&str> = p.split_whitespace().collect();
         assert_eq!(words.join(" "), text);
         assert_eq!(paragraph("short", 40, "  "), "short\n");
+        assert_eq!(
+            paragraph("  warning: one two three", 16, "  "),
+            "  warning: one\n    two three\n"
+        );
         assert_eq!(paragraph("", 40, "  "), "");
     }
 }

@@ -52,11 +52,15 @@ fn a_what_if_oom_names_its_entry_in_the_written_file_and_the_rounded_size() {
     assert_eq!(file[written].action, TraceAction::Oom, "{file:#?}");
     assert_eq!(file[written].size, oom.diagnosis.requested);
     assert!(oom.diagnosis.requested > ODD);
+    // The report wraps its sentences: the line with its continuation lines, words joined.
     let text = out.report.to_text();
-    let line = text
-        .lines()
-        .find(|l| l.starts_with("roundup_power2_divisions:4: first OOM"))
+    let start = text
+        .find("roundup_power2_divisions:4: first OOM")
         .unwrap_or_else(|| panic!("{text}"));
+    let line = text[start..]
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
     assert!(
         line.starts_with(&format!(
             "roundup_power2_divisions:4: first OOM at trace entry {} (entry {} of the replayed \

@@ -14,11 +14,7 @@ pub(crate) const US_PER_S: f64 = 1e6;
 /// `text` after `indent`, wrapped to [`REPORT_WIDTH`](crate::text::REPORT_WIDTH) columns,
 /// its continuation lines two columns further in.
 fn indented(text: &str, indent: &str) -> String {
-    let width = crate::text::REPORT_WIDTH.saturating_sub(indent.chars().count());
-    crate::text::paragraph(text, width, "  ")
-        .lines()
-        .map(|l| format!("{indent}{l}\n"))
-        .collect()
+    crate::text::paragraph(&format!("{indent}{text}"), crate::text::REPORT_WIDTH, "  ")
 }
 
 /// A stream as the dashboard names it: `s0` (the default stream), `s1`, ...
