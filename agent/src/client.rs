@@ -29,8 +29,8 @@ use allocview_alloc::snapshot::Snapshot;
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 
 use crate::protocol::{
-    self, ClientFrame, MAGIC, MAX_SERVER_FRAME, PROTOCOL_VERSION, ProtocolError,
-    SHUTDOWN_GOODBYE, ServerFrame,
+    self, ClientFrame, MAGIC, MAX_SERVER_FRAME, PROTOCOL_VERSION, ProtocolError, SHUTDOWN_GOODBYE,
+    ServerFrame,
 };
 use crate::server::{
     BadAddress, Conn, ListenAddr, SocketProbe, default_socket_pid, probe_unix_socket,
