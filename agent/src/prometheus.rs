@@ -213,8 +213,9 @@ struct MetricFamily {
 }
 
 /// The page of one scrape, families and their samples in the order they were added, so that
-/// two scrapes of the same state are the same text (`prometheus-client`'s `Family` keeps its
-/// label sets in a hash map and writes them in no fixed order).
+/// two scrapes of the same state are the same text. It is written here, not by
+/// `prometheus-client`: that crate's `Family` keeps label sets in a hash map (no fixed order),
+/// its encoder writes floats with `dtoa` (exponents, `.0`) and speaks OpenMetrics only.
 #[derive(Debug, Default)]
 struct Page(Vec<MetricFamily>);
 
