@@ -24,4 +24,5 @@ pub mod sink;
 pub mod snapshot_file;
 pub mod state;
 pub mod summary;
+pub mod text;
 pub mod timeline;

@@ -31,7 +31,6 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Widget};
 
 use crate::state::{State, UiState, View};
-use crate::units;
 
 /// Rows of the header.
 pub const HEADER_ROWS: u16 = 2;
@@ -172,44 +171,9 @@ pub fn put(buf: &mut Buffer, area: Rect, row: u16, line: &Line<'_>) {
     }
 }
 
-/// The words of `text`, a size's number and its unit (`1.50 GiB`, as [`units::bytes`] writes
-/// it) kept together as one.
-fn words(text: &str) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    for word in text.split_whitespace() {
-        let unit = units::is_byte_unit(word.trim_end_matches([',', ';', ')', ':', '.']));
-        match out.last_mut() {
-            Some(prev) if unit && prev.ends_with(|c: char| c.is_ascii_digit()) => {
-                prev.push(' ');
-                prev.push_str(word);
-            }
-            _ => out.push(word.to_string()),
-        }
-    }
-    out
-}
-
 /// Splits `text` into lines of at most `width` characters at spaces (never between a size's
 /// number and its unit).
-pub fn wrap(text: &str, width: usize) -> Vec<String> {
-    let width = width.max(10);
-    let mut out = Vec::new();
-    let mut line = String::new();
-    for word in words(text) {
-        let word = word.as_str();
-        if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > width {
-            out.push(std::mem::take(&mut line));
-        }
-        if !line.is_empty() {
-            line.push(' ');
-        }
-        line.push_str(word);
-    }
-    if !line.is_empty() {
-        out.push(line);
-    }
-    out
-}
+pub use allocview_agent::text::wrap;
 
 /// Writes `text` wrapped to `area`'s width (less a margin cell each side) from `first_row`
 /// down, each line after a space, in `style`.
@@ -298,30 +262,5 @@ pub(crate) mod testing {
         let ui = crate::state::UiState::default();
         super::render_view(view, buf.area, &mut buf, state, &ui);
         rows(&buf).join("\n")
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::wrap;
-
-    #[test]
-    fn wrapping_keeps_a_sizes_number_and_unit_together() {
-        let text = "peak reserved 15.4 GiB of 16.0 GiB, 841 MiB; 512 B)";
-        for width in 10..60 {
-            for line in wrap(text, width) {
-                assert!(
-                    !line.ends_with(|c: char| c.is_ascii_digit()),
-                    "{width}: {line:?}"
-                );
-                assert!(
-                    !line.starts_with("GiB") && !line.starts_with("MiB") && !line.starts_with('B')
-                );
-            }
-        }
-        assert_eq!(
-            wrap(text, 24),
-            ["peak reserved 15.4 GiB", "of 16.0 GiB, 841 MiB;", "512 B)"].map(String::from)
-        );
     }
 }

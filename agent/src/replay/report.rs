@@ -8,6 +8,7 @@ use allocview_alloc::stats::human_bytes;
 
 use crate::diagnosis::Diagnosis;
 use crate::summary::render::counted;
+use crate::text::{REPORT_WIDTH, paragraph};
 
 /// How closely a replay at the recorded addresses followed the recording.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -225,27 +226,34 @@ impl ReplayReport {
         let fid = &self.fidelity;
         let size = |m: Option<u64>| m.map_or("unlimited memory".to_string(), human_bytes);
         if self.recorded_device_memory == self.device_memory {
-            let _ = writeln!(
-                out,
-                "replayed {} on a simulated device of {}",
-                counted(self.events as u64, "trace entry", "trace entries"),
-                size(self.device_memory)
+            say(
+                &mut out,
+                format!(
+                    "replayed {} on a simulated device of {}",
+                    counted(self.events as u64, "trace entry", "trace entries"),
+                    size(self.device_memory)
+                ),
             );
         } else {
             let recorded = match self.recorded_device_memory {
                 Some(m) => format!("on the recording's device of {}", human_bytes(m)),
                 None => "on an unlimited device (the file records no device size)".to_string(),
             };
-            let _ = writeln!(
-                out,
-                "replayed {}: the recorded column {recorded}, the other columns on a simulated \
+            say(
+                &mut out,
+                format!(
+                    "replayed {}: the recorded column {recorded}, the other columns on a simulated \
                  device of {}",
-                counted(self.events as u64, "trace entry", "trace entries"),
-                size(self.device_memory)
+                    counted(self.events as u64, "trace entry", "trace entries"),
+                    size(self.device_memory)
+                ),
             );
         }
         if !self.recorded_settings.is_empty() {
-            let _ = writeln!(out, "recorded settings: {}", self.recorded_settings);
+            say(
+                &mut out,
+                format!("recorded settings: {}", self.recorded_settings),
+            );
         }
         if self
             .runs
@@ -253,39 +261,45 @@ impl ReplayReport {
             .skip(1)
             .any(|r| !r.label.starts_with("recorded settings, "))
         {
-            let _ = writeln!(
-                out,
+            say(
+                &mut out,
                 "each --config column: the recorded settings with the keys given changed \
                  (`defaults` first: PyTorch's defaults with them)"
+                    .to_string(),
             );
         }
         for w in &self.config_warnings {
-            let _ = writeln!(out, "  warning: {w}");
+            say(&mut out, format!("  warning: {w}"));
         }
         if let Some(run) = self
             .runs
             .iter()
             .find(|r| r.config.contains("garbage_collection_threshold"))
         {
-            let _ = writeln!(
-                out,
-                "note: garbage_collection_threshold has no effect in this replay ({}): PyTorch \
+            say(
+                &mut out,
+                format!(
+                    "note: garbage_collection_threshold has no effect in this replay ({}): PyTorch \
                  collects garbage only under set_per_process_memory_fraction, which the replay \
                  does not set",
-                run.label
+                    run.label
+                ),
             );
         }
-        let _ = writeln!(
-            out,
-            "initial state: {} segments ({} reserved), {} live blocks ({} allocated)",
-            self.initial.segments,
-            human_bytes(self.initial.reserved),
-            self.initial.live_blocks,
-            human_bytes(self.initial.allocated)
+        say(
+            &mut out,
+            format!(
+                "initial state: {} segments ({} reserved), {} live blocks ({} allocated)",
+                self.initial.segments,
+                human_bytes(self.initial.reserved),
+                self.initial.live_blocks,
+                human_bytes(self.initial.allocated)
+            ),
         );
         for w in &self.initial.warnings {
-            let _ = writeln!(out, "  warning: {w}");
+            say(&mut out, format!("  warning: {w}"));
         }
+        // One line, whatever its width: scripts and people grep for it.
         let _ = writeln!(
             out,
             "fidelity: {}, {}",
@@ -304,48 +318,59 @@ impl ReplayReport {
         );
         match &fid.first_divergence {
             Some(d) => {
-                let _ = writeln!(out, "first divergence: {d}");
+                say(&mut out, format!("first divergence: {d}"));
             }
             None => {
-                let _ = writeln!(out, "no divergence");
+                say(&mut out, "no divergence".to_string());
             }
         }
         if let Some(m) = fid.final_state_matches {
-            let _ = writeln!(
-                out,
-                "final segments {} the snapshot's",
-                if m { "match" } else { "differ from" }
+            say(
+                &mut out,
+                format!(
+                    "final segments {} the snapshot's",
+                    if m { "match" } else { "differ from" }
+                ),
             );
         }
         out.push('\n');
         out.push_str(&self.table());
+        say(
+            &mut out,
+            "peak unallocated: the most reserved bytes not allocated at one moment (the cache, \
+             reusable or stranded in split segments)"
+                .to_string(),
+        );
         for run in self
             .runs
             .iter()
             .filter(|r| r.start == RunStart::LiveBlocksOnly)
         {
-            let _ = writeln!(
-                out,
-                "{LIVE_BLOCKS_ONLY_MARK} {}: the recorded segments cannot exist under these \
+            say(
+                &mut out,
+                format!(
+                    "{LIVE_BLOCKS_ONLY_MARK} {}: the recorded segments cannot exist under these \
                  settings, so the run began from the {} live blocks alone ({} allocated), \
                  without the recorded cache ({} free); its peaks do not compare directly with \
                  the recorded column's",
-                run.label,
-                self.initial.live_blocks,
-                human_bytes(self.initial.allocated),
-                human_bytes(self.initial.reserved.saturating_sub(self.initial.allocated))
+                    run.label,
+                    self.initial.live_blocks,
+                    human_bytes(self.initial.allocated),
+                    human_bytes(self.initial.reserved.saturating_sub(self.initial.allocated))
+                ),
             );
         }
         if self.ends_at_oom && self.runs.iter().skip(1).any(|r| r.ooms == 0) {
-            let _ = writeln!(
-                out,
+            say(
+                &mut out,
                 "the trace ends at its OOM: a run without an OOM fitted that request, but the \
                  allocations the program would have made next are not in the trace, so it may \
                  still run out of memory after it"
+                    .to_string(),
             );
         }
         if let Some(s) = &self.smallest_device {
-            let _ = writeln!(out, "{}", smallest_device_line(s));
+            say(&mut out, smallest_device_line(s).to_string());
         }
         for run in &self.runs {
             if let Some(oom) = &run.first_oom {
@@ -360,13 +385,15 @@ impl ReplayReport {
                     }
                     _ => String::new(),
                 };
-                let _ = writeln!(
-                    out,
-                    "{}: first OOM at trace entry {}{written} ({} requested{rounded}): {}",
-                    run.label,
-                    oom.index + 1,
-                    human_bytes(oom.requested),
-                    oom.diagnosis.explanation
+                say(
+                    &mut out,
+                    format!(
+                        "{}: first OOM at trace entry {}{written} ({} requested{rounded}): {}",
+                        run.label,
+                        oom.index + 1,
+                        human_bytes(oom.requested),
+                        oom.diagnosis.explanation
+                    ),
                 );
             }
         }
@@ -378,7 +405,7 @@ impl ReplayReport {
         let rows: [Row; 5] = [
             ("peak reserved", |r| marked(r, human_bytes(r.peak_reserved))),
             ("peak allocated", |r| human_bytes(r.peak_allocated)),
-            ("peak fragmentation", |r| {
+            ("peak unallocated", |r| {
                 marked(r, human_bytes(r.peak_fragmentation))
             }),
             ("device mallocs", |r| r.device_mallocs.to_string()),
@@ -419,6 +446,14 @@ impl ReplayReport {
         }
         out
     }
+}
+
+/// Continuation indent of a wrapped sentence in the text report.
+const INDENT: &str = "    ";
+
+/// Appends `text` to `out` as one sentence wrapped to [`REPORT_WIDTH`] columns.
+fn say(out: &mut String, text: String) {
+    out.push_str(&paragraph(&text, REPORT_WIDTH, INDENT));
 }
 
 /// The text of [`ReplayReport::smallest_device`] (also in `allocview summary`).

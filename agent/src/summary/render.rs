@@ -11,6 +11,16 @@ use super::{DeviceSummary, Fragmentation, Summary};
 /// Microseconds per second, for trace times.
 pub(crate) const US_PER_S: f64 = 1e6;
 
+/// `text` after `indent`, wrapped to [`REPORT_WIDTH`](crate::text::REPORT_WIDTH) columns,
+/// its continuation lines two columns further in.
+fn indented(text: &str, indent: &str) -> String {
+    let width = crate::text::REPORT_WIDTH.saturating_sub(indent.chars().count());
+    crate::text::paragraph(text, width, "  ")
+        .lines()
+        .map(|l| format!("{indent}{l}\n"))
+        .collect()
+}
+
 /// A stream as the dashboard names it: `s0` (the default stream), `s1`, ...
 pub fn stream_label(stream: u64) -> String {
     format!("s{stream}")
@@ -98,7 +108,7 @@ fn device_section(out: &mut String, d: &DeviceSummary) {
         let _ = writeln!(out, "  {line}");
     }
     for line in d.window.describe().lines() {
-        let _ = writeln!(out, "  {line}");
+        out.push_str(&indented(line, "  "));
     }
 
     let t = &d.totals;
@@ -236,13 +246,12 @@ fn device_section(out: &mut String, d: &DeviceSummary) {
         let d_smallest = d.smallest_device.clone();
         // The first OOM usually tells why the run failed.
         if let Some(d) = d.ooms.first().and_then(|o| o.diagnosis.as_ref()) {
-            let _ = writeln!(out, "    first OOM — {}", d.explanation);
+            out.push_str(&indented(&format!("first OOM — {}", d.explanation), "    "));
             if let Some(s) = &d_smallest {
-                let _ = writeln!(
-                    out,
-                    "    {}",
-                    crate::replay::report::smallest_device_line(s)
-                );
+                out.push_str(&indented(
+                    &crate::replay::report::smallest_device_line(s),
+                    "    ",
+                ));
             }
         } else if d.ooms.iter().any(|o| o.index.is_some()) {
             out.push_str(
