@@ -29,7 +29,8 @@ use allocview_alloc::snapshot::Snapshot;
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 
 use crate::protocol::{
-    self, ClientFrame, MAGIC, MAX_SERVER_FRAME, PROTOCOL_VERSION, ProtocolError, ServerFrame,
+    self, ClientFrame, MAGIC, MAX_SERVER_FRAME, PROTOCOL_VERSION, ProtocolError, SHUTDOWN_GOODBYE,
+    ServerFrame,
 };
 use crate::server::{
     BadAddress, Conn, ListenAddr, SocketProbe, default_socket_pid, probe_unix_socket,
@@ -78,9 +79,14 @@ pub enum ClientError {
     /// The agent refused the connection or a request (wrong token, bad frame, ...).
     #[error("the agent refused: {0}")]
     Refused(String),
-    /// The agent closed the connection.
+    /// The agent said goodbye and closed the connection: [`SHUTDOWN_GOODBYE`] when it shut down
+    /// (see [`ClientError::is_agent_shutdown`]), else why it let this client go.
     #[error("disconnected: {0}")]
     Disconnected(String),
+    /// The connection closed without a goodbye: the agent's process died (killed, crashed) or
+    /// something between broke the connection.
+    #[error("connection lost: closed without a goodbye from the agent (did its process die?)")]
+    ConnectionLost,
     /// Nothing arrived within the timeout.
     #[error("no update within the timeout")]
     Timeout,
@@ -93,6 +99,14 @@ pub enum ClientError {
         /// The address.
         addr: String,
     },
+}
+
+impl ClientError {
+    /// Whether the agent ended the connection because it shut down (a clean end, not a crash
+    /// or a disconnection of this client).
+    pub fn is_agent_shutdown(&self) -> bool {
+        matches!(self, ClientError::Disconnected(reason) if reason == SHUTDOWN_GOODBYE)
+    }
 }
 
 /// What [`AttachClient::next_update`] received.
@@ -249,12 +263,13 @@ impl AttachClient {
     ///
     /// # Errors
     /// [`ClientError::Timeout`] when nothing arrived; [`ClientError::Disconnected`] when the
-    /// agent said goodbye or the connection closed; [`ClientError::Refused`] for a fatal error.
+    /// agent said goodbye; [`ClientError::ConnectionLost`] when the connection closed without
+    /// one; [`ClientError::Refused`] for a fatal error.
     pub fn next_update(&mut self, timeout: Duration) -> Result<ClientUpdate, ClientError> {
         let frame = match self.frames.recv_timeout(timeout) {
             Ok(Ok(f)) => f,
             Ok(Err(ProtocolError::Closed)) | Err(RecvTimeoutError::Disconnected) => {
-                return Err(ClientError::Disconnected("connection closed".into()));
+                return Err(ClientError::ConnectionLost);
             }
             Ok(Err(e)) => return Err(e.into()),
             Err(RecvTimeoutError::Timeout) => return Err(ClientError::Timeout),

@@ -43,6 +43,11 @@ pub const MAX_SERVER_FRAME: u32 = 256 * 1024 * 1024;
 /// Bytes of the length prefix.
 pub const LENGTH_PREFIX: usize = 4;
 
+/// The `goodbye` reason of an agent that shuts down (its process ends or stops the agent): a
+/// clean end, which a client can tell from a slow client's disconnection or a connection that
+/// drops without a goodbye (the process died).
+pub const SHUTDOWN_GOODBYE: &str = "agent shutting down";
+
 /// Recent events a client keeps per device.
 pub const CLIENT_RECENT_EVENTS: usize = 1024;
 

@@ -157,7 +157,7 @@ const WRITER_POLL: Duration = Duration::from_millis(50);
 
 /// The reason a client is told once the aggregator has let go of its queue (the agent shuts
 /// down), after the frames queued before.
-const SHUTDOWN_REASON: &str = "agent shutting down";
+const SHUTDOWN_REASON: &str = crate::protocol::SHUTDOWN_GOODBYE;
 
 /// How long [`Server::stop`] waits for clients' last update and goodbye to go out before it
 /// closes their connections.

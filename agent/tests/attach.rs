@@ -255,20 +255,14 @@ fn a_client_gets_the_full_state_then_updates_that_track_the_agent() {
     }
     assert!(!client.state().pipeline.paused);
     agent.shutdown();
-    match client.next_update(WAIT) {
-        Err(ClientError::Disconnected(_)) => {}
-        other => {
-            // Updates still in flight may come first; the connection ends after them.
-            let mut last = other.map(|_| ());
-            while last.is_ok() {
-                last = client.next_update(WAIT).map(|_| ());
-            }
-            assert!(
-                matches!(last, Err(ClientError::Disconnected(_))),
-                "{last:?}"
-            );
-        }
+    // Updates still in flight may come first; the connection ends after them, with the
+    // shutdown's goodbye (a clean end, not a lost connection).
+    let mut last = client.next_update(WAIT).map(|_| ());
+    while last.is_ok() {
+        last = client.next_update(WAIT).map(|_| ());
     }
+    let end = last.unwrap_err();
+    assert!(end.is_agent_shutdown(), "{end:?}");
     assert!(!dir.path().join("agent.sock").exists(), "socket removed");
 }
 
@@ -914,4 +908,34 @@ fn connections_that_never_say_hello_are_capped_and_the_newest_is_refused() {
     wait_until(|| AttachClient::connect(&addr, None).is_ok());
     drop(silent);
     agent.shutdown();
+}
+
+#[test]
+fn a_connection_that_closes_without_a_goodbye_is_lost_not_a_shutdown() {
+    let peer = fake_peer(|mut s| {
+        let hello = ServerFrame::Hello {
+            magic: MAGIC.into(),
+            version: PROTOCOL_VERSION,
+            pid: 1,
+            process: "gone".into(),
+            token_required: false,
+        };
+        protocol::write_frame(&mut s, &hello).unwrap();
+        let _ = protocol::read_frame::<_, ClientFrame>(&mut s, protocol::MAX_CLIENT_FRAME);
+        let full = ServerFrame::Full {
+            state: Box::default(),
+        };
+        protocol::write_frame(&mut s, &full).unwrap();
+        // Then the process "dies": the connection closes with no goodbye.
+    });
+    let mut client = AttachClient::connect(&peer, None).unwrap();
+    let end = loop {
+        match client.next_update(WAIT) {
+            Ok(_) => {}
+            Err(e) => break e,
+        }
+    };
+    assert!(matches!(end, ClientError::ConnectionLost), "{end:?}");
+    assert!(!end.is_agent_shutdown());
+    assert!(end.to_string().contains("without a goodbye"), "{end}");
 }

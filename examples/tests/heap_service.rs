@@ -107,3 +107,35 @@ fn a_listener_that_cannot_bind_is_one_line_that_says_its_os_error_once() {
     assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
     assert_eq!(stderr.matches("(os error").count(), 1, "{stderr}");
 }
+
+#[test]
+fn sigterm_and_sigint_stop_the_service_cleanly_and_remove_its_socket() {
+    for (signal, name) in [("TERM", "SIGTERM"), ("INT", "SIGINT")] {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("hs.sock");
+        let child = Command::new(env!("CARGO_BIN_EXE_heap-service"))
+            .args(["--seconds", "300", "--listen"])
+            .arg(format!("unix:{}", sock.display()))
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run heap-service");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !sock.exists() {
+            assert!(std::time::Instant::now() < deadline, "no socket");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let killed = Command::new("kill")
+            .args([&format!("-{signal}"), &child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(killed.success());
+        let out = child.wait_with_output().expect("heap-service ends");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{name}: {stdout}\n{stderr}");
+        assert!(stdout.contains(&format!("stopping: {name}")), "{stdout}");
+        assert!(stdout.contains("done: heap in use"), "{stdout}");
+        assert!(!sock.exists(), "{name}: the socket was left behind");
+    }
+}

@@ -14,7 +14,9 @@ pub struct Cli {
     #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "")]
     pub attach: Option<String>,
 
-    /// With --attach: run without a terminal (print the state as text or JSON).
+    /// With --attach: run without a terminal, printing the state as a text line (or JSON) a
+    /// second. No reconnect: exits 0 when the agent shuts down, 1 when the connection is lost
+    /// without its goodbye; says on stderr when no update came for 5 s.
     #[arg(long, requires = "attach")]
     pub headless: bool,
 

@@ -117,6 +117,10 @@ pub struct Report {
     pub dump_errors: Vec<String>,
     /// Where attach clients connect, when served.
     pub listen: Option<String>,
+    /// The signal that stopped the run early (`SIGINT`, `SIGTERM`, `SIGHUP`); absent when it
+    /// ran its course.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interrupted: Option<String>,
 }
 
 /// A running demo.
@@ -293,6 +297,7 @@ impl Demo {
             dump_failures: state.pipeline.dump_failures,
             dump_errors: dump_errors(&state),
             listen: self.agent.listen_addr().map(|a| a.to_string()),
+            interrupted: None,
         }
     }
 }

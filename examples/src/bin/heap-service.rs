@@ -14,6 +14,9 @@
 //! Options: `--seconds N` (default 10), `--listen ADDR` (`unix:PATH` or `HOST:PORT`; default
 //! the agent's, from `ALLOCVIEW_ADDR`), `--no-listen`, `--metrics HOST:PORT`, `--help`. A bad
 //! argument is one line on stderr and exit code 2; a failure while running, exit code 1.
+//! SIGINT or SIGTERM stops it early the way the time running out does: the workers stop, the
+//! last report prints and the agent shuts down (saying goodbye to attach clients and removing
+//! its socket), then it exits 0.
 
 #![forbid(unsafe_code)]
 
@@ -21,13 +24,14 @@ use std::alloc::System;
 use std::collections::{HashMap, VecDeque};
 use std::hint::black_box;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use allocview_agent::agent::Agent;
 use allocview_alloc::global::{Instrumented, unpublished};
 use allocview_alloc::stats::HumanBytes;
 use anyhow::{Context, bail};
+use signal_hook::consts::{SIGINT, SIGTERM};
 
 #[global_allocator]
 static HEAP: Instrumented<System> = Instrumented::new(System);
@@ -38,6 +42,8 @@ const CACHE_ENTRIES: usize = 512;
 const WORKERS: usize = 2;
 /// How often the service reports.
 const REPORT_EVERY: Duration = Duration::from_secs(1);
+/// How often the main thread looks for a stopping signal.
+const SIGNAL_POLL: Duration = Duration::from_millis(50);
 
 /// `--help`.
 const USAGE: &str = "\
@@ -148,6 +154,14 @@ fn main() {
 }
 
 fn run(options: &Options) -> anyhow::Result<()> {
+    // SIGINT/SIGTERM set `signal` to their number: the serving loop ends and the agent shuts
+    // down cleanly (a signal's default action would leave its socket behind).
+    let signal = Arc::new(AtomicUsize::new(0));
+    for sig in [SIGINT, SIGTERM] {
+        signal_hook::flag::register_usize(sig, Arc::clone(&signal), sig as usize)
+            .context("catching SIGINT/SIGTERM")?;
+    }
+
     // After dropped events the agent takes the heap's own counters (a resync).
     let mut builder = Agent::builder()
         .process_name("heap-service")
@@ -191,10 +205,19 @@ fn run(options: &Options) -> anyhow::Result<()> {
 
     let start = Instant::now();
     let deadline = start + Duration::from_secs(options.seconds);
-    while Instant::now() < deadline {
-        std::thread::sleep(REPORT_EVERY.min(deadline.saturating_duration_since(Instant::now())));
-        // Reporting allocates: keep those allocations out of the event stream.
-        unpublished(|| report(&agent, start, served.load(Relaxed)));
+    let mut next_report = start + REPORT_EVERY;
+    while Instant::now() < deadline && signal.load(Relaxed) == 0 {
+        std::thread::sleep(SIGNAL_POLL.min(deadline.saturating_duration_since(Instant::now())));
+        if Instant::now() >= next_report {
+            next_report += REPORT_EVERY;
+            // Reporting allocates: keep those allocations out of the event stream.
+            unpublished(|| report(&agent, start, served.load(Relaxed)));
+        }
+    }
+    match signal.load(Relaxed) as i32 {
+        0 => {}
+        SIGINT => println!("stopping: SIGINT"),
+        _ => println!("stopping: SIGTERM"),
     }
     stop.store(true, Relaxed);
     for w in workers {

@@ -128,6 +128,54 @@ pub const JSON_FORMAT: &str = "allocview-agent-state";
 /// changes when the state's fields change meaning.
 pub const JSON_VERSION: u32 = allocview_agent::protocol::PROTOCOL_VERSION;
 
+/// How long headless mode waits for an update before it says on stderr that none came (the
+/// agent sends one every tick, at most 10 Hz, whether or not anything changed).
+pub const STALL_WARNING: Duration = Duration::from_secs(5);
+
+/// What headless mode says on stderr when updates stop and start again.
+#[derive(Debug)]
+struct StallWatch {
+    last: Instant,
+    warned: bool,
+}
+
+impl StallWatch {
+    fn new() -> StallWatch {
+        StallWatch {
+            last: Instant::now(),
+            warned: false,
+        }
+    }
+
+    /// An update arrived: `updates resumed after N s` when a stall was said.
+    fn update(&mut self) -> Option<String> {
+        let note = self.warned.then(|| {
+            format!(
+                "updates resumed after {:.0} s",
+                self.last.elapsed().as_secs_f64()
+            )
+        });
+        self.last = Instant::now();
+        self.warned = false;
+        note
+    }
+
+    /// Nothing arrived: the stall's line, once, when it has lasted [`STALL_WARNING`].
+    fn quiet(&mut self) -> Option<String> {
+        if self.warned || self.last.elapsed() < STALL_WARNING {
+            return None;
+        }
+        self.warned = true;
+        Some(format!(
+            "no update from the agent for {} s (is its process stopped or stuck?); still waiting",
+            STALL_WARNING.as_secs()
+        ))
+    }
+}
+
+/// Headless mode: the first state (`--once`), or a line a second until the agent ends the
+/// connection. It does not reconnect: the agent's shutdown ends it with success, a connection
+/// lost any other way (the process died, the agent let this client go) with an error.
 fn headless(addr: &str, token: Option<String>, cli: &Cli) -> anyhow::Result<()> {
     let mut c = connect(addr, || AttachClient::connect(addr, token))?;
     if cli.once {
@@ -139,9 +187,13 @@ fn headless(addr: &str, token: Option<String>, cli: &Cli) -> anyhow::Result<()> 
         return Ok(());
     }
     let mut last = Instant::now() - HEADLESS_LINE_EVERY;
+    let mut stall = StallWatch::new();
     loop {
         match c.next_update(HEADLESS_LINE_EVERY) {
             Ok(ClientUpdate::Full) | Ok(ClientUpdate::Update) => {
+                if let Some(note) = stall.update() {
+                    eprintln!("allocview: {note}");
+                }
                 if last.elapsed() >= HEADLESS_LINE_EVERY {
                     last = Instant::now();
                     if cli.json {
@@ -153,9 +205,13 @@ fn headless(addr: &str, token: Option<String>, cli: &Cli) -> anyhow::Result<()> 
                     }
                 }
             }
-            Ok(_) | Err(ClientError::Timeout) => {}
-            Err(ClientError::Disconnected(why)) => {
-                eprintln!("allocview: disconnected: {why}");
+            Ok(_) | Err(ClientError::Timeout) => {
+                if let Some(note) = stall.quiet() {
+                    eprintln!("allocview: {note}");
+                }
+            }
+            Err(e) if e.is_agent_shutdown() => {
+                eprintln!("allocview: {e}");
                 return Ok(());
             }
             Err(e) => return Err(e.into()),

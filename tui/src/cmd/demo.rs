@@ -91,9 +91,13 @@ pub fn report_text(r: &Report) -> String {
     } else {
         &r.settings
     };
+    let interrupted = r
+        .interrupted
+        .as_ref()
+        .map_or(String::new(), |s| format!(" (interrupted by {s})"));
     let _ = writeln!(
         out,
-        "allocview demo ({}, device: {}, settings: {settings}): {} in {:.1} s",
+        "allocview demo ({}, device: {}, settings: {settings}): {} in {:.1} s{interrupted}",
         r.scenario,
         r.device,
         counted(r.steps, "step", "steps"),
@@ -168,10 +172,62 @@ pub const OOM_MARGIN: Duration = Duration::from_secs(2);
 /// ...and at most this long (a device too large to fill in time).
 pub const OOM_MAX_SECONDS: Duration = Duration::from_secs(60);
 
+/// The signals that stop the headless demo early: it then prints the report of what ran,
+/// marked `interrupted`, shuts its agent down (removing its socket) and exits with
+/// [`SIGNAL_EXIT_BASE`](crate::terminal::SIGNAL_EXIT_BASE) + the signal's number.
+#[cfg(unix)]
+pub const STOPPING_SIGNALS: [i32; 3] = crate::terminal::ENDING_SIGNALS;
+
+/// Where the headless demo learns of [`STOPPING_SIGNALS`] (nothing to learn where signals
+/// cannot be caught).
+struct Interrupts {
+    #[cfg(unix)]
+    signals: Option<signal_hook::iterator::Signals>,
+}
+
+impl Interrupts {
+    fn catch() -> Interrupts {
+        #[cfg(unix)]
+        {
+            let signals = signal_hook::iterator::Signals::new(STOPPING_SIGNALS)
+                .map_err(|e| tracing::warn!("cannot catch SIGINT/SIGTERM/SIGHUP: {e}"))
+                .ok();
+            Interrupts { signals }
+        }
+        #[cfg(not(unix))]
+        Interrupts {}
+    }
+
+    /// The first signal caught since the last look, if any (never waits).
+    fn caught(&mut self) -> Option<i32> {
+        #[cfg(unix)]
+        {
+            self.signals.as_mut()?.pending().next()
+        }
+        #[cfg(not(unix))]
+        None
+    }
+}
+
+/// A signal's name (`SIGTERM`), for the report.
+fn signal_name(signal: i32) -> String {
+    #[cfg(unix)]
+    {
+        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+        match signal {
+            SIGINT => return "SIGINT".into(),
+            SIGTERM => return "SIGTERM".into(),
+            SIGHUP => return "SIGHUP".into(),
+            _ => {}
+        }
+    }
+    format!("signal {signal}")
+}
+
 /// Lets the headless demo run: `--seconds`, else [`HEADLESS_SECONDS`] for training, else (the
 /// OOM scenario) until the first OOM and [`OOM_MARGIN`] more, at most [`OOM_MAX_SECONDS`].
-/// Stops early when the workload fails.
-fn run_headless(demo: &Demo, args: &DemoArgs) {
+/// Stops early when the workload fails, or on a signal in [`Interrupts`] (returned).
+fn run_headless(demo: &Demo, args: &DemoArgs, interrupts: &mut Interrupts) -> Option<i32> {
     let start = Instant::now();
     let fixed = args.seconds.map(Duration::from_secs_f64);
     let mut deadline = match (fixed, args.scenario) {
@@ -181,6 +237,9 @@ fn run_headless(demo: &Demo, args: &DemoArgs) {
     };
     let mut first_oom_seen = false;
     while Instant::now() < deadline && demo.error().is_none() {
+        if let Some(signal) = interrupts.caught() {
+            return Some(signal);
+        }
         if fixed.is_none() && !first_oom_seen && demo.ooms() > 0 {
             first_oom_seen = true;
             deadline = deadline.min(Instant::now() + OOM_MARGIN);
@@ -193,6 +252,35 @@ fn run_headless(demo: &Demo, args: &DemoArgs) {
             OOM_MAX_SECONDS.as_secs()
         );
     }
+    None
+}
+
+/// The headless demo: runs, prints the report, ends its agent (which removes its socket).
+/// A signal stops the run early: the report says so and the process exits with
+/// 128 + the signal's number once the agent is down.
+fn headless(cfg: DemoConfig, args: &DemoArgs) -> anyhow::Result<()> {
+    let mut interrupts = Interrupts::catch();
+    let mut demo = Demo::start(cfg)?;
+    if let Some(a) = demo.agent.listen_addr() {
+        eprintln!("allocview demo: serving attach clients at {a}");
+    }
+    let signal = run_headless(&demo, args, &mut interrupts);
+    let mut report = demo.report();
+    report.interrupted = signal.map(signal_name);
+    let printed = print_report(&report, args.json);
+    let error = demo.error();
+    // The agent's shutdown says goodbye to attach clients and removes the socket.
+    drop(demo);
+    if let Some(signal) = signal {
+        eprintln!("allocview demo: stopped by {}", signal_name(signal));
+        printed?;
+        std::process::exit(crate::terminal::SIGNAL_EXIT_BASE + signal);
+    }
+    printed?;
+    if let Some(e) = error {
+        anyhow::bail!("the workload stopped: {e}");
+    }
+    Ok(())
 }
 
 /// Runs the command.
@@ -202,17 +290,7 @@ fn run_headless(demo: &Demo, args: &DemoArgs) {
 pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
     let cfg = config(args)?;
     if args.headless {
-        let mut demo = Demo::start(cfg)?;
-        if let Some(a) = demo.agent.listen_addr() {
-            eprintln!("allocview demo: serving attach clients at {a}");
-        }
-        run_headless(&demo, args);
-        let report = demo.report();
-        print_report(&report, args.json)?;
-        if let Some(e) = demo.error() {
-            anyhow::bail!("the workload stopped: {e}");
-        }
-        return Ok(());
+        return headless(cfg, args);
     }
     crate::terminal::check_stdout().map_err(|e| e.advise(NEEDS_TERMINAL))?;
     let demo = Demo::start(cfg)?;
