@@ -1,9 +1,7 @@
 //! Prometheus exposition of the agent's figures: `GET /metrics` on an optional HTTP listener.
 //!
-//! The page is written in one of the two text formats Prometheus scrapes, chosen from the
-//! request's `Accept` header ([`Exposition::negotiate`]): OpenMetrics 1.0 when the scraper asks
-//! for it (Prometheus does by default), else the classic text format 0.0.4 (`text/plain`; curl,
-//! older scrapers). Both are written here from one collector
+//! The text is written by the Prometheus project's own Rust client's encoder
+//! (`prometheus-client`, OpenMetrics text format, which Prometheus scrapes), from one collector
 //! that lists the families and their label sets in a fixed order, so that a scrape of the same
 //! state is the same text (diffable). Names follow `torch.cuda.memory_stats()`:
 //! each stat array `X` becomes `allocview_X` (current) and `allocview_X_peak` gauges and
@@ -17,10 +15,7 @@
 //! the bucket counts the values below `2^b`;
 //! the same buckets in every series and process, so `sum by (le)` and `histogram_quantile`
 //! work across a fleet), with exact `_sum` and `_count`, plus `_quantile` gauges of their own
-//! finer quantiles. Numbers are plain decimals with no exponent and no float noise: times are
-//! recorded in integer nanoseconds and divided by 10^9 (a correctly rounded division, where
-//! multiplying by `1e-9` is not), then written as the shortest decimal that reads back the same
-//! (`0.000004095`, not `4.095000000000001e-6`), integers without a `.0`. Dropped events per action, resyncs, OOM dumps and attach clients refused
+//! finer quantiles; dropped events per action, resyncs, OOM dumps and attach clients refused
 //! per reason (`allocview_attach_refused_total{reason}`) close the page.
 //! `allocview_max_split_size_bytes` is the `max_split_size` setting, `-1` when unlimited (as
 //! `torch.cuda.memory_stats()` reports it).
@@ -34,7 +29,11 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use allocview_alloc::caching::stats::StatType;
-use std::fmt::Write as _;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
 
 use crate::agent::AgentError;
 use crate::aggregator::AggregatorHandle;
@@ -49,136 +48,6 @@ pub const ALLOWED_METHODS: &str = "GET, HEAD";
 
 /// The content type of the OpenMetrics text format.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-
-/// The content type of Prometheus' classic text format.
-pub const TEXT_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
-
-/// The media type a scraper names in `Accept` to get OpenMetrics.
-const OPENMETRICS_MEDIA_TYPE: &str = "application/openmetrics-text";
-/// The media type of the classic text format.
-const TEXT_MEDIA_TYPE: &str = "text/plain";
-
-/// The text formats the page is written in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Exposition {
-    /// Prometheus' classic text format, version 0.0.4 ([`TEXT_CONTENT_TYPE`]): counters'
-    /// `# TYPE` lines name the `_total` sample, no `# EOF`.
-    Text,
-    /// OpenMetrics 1.0 ([`CONTENT_TYPE`]): counters' families are named without `_total`, the
-    /// page ends with `# EOF`.
-    OpenMetrics,
-}
-
-impl Exposition {
-    /// The format for a request's `Accept` header (RFC 9110 media ranges with `q` weights):
-    /// OpenMetrics when it is listed with a weight above 0 and at least `text/plain`'s,
-    /// else the classic text format (also without the header, or for `*/*`).
-    pub fn negotiate(accept: Option<&str>) -> Exposition {
-        let Some(accept) = accept else {
-            return Exposition::Text;
-        };
-        let weight = |wanted: &str| -> Option<f64> {
-            accept
-                .split(',')
-                .filter_map(|range| {
-                    let mut parts = range.split(';');
-                    let media = parts.next()?.trim();
-                    if !media.eq_ignore_ascii_case(wanted) {
-                        return None;
-                    }
-                    let q = parts
-                        .filter_map(|p| p.split_once('='))
-                        .find(|(k, _)| k.trim().eq_ignore_ascii_case("q"))
-                        .map_or(Some(1.0), |(_, v)| v.trim().parse::<f64>().ok())?;
-                    Some(q)
-                })
-                .reduce(f64::max)
-        };
-        match (weight(OPENMETRICS_MEDIA_TYPE), weight(TEXT_MEDIA_TYPE)) {
-            (Some(om), text) if om > 0.0 && om >= text.unwrap_or(0.0) => Exposition::OpenMetrics,
-            _ => Exposition::Text,
-        }
-    }
-
-    /// The `Content-Type` of a page in this format.
-    pub fn content_type(self) -> &'static str {
-        match self {
-            Exposition::Text => TEXT_CONTENT_TYPE,
-            Exposition::OpenMetrics => CONTENT_TYPE,
-        }
-    }
-}
-
-/// A metric family's type, as `# TYPE` names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum MetricType {
-    Gauge,
-    Counter,
-    Histogram,
-}
-
-impl MetricType {
-    fn as_str(self) -> &'static str {
-        match self {
-            MetricType::Gauge => "gauge",
-            MetricType::Counter => "counter",
-            MetricType::Histogram => "histogram",
-        }
-    }
-}
-
-/// A number as the page writes it: the shortest decimal that reads back as `v`, with no
-/// exponent and no `.0` on an integer (Rust's `Display` for `f64`); `+Inf`, `-Inf`, `NaN`.
-fn number(v: f64) -> String {
-    if v.is_nan() {
-        "NaN".into()
-    } else if v == f64::INFINITY {
-        "+Inf".into()
-    } else if v == f64::NEG_INFINITY {
-        "-Inf".into()
-    } else {
-        format!("{v}")
-    }
-}
-
-/// A label value with `\`, `"` and newlines escaped (both formats).
-fn escape_label(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
-/// A help text escaped for `format`: `\` and newlines in both, `"` too in OpenMetrics.
-fn escape_help(v: &str, format: Exposition) -> String {
-    let v = v.replace('\\', "\\\\").replace('\n', "\\n");
-    match format {
-        Exposition::Text => v,
-        Exposition::OpenMetrics => v.replace('"', "\\\""),
-    }
-}
-
-/// One sample line: `name{labels,extra} value`, braces left out without labels.
-fn sample_line(
-    out: &mut String,
-    name: &str,
-    labels: Option<&Labels>,
-    extra: Option<(&str, &str)>,
-    value: &str,
-) {
-    let pairs: Vec<String> = labels
-        .into_iter()
-        .flatten()
-        .map(|(k, v)| (k.as_str(), v.as_str()))
-        .chain(extra)
-        .map(|(k, v)| format!("{k}=\"{}\"", escape_label(v)))
-        .collect();
-    // Writing into a String cannot fail.
-    if pairs.is_empty() {
-        let _ = writeln!(out, "{name} {value}");
-    } else {
-        let _ = writeln!(out, "{name}{{{}}} {value}", pairs.join(","));
-    }
-}
 
 type Labels = Vec<(String, String)>;
 
@@ -202,6 +71,19 @@ enum Sample {
     Histogram(HistogramSeries),
 }
 
+impl Sample {
+    fn encode(&self, metric: &mut MetricEncoder) -> Result<(), std::fmt::Error> {
+        match self {
+            Sample::Gauge(v) => metric.encode_gauge(v),
+            Sample::GaugeF64(v) => metric.encode_gauge(v),
+            Sample::Counter(v) => metric.encode_counter::<NoLabelSet, _, u64>(v, None),
+            Sample::Histogram(h) => {
+                metric.encode_histogram::<NoLabelSet>(h.sum, h.count, &h.buckets, None)
+            }
+        }
+    }
+}
+
 /// The samples of one metric name, in the order the page adds them: `None` labels for a metric
 /// without any (written without braces, which some parsers need).
 #[derive(Debug)]
@@ -213,9 +95,8 @@ struct MetricFamily {
 }
 
 /// The page of one scrape, families and their samples in the order they were added, so that
-/// two scrapes of the same state are the same text. It is written here, not by
-/// `prometheus-client`: that crate's `Family` keeps label sets in a hash map (no fixed order),
-/// its encoder writes floats with `dtoa` (exponents, `.0`) and speaks OpenMetrics only.
+/// two scrapes of the same state are the same text (`prometheus-client`'s `Family` keeps its
+/// label sets in a hash map and writes them in no fixed order).
 #[derive(Debug, Default)]
 struct Page(Vec<MetricFamily>);
 
@@ -293,7 +174,7 @@ impl Page {
                 &quantiles,
                 &quantiles_help,
                 Some(l),
-                Sample::GaugeF64(ladder.exposed(v as f64)),
+                Sample::GaugeF64(v as f64 / ladder.per_unit),
             );
         }
     }
@@ -310,20 +191,10 @@ struct Ladder {
     /// The last finite bucket, `le = 2^last - 1`; larger values are counted by `+Inf`.
     last: u32,
     /// Recorded units per exposed unit (`1e9`: nanoseconds recorded, seconds exposed, as
-    /// Prometheus names time). Values are divided by it: dividing an integer by a power of ten
-    /// rounds correctly, so the page shows `0.000004095` where multiplying by `1e-9` gives
-    /// `0.000004095000000000001`.
+    /// Prometheus names time). Values are divided by it: a division by `1e9` rounds correctly
+    /// (`511 / 1e9` is `5.11e-7`), where a multiplication by `1e-9` adds float noise
+    /// (`5.110000000000001e-7`).
     per_unit: f64,
-}
-
-/// Nanoseconds (recorded) per second (exposed).
-const NANOS_PER_SECOND: f64 = 1e9;
-
-impl Ladder {
-    /// A recorded value in the exposed unit.
-    fn exposed(self, recorded: f64) -> f64 {
-        recorded / self.per_unit
-    }
 }
 
 /// Allocation sizes in bytes: below 512 B (the smallest block) up to 1 TiB, 32 buckets.
@@ -336,13 +207,13 @@ const SIZE_LADDER: Ladder = Ladder {
 const LIFETIME_LADDER: Ladder = Ladder {
     first: 10,
     last: 45,
-    per_unit: NANOS_PER_SECOND,
+    per_unit: 1e9,
 };
 /// Allocator latencies in seconds: below 32 ns up to 134 ms (2^27 ns), 23 buckets.
 const LATENCY_LADDER: Ladder = Ladder {
     first: 5,
     last: 27,
-    per_unit: NANOS_PER_SECOND,
+    per_unit: 1e9,
 };
 
 /// One labelled histogram series: per-bucket counts, which the encoder makes cumulative.
@@ -350,8 +221,8 @@ const LATENCY_LADDER: Ladder = Ladder {
 struct HistogramSeries {
     sum: f64,
     count: u64,
-    /// `(le, count)`: the ladder's buckets, as the page writes them, then `+Inf`.
-    buckets: Vec<(String, u64)>,
+    /// `(le, count)`: the ladder's buckets, then `+Inf`.
+    buckets: Vec<(f64, u64)>,
 }
 
 impl HistogramSeries {
@@ -373,65 +244,34 @@ impl HistogramSeries {
             counts[i] += n;
         }
         let buckets = (ladder.first..=ladder.last)
-            .map(|b| number(ladder.exposed(((1u64 << b) - 1) as f64)))
-            .chain([number(f64::INFINITY)])
+            .map(|b| ((1u64 << b) - 1) as f64 / ladder.per_unit)
+            .chain([f64::INFINITY])
             .zip(counts)
             .collect();
         HistogramSeries {
-            sum: ladder.exposed(h.sum),
+            sum: h.sum / ladder.per_unit,
             count: h.count,
             buckets,
         }
     }
 }
 
-impl Page {
-    /// The page in `format`: families in the order they were added, each with its help text
-    /// (ending with a full stop) and type, then its samples.
-    fn write(&self, format: Exposition) -> String {
-        let mut out = String::new();
+/// The page is written by `prometheus-client`'s encoder as one collector: its families keep the
+/// order they were added in.
+impl Collector for Page {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         for f in &self.0 {
-            let described = match (format, f.kind) {
-                (Exposition::Text, MetricType::Counter) => format!("{}_total", f.name),
-                _ => f.name.clone(),
-            };
-            let help = escape_help(&format!("{}.", f.help), format);
-            // Writing into a String cannot fail.
-            let _ = writeln!(out, "# HELP {described} {help}");
-            let _ = writeln!(out, "# TYPE {described} {}", f.kind.as_str());
+            // As the registry writes help texts: ending with a full stop.
+            let help = format!("{}.", f.help);
+            let mut family = encoder.encode_descriptor(&f.name, &help, None, f.kind)?;
             for (labels, sample) in &f.samples {
-                let labels = labels.as_ref();
-                match sample {
-                    Sample::Gauge(v) => {
-                        sample_line(&mut out, &f.name, labels, None, &v.to_string())
-                    }
-                    Sample::GaugeF64(v) => {
-                        sample_line(&mut out, &f.name, labels, None, &number(*v))
-                    }
-                    Sample::Counter(v) => {
-                        let name = format!("{}_total", f.name);
-                        sample_line(&mut out, &name, labels, None, &v.to_string());
-                    }
-                    Sample::Histogram(h) => {
-                        let sum = format!("{}_sum", f.name);
-                        sample_line(&mut out, &sum, labels, None, &number(h.sum));
-                        let count = format!("{}_count", f.name);
-                        sample_line(&mut out, &count, labels, None, &h.count.to_string());
-                        let bucket = format!("{}_bucket", f.name);
-                        let mut cumulative = 0u64;
-                        for (le, n) in &h.buckets {
-                            cumulative += n;
-                            let le = Some(("le", le.as_str()));
-                            sample_line(&mut out, &bucket, labels, le, &cumulative.to_string());
-                        }
-                    }
+                match labels {
+                    Some(l) => sample.encode(&mut family.encode_family(l)?)?,
+                    None => sample.encode(&mut family)?,
                 }
             }
         }
-        if format == Exposition::OpenMetrics {
-            out.push_str("# EOF\n");
-        }
-        out
+        Ok(())
     }
 }
 
@@ -462,8 +302,8 @@ fn pool_label(pool: PoolKey) -> String {
     }
 }
 
-/// The state's page in `format`.
-pub fn render(state: &AgentState, format: Exposition) -> String {
+/// The state in the OpenMetrics text format.
+pub fn render(state: &AgentState) -> String {
     let mut b = Page::default();
     for d in &state.devices {
         let dev = d.device.to_string();
@@ -671,7 +511,12 @@ pub fn render(state: &AgentState, format: Exposition) -> String {
         "Capacity of the event channel",
         p.channel_capacity as i64,
     );
-    b.write(format)
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(b));
+    let mut out = String::new();
+    // Writing into a String cannot fail.
+    let _ = encode(&mut out, &registry);
+    out
 }
 
 /// The HTTP listener serving [`render`] at [`METRICS_PATH`].
@@ -755,16 +600,9 @@ fn serve(server: &tiny_http::Server, agg: &AggregatorHandle) {
         } else {
             match agg.metrics_state() {
                 Some(state) => {
-                    let accept = req
-                        .headers()
-                        .iter()
-                        .find(|h| h.field.equiv("Accept"))
-                        .map(|h| h.value.as_str());
-                    let format = Exposition::negotiate(accept);
-                    let header =
-                        tiny_http::Header::from_bytes("Content-Type", format.content_type())
-                            .expect("a valid header");
-                    tiny_http::Response::from_string(render(&state, format))
+                    let header = tiny_http::Header::from_bytes("Content-Type", CONTENT_TYPE)
+                        .expect("a valid header");
+                    tiny_http::Response::from_string(render(&state))
                         .with_header(header)
                         .with_status_code(200)
                 }
