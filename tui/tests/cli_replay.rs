@@ -122,6 +122,17 @@ fn replay_of_a_missing_file_or_bad_size_fails_with_a_clear_message() {
         err.contains("--device-memory") && err.contains("`lots`"),
         "{err}"
     );
+
+    // An --out that cannot be written names its path once.
+    let out = allocview(&[
+        "replay",
+        log.to_str().unwrap(),
+        "--out",
+        "/nonexistent/x.pickle",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.matches("/nonexistent/x.pickle").count(), 1, "{err}");
 }
 
 #[test]

@@ -57,7 +57,8 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
     if let Some(out) = &args.out {
         for (path, snapshot, what, label) in outputs(out, &args.config, &output) {
             snapshot_file::save(&path, snapshot, FileFormat::Pickle)
-                .with_context(|| format!("writing {}", path.display()))?;
+                // The error names the path already.
+                .map_err(|e| anyhow::anyhow!("cannot write {e}"))?;
             lines.push(format!("{what} written to {}", path.display()));
             written.push(Written { label, path });
         }
