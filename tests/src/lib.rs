@@ -2,6 +2,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod cli;
 pub mod fake_libcuda;
 pub mod fixtures;
 pub mod tmux;

@@ -95,12 +95,7 @@ fn headless_once_json_prints_the_first_full_state() {
         .args(["--attach", &addr, "--headless", "--once", "--json"])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = allocview_tests::cli::json_of_success(&out);
     assert_eq!(v["process"]["pid"].as_u64(), Some(demo.0.id() as u64));
     assert_eq!(v["process"]["name"], "allocview demo");
     assert!(v["devices"][0]["stats"].is_object());

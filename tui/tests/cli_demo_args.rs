@@ -6,6 +6,8 @@
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
+use allocview_tests::cli::{headless_demo, json_of_success};
+
 /// `allocview ARGS` with stdin closed and stdout/stderr captured (so stdout is a pipe).
 fn allocview(args: &[&str]) -> Output {
     allocview_env(args, &[])
@@ -29,17 +31,13 @@ fn stderr(o: &Output) -> String {
 /// `allocview demo --headless --json ARGS` run in `dir`, its OOM dumps going to `dumps`, no
 /// allocator settings from the environment: the JSON report, after checking that it succeeded.
 fn headless_demo_json(dir: &Path, args: &[&str], dumps: &Path) -> serde_json::Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_allocview"))
-        .current_dir(dir)
-        .args(["demo", "--headless", "--json"])
+    let out = headless_demo(env!("CARGO_BIN_EXE_allocview"), dir)
+        .arg("--json")
         .args(args)
         .env("ALLOCVIEW_DUMP_DIR", dumps)
-        .env_remove("ALLOCVIEW_ALLOC_CONF")
-        .env_remove("PYTORCH_CUDA_ALLOC_CONF")
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
-    serde_json::from_slice(&out.stdout).unwrap()
+    json_of_success(&out)
 }
 
 #[test]

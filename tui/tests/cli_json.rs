@@ -11,6 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use allocview_tests::cli::headless_demo;
+
 use allocview::units::MIB;
 use allocview_agent::snapshot_file::{self, FileFormat};
 use allocview_alloc::snapshot::Snapshot;
@@ -316,13 +318,8 @@ const ATTACH_WAIT: Duration = Duration::from_secs(30);
 #[test]
 fn demo_report_and_attach_state_json_name_their_format_and_version_first() {
     let dir = tempfile::tempdir().unwrap();
-    let o = Command::new(env!("CARGO_BIN_EXE_allocview"))
-        .current_dir(dir.path())
-        .args(["demo", "--headless", "--json", "--seconds", "0.5"])
-        .env("ALLOCVIEW_DUMP_DIR", dir.path())
-        .env_remove("ALLOCVIEW_ALLOC_CONF")
-        .env_remove("PYTORCH_CUDA_ALLOC_CONF")
-        .stdin(Stdio::null())
+    let o = headless_demo(env!("CARGO_BIN_EXE_allocview"), dir.path())
+        .args(["--json", "--seconds", "0.5"])
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));

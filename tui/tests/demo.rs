@@ -195,12 +195,7 @@ fn headless_json_reports_the_comparison_and_drops() {
         ])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = allocview_tests::cli::json_of_success(&out);
     assert_eq!(v["agent_matches_allocator"], true, "{v}");
     assert_eq!(v["dropped_events"], 0);
     assert!(v["stats"]["allocated_bytes.all.current"].as_i64().unwrap() > 0);

@@ -6,6 +6,8 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use allocview_tests::cli::{headless_demo, json_of_success};
+
 /// How long the demo may take to open its socket.
 const WAIT: Duration = Duration::from_secs(60);
 /// Poll interval of the waits.
@@ -80,19 +82,10 @@ fn sigint_prints_the_text_report_marked_interrupted_and_exits_130() {
 #[test]
 fn a_run_that_ends_on_its_own_is_not_marked_interrupted() {
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_allocview"))
-        .current_dir(dir.path())
-        .args(["demo", "--headless", "--json", "--seconds", "0.3"])
-        .env_remove("ALLOCVIEW_ALLOC_CONF")
-        .env_remove("PYTORCH_CUDA_ALLOC_CONF")
-        .stdin(Stdio::null())
+    let out = headless_demo(env!("CARGO_BIN_EXE_allocview"), dir.path())
+        .args(["--json", "--seconds", "0.3"])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let report = json_of_success(&out);
     assert!(report.get("interrupted").is_none(), "{report}");
 }

@@ -1,0 +1,31 @@
+//! Running the `allocview` binary from tests: the headless demo as the CLI tests start it, and
+//! the JSON a successful command printed.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+/// `allocview demo --headless` (the binary at `bin`) in `dir`, its OOM dumps going there too,
+/// with no allocator settings from the environment and no stdin: add `--json`, `--seconds`
+/// and the rest.
+pub fn headless_demo(bin: &str, dir: &Path) -> Command {
+    let mut c = Command::new(bin);
+    c.current_dir(dir)
+        .args(["demo", "--headless"])
+        .env("ALLOCVIEW_DUMP_DIR", dir)
+        .env_remove("ALLOCVIEW_ALLOC_CONF")
+        .env_remove("PYTORCH_CUDA_ALLOC_CONF")
+        .stdin(Stdio::null());
+    c
+}
+
+/// The JSON document `out` printed on stdout, after checking that the command succeeded (its
+/// stderr, or stdout that does not parse, is the failure's message).
+pub fn json_of_success(out: &Output) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+}
