@@ -37,6 +37,20 @@ static HOOK: Once = Once::new();
 #[cfg(unix)]
 static SIGNAL_THREAD: Once = Once::new();
 
+/// Files the process removes when a signal ends it (an agent's socket: its shutdown, which
+/// would remove it, does not run then).
+static REMOVE_AT_SIGNAL: std::sync::Mutex<Vec<std::path::PathBuf>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// Removes `path` if a signal ends the process while the dashboard runs (see
+/// [`install_signal_handler`]); a normal end leaves it to its owner.
+pub fn remove_at_signal(path: std::path::PathBuf) {
+    REMOVE_AT_SIGNAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .push(path);
+}
+
 /// The signals that restore the terminal and end the process while the dashboard runs.
 #[cfg(unix)]
 pub const ENDING_SIGNALS: [i32; 3] = [
@@ -136,7 +150,7 @@ pub fn install_panic_hook() {
 }
 
 /// Starts (once) the thread that waits for [`ENDING_SIGNALS`]: on the first one it
-/// [`restore`]s the terminal and exits with [`SIGNAL_EXIT_BASE`] + the signal's number. When
+/// [`restore`]s the terminal, removes the files given to [`remove_at_signal`] and exits with [`SIGNAL_EXIT_BASE`] + the signal's number. When
 /// the signals cannot be caught, the dashboard runs without (the reason goes to the log).
 pub fn install_signal_handler() {
     #[cfg(unix)]
@@ -155,6 +169,12 @@ pub fn install_signal_handler() {
                     // Hold stdout so the dashboard's thread cannot draw after the restore.
                     let _stdout = io::stdout().lock();
                     restore();
+                    let paths = REMOVE_AT_SIGNAL
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    for p in paths.iter() {
+                        let _ = std::fs::remove_file(p);
+                    }
                     std::process::exit(SIGNAL_EXIT_BASE + signal);
                 }
             });

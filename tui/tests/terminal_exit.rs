@@ -1,6 +1,7 @@
 //! How the dashboard ends, in a real terminal (tmux, on a private server so no other test's
 //! sessions are seen): SIGTERM and SIGHUP give the terminal back (main screen, cursor shown,
-//! mouse tracking off, cooked mode) and end the process with 128 + the signal's number; `q`
+//! mouse tracking off, cooked mode), remove the agent's socket and end the process with 128 +
+//! the signal's number; `q`
 //! after OOMs prints where the demo's dumps went and how to open them; `--attach` to a peer
 //! that does not answer says it is connecting meanwhile.
 
@@ -77,14 +78,14 @@ impl Drop for PrivateTmux {
     }
 }
 
-/// Runs the demo's dashboard in tmux, sends it `signal` once it is live, and checks the
-/// terminal afterwards.
+/// Runs the demo's dashboard in tmux, listening for attach clients, sends it `signal` once it
+/// is live, and checks the terminal afterwards, and that its agent's socket is gone.
 fn signal_restores_the_terminal(dir: &Path, signal: &str, number: i32) {
     let bin = env!("CARGO_BIN_EXE_allocview");
     // The shell writes the pid allocview will have (exec), then reports the exit status and
     // whether the terminal is back in cooked mode.
     let cmd = format!(
-        "cd {} && sh -c 'echo $$ > pid; exec {bin} demo --device-memory 8GiB'; echo EXIT=$?; \
+        "cd {} && sh -c 'echo $$ > pid; exec {bin} demo --device-memory 8GiB --listen unix:demo.sock'; echo EXIT=$?; \
          stty -a | tr ' ' '\\n' | grep -qx icanon && echo MODE=cooked || echo MODE=raw; \
          sleep 600",
         dir.display()
@@ -92,6 +93,8 @@ fn signal_restores_the_terminal(dir: &Path, signal: &str, number: i32) {
     let t = PrivateTmux::start(&signal.to_lowercase(), &cmd);
     t.wait_for("● live");
     assert_eq!(t.display("#{alternate_on}"), "1", "the dashboard is on");
+    let socket = dir.join("demo.sock");
+    assert!(socket.exists(), "{signal}: the agent listens");
     let pid = std::fs::read_to_string(dir.join("pid")).unwrap();
     let status = Command::new("kill")
         .args([&format!("-{signal}"), pid.trim()])
@@ -108,6 +111,10 @@ fn signal_restores_the_terminal(dir: &Path, signal: &str, number: i32) {
         t.display("#{alternate_on} #{cursor_flag} #{mouse_any_flag} #{mouse_sgr_flag}"),
         "0 1 0 0",
         "{signal}: alternate screen, cursor, mouse tracking, SGR mouse"
+    );
+    assert!(
+        !socket.exists(),
+        "{signal}: the agent's socket is left behind"
     );
 }
 

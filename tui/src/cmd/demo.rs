@@ -295,6 +295,10 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
     crate::terminal::check_stdout().map_err(|e| e.advise(NEEDS_TERMINAL))?;
     let demo = Demo::start(cfg)?;
     let agent = demo.agent.clone();
+    // A signal ends the dashboard without the agent's shutdown: its socket goes with it.
+    if let Some(allocview_agent::server::ListenAddr::Unix(path)) = agent.listen_addr() {
+        crate::terminal::remove_at_signal(path.clone());
+    }
     let save_dir = std::env::current_dir().context("no current folder to save snapshots in")?;
     let mut app = App::new(Box::new(EmbeddedSource::new(demo)), save_dir)?;
     let mut guard = TerminalGuard::enter().map_err(|e| e.advise(NEEDS_TERMINAL))?;
