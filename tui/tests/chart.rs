@@ -325,7 +325,7 @@ fn in_a_file_the_span_keeps_the_cursor_in_view_and_labels_count_from_the_first_e
     app.apply(Action::CycleChartSpan).unwrap();
     let chart = Chart::of(&app.state, &app.ui);
     assert!(
-        chart.title.contains("(1 h around the cursor)"),
+        chart.title.contains("(whole trace: 12m 39s)"),
         "{}",
         chart.title
     );

@@ -313,12 +313,24 @@ pub fn render_chart(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
         };
         Span::styled(format!("{glyph} {} ", s.name()), Style::new().fg(s.color()))
     };
+    // A span longer than the data shows all of it: the title says how much that is.
+    let (x0, x1) = t.x_range();
+    let mut label = span.label(t.x_is_events, file);
+    if !t.samples.is_empty() && span.width(t.x_is_events).is_some_and(|w| w >= x1 - x0) {
+        let all = if t.x_is_events {
+            format!("{} events", units::count((x1 - x0).max(0.0) as u64))
+        } else {
+            axis_time(x1 - x0)
+        };
+        label = if file {
+            format!("whole trace: {all}")
+        } else {
+            format!("{label}: all {all} so far")
+        };
+    }
     let mut title = Line::from(vec![
         Span::styled(" Over time ", theme::title()),
-        Span::styled(
-            format!("({}) ", span.label(t.x_is_events, file)),
-            theme::dim(),
-        ),
+        Span::styled(format!("({label}) "), theme::dim()),
         key(Series::Reserved),
         key(Series::Allocated),
         key(Series::Active),
