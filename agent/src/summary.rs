@@ -97,7 +97,7 @@ pub struct DeviceSummary {
 /// Summary bisects for [`DeviceSummary::smallest_device`] only over traces of at most this
 /// many entries (each bisection replays the trace up to
 /// [`MAX_RUNS`](crate::replay::smallest_device::MAX_RUNS) times).
-pub const SMALLEST_DEVICE_MAX_ENTRIES: usize = 200_000;
+pub const SMALLEST_DEVICE_MAX_ENTRIES: usize = replay::smallest_device::MAX_ENTRIES;
 
 /// What the history columns (Peak Usage, Tot Alloc, Tot Freed) of a device's memory summary
 /// cover.

@@ -78,3 +78,23 @@ fn no_smallest_device_without_an_oom_or_for_a_request_beyond_any_nearby_device()
         None
     );
 }
+
+#[test]
+fn an_oom_caused_by_memory_outside_the_allocator_names_no_device_size() {
+    // A 1 GiB device of which another user holds 700 MiB: 100 MiB live and a 300 MiB request
+    // would fit the device alone. The replay has no such user, so no size it finds would mean
+    // anything: it names none.
+    let sim = std::sync::Arc::new(allocview_alloc::caching::sim::SimBackend::new(GIB));
+    sim.set_external_usage(700 * MIB);
+    let alloc =
+        allocview_alloc::caching::CachingAllocator::new(sim.clone(), AllocatorConfig::default());
+    alloc.record_history(allocview_alloc::caching::HistoryOptions::default());
+    let s = allocview_alloc::caching::backend::StreamId::DEFAULT;
+    let _live = alloc.malloc(100 * MIB, s).unwrap();
+    assert!(alloc.malloc(TOO_BIG, s).is_err());
+    let snap = alloc.snapshot();
+    let out = replay::replay(&snap, &ReplaySettings::default(), &mut |_, _| {}).unwrap();
+    assert_eq!(out.report.runs[0].ooms, 1);
+    assert_eq!(out.report.smallest_device, None, "{}", out.report.to_text());
+    assert_eq!(summarize(&snap).devices[0].smallest_device, None);
+}

@@ -2,7 +2,10 @@
 //! a bisection over device sizes, each probe a what-if run of the whole trace (the recorded
 //! settings, the recorded state and segment placement) at that capacity.
 //!
-//! The recording's device failed, so it is the lower bound; the upper bound doubles from it
+//! The recording's device is tried first: the replay has none of the device's other users
+//! (other processes, memory outside the allocator), so when the trace fits it there the OOM
+//! came from outside the trace and no device size is named (`None`). Else it is the lower
+//! bound; the upper bound doubles from it
 //! (at most [`MAX_DOUBLINGS`] times) until a run has no OOM; then the interval is halved until
 //! it is no wider than [`granularity`] (64 MiB, or 1% of the recording's device when that is
 //! more), in at most [`MAX_RUNS`] runs in all. The answer is the upper end of the last
@@ -30,8 +33,11 @@ pub const GRANULARITY_SHARE: f64 = 0.01;
 /// times larger).
 pub const MAX_DOUBLINGS: u32 = 3;
 
-/// At most this many replays in all (doublings and halvings).
-pub const MAX_RUNS: usize = 12;
+/// At most this many replays in all (the recording's device, doublings and halvings).
+pub const MAX_RUNS: usize = 13;
+
+/// Traces longer than this are not bisected (each replay takes its time, [`MAX_RUNS`] times).
+pub const MAX_ENTRIES: usize = 200_000;
 
 /// Probed sizes are multiples of this (the allocator's segment granularity).
 const ALIGN: u64 = 2 << 20;
@@ -56,10 +62,12 @@ pub fn granularity(device: u64) -> u64 {
     MIN_GRANULARITY.max((device as f64 * GRANULARITY_SHARE) as u64)
 }
 
-/// Bisects for the smallest device above `failing` bytes (a size on which the trace ran out
-/// of memory) on which `snapshot`'s trace replays under `config` without an OOM. `None` when
-/// a device [`MAX_DOUBLINGS`] doublings larger still ran out (a request beyond any device
-/// near it), or the snapshot has no trace.
+/// Bisects for the smallest device above `failing` bytes (a size on which the recording ran
+/// out of memory) on which `snapshot`'s trace replays under `config` without an OOM. `None`
+/// when the trace replays without an OOM on `failing` itself (the OOM came from memory the
+/// trace does not show), when a device [`MAX_DOUBLINGS`] doublings larger still ran out (a
+/// request beyond any device near it), when the trace is longer than [`MAX_ENTRIES`], or the
+/// snapshot has no trace.
 pub fn smallest_device_without_oom(
     snapshot: &Snapshot,
     config: &AllocatorConfig,
@@ -73,6 +81,9 @@ pub fn smallest_device_without_oom(
             .ok()
             .map(|r| r.figures.ooms == 0)
     };
+    if snapshot.device_traces.iter().map(Vec::len).sum::<usize>() > MAX_ENTRIES || fits(failing)? {
+        return None;
+    }
     let step = granularity(failing);
     let mut lo = failing;
     let mut hi = None;
