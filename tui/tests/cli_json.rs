@@ -151,6 +151,16 @@ fn fail_on_oom_exits_3_after_printing_the_output_and_passes_a_file_without_ooms(
 
     let o = allocview(&["summary", clean, "--json", "--fail-on-oom"]);
     assert!(o.status.success(), "{}", stderr(&o));
+
+    // A reader that closes early (`| head`) does not turn a failed gate into a pass.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_allocview"))
+        .args(["summary", ooms, "--fail-on-oom"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    assert_eq!(child.wait().unwrap().code(), Some(GATE_FAILED));
 }
 
 #[test]

@@ -34,12 +34,16 @@ pub fn run(args: &SummaryArgs) -> anyhow::Result<()> {
         .transpose()?;
     let snapshot = progress::load_snapshot(&args.file)?;
     let s = summary::summarize(&snapshot);
-    if args.json {
-        output::print(&Versioned::new(JSON_FORMAT, JSON_VERSION, &s).pretty()?)?;
+    let printed = if args.json {
+        let json = Versioned::new(JSON_FORMAT, JSON_VERSION, &s).pretty()?;
+        output::print(&json)
     } else {
-        output::write(&s.to_string())?;
-    }
-    gates(&s, args.fail_on_oom, max_peak)
+        output::write(&s.to_string())
+    };
+    // A gate's verdict stands whether or not the reader took all the output
+    // (`summary --fail-on-oom | head`): it goes first.
+    gates(&s, args.fail_on_oom, max_peak)?;
+    printed
 }
 
 /// The gates: `--fail-on-oom` fails on any OOM (a trace entry or the header's record, as
