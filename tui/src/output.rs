@@ -92,3 +92,13 @@ fn write_all(text: &str, newline: bool) -> anyhow::Result<()> {
 pub fn is_stdout_closed(e: &anyhow::Error) -> bool {
     e.chain().any(|c| c.is::<StdoutClosed>())
 }
+
+/// Whether `a` and `b` name one existing file (the same path, a link, or another spelling of
+/// it): what a command that writes a file checks so that it never writes over its input.
+pub fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => false,
+    }
+}

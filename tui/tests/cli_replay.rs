@@ -133,6 +133,19 @@ fn replay_of_a_missing_file_or_bad_size_fails_with_a_clear_message() {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.matches("/nonexistent/x.pickle").count(), 1, "{err}");
+
+    // An --out that is the input file is refused, and the input stays as it was.
+    let before = std::fs::read(&log).unwrap();
+    let out = allocview(&[
+        "replay",
+        log.to_str().unwrap(),
+        "--out",
+        log.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--out names the input file"), "{err}");
+    assert_eq!(std::fs::read(&log).unwrap(), before);
 }
 
 #[test]

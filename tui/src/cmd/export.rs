@@ -28,7 +28,7 @@ use crate::cli::{ExportArgs, ExportFormat};
 /// written.
 pub fn run(args: &ExportArgs) -> anyhow::Result<()> {
     let wanted = output_format(args)?;
-    if same_file(&args.input, &args.out) {
+    if crate::output::same_file(&args.input, &args.out) {
         anyhow::bail!(
             "{}: the output is the input file; give -o another name (export never rewrites its \
              input)",
@@ -57,16 +57,6 @@ pub fn run(args: &ExportArgs) -> anyhow::Result<()> {
         counted(entries as u64, "trace entry", "trace entries")
     );
     Ok(())
-}
-
-/// Whether `a` and `b` name one existing file (the same path, a link, or another spelling of
-/// it).
-fn same_file(a: &Path, b: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt as _;
-    match (std::fs::metadata(a), std::fs::metadata(b)) {
-        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
-        _ => false,
-    }
 }
 
 /// The format `--to` names (each format's `--to` value is its extension).

@@ -27,6 +27,16 @@ const PROGRESS_TICK: Duration = Duration::from_millis(100);
 
 /// Runs the command.
 pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
+    // Said before the replay runs (each written path is checked again before it is written).
+    if let Some(out) = &args.out
+        && crate::output::same_file(out, &args.file)
+    {
+        anyhow::bail!(
+            "{}: --out names the input file; give another name (replay never rewrites its \
+             input)",
+            out.display()
+        );
+    }
     let snapshot = replay::load(&args.file)?;
     let device_memory = args
         .device_memory
@@ -56,6 +66,13 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
     let mut lines = Vec::new();
     if let Some(out) = &args.out {
         for (path, snapshot, what, label) in outputs(out, &args.config, &output) {
+            if crate::output::same_file(&path, &args.file) {
+                anyhow::bail!(
+                    "{}: --out names the input file; give another name (replay never rewrites \
+                     its input)",
+                    path.display()
+                );
+            }
             snapshot_file::save(&path, snapshot, FileFormat::Pickle)
                 // The error names the path already.
                 .map_err(|e| anyhow::anyhow!("cannot write {e}"))?;
