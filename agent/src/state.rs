@@ -371,7 +371,9 @@ pub struct PipelineStats {
 impl PipelineStats {
     /// Attach clients refused, all reasons together.
     pub fn refused_clients_total(&self) -> u64 {
-        self.refused_clients.iter().map(|(_, n)| n).sum()
+        self.refused_clients
+            .iter()
+            .fold(0u64, |t, (_, n)| t.saturating_add(*n))
     }
 }
 

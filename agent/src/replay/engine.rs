@@ -334,6 +334,7 @@ impl<'a> Replayer<'a> {
                 live_blocks: initial.live_blocks().count(),
                 reserved: initial.reserved(),
                 allocated: initial.allocated(),
+                active: initial.active(),
                 warnings: Vec::new(),
             },
             alloc,
@@ -1058,7 +1059,8 @@ impl Replayer<'_> {
                 let facts = OomFacts {
                     requested: e.size,
                     device_total: if self.capacity == UNLIMITED_DEVICE_MEMORY {
-                        e.addr + stats.reserved_bytes.0[0].current.max(0) as u64
+                        e.addr
+                            .saturating_add(stats.reserved_bytes.0[0].current.max(0) as u64)
                     } else {
                         self.capacity
                     },

@@ -176,6 +176,10 @@ pub struct InitialSummary {
     pub reserved: u64,
     /// Bytes allocated then.
     pub allocated: u64,
+    /// Bytes active then: allocated, and blocks whose free was requested but not completed
+    /// (0 in reports written before it was recorded).
+    #[serde(default)]
+    pub active: u64,
     /// What did not fit the reconstruction.
     pub warnings: Vec<String>,
 }
@@ -356,7 +360,11 @@ impl ReplayReport {
                     run.label,
                     self.initial.live_blocks,
                     human_bytes(self.initial.allocated),
-                    human_bytes(self.initial.reserved.saturating_sub(self.initial.allocated))
+                    human_bytes(
+                        self.initial
+                            .reserved
+                            .saturating_sub(self.initial.active.max(self.initial.allocated))
+                    )
                 ),
             );
         }
