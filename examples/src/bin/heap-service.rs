@@ -155,9 +155,14 @@ fn main() {
 
 fn run(options: &Options) -> anyhow::Result<()> {
     // SIGINT/SIGTERM set `signal` to their number: the serving loop ends and the agent shuts
-    // down cleanly (a signal's default action would leave its socket behind).
+    // down cleanly (a signal's default action would leave its socket behind). A second one,
+    // while a stuck shutdown drags on, ends the process at once.
     let signal = Arc::new(AtomicUsize::new(0));
+    let once = Arc::new(std::sync::atomic::AtomicBool::new(false));
     for sig in [SIGINT, SIGTERM] {
+        signal_hook::flag::register_conditional_shutdown(sig, EXIT_FAILURE, Arc::clone(&once))
+            .context("catching SIGINT/SIGTERM")?;
+        signal_hook::flag::register(sig, Arc::clone(&once)).context("catching SIGINT/SIGTERM")?;
         signal_hook::flag::register_usize(sig, Arc::clone(&signal), sig as usize)
             .context("catching SIGINT/SIGTERM")?;
     }

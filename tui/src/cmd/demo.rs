@@ -271,9 +271,14 @@ fn headless(cfg: DemoConfig, args: &DemoArgs) -> anyhow::Result<()> {
     let error = demo.error();
     // The agent's shutdown says goodbye to attach clients and removes the socket.
     drop(demo);
-    if let Some(signal) = signal {
+    // A signal during the report or the shutdown is not lost either: the status says it.
+    if let Some(signal) = signal.or_else(|| interrupts.caught()) {
         eprintln!("allocview demo: stopped by {}", signal_name(signal));
-        printed?;
+        if let Err(e) = printed
+            && !output::is_stdout_closed(&e)
+        {
+            eprintln!("allocview: {e:#}");
+        }
         std::process::exit(crate::terminal::SIGNAL_EXIT_BASE + signal);
     }
     printed?;
