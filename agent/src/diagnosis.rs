@@ -295,39 +295,40 @@ pub fn diagnose_under(f: &OomFacts, expandable_segments: bool) -> Diagnosis {
                 human_bytes(f.device_free)
             ),
         )
-    } else if f.capacity_known() {
-        (
-            DiagnosisKind::Exhaustion,
-            format!(
-                "exhaustion: live allocations hold {} of the {} this allocator may use \
-                 ({} reserved, {} free on the device), so the {req} asked for does not fit",
-                human_bytes(f.allocated),
-                human_bytes(capacity),
-                human_bytes(f.reserved),
-                human_bytes(f.device_free)
-            ),
-        )
     } else {
+        // Without a device size or a limit, the capacity is what the allocator could reach.
+        let (verb, memory) = if f.capacity_known() {
+            (
+                "may use",
+                format!(
+                    "{} reserved, {} free on the device",
+                    human_bytes(f.reserved),
+                    human_bytes(f.device_free)
+                ),
+            )
+        } else {
+            (
+                "could reach",
+                format!(
+                    "{} reserved and {} free on the device; the file does not record the \
+                     device's size",
+                    human_bytes(f.reserved),
+                    human_bytes(f.device_free)
+                ),
+            )
+        };
+        // No setting makes room (replay and summary give the device that would).
         (
             DiagnosisKind::Exhaustion,
             format!(
-                "exhaustion: live allocations hold {} of the {} this allocator could reach \
-                 ({} reserved and {} free on the device; the file does not record the \
-                 device's size), so the {req} asked for does not fit",
+                "exhaustion: live allocations hold {} of the {} this allocator {verb} \
+                 ({memory}), so the {req} asked for does not fit; no allocator setting makes \
+                 room: smaller batches, activation checkpointing or a larger device do",
                 human_bytes(f.allocated),
                 human_bytes(capacity),
-                human_bytes(f.reserved),
-                human_bytes(f.device_free)
             ),
         )
     };
-    // Exhaustion: no setting makes room (replay and summary give the device that would).
-    if kind == DiagnosisKind::Exhaustion {
-        explanation.push_str(
-            "; no allocator setting makes room: smaller batches, activation checkpointing or a \
-             larger device do",
-        );
-    }
     // Fragmentation of a nearly full device: curing it buys one request, not room to grow.
     let filled = f.allocated.saturating_add(f.requested) as f64 / capacity.max(1) as f64;
     if kind == DiagnosisKind::Fragmentation && filled >= NEAR_FULL_SHARE {
