@@ -13,6 +13,9 @@ pub const USAGE: u8 = 2;
 /// A CI gate (`summary --fail-on-oom`, `summary --max-peak`) failed: the command's output was
 /// printed as usual, the reason is on stderr.
 pub const GATE_FAILED: u8 = 3;
+/// A process ended by signal N exits, as shells report a death by it, with status `128 + N`
+/// (130 SIGINT, 143 SIGTERM, 129 SIGHUP).
+pub const SIGNAL_EXIT_BASE: i32 = 128;
 
 /// A CI gate failed: `main` prints the reason and exits with [`GATE_FAILED`].
 #[derive(Debug, thiserror::Error)]

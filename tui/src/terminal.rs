@@ -59,9 +59,6 @@ pub const ENDING_SIGNALS: [i32; 3] = [
     signal_hook::consts::SIGINT,
 ];
 
-/// A process killed by signal N exits, as shells report it, with status `128 + N`.
-pub const SIGNAL_EXIT_BASE: i32 = 128;
-
 thread_local! {
     /// Whether this thread entered the terminal (its panics restore it).
     static DRIVES_DASHBOARD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
@@ -150,7 +147,7 @@ pub fn install_panic_hook() {
 }
 
 /// Starts (once) the thread that waits for [`ENDING_SIGNALS`]: on the first one it
-/// [`restore`]s the terminal, removes the files given to [`remove_at_signal`] and exits with [`SIGNAL_EXIT_BASE`] + the signal's number. When
+/// [`restore`]s the terminal, removes the files given to [`remove_at_signal`] and exits with [`SIGNAL_EXIT_BASE`](crate::exit::SIGNAL_EXIT_BASE) + the signal's number. When
 /// the signals cannot be caught, the dashboard runs without (the reason goes to the log).
 pub fn install_signal_handler() {
     #[cfg(unix)]
@@ -175,7 +172,7 @@ pub fn install_signal_handler() {
                     for p in paths.iter() {
                         let _ = std::fs::remove_file(p);
                     }
-                    std::process::exit(SIGNAL_EXIT_BASE + signal);
+                    std::process::exit(crate::exit::SIGNAL_EXIT_BASE + signal);
                 }
             });
         if let Err(e) = spawned {

@@ -174,7 +174,7 @@ pub const OOM_MAX_SECONDS: Duration = Duration::from_secs(60);
 
 /// The signals that stop the headless demo early: it then prints the report of what ran,
 /// marked `interrupted`, shuts its agent down (removing its socket) and exits with
-/// [`SIGNAL_EXIT_BASE`](crate::terminal::SIGNAL_EXIT_BASE) + the signal's number.
+/// [`SIGNAL_EXIT_BASE`](crate::exit::SIGNAL_EXIT_BASE) + the signal's number.
 #[cfg(unix)]
 pub const STOPPING_SIGNALS: [i32; 3] = crate::terminal::ENDING_SIGNALS;
 
@@ -279,7 +279,7 @@ fn headless(cfg: DemoConfig, args: &DemoArgs) -> anyhow::Result<()> {
         {
             eprintln!("allocview: {e:#}");
         }
-        std::process::exit(crate::terminal::SIGNAL_EXIT_BASE + signal);
+        std::process::exit(crate::exit::SIGNAL_EXIT_BASE + signal);
     }
     printed?;
     if let Some(e) = error {
