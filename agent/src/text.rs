@@ -4,7 +4,7 @@
 //! [`REPORT_WIDTH`] with a hanging indent, so that they read in an 80- or 100-column terminal
 //! and stay greppable by their first line.
 
-use allocview_alloc::stats::BYTE_UNITS;
+use allocview_alloc::stats::is_byte_unit;
 
 /// Columns the CLI reports wrap their sentences to.
 pub const REPORT_WIDTH: usize = 100;
@@ -16,7 +16,7 @@ const MIN_WIDTH: usize = 10;
 fn words(text: &str) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     for word in text.split_whitespace() {
-        let unit = BYTE_UNITS.contains(&word.trim_end_matches([',', ';', ')', ':', '.']));
+        let unit = is_byte_unit(word.trim_end_matches([',', ';', ')', ':', '.']));
         match out.last_mut() {
             Some(prev) if unit && prev.ends_with(|c: char| c.is_ascii_digit()) => {
                 prev.push(' ');

@@ -73,6 +73,11 @@ pub fn human_bytes(n: u64) -> String {
 /// shown.
 pub const BYTE_UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
 
+/// Whether `word` is the name of a unit [`HumanBytes`] writes (`B`, `KiB`, ... `PiB`).
+pub fn is_byte_unit(word: &str) -> bool {
+    BYTE_UNITS.contains(&word)
+}
+
 /// Ratio between consecutive units.
 const UNIT_STEP: f64 = 1024.0;
 

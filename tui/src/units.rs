@@ -4,8 +4,6 @@
 
 use std::fmt::Write as _;
 
-use allocview_alloc::stats::BYTE_UNITS;
-
 /// One kibibyte.
 pub const KIB: u64 = 1 << 10;
 /// One mebibyte.
@@ -17,10 +15,7 @@ pub const TIB: u64 = 1 << 40;
 /// One pebibyte (the largest unit sizes are written in).
 pub const PIB: u64 = 1 << 50;
 
-/// Whether `word` is the name of a binary unit [`bytes`] writes (`B`, `KiB`, ... `PiB`).
-pub fn is_byte_unit(word: &str) -> bool {
-    BYTE_UNITS.contains(&word)
-}
+pub use allocview_alloc::stats::is_byte_unit;
 
 /// Significant digits shown for durations (sizes show as many, see [`bytes`]).
 const SIGNIFICANT_DIGITS: usize = 3;
