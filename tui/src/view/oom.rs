@@ -159,12 +159,19 @@ pub fn scroll_range(area: Rect, state: &State, ui: &UiState) -> (usize, usize) {
     else {
         return (1, 0);
     };
-    let visible = area.height.saturating_sub(2) as usize;
     let body = lines(o, area.width as usize, state.is_file()).len();
-    (
-        visible.saturating_sub(1).max(1),
-        body.saturating_sub(visible),
-    )
+    let page = visible_lines(area).saturating_sub(1).max(1);
+    (page, max_scroll(area, body))
+}
+
+/// Lines of a box as tall as `area` inside its borders.
+fn visible_lines(area: Rect) -> usize {
+    area.height.saturating_sub(2) as usize
+}
+
+/// The most lines a box of `body` lines scrolls past in `area` (0 when it fits).
+fn max_scroll(area: Rect, body: usize) -> usize {
+    body.saturating_sub(visible_lines(area))
 }
 
 /// Draws the OOM list, the selected one first.
@@ -214,8 +221,8 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
         // The selected box, first on screen, scrolls when it does not fit; others are cut.
         let mut more = None;
         if i == selected {
-            let (_, max) = scroll_range(area, state, ui);
-            let skip = ui.oom_scroll.min(max);
+            // The selected box is drawn first, at the top of `area`.
+            let skip = ui.oom_scroll.min(max_scroll(area, body.len()));
             body.drain(..skip);
             let below = body.len().saturating_sub(h.saturating_sub(2) as usize);
             if skip > 0 || below > 0 {
