@@ -364,14 +364,17 @@ impl SocketDiscovery {
     /// `removed 2 stale sockets in DIR` when the look removed any, for the line shown beside
     /// the listing (removing files unannounced would leave a user wondering where they went).
     pub fn stale_note(&self) -> Option<String> {
-        match self.stale_removed {
-            0 => None,
-            1 => Some(format!("removed 1 stale socket in {}", self.dir.display())),
-            n => Some(format!(
-                "removed {n} stale sockets in {}",
+        (self.stale_removed > 0).then(|| {
+            format!(
+                "removed {} in {}",
+                crate::summary::render::counted(
+                    self.stale_removed as u64,
+                    "stale socket",
+                    "stale sockets"
+                ),
                 self.dir.display()
-            )),
-        }
+            )
+        })
     }
 }
 

@@ -155,10 +155,6 @@ const REFUSE_WRITE_TIMEOUT: Duration = Duration::from_millis(100);
 /// How often a writer thread checks whether its client was disconnected.
 const WRITER_POLL: Duration = Duration::from_millis(50);
 
-/// The reason a client is told once the aggregator has let go of its queue (the agent shuts
-/// down), after the frames queued before.
-const SHUTDOWN_REASON: &str = crate::protocol::SHUTDOWN_GOODBYE;
-
 /// How long [`Server::stop`] waits for clients' last update and goodbye to go out before it
 /// closes their connections.
 const SHUTDOWN_GRACE: Duration = Duration::from_millis(500);
@@ -941,7 +937,9 @@ fn write_loop(
             // Only once every frame queued before is written: the last update goes out
             // before the goodbye.
             Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
-                control.kick(SHUTDOWN_REASON.into());
+                // The aggregator let go of its queue (the agent shuts down): said after the
+                // frames queued before.
+                control.kick(crate::protocol::SHUTDOWN_GOODBYE.into());
             }
         }
     }

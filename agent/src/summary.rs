@@ -88,16 +88,11 @@ pub struct DeviceSummary {
     /// The OOM entries of the trace.
     pub ooms: Vec<OomFact>,
     /// For a trace with OOMs on a device of known size (and no more than
-    /// [`SMALLEST_DEVICE_MAX_ENTRIES`] entries), the smallest device on which it replays without
+    /// [`MAX_ENTRIES`](crate::replay::smallest_device::MAX_ENTRIES) entries), the smallest device on which it replays without
     /// an OOM under the recorded settings
     /// ([`smallest_device_without_oom`](crate::replay::smallest_device_without_oom)).
     pub smallest_device: Option<replay::SmallestDevice>,
 }
-
-/// Summary bisects for [`DeviceSummary::smallest_device`] only over traces of at most this
-/// many entries (each bisection replays the trace up to
-/// [`MAX_RUNS`](crate::replay::smallest_device::MAX_RUNS) times).
-pub const SMALLEST_DEVICE_MAX_ENTRIES: usize = replay::smallest_device::MAX_ENTRIES;
 
 /// What the history columns (Peak Usage, Tot Alloc, Tot Freed) of a device's memory summary
 /// cover.
@@ -426,11 +421,7 @@ fn summarize_device(
         meta.and_then(|m| m.total_memory),
         replay::recorded_config(snapshot),
     ) {
-        (Some(total), Ok(config))
-            if reproduced
-                && ooms.iter().any(|o| o.index.is_some())
-                && trace.len() <= SMALLEST_DEVICE_MAX_ENTRIES =>
-        {
+        (Some(total), Ok(config)) if reproduced && ooms.iter().any(|o| o.index.is_some()) => {
             replay::smallest_device_without_oom(snapshot, &config, total)
         }
         _ => None,

@@ -229,34 +229,28 @@ impl ReplayReport {
         let mut out = String::new();
         let fid = &self.fidelity;
         let size = |m: Option<u64>| m.map_or("unlimited memory".to_string(), human_bytes);
-        if self.recorded_device_memory == self.device_memory {
-            say(
-                &mut out,
-                format!(
-                    "replayed {} on a simulated device of {}",
-                    counted(self.events as u64, "trace entry", "trace entries"),
-                    size(self.device_memory)
-                ),
-            );
+        // Both columns on one device, or the recorded column on the recording's own.
+        let on = if self.recorded_device_memory == self.device_memory {
+            " on".to_string()
         } else {
             let recorded = match self.recorded_device_memory {
                 Some(m) => format!("on the recording's device of {}", human_bytes(m)),
                 None => "on an unlimited device (the file records no device size)".to_string(),
             };
-            say(
-                &mut out,
-                format!(
-                    "replayed {}: the recorded column {recorded}, the other columns on a simulated \
-                 device of {}",
-                    counted(self.events as u64, "trace entry", "trace entries"),
-                    size(self.device_memory)
-                ),
-            );
-        }
+            format!(": the recorded column {recorded}, the other columns on")
+        };
+        say(
+            &mut out,
+            &format!(
+                "replayed {}{on} a simulated device of {}",
+                counted(self.events as u64, "trace entry", "trace entries"),
+                size(self.device_memory)
+            ),
+        );
         if !self.recorded_settings.is_empty() {
             say(
                 &mut out,
-                format!("recorded settings: {}", self.recorded_settings),
+                &format!("recorded settings: {}", self.recorded_settings),
             );
         }
         if self
@@ -268,12 +262,11 @@ impl ReplayReport {
             say(
                 &mut out,
                 "each --config column: the recorded settings with the keys given changed \
-                 (`defaults` first: PyTorch's defaults with them)"
-                    .to_string(),
+                 (`defaults` first: PyTorch's defaults with them)",
             );
         }
         for w in &self.config_warnings {
-            say(&mut out, format!("  warning: {w}"));
+            say(&mut out, &format!("  warning: {w}"));
         }
         if let Some(run) = self
             .runs
@@ -282,7 +275,7 @@ impl ReplayReport {
         {
             say(
                 &mut out,
-                format!(
+                &format!(
                     "note: garbage_collection_threshold has no effect in this replay ({}): PyTorch \
                  collects garbage only under set_per_process_memory_fraction, which the replay \
                  does not set",
@@ -292,7 +285,7 @@ impl ReplayReport {
         }
         say(
             &mut out,
-            format!(
+            &format!(
                 "initial state: {} segments ({} reserved), {} live blocks ({} allocated)",
                 self.initial.segments,
                 human_bytes(self.initial.reserved),
@@ -301,7 +294,7 @@ impl ReplayReport {
             ),
         );
         for w in &self.initial.warnings {
-            say(&mut out, format!("  warning: {w}"));
+            say(&mut out, &format!("  warning: {w}"));
         }
         // One line, whatever its width: scripts and people grep for it.
         let _ = writeln!(
@@ -322,16 +315,16 @@ impl ReplayReport {
         );
         match &fid.first_divergence {
             Some(d) => {
-                say(&mut out, format!("first divergence: {d}"));
+                say(&mut out, &format!("first divergence: {d}"));
             }
             None => {
-                say(&mut out, "no divergence".to_string());
+                say(&mut out, "no divergence");
             }
         }
         if let Some(m) = fid.final_state_matches {
             say(
                 &mut out,
-                format!(
+                &format!(
                     "final segments {} the snapshot's",
                     if m { "match" } else { "differ from" }
                 ),
@@ -342,8 +335,7 @@ impl ReplayReport {
         say(
             &mut out,
             "peak unallocated: the most reserved bytes not allocated at one moment (the cache, \
-             reusable or stranded in split segments)"
-                .to_string(),
+             reusable or stranded in split segments)",
         );
         for run in self
             .runs
@@ -352,7 +344,7 @@ impl ReplayReport {
         {
             say(
                 &mut out,
-                format!(
+                &format!(
                     "{LIVE_BLOCKS_ONLY_MARK} {}: the recorded segments cannot exist under these \
                  settings, so the run began from the {} live blocks alone ({} allocated), \
                  without the recorded cache ({} free); its peaks do not compare directly with \
@@ -373,12 +365,11 @@ impl ReplayReport {
                 &mut out,
                 "the trace ends at its OOM: a run without an OOM fitted that request, but the \
                  allocations the program would have made next are not in the trace, so it may \
-                 still run out of memory after it"
-                    .to_string(),
+                 still run out of memory after it",
             );
         }
         if let Some(s) = &self.smallest_device {
-            say(&mut out, smallest_device_line(s).to_string());
+            say(&mut out, &smallest_device_line(s));
         }
         for run in &self.runs {
             if let Some(oom) = &run.first_oom {
@@ -395,7 +386,7 @@ impl ReplayReport {
                 };
                 say(
                     &mut out,
-                    format!(
+                    &format!(
                         "{}: first OOM at trace entry {}{written} ({} requested{rounded}): {}",
                         run.label,
                         oom.index + 1,
@@ -460,8 +451,8 @@ impl ReplayReport {
 const INDENT: &str = "    ";
 
 /// Appends `text` to `out` as one sentence wrapped to [`REPORT_WIDTH`] columns.
-fn say(out: &mut String, text: String) {
-    out.push_str(&paragraph(&text, REPORT_WIDTH, INDENT));
+fn say(out: &mut String, text: &str) {
+    out.push_str(&paragraph(text, REPORT_WIDTH, INDENT));
 }
 
 /// The text of [`ReplayReport::smallest_device`] (also in `allocview summary`).

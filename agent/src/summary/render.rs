@@ -239,11 +239,13 @@ fn device_section(out: &mut String, d: &DeviceSummary) {
             ],
             &rows,
         );
-        let d_smallest = d.smallest_device.clone();
         // The first OOM usually tells why the run failed.
-        if let Some(d) = d.ooms.first().and_then(|o| o.diagnosis.as_ref()) {
-            out.push_str(&indented(&format!("first OOM — {}", d.explanation), "    "));
-            if let Some(s) = &d_smallest {
+        if let Some(diag) = d.ooms.first().and_then(|o| o.diagnosis.as_ref()) {
+            out.push_str(&indented(
+                &format!("first OOM — {}", diag.explanation),
+                "    ",
+            ));
+            if let Some(s) = &d.smallest_device {
                 out.push_str(&indented(
                     &crate::replay::report::smallest_device_line(s),
                     "    ",
