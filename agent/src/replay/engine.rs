@@ -43,6 +43,7 @@
 //! the recording implies other users held, so its allocator releases by its own settings'
 //! rules from the device the recording had.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use allocview_alloc::caching::backend::{DeviceBackend, DevicePtr, StreamId};
@@ -286,6 +287,9 @@ pub struct Replayer<'a> {
     /// trace tracker on the allocator; taken before and after each replayed `malloc` to tell
     /// which segment (or mapping, for expandable segments) it made.
     last_segment: Arc<Mutex<Vec<(u64, u64)>>>,
+    /// Trace entries the allocator has made so far (its tracker counts them): the history
+    /// marks are differences of it.
+    traced: Arc<AtomicU64>,
 }
 
 impl<'a> Replayer<'a> {
@@ -367,9 +371,12 @@ impl<'a> Replayer<'a> {
             recorded_reserved: initial.reserved(),
             squeezed: false,
             last_segment: Arc::new(Mutex::new(Vec::new())),
+            traced: Arc::new(AtomicU64::new(0)),
         };
         let last_segment = Arc::clone(&r.last_segment);
+        let traced = Arc::clone(&r.traced);
         r.alloc.attach_trace_tracker(move |e| {
+            traced.fetch_add(1, Ordering::Relaxed);
             if matches!(
                 e.action,
                 TraceAction::SegmentAlloc | TraceAction::SegmentMap
@@ -405,7 +412,7 @@ impl<'a> Replayer<'a> {
                 max_entries: entries.len() * 2 + 1024,
             });
             r.history_marks = Some((
-                r.alloc.history_recorded(),
+                r.traced.load(Ordering::Relaxed),
                 Vec::with_capacity(entries.len()),
             ));
         }
@@ -465,7 +472,7 @@ impl<'a> Replayer<'a> {
                 self.release_squeeze();
             }
             if let Some((_, marks)) = &mut self.history_marks {
-                marks.push(self.alloc.history_recorded());
+                marks.push(self.traced.load(Ordering::Relaxed));
             }
             if (i + 1) % PROGRESS_EVERY == 0 {
                 progress(i + 1);

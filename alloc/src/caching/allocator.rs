@@ -481,12 +481,6 @@ impl<B: DeviceBackend> CachingAllocator<B> {
             .store(st.context_level as u8, Ordering::Relaxed);
     }
 
-    /// Trace entries recorded since history was last turned on, the ones the ring kept and the
-    /// ones it overwrote: the entries of a call are those recorded between two reads.
-    pub fn history_recorded(&self) -> u64 {
-        self.lock().ring.recorded()
-    }
-
     /// Sets (or removes) the function that supplies stack frames. It is called outside the
     /// lock, only when the context level needs frames for the call; frames are stored shared.
     pub fn set_context_provider(&self, f: Option<ContextProvider>) {

@@ -129,11 +129,6 @@ impl TraceRing {
     pub(crate) fn overflow(&self) -> u64 {
         self.overflow
     }
-
-    /// Entries pushed since the ring was last cleared, kept or overwritten.
-    pub(crate) fn recorded(&self) -> u64 {
-        self.entries.len() as u64 + self.overflow
-    }
 }
 
 #[cfg(test)]
