@@ -246,6 +246,33 @@ pub fn run(
     Ok(r.finish())
 }
 
+/// Which entries of a replayed trace each recorded entry made: counts of the allocator's
+/// trace entries when history was turned on (`base`) and after each recorded entry was
+/// replayed (`after[i]`).
+#[derive(Debug)]
+struct HistoryMarks {
+    base: u64,
+    after: Vec<u64>,
+}
+
+impl HistoryMarks {
+    /// Entries made before recorded entry `i` was replayed.
+    fn before(&self, i: usize) -> u64 {
+        i.checked_sub(1)
+            .and_then(|j| self.after.get(j).copied())
+            .unwrap_or(self.base)
+    }
+
+    /// The count of the first of the last `kept` entries (those a trace of `kept` entries holds).
+    fn first_kept(&self, kept: usize) -> u64 {
+        self.after
+            .last()
+            .copied()
+            .unwrap_or(self.base)
+            .saturating_sub(kept as u64)
+    }
+}
+
 /// One replay: set up (initial state reconstructed and installed) by [`new`](Self::new),
 /// driven through the trace by [`replay_events`](Self::replay_events), summed up by
 /// [`finish`](Self::finish).
@@ -267,9 +294,8 @@ pub struct Replayer<'a> {
     figures: RunFigures,
     recorded_ooms: Vec<OomEvent>,
     oom_entries: Vec<usize>,
-    /// With `keep_history`: the allocator's count of trace entries recorded when history was
-    /// turned on, and after each recorded entry was replayed (which entries each one made).
-    history_marks: Option<(u64, Vec<u64>)>,
+    /// With `keep_history`: which replayed trace entries each recorded entry made.
+    history_marks: Option<HistoryMarks>,
     unmapped_frees: u64,
     base_device_alloc: i64,
     warnings: Vec<String>,
@@ -411,10 +437,10 @@ impl<'a> Replayer<'a> {
                 context: ContextLevel::Never,
                 max_entries: entries.len() * 2 + 1024,
             });
-            r.history_marks = Some((
-                r.traced.load(Ordering::Relaxed),
-                Vec::with_capacity(entries.len()),
-            ));
+            r.history_marks = Some(HistoryMarks {
+                base: r.traced.load(Ordering::Relaxed),
+                after: Vec::with_capacity(entries.len()),
+            });
         }
         r.sample();
         r
@@ -471,8 +497,8 @@ impl<'a> Replayer<'a> {
             {
                 self.release_squeeze();
             }
-            if let Some((_, marks)) = &mut self.history_marks {
-                marks.push(self.traced.load(Ordering::Relaxed));
+            if let Some(marks) = &mut self.history_marks {
+                marks.after.push(self.traced.load(Ordering::Relaxed));
             }
             if (i + 1) % PROGRESS_EVERY == 0 {
                 progress(i + 1);
@@ -485,19 +511,17 @@ impl<'a> Replayer<'a> {
     /// entry whose replay made it, so that a what-if's file reads on the recording's clock,
     /// with its context.
     fn stamp_replayed_trace(&self, end: &mut Snapshot) {
-        let Some((base, marks)) = &self.history_marks else {
+        let Some(marks) = &self.history_marks else {
             return;
         };
-        let Some(trace) = end.device_traces.get_mut(self.device.max(0) as usize) else {
+        let Some(trace) = end.device_traces.get_mut(self.device_trace()) else {
             return;
         };
-        // The kept entries are the last `trace.len()` of those recorded.
-        let recorded = marks.last().copied().unwrap_or(*base);
-        let first = recorded.saturating_sub(trace.len() as u64);
+        let first = marks.first_kept(trace.len());
         for (j, t) in trace.iter_mut().enumerate() {
             let n = first + j as u64;
             // The recorded entry whose replay took the count past `n`.
-            let i = marks.partition_point(|&m| m <= n);
+            let i = marks.after.partition_point(|&m| m <= n);
             if let Some(e) = self.entries.get(i) {
                 t.time_us = e.time_us;
                 t.frames = e.frames.clone();
@@ -511,27 +535,18 @@ impl<'a> Replayer<'a> {
     /// diagnoses a recorded `oom` (it does not attempt the request again), so the allocator
     /// wrote none, yet the run's file is the recording replayed and must show its OOMs.
     fn carry_recorded_ooms(&mut self, end: &mut Snapshot) {
-        let Some((base, marks)) = &self.history_marks else {
+        let Some(marks) = &self.history_marks else {
             return;
         };
-        let device = self.device.max(0) as usize;
-        if let Some(trace) = end.device_traces.get_mut(device) {
-            // The kept entries are the last `trace.len()` of those recorded.
-            let recorded = marks.last().copied().unwrap_or(*base);
-            let first = recorded.saturating_sub(trace.len() as u64);
+        if let Some(trace) = end.device_traces.get_mut(self.device_trace()) {
+            let first = marks.first_kept(trace.len());
             // Where each goes in the replayed trace as it is, then inserted last to first so
             // that each position holds; each lands after the ones before it.
             let places: Vec<usize> = self
                 .recorded_ooms
                 .iter()
                 .map(|oom| {
-                    // Entries the replay had recorded before it met this one.
-                    let before = if oom.index == 0 {
-                        *base
-                    } else {
-                        marks.get(oom.index - 1).copied().unwrap_or(*base)
-                    };
-                    (before.saturating_sub(first) as usize).min(trace.len())
+                    (marks.before(oom.index).saturating_sub(first) as usize).min(trace.len())
                 })
                 .collect();
             for (oom, &at) in self.recorded_ooms.iter().zip(&places).rev() {
@@ -559,16 +574,15 @@ impl<'a> Replayer<'a> {
     /// Sets where a what-if run's first OOM lies in its own kept trace: the allocator wrote the
     /// `oom` entry last while it replayed the recorded entry.
     fn note_written_index(&mut self, end: &Snapshot) {
-        let (Some((base, marks)), Some(oom)) = (&self.history_marks, &mut self.figures.first_oom)
-        else {
-            return;
-        };
         let kept = end
             .device_traces
-            .get(self.device.max(0) as usize)
-            .map_or(0, Vec::len) as u64;
-        let first = marks.last().copied().unwrap_or(*base).saturating_sub(kept);
-        if let Some(&after) = marks.get(oom.index)
+            .get(self.device_trace())
+            .map_or(0, Vec::len);
+        let (Some(marks), Some(oom)) = (&self.history_marks, &mut self.figures.first_oom) else {
+            return;
+        };
+        let first = marks.first_kept(kept);
+        if let Some(&after) = marks.after.get(oom.index)
             && after > first
         {
             oom.written_index = Some((after - 1 - first) as usize);
@@ -626,6 +640,11 @@ impl<'a> Replayer<'a> {
 }
 
 impl Replayer<'_> {
+    /// The index of the replayed device's trace in `device_traces`.
+    fn device_trace(&self) -> usize {
+        self.device.max(0) as usize
+    }
+
     /// The replay's `segment_alloc`/`segment_map` entries since the previous call, in order.
     fn take_last_segment(&self) -> Vec<(u64, u64)> {
         std::mem::take(
