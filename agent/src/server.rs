@@ -112,12 +112,13 @@ impl RefusalReason {
         }
     }
 
-    /// Why a hello could not be read.
-    fn of_hello_error(e: &ProtocolError) -> RefusalReason {
+    /// Why a frame could not be read: a timeout ([`HelloTimeout`](Self::HelloTimeout)) or an
+    /// oversize frame, else `otherwise`.
+    fn of_error(e: &ProtocolError, otherwise: RefusalReason) -> RefusalReason {
         match e {
             e if e.is_timeout() => RefusalReason::HelloTimeout,
             ProtocolError::TooLarge { .. } => RefusalReason::OversizeFrame,
-            _ => RefusalReason::BadHello,
+            _ => otherwise,
         }
     }
 }
@@ -690,8 +691,13 @@ fn accept_loop(
                 "too many connections waiting for their hello ({MAX_AWAITING_HELLO}): try again \
                  later"
             );
-            agg.refusals().count(RefusalReason::HelloCap);
-            refuse(&Mutex::new(conn), id, message);
+            refuse(
+                &Mutex::new(conn),
+                id,
+                message,
+                RefusalReason::HelloCap,
+                &agg,
+            );
             continue;
         };
         let Ok(handle_conn) = conn.try_clone() else {
@@ -749,7 +755,8 @@ fn send(out: &Mutex<Conn>, frame: &ServerFrame) -> Result<(), ProtocolError> {
     protocol::write_frame(&mut *w, frame)
 }
 
-fn refuse(out: &Mutex<Conn>, id: u64, message: String) {
+fn refuse(out: &Mutex<Conn>, id: u64, message: String, why: RefusalReason, agg: &AggregatorHandle) {
+    agg.refusals().count(why);
     tracing::warn!(client = id, %message, "attach client refused");
     let _ = send(
         out,
@@ -827,12 +834,14 @@ fn serve_client(
             input.shutdown();
             return;
         }
-        Err(e) => Err((RefusalReason::of_hello_error(&e), format!("bad hello: {e}"))),
+        Err(e) => Err((
+            RefusalReason::of_error(&e, RefusalReason::BadHello),
+            format!("bad hello: {e}"),
+        )),
     };
     drop(awaiting);
     if let Err((why, message)) = accepted {
-        agg.refusals().count(why);
-        refuse(&out, id, message);
+        refuse(&out, id, message, why, agg);
         input.shutdown();
         return;
     }
@@ -866,11 +875,8 @@ fn serve_client(
             Err(ProtocolError::Closed) => break,
             Err(ProtocolError::Io(_)) => break,
             Err(e) => {
-                agg.refusals().count(match e {
-                    ProtocolError::TooLarge { .. } => RefusalReason::OversizeFrame,
-                    _ => RefusalReason::BadRequest,
-                });
-                refuse(&out, id, format!("bad request: {e}"));
+                let why = RefusalReason::of_error(&e, RefusalReason::BadRequest);
+                refuse(&out, id, format!("bad request: {e}"), why, agg);
                 break;
             }
         };
@@ -894,8 +900,13 @@ fn serve_client(
                 }
             }
             ClientFrame::Hello { .. } => {
-                agg.refusals().count(RefusalReason::BadRequest);
-                refuse(&out, id, "unexpected second hello".into());
+                refuse(
+                    &out,
+                    id,
+                    "unexpected second hello".into(),
+                    RefusalReason::BadRequest,
+                    agg,
+                );
                 break;
             }
         };
