@@ -34,12 +34,7 @@ use crate::addr_map::AddrSet;
 
 use allocview_alloc::snapshot::{SegmentType, Snapshot, TraceAction, TraceEntry};
 
-/// Requests round up to a multiple of this (PyTorch's `kMinBlockSize`).
-pub const MIN_BLOCK_SIZE: u64 = 512;
-/// A rounded request of at most this goes to the small pool (`kSmallSize`).
-pub const SMALL_SIZE: u64 = 1 << 20;
-/// Segment size of the small pool (`kSmallBuffer`).
-pub const SMALL_BUFFER: u64 = 2 << 20;
+pub use allocview_alloc::caching::config::{MIN_BLOCK_SIZE, SMALL_BUFFER, SMALL_SIZE};
 /// In the large pool a remainder must be strictly larger than this to be split off
 /// (`kSmallSize`, reused by PyTorch's `should_split`).
 pub const LARGE_SPLIT_MIN_REMAINDER: u64 = SMALL_SIZE;

@@ -18,7 +18,6 @@ use super::streams;
 use super::timeline::{Sample, Timeline};
 use super::timetravel::{SMALL_SIZE, TimeTravel, Totals, is_segment_event};
 use super::{HistogramSummary, Mode, Source, State, TraceRowsMemo};
-use crate::units::MIB;
 use allocview_agent::diagnosis::{OomFacts, diagnose_under};
 use allocview_agent::replay::engine::trace_index;
 use allocview_agent::replay::what_if::RECORDED_SETTINGS;
@@ -31,26 +30,9 @@ use super::from_agent::oom_report;
 
 /// Microseconds per second.
 const US_PER_S: f64 = 1e6;
-/// Requests below this get a 20 MiB segment; from here the segment is the request rounded
-/// up to 2 MiB (PyTorch's `kMinLargeAlloc`).
-const MIN_LARGE_ALLOC: u64 = 10 * MIB;
-/// Segment size for mid-sized requests (`kLargeBuffer`).
-const LARGE_BUFFER: u64 = 20 * MIB;
-/// Rounding of large segments (`kRoundLarge`).
-const ROUND_LARGE: u64 = 2 * MIB;
-/// Segment size for small requests (`kSmallBuffer`).
-const SMALL_BUFFER: u64 = 2 * MIB;
-
-/// Size of the segment the allocator asks the device for, for a rounded request.
-pub fn segment_size_for(rounded: u64) -> u64 {
-    if rounded <= SMALL_SIZE {
-        SMALL_BUFFER
-    } else if rounded < MIN_LARGE_ALLOC {
-        LARGE_BUFFER
-    } else {
-        rounded.div_ceil(ROUND_LARGE) * ROUND_LARGE
-    }
-}
+/// Size of the segment the allocator asks the device for, for a rounded request (PyTorch's
+/// `get_allocation_size`).
+pub use allocview_alloc::caching::config::segment_size as segment_size_for;
 
 /// The device a snapshot is shown for: the one with the most segments, else the first with a
 /// trace, else 0.
@@ -522,6 +504,7 @@ fn histograms(trace: &[TraceEntry]) -> Vec<HistogramSummary> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::units::MIB;
 
     #[test]
     fn file_histograms_come_per_pool_and_per_stream() {

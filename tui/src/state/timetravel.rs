@@ -42,23 +42,16 @@ use allocview_alloc::snapshot::{
     no_frames,
 };
 
-use crate::units::MIB;
-
 /// Events between two checkpoints (for traces up to `CHECKPOINT_EVERY * MAX_CHECKPOINTS`
 /// events; longer traces space their checkpoints out so memory stays bounded).
 pub const CHECKPOINT_EVERY: usize = 512;
 /// Most checkpoints kept: each is a copy of the segment state.
 pub const MAX_CHECKPOINTS: usize = 256;
-/// Smallest block; requests round up to a multiple of it.
-pub const MIN_BLOCK_SIZE: u64 = 512;
-/// Rounded requests up to this size go to the small pool.
-pub const SMALL_SIZE: u64 = MIB;
-/// Size of a small-pool segment.
-pub const SMALL_BUFFER: u64 = 2 * MIB;
+pub use allocview_alloc::caching::config::{MIN_BLOCK_SIZE, SMALL_BUFFER, SMALL_SIZE};
 /// Page of a large-pool expandable segment (PyTorch's `kLargeBuffer`): every `segment_map`
 /// of the large pool is a multiple of it, every one of the small pool a multiple of
 /// [`SMALL_BUFFER`] pages that is not.
-pub const LARGE_PAGE: u64 = 20 * MIB;
+pub const LARGE_PAGE: u64 = allocview_alloc::caching::config::LARGE_BUFFER;
 
 /// The pool of a mapped expandable range of `size` bytes, by its page size.
 fn mapped_type(size: u64) -> SegmentType {
@@ -834,6 +827,7 @@ pub fn is_segment_event(e: &TraceEntry) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::units::MIB;
 
     fn entry(action: TraceAction, addr: u64, size: u64) -> TraceEntry {
         TraceEntry::new(action, addr, size, 0)
