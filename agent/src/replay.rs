@@ -212,12 +212,7 @@ pub fn replay(
     // A file that records no device size replays its recorded column on an unlimited device:
     // the recording did not run out for lack of device memory except where it says so.
     let fidelity_opts =
-        RunOptions::fidelity(snapshot, None, settings.keep_history).map_err(|message| {
-            ReplayError::Config {
-                config: "allocator_settings of the file".into(),
-                message,
-            }
-        })?;
+        RunOptions::fidelity_with(recorded.clone(), snapshot, None, settings.keep_history);
     let device_memory = settings.device_memory.or(fidelity_opts.device_memory);
     let resized = device_memory.filter(|&m| fidelity_opts.device_memory != Some(m));
     let mut runs_opts: Vec<RunOptions> = Vec::with_capacity(configs.len() + 1);

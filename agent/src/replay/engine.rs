@@ -110,14 +110,29 @@ impl RunOptions {
         device_memory: Option<u64>,
         keep_history: bool,
     ) -> Result<RunOptions, String> {
-        Ok(RunOptions {
-            config: recorded_config(snapshot)?,
+        Ok(Self::fidelity_with(
+            recorded_config(snapshot)?,
+            snapshot,
+            device_memory,
+            keep_history,
+        ))
+    }
+
+    /// [`fidelity`](Self::fidelity) with the recorded settings already parsed (`config`).
+    pub fn fidelity_with(
+        config: AllocatorConfig,
+        snapshot: &Snapshot,
+        device_memory: Option<u64>,
+        keep_history: bool,
+    ) -> RunOptions {
+        RunOptions {
+            config,
             label: crate::replay::RECORDED_LABEL.into(),
             device_memory: device_memory
                 .or_else(|| snapshot.devices.iter().find_map(|d| d.total_memory)),
             placement: Placement::Recorded,
             keep_history,
-        })
+        }
     }
 
     /// A what-if run's options: `config`, labelled `label`, on a device of `device_memory`
