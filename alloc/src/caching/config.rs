@@ -643,14 +643,19 @@ impl Parser<'_> {
         self.text(from, self.scan(from, |t| t == ","))
     }
 
+    /// The next token when it is a word (not punctuation), taken.
+    fn word(&mut self) -> Option<String> {
+        let t = self.peek().filter(|t| !PUNCT.contains(t))?.to_string();
+        self.i += 1;
+        Some(t)
+    }
+
     /// A setting's name; `number` counts the settings, for an empty one.
     fn key(&mut self, number: usize) -> Result<String, ConfigError> {
+        if let Some(w) = self.word() {
+            return Ok(w);
+        }
         match self.peek() {
-            Some(t) if !PUNCT.contains(&t) => {
-                let t = t.to_string();
-                self.i += 1;
-                Ok(t)
-            }
             Some(",") => Err(ConfigError::EmptySetting { number }),
             found => Err(ConfigError::MissingKey {
                 setting: self.setting_from(self.i).to_string(),
@@ -662,12 +667,10 @@ impl Parser<'_> {
     /// The value after `key:`, one word: none there is [`ConfigError::MissingValue`],
     /// punctuation an [`ConfigError::InvalidValue`] quoting the rest of the setting.
     fn value(&mut self, key: &str, expected: &'static str) -> Result<String, ConfigError> {
+        if let Some(w) = self.word() {
+            return Ok(w);
+        }
         match self.peek() {
-            Some(t) if !PUNCT.contains(&t) => {
-                let t = t.to_string();
-                self.i += 1;
-                Ok(t)
-            }
             None | Some(",") => Err(ConfigError::MissingValue {
                 key: key.to_string(),
                 expected,
@@ -696,14 +699,7 @@ impl Parser<'_> {
 
     /// One word of a list item, else the item is malformed.
     fn item_word(&mut self, key: &str, item_start: usize) -> Result<String, ConfigError> {
-        match self.peek() {
-            Some(t) if !PUNCT.contains(&t) => {
-                let t = t.to_string();
-                self.i += 1;
-                Ok(t)
-            }
-            _ => Err(self.list_item(key, item_start)),
-        }
+        self.word().ok_or_else(|| self.list_item(key, item_start))
     }
 
     /// The list item starting at token `from` is malformed (or the list is not closed).
