@@ -244,7 +244,7 @@ fn to_json(doc: &PickleDoc<'_>, v: PickleValue) -> Json {
             }
             Json::Object(m)
         }
-        other => panic!("unexpected {}", other.type_name()),
+        other => panic!("unexpected {}", other.described()),
     }
 }
 

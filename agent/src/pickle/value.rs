@@ -70,23 +70,6 @@ impl PickleValue {
         }
     }
 
-    /// The Python type's name (`int`, `dict`, ...).
-    pub fn type_name(&self) -> &'static str {
-        match self {
-            PickleValue::None => "None",
-            PickleValue::Bool(_) => "bool",
-            PickleValue::Int(_) | PickleValue::BigInt(_) => "int",
-            PickleValue::Float(_) => "float",
-            PickleValue::Str(_) => "str",
-            PickleValue::Bytes(_) => "bytes",
-            PickleValue::List(_) => "list",
-            PickleValue::Tuple(_) => "tuple",
-            PickleValue::Dict(_) => "dict",
-            PickleValue::Set(_) => "set",
-            PickleValue::FrozenSet(_) => "frozenset",
-        }
-    }
-
     /// The container this value is, if it is one.
     pub fn container(&self) -> Option<ContainerId> {
         match *self {
