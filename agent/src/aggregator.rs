@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::{self, Thread};
 use std::time::{Duration, Instant};
 
-use allocview_alloc::caching::stats::{DeviceStats, StatArray, StatType};
+use allocview_alloc::caching::stats::DeviceStats;
 use allocview_alloc::event::{CPU_DEVICE, Event, EventAction, EventPool, now_ns};
 use allocview_alloc::snapshot::Snapshot;
 use crossbeam_channel::{Receiver, Sender, TryRecvError, TrySendError};
@@ -39,7 +39,7 @@ use crate::server::RefusalCounts;
 use crate::sink::{EventReceiver, OOM_DROP_DEVICES};
 use crate::state::{
     AgentState, ContextFrames, DeviceState, HostState, NOT_WRITTEN, OomRecord, PipelineStats,
-    ProcessInfo, RecentEvent, UsageSample, forgotten_oom_indices, keep_oom_record,
+    ProcessInfo, RecentEvent, UsageSample, all_current, forgotten_oom_indices, keep_oom_record,
 };
 use crate::timeline::Timeline;
 
@@ -188,11 +188,6 @@ pub(crate) struct AggregatorConfig {
     pub host: Option<Arc<dyn HostProvider>>,
     pub dumper: OomDumper,
     pub max_dumps: u64,
-}
-
-/// An array's `all` current figure, as bytes or a count (0 if it went negative).
-fn all_current(a: &StatArray) -> u64 {
-    a.get(StatType::All).current.max(0) as u64
 }
 
 /// How the aggregator learnt of an OOM ([`Aggregator::oom_record`]).

@@ -10,7 +10,7 @@
 
 use std::path::PathBuf;
 
-use allocview_alloc::caching::stats::{DeviceStats, Stat};
+use allocview_alloc::caching::stats::{DeviceStats, Stat, StatArray, StatType};
 use allocview_alloc::global::HeapStats;
 use allocview_alloc::snapshot::{DeviceMeta, DumpedOom, Frames, SegmentInfo, Snapshot};
 use serde::{Deserialize, Serialize};
@@ -517,6 +517,16 @@ pub fn keep_oom_record(records: &mut Vec<OomRecord>, record: OomRecord) {
     if over > 0 {
         records.drain(OOM_KEEP_FIRST..OOM_KEEP_FIRST + over);
     }
+}
+
+/// An array's `all` current figure, as bytes or a count (0 if it went negative).
+pub(crate) fn all_current(a: &StatArray) -> u64 {
+    a.get(StatType::All).current.max(0) as u64
+}
+
+/// An array's `all` peak, as bytes or a count (0 if it went negative).
+pub(crate) fn all_peak(a: &StatArray) -> u64 {
+    a.get(StatType::All).peak.max(0) as u64
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ pub mod render;
 
 use std::collections::BTreeMap;
 
-use allocview_alloc::caching::stats::{DeviceStats, Stat, StatType};
+use allocview_alloc::caching::stats::{DeviceStats, Stat};
 use allocview_alloc::caching::summary::{HistoryColumns, format_memory_summary_with};
 use allocview_alloc::snapshot::{SegmentType, Snapshot, TraceAction, Value};
 use serde::Serialize;
@@ -386,8 +386,8 @@ fn summarize_device(
                 Ok(StatsWindow::Trace {
                     entries: trace.len() as u64,
                     span_us,
-                    peak_allocated: stats.allocated_bytes.get(StatType::All).peak.max(0) as u64,
-                    peak_reserved: stats.reserved_bytes.get(StatType::All).peak.max(0) as u64,
+                    peak_allocated: crate::state::all_peak(&stats.allocated_bytes),
+                    peak_reserved: crate::state::all_peak(&stats.reserved_bytes),
                 })
             }
             Some((d, Err(why))) if *d == device => Err(why.clone()),

@@ -63,6 +63,7 @@ use crate::diagnosis::{OomFacts, diagnose_under};
 use crate::replay::initial::{InitialState, MIN_BLOCK_SIZE, SMALL_SIZE};
 use crate::replay::plan::{FreeRun, TracePlan, is_release};
 use crate::replay::report::{Divergence, Fidelity, InitialSummary, OomEvent, RunFigures, RunStart};
+use crate::state::{all_current, all_peak};
 
 /// Device capacity of a replay that must never run out for lack of device memory: 1 PiB, far
 /// beyond any recording, yet small enough that expandable segments (which reserve 1.125 x the
@@ -635,12 +636,8 @@ impl<'a> Replayer<'a> {
         // moment of the trace window, within calls too; the samples see the state between
         // entries.
         let f = &mut self.figures;
-        f.peak_allocated = f
-            .peak_allocated
-            .max(stats.allocated_bytes.0[0].peak.max(0) as u64);
-        f.peak_reserved = f
-            .peak_reserved
-            .max(stats.reserved_bytes.0[0].peak.max(0) as u64);
+        f.peak_allocated = f.peak_allocated.max(all_peak(&stats.allocated_bytes));
+        f.peak_reserved = f.peak_reserved.max(all_peak(&stats.reserved_bytes));
         RunResult {
             stats,
             figures: self.figures,
@@ -673,8 +670,8 @@ impl Replayer<'_> {
     /// Records the peaks after an event.
     fn sample(&mut self) {
         let s = self.alloc.device_stats();
-        let allocated = s.allocated_bytes.0[0].current.max(0) as u64;
-        let reserved = s.reserved_bytes.0[0].current.max(0) as u64;
+        let allocated = all_current(&s.allocated_bytes);
+        let reserved = all_current(&s.reserved_bytes);
         let f = &mut self.figures;
         f.peak_allocated = f.peak_allocated.max(allocated);
         f.peak_reserved = f.peak_reserved.max(reserved);
@@ -1100,15 +1097,14 @@ impl Replayer<'_> {
                 let facts = OomFacts {
                     requested: e.size,
                     device_total: if self.capacity == UNLIMITED_DEVICE_MEMORY {
-                        e.addr
-                            .saturating_add(stats.reserved_bytes.0[0].current.max(0) as u64)
+                        e.addr.saturating_add(all_current(&stats.reserved_bytes))
                     } else {
                         self.capacity
                     },
                     device_free: e.addr,
                     allowed_max: None,
-                    allocated: stats.allocated_bytes.0[0].current.max(0) as u64,
-                    reserved: stats.reserved_bytes.0[0].current.max(0) as u64,
+                    allocated: all_current(&stats.allocated_bytes),
+                    reserved: all_current(&stats.reserved_bytes),
                     largest_free_block: info.largest_free_block,
                     // Free blocks of split segments: PyTorch's inactive_split_bytes.
                     stranded_in_split_segments: stats.inactive_split_bytes.0[0].current.max(0)
