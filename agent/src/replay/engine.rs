@@ -1107,8 +1107,7 @@ impl Replayer<'_> {
                     reserved: all_current(&stats.reserved_bytes),
                     largest_free_block: info.largest_free_block,
                     // Free blocks of split segments: PyTorch's inactive_split_bytes.
-                    stranded_in_split_segments: stats.inactive_split_bytes.0[0].current.max(0)
-                        as u64,
+                    stranded_in_split_segments: all_current(&stats.inactive_split_bytes),
                 };
                 self.recorded_ooms.push(OomEvent {
                     index,
