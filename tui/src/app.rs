@@ -424,12 +424,9 @@ impl App {
     /// the row's event first (as PyTorch's memory_viz does): to just after it, or just before
     /// an event that removes its block or segment, so the block is there to see.
     fn jump_to_block(&mut self) -> anyhow::Result<()> {
+        // Memoized: the rows `current_row` reads are these.
         let rows = self.state.trace_rows(&self.ui.trace_filter);
-        // The row `current_row` gives, from the rows at hand (not filtering the trace again).
-        let row = self
-            .ui
-            .trace_row
-            .unwrap_or_else(|| self.state.default_trace_row(&rows));
+        let row = self.current_row();
         let Some(&i) = rows.get(row) else {
             return Ok(());
         };
