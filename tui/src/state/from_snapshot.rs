@@ -25,6 +25,7 @@ use allocview_agent::replay::{
     WhatIfOutcome, recorded_config, recorded_settings_text, what_if_avoided,
 };
 use allocview_agent::state::{NS_PER_US, OomRecord};
+use allocview_agent::summary::render::counted;
 
 use super::from_agent::oom_report;
 
@@ -147,6 +148,7 @@ impl PostMortem {
             // The replays run the first device with a trace: per OOM only when it is the one
             // shown (the OOMs' indices are into its trace).
             let same_trace = trace_index(snapshot) == Some(pm.tt.device().max(0) as usize);
+            let note = settings_note(snapshot);
             for o in &mut pm.ooms {
                 o.what_if = what_if_lines_of(
                     &outcomes,
@@ -154,7 +156,7 @@ impl PostMortem {
                     &pm.trace,
                     o.trace_index.filter(|_| same_trace),
                 );
-                o.what_if.push(settings_note(snapshot));
+                o.what_if.push(note.clone());
             }
         }
         pm
@@ -325,6 +327,9 @@ pub fn settings_note(snapshot: &Snapshot) -> String {
     )
 }
 
+/// Width of a what-if line's settings, so that the arrows line up.
+const WHAT_IF_LABEL_WIDTH: usize = 26;
+
 /// [`what_if_lines`] of replays already run (the recorded settings' first) at `capacity`
 /// bytes, over `trace` (the replayed one).
 pub fn what_if_lines_of(
@@ -333,13 +338,12 @@ pub fn what_if_lines_of(
     trace: &[TraceEntry],
     oom: Option<usize>,
 ) -> Vec<String> {
-    let plural = |n: u64| if n == 1 { "" } else { "s" };
     let mut lines = Vec::new();
     if let (Some(k), Some(recorded)) = (oom, outcomes.first())
         && !recorded.failed_at(k)
     {
         lines.push(format!(
-            "{RECORDED_SETTINGS:<26} → the replay fits this request (it does not reproduce the OOM)"
+            "{RECORDED_SETTINGS:<WHAT_IF_LABEL_WIDTH$} → the replay fits this request (it does not reproduce the OOM)"
         ));
     }
     let mut some_fit = false;
@@ -350,17 +354,16 @@ pub fn what_if_lines_of(
             Some(_) => {
                 let first = o.oom_entries.first().map_or(0, |i| i + 1);
                 format!(
-                    "fits; {} other OOM{}, first at entry {first}",
-                    o.ooms,
-                    plural(o.ooms)
+                    "fits; {}, first at entry {first}",
+                    counted(o.ooms, "other OOM", "other OOMs")
                 )
             }
             None if o.ooms == 0 => "no OOM".to_string(),
-            None => format!("still {} OOM{}", o.ooms, plural(o.ooms)),
+            None => format!("still {}", counted(o.ooms, "OOM", "OOMs")),
         };
         some_fit |= oom.is_some_and(|k| !o.failed_at(k));
         lines.push(format!(
-            "{:<26} → {verdict}, peak reserved {} of {}",
+            "{:<WHAT_IF_LABEL_WIDTH$} → {verdict}, peak reserved {} of {}",
             o.config,
             crate::units::bytes(o.peak_reserved),
             crate::units::bytes(capacity)
