@@ -25,17 +25,24 @@ const PROGRESS_MIN_EVENTS: usize = 100_000;
 /// How often the progress bar redraws.
 const PROGRESS_TICK: Duration = Duration::from_millis(100);
 
-/// Runs the command.
-pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
-    // Said before the replay runs (each written path is checked again before it is written).
-    if let Some(out) = &args.out
-        && crate::output::same_file(out, &args.file)
-    {
+/// An error when `out` is the input file `input` (by any name): replay never rewrites its
+/// input.
+fn refuse_input(out: &Path, input: &Path) -> anyhow::Result<()> {
+    if crate::output::same_file(out, input) {
         anyhow::bail!(
             "{}: --out names the input file; give another name (replay never rewrites its \
              input)",
             out.display()
         );
+    }
+    Ok(())
+}
+
+/// Runs the command.
+pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
+    // Said before the replay runs (each written path is checked again before it is written).
+    if let Some(out) = &args.out {
+        refuse_input(out, &args.file)?;
     }
     let snapshot = replay::load(&args.file)?;
     let device_memory = args
@@ -66,13 +73,7 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
     let mut lines = Vec::new();
     if let Some(out) = &args.out {
         for (path, snapshot, what, label) in outputs(out, &args.config, &output) {
-            if crate::output::same_file(&path, &args.file) {
-                anyhow::bail!(
-                    "{}: --out names the input file; give another name (replay never rewrites \
-                     its input)",
-                    path.display()
-                );
-            }
+            refuse_input(&path, &args.file)?;
             snapshot_file::save(&path, snapshot, FileFormat::Pickle)
                 // The error names the path already.
                 .map_err(|e| anyhow::anyhow!("cannot write {e}"))?;
