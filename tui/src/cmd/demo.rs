@@ -172,14 +172,11 @@ pub const OOM_MARGIN: Duration = Duration::from_secs(2);
 /// ...and at most this long (a device too large to fill in time).
 pub const OOM_MAX_SECONDS: Duration = Duration::from_secs(60);
 
-/// The signals that stop the headless demo early: it then prints the report of what ran,
-/// marked `interrupted`, shuts its agent down (removing its socket) and exits with
-/// [`SIGNAL_EXIT_BASE`](crate::exit::SIGNAL_EXIT_BASE) + the signal's number.
-#[cfg(unix)]
-pub const STOPPING_SIGNALS: [i32; 3] = crate::terminal::ENDING_SIGNALS;
-
-/// Where the headless demo learns of [`STOPPING_SIGNALS`] (nothing to learn where signals
-/// cannot be caught).
+/// Where the headless demo learns of the signals that end a run
+/// ([`ENDING_SIGNALS`](crate::terminal::ENDING_SIGNALS), as the dashboard's): it then prints
+/// the report of what ran, marked `interrupted`, shuts its agent down (removing its socket)
+/// and exits with [`SIGNAL_EXIT_BASE`](crate::exit::SIGNAL_EXIT_BASE) + the signal's number
+/// (nothing to learn where signals cannot be caught).
 struct Interrupts {
     #[cfg(unix)]
     signals: Option<signal_hook::iterator::Signals>,
@@ -189,7 +186,7 @@ impl Interrupts {
     fn catch() -> Interrupts {
         #[cfg(unix)]
         {
-            let signals = signal_hook::iterator::Signals::new(STOPPING_SIGNALS)
+            let signals = signal_hook::iterator::Signals::new(crate::terminal::ENDING_SIGNALS)
                 .map_err(|e| tracing::warn!("cannot catch SIGINT/SIGTERM/SIGHUP: {e}"))
                 .ok();
             Interrupts { signals }
