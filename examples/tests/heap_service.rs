@@ -3,6 +3,8 @@
 
 use std::process::{Command, Output};
 
+use allocview_tests::cli;
+
 /// `heap-service ARGS` run with `env` set, to its end.
 fn heap_service(args: &[&str], env: &[(&str, &str)]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_heap-service"))
@@ -120,16 +122,11 @@ fn sigterm_and_sigint_stop_the_service_cleanly_and_remove_its_socket() {
             .stderr(std::process::Stdio::piped())
             .spawn()
             .expect("run heap-service");
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        while !sock.exists() {
-            assert!(std::time::Instant::now() < deadline, "no socket");
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
-        let killed = Command::new("kill")
-            .args([&format!("-{signal}"), &child.id().to_string()])
-            .status()
-            .expect("run kill");
-        assert!(killed.success());
+        assert!(
+            cli::wait_for_path(&sock, std::time::Duration::from_secs(60)),
+            "no socket"
+        );
+        assert!(cli::signal(child.id(), signal));
         let out = child.wait_with_output().expect("heap-service ends");
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr);

@@ -29,3 +29,25 @@ pub fn json_of_success(out: &Output) -> serde_json::Value {
     serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
 }
+
+/// Waits until `path` exists, polling; whether it did within `timeout` (an agent's socket once
+/// it listens).
+pub fn wait_for_path(path: &Path, timeout: std::time::Duration) -> bool {
+    let deadline = std::time::Instant::now() + timeout;
+    while !path.exists() {
+        if std::time::Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    true
+}
+
+/// Sends signal `name` (`TERM`, `INT`, `KILL`, `STOP`, ...) to process `pid` with `kill`;
+/// whether it was delivered.
+pub fn signal(pid: u32, name: &str) -> bool {
+    Command::new("kill")
+        .args([&format!("-{name}"), &pid.to_string()])
+        .status()
+        .is_ok_and(|s| s.success())
+}

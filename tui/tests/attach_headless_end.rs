@@ -52,12 +52,10 @@ impl Watched {
     }
 
     fn signal(&self, name: &str) {
-        let ok = Command::new("kill")
-            .args([&format!("-{name}"), &self.child.id().to_string()])
-            .status()
-            .expect("run kill")
-            .success();
-        assert!(ok, "kill -{name} failed");
+        assert!(
+            allocview_tests::cli::signal(self.child.id(), name),
+            "kill -{name} failed"
+        );
     }
 
     /// The next stdout line.
@@ -108,18 +106,17 @@ fn demo_and_attach(dir: &Path, json: bool) -> (Watched, Watched) {
     let sock = dir.join("demo.sock");
     let addr = format!("unix:{}", sock.display());
     let demo = Watched::spawn(
-        Command::new(env!("CARGO_BIN_EXE_allocview"))
-            .current_dir(dir)
-            .args(["demo", "--headless", "--seconds", "300", "--listen", &addr])
-            .env("ALLOCVIEW_DUMP_DIR", dir)
-            .env_remove("ALLOCVIEW_ALLOC_CONF")
-            .env_remove("PYTORCH_CUDA_ALLOC_CONF"),
+        allocview_tests::cli::headless_demo(env!("CARGO_BIN_EXE_allocview"), dir).args([
+            "--seconds",
+            "300",
+            "--listen",
+            &addr,
+        ]),
     );
-    let deadline = Instant::now() + WAIT;
-    while !sock.exists() {
-        assert!(Instant::now() < deadline, "the demo opened no socket");
-        std::thread::sleep(POLL);
-    }
+    assert!(
+        allocview_tests::cli::wait_for_path(&sock, WAIT),
+        "the demo opened no socket"
+    );
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_allocview"));
     cmd.args(["--attach", &addr, "--headless"])
         .env_remove("ALLOCVIEW_ADDR");

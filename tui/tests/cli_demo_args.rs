@@ -10,14 +10,8 @@ use allocview_tests::cli::{headless_demo, json_of_success};
 
 /// `allocview ARGS` with stdin closed and stdout/stderr captured (so stdout is a pipe).
 fn allocview(args: &[&str]) -> Output {
-    allocview_env(args, &[])
-}
-
-/// [`allocview`] with extra environment variables.
-fn allocview_env(args: &[&str], env: &[(&str, &str)]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_allocview"))
         .args(args)
-        .envs(env.iter().copied())
         .env_remove("ALLOCVIEW_ADDR")
         .stdin(Stdio::null())
         .output()
@@ -172,14 +166,15 @@ fn the_headless_attach_line_counts_dropped_events_and_resyncs() {
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("demo.sock");
     let addr = format!("unix:{}", sock.display());
-    let mut demo = Command::new(env!("CARGO_BIN_EXE_allocview"))
-        .current_dir(dir.path())
-        .args(["demo", "--headless", "--seconds", "30", "--listen", &addr])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    // Killed when dropped, whether the test passes or not.
+    let _demo = allocview_tests::tmux::Child(
+        headless_demo(env!("CARGO_BIN_EXE_allocview"), dir.path())
+            .args(["--seconds", "30", "--listen", &addr])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     let line = loop {
         let out = allocview(&["--attach", &addr, "--headless", "--once"]);
@@ -194,8 +189,6 @@ fn the_headless_attach_line_counts_dropped_events_and_resyncs() {
         );
         std::thread::sleep(std::time::Duration::from_millis(100));
     };
-    let _ = demo.kill();
-    let _ = demo.wait();
     assert!(
         line.contains(" dropped ") && line.contains(" resyncs "),
         "{line}"

@@ -3,27 +3,20 @@
 //! removed, and the exit status is 128 + the signal's number.
 
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Child, Output, Stdio};
+use std::time::Duration;
 
-use allocview_tests::cli::{headless_demo, json_of_success};
+use allocview_tests::cli::{self, headless_demo, json_of_success, wait_for_path};
 
 /// How long the demo may take to open its socket.
 const WAIT: Duration = Duration::from_secs(60);
-/// Poll interval of the waits.
-const POLL: Duration = Duration::from_millis(50);
 
 /// `allocview demo --headless --listen unix:SOCK --seconds 300 EXTRA`, started in `dir`.
 fn start_demo(dir: &Path, sock: &Path, extra: &[&str]) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_allocview"))
-        .current_dir(dir)
-        .args(["demo", "--headless", "--seconds", "300", "--listen"])
+    headless_demo(env!("CARGO_BIN_EXE_allocview"), dir)
+        .args(["--seconds", "300", "--listen"])
         .arg(format!("unix:{}", sock.display()))
         .args(extra)
-        .env("ALLOCVIEW_DUMP_DIR", dir)
-        .env_remove("ALLOCVIEW_ALLOC_CONF")
-        .env_remove("PYTORCH_CUDA_ALLOC_CONF")
-        .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -32,19 +25,11 @@ fn start_demo(dir: &Path, sock: &Path, extra: &[&str]) -> Child {
 
 /// Waits for the socket, sends `signal` (`TERM`, `INT`) and collects the output.
 fn interrupt(mut demo: Child, sock: &Path, signal: &str) -> Output {
-    let deadline = Instant::now() + WAIT;
-    while !sock.exists() {
-        if Instant::now() > deadline {
-            let _ = demo.kill();
-            panic!("the demo opened no socket: {:?}", demo.wait_with_output());
-        }
-        std::thread::sleep(POLL);
+    if !wait_for_path(sock, WAIT) {
+        let _ = demo.kill();
+        panic!("the demo opened no socket: {:?}", demo.wait_with_output());
     }
-    let status = Command::new("kill")
-        .args([&format!("-{signal}"), &demo.id().to_string()])
-        .status()
-        .expect("run kill");
-    assert!(status.success());
+    assert!(cli::signal(demo.id(), signal));
     demo.wait_with_output().expect("the demo ends")
 }
 

@@ -96,11 +96,10 @@ fn signal_restores_the_terminal(dir: &Path, signal: &str, number: i32) {
     let socket = dir.join("demo.sock");
     assert!(socket.exists(), "{signal}: the agent listens");
     let pid = std::fs::read_to_string(dir.join("pid")).unwrap();
-    let status = Command::new("kill")
-        .args([&format!("-{signal}"), pid.trim()])
-        .status()
-        .expect("run kill");
-    assert!(status.success());
+    assert!(allocview_tests::cli::signal(
+        pid.trim().parse().unwrap(),
+        signal
+    ));
     let screen = t.wait_for("MODE=");
     assert!(
         screen.contains(&format!("EXIT={}", 128 + number)),
