@@ -41,9 +41,7 @@ fn stderr(o: &Output) -> String {
 
 /// `allocview ARGS`'s stdout as JSON, after checking that it succeeded.
 fn json_ok(args: &[&str]) -> serde_json::Value {
-    let o = allocview(args);
-    assert!(o.status.success(), "{args:?}: {}", stderr(&o));
-    serde_json::from_slice(&o.stdout).expect("stdout is JSON")
+    allocview_tests::cli::json_of_success(&allocview(args))
 }
 
 /// Checks that pretty JSON text begins with `format` then `version`, with these values.
