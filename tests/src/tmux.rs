@@ -71,6 +71,8 @@ pub fn unique(prefix: &str) -> String {
 pub struct Session {
     /// Session name.
     pub name: String,
+    /// The tmux server of its own (`tmux -L NAME`), if it has one.
+    server: Option<String>,
 }
 
 /// The marker the wrapper shell prints when the command exits.
@@ -80,14 +82,28 @@ impl Session {
     /// Starts `cmd` (a shell command line) in a `width`x`height` session; after it exits, the
     /// pane shows `ALLOCVIEW-EXIT=<status>` and stays open.
     pub fn start(cmd: &str, width: u16, height: u16) -> Session {
-        let name = unique("allocview-test");
+        Self::start_on(None, cmd, width, height)
+    }
+
+    /// [`start`](Self::start) on a tmux server of its own (`tmux -L`), so that no other
+    /// session or server option is seen; the server is killed on drop.
+    pub fn start_private(cmd: &str, width: u16, height: u16) -> Session {
+        Self::start_on(Some(unique("allocview-server")), cmd, width, height)
+    }
+
+    fn start_on(server: Option<String>, cmd: &str, width: u16, height: u16) -> Session {
+        let s = Session {
+            name: unique("allocview-test"),
+            server,
+        };
         let wrapped = format!("{cmd}; echo {EXIT_MARK}$?; sleep 600");
-        let status = Command::new("tmux")
+        let status = s
+            .tmux()
             .args([
                 "new-session",
                 "-d",
                 "-s",
-                &name,
+                &s.name,
                 "-x",
                 &width.to_string(),
                 "-y",
@@ -97,12 +113,22 @@ impl Session {
             .status()
             .expect("run tmux");
         assert!(status.success(), "tmux new-session failed");
-        Session { name }
+        s
+    }
+
+    /// A `tmux` command on this session's server.
+    fn tmux(&self) -> Command {
+        let mut c = Command::new("tmux");
+        if let Some(server) = &self.server {
+            c.args(["-L", server]);
+        }
+        c
     }
 
     /// Sends keys (tmux key names: `q`, `Enter`, `Escape`, `Home`, `Tab`, ...).
     pub fn send(&self, keys: &[&str]) {
-        let status = Command::new("tmux")
+        let status = self
+            .tmux()
             .args(["send-keys", "-t", &self.name])
             .args(keys)
             .status()
@@ -112,7 +138,8 @@ impl Session {
 
     /// Types text literally.
     pub fn type_text(&self, text: &str) {
-        let status = Command::new("tmux")
+        let status = self
+            .tmux()
             .args(["send-keys", "-l", "-t", &self.name, text])
             .status()
             .expect("run tmux send-keys");
@@ -121,7 +148,8 @@ impl Session {
 
     /// The pane's text now.
     pub fn capture(&self) -> String {
-        let out = Command::new("tmux")
+        let out = self
+            .tmux()
             .args(["capture-pane", "-p", "-t", &self.name])
             .output()
             .expect("run tmux capture-pane");
@@ -130,7 +158,8 @@ impl Session {
 
     /// tmux's `display-message` of `format` for the pane (`#{cursor_flag}`, ...).
     pub fn display(&self, format: &str) -> String {
-        let out = Command::new("tmux")
+        let out = self
+            .tmux()
             .args(["display-message", "-p", "-t", &self.name, format])
             .output()
             .expect("run tmux display-message");
@@ -188,11 +217,12 @@ impl Session {
 
 impl Drop for Session {
     fn drop(&mut self) {
-        let _ = Command::new("tmux")
-            .args(["kill-session", "-t", &self.name])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
+        let mut kill = self.tmux();
+        match &self.server {
+            Some(_) => kill.arg("kill-server"),
+            None => kill.args(["kill-session", "-t", &self.name]),
+        };
+        let _ = kill.stdout(Stdio::null()).stderr(Stdio::null()).status();
     }
 }
 

@@ -6,7 +6,6 @@
 //! that does not answer says it is connecting meanwhile.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use allocview_tests::tmux;
@@ -15,68 +14,10 @@ use allocview_tests::tmux;
 const WAIT: Duration = Duration::from_secs(30);
 /// Poll interval of waits.
 const POLL: Duration = Duration::from_millis(100);
-
-/// A tmux server of this test alone (`tmux -L NAME`), killed on drop, with one session.
-struct PrivateTmux {
-    socket: String,
-}
-
-impl PrivateTmux {
-    /// Starts a 120x36 session running `cmd` (a shell command line).
-    fn start(tag: &str, cmd: &str) -> PrivateTmux {
-        let socket = format!("allocview-{tag}-{}", std::process::id());
-        let status = Command::new("tmux")
-            .args(["-L", &socket, "new-session", "-d", "-s", "t", "-x", "120"])
-            .args(["-y", "36", cmd])
-            .status()
-            .expect("run tmux");
-        assert!(status.success(), "tmux new-session failed");
-        PrivateTmux { socket }
-    }
-
-    fn tmux(&self, args: &[&str]) -> String {
-        let out = Command::new("tmux")
-            .args(["-L", &self.socket])
-            .args(args)
-            .output()
-            .expect("run tmux");
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    /// The pane's flags: `#{alternate_on}` and the like.
-    fn display(&self, format: &str) -> String {
-        self.tmux(&["display-message", "-p", "-t", "t", format])
-            .trim()
-            .to_string()
-    }
-
-    /// Waits until `text` is on screen; panics with the screen after [`WAIT`].
-    fn wait_for(&self, text: &str) -> String {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            let screen = self.tmux(&["capture-pane", "-p", "-t", "t"]);
-            if screen.contains(text) {
-                return screen;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "waited {} s for {text:?}; screen:\n{screen}",
-                WAIT.as_secs()
-            );
-            std::thread::sleep(POLL);
-        }
-    }
-}
-
-impl Drop for PrivateTmux {
-    fn drop(&mut self) {
-        let _ = Command::new("tmux")
-            .args(["-L", &self.socket, "kill-server"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-    }
-}
+/// The terminal's width.
+const WIDTH: u16 = 120;
+/// The terminal's height.
+const HEIGHT: u16 = 36;
 
 /// Runs the demo's dashboard in tmux, listening for attach clients, sends it `signal` once it
 /// is live, and checks the terminal afterwards, and that its agent's socket is gone.
@@ -90,9 +31,13 @@ fn signal_restores_the_terminal(dir: &Path, signal: &str, number: i32) {
          sleep 600",
         dir.display()
     );
-    let t = PrivateTmux::start(&signal.to_lowercase(), &cmd);
-    t.wait_for("● live");
-    assert_eq!(t.display("#{alternate_on}"), "1", "the dashboard is on");
+    let t = tmux::Session::start_private(&cmd, WIDTH, HEIGHT);
+    t.wait_for(&["● live"]);
+    assert_eq!(
+        t.display("#{alternate_on}").trim(),
+        "1",
+        "the dashboard is on"
+    );
     let socket = dir.join("demo.sock");
     assert!(socket.exists(), "{signal}: the agent listens");
     let pid = std::fs::read_to_string(dir.join("pid")).unwrap();
@@ -100,14 +45,15 @@ fn signal_restores_the_terminal(dir: &Path, signal: &str, number: i32) {
         pid.trim().parse().unwrap(),
         signal
     ));
-    let screen = t.wait_for("MODE=");
+    let screen = t.wait_for(&["MODE="]);
     assert!(
         screen.contains(&format!("EXIT={}", 128 + number)),
         "{signal}: {screen}"
     );
     assert!(screen.contains("MODE=cooked"), "{signal}: raw mode left on");
     assert_eq!(
-        t.display("#{alternate_on} #{cursor_flag} #{mouse_any_flag} #{mouse_sgr_flag}"),
+        t.display("#{alternate_on} #{cursor_flag} #{mouse_any_flag} #{mouse_sgr_flag}")
+            .trim(),
         "0 1 0 0",
         "{signal}: alternate screen, cursor, mouse tracking, SGR mouse"
     );
@@ -139,8 +85,8 @@ fn quitting_the_demo_after_ooms_prints_where_the_dumps_went() {
          echo EXIT=$?; sleep 600",
         dir.path().display()
     );
-    let t = PrivateTmux::start("quit", &cmd);
-    t.wait_for("● live");
+    let t = tmux::Session::start_private(&cmd, WIDTH, HEIGHT);
+    t.wait_for(&["● live"]);
     // The first OOM's dump lands in the dump folder.
     let deadline = Instant::now() + WAIT;
     let dumps = dir.path().join("dumps");
@@ -151,10 +97,10 @@ fn quitting_the_demo_after_ooms_prints_where_the_dumps_went() {
         assert!(Instant::now() < deadline, "no OOM dump in {WAIT:?}");
         std::thread::sleep(POLL);
     }
-    t.tmux(&["send-keys", "-t", "t", "q"]);
-    let screen = t.wait_for("EXIT=");
+    t.send(&["q"]);
+    let screen = t.wait_for(&["EXIT="]);
     assert!(screen.contains("EXIT=0"), "{screen}");
-    assert_eq!(t.display("#{alternate_on}"), "0");
+    assert_eq!(t.display("#{alternate_on}").trim(), "0");
     assert!(screen.contains("OOM dumps written:"), "{screen}");
     assert!(
         screen.contains("allocview open dumps/oom-0001-pid")
@@ -173,10 +119,10 @@ fn attaching_to_a_silent_peer_says_it_is_connecting_meanwhile() {
     let addr = silent.local_addr().unwrap().to_string();
     let bin = env!("CARGO_BIN_EXE_allocview");
     let cmd = format!("{bin} --attach {addr}; echo EXIT=$?; sleep 600");
-    let t = PrivateTmux::start("connecting", &cmd);
-    t.wait_for(&format!("connecting to {addr}…"));
+    let t = tmux::Session::start_private(&cmd, WIDTH, HEIGHT);
+    t.wait_for(&[&format!("connecting to {addr}…")]);
     // Then the client's timeout: the note is erased, the error takes its place.
-    let screen = t.wait_for("EXIT=");
+    let screen = t.wait_for(&["EXIT="]);
     assert!(screen.contains("EXIT=1"), "{screen}");
     assert!(!screen.contains("connecting to"), "{screen}");
     assert!(
