@@ -18,6 +18,11 @@ use serde::{Deserialize, Serialize};
 /// The start of an [`OomRecord::dump_error`] for a dump left out on purpose, not failed.
 pub const NOT_WRITTEN: &str = "not written: ";
 
+/// Whether a dump error is [`NOT_WRITTEN`]: a dump left out on purpose, not a failure.
+pub fn is_not_written(dump_error: &str) -> bool {
+    dump_error.starts_with(NOT_WRITTEN)
+}
+
 /// Nanoseconds per microsecond (the agent's times are in ns, snapshot files' in µs).
 pub const NS_PER_US: u64 = 1_000;
 

@@ -13,7 +13,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use allocview_agent::agent::Agent;
-use allocview_agent::state::{AgentState, NOT_WRITTEN};
+use allocview_agent::state::{AgentState, is_not_written};
 use allocview_alloc::caching::backend::DeviceBackend;
 use allocview_alloc::caching::history::{ContextLevel, HistoryOptions};
 use allocview_alloc::caching::{AllocatorConfig, CachingAllocator};
@@ -289,10 +289,8 @@ impl Demo {
             differing_keys,
             dropped_events: state.pipeline.dropped_total,
             resyncs: state.pipeline.resyncs,
-            dumps: state
-                .ooms
-                .iter()
-                .flat_map(|o| o.dump_paths.iter().map(|p| p.display().to_string()))
+            dumps: dump_paths(&state)
+                .map(|p| p.display().to_string())
                 .collect(),
             dump_failures: state.pipeline.dump_failures,
             dump_errors: dump_errors(&state),
@@ -302,15 +300,24 @@ impl Demo {
     }
 }
 
+/// The OOM dump files the agent wrote, per OOM whose record it keeps.
+pub fn dump_paths(state: &AgentState) -> impl Iterator<Item = &std::path::Path> {
+    state
+        .ooms
+        .iter()
+        .flat_map(|o| o.dump_paths.iter().map(|p| p.as_path()))
+}
+
 /// Why OOM dumps could not be written, per OOM whose record the agent keeps: `OOM N: reason`
-/// (an OOM the agent chose not to dump, [`NOT_WRITTEN`], is no failure).
+/// (an OOM the agent chose not to dump,
+/// [`NOT_WRITTEN`](allocview_agent::state::NOT_WRITTEN), is no failure).
 pub fn dump_errors(state: &AgentState) -> Vec<String> {
     state
         .ooms
         .iter()
         .filter_map(|o| {
             let e = o.dump_error.as_ref()?;
-            (!e.starts_with(NOT_WRITTEN)).then(|| format!("OOM {}: {e}", o.index))
+            (!is_not_written(e)).then(|| format!("OOM {}: {e}", o.index))
         })
         .collect()
 }

@@ -319,11 +319,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
 /// to: the files, and the commands that open and summarise the first one.
 pub fn dumps_note(state: &AgentState) -> Option<String> {
     use std::fmt::Write as _;
-    let paths: Vec<&std::path::Path> = state
-        .ooms
-        .iter()
-        .flat_map(|o| o.dump_paths.iter().map(|p| p.as_path()))
-        .collect();
+    let paths: Vec<&std::path::Path> = crate::demo::dump_paths(state).collect();
     let failures = state.pipeline.dump_failures;
     if paths.is_empty() && failures == 0 {
         return None;

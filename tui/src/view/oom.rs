@@ -1,7 +1,7 @@
 //! View 7, OOM: each OOM with its facts (request, device and allocator memory), the diagnosis,
 //! the largest free block, what-if replays when computed, the snapshot dump and the context.
 
-use allocview_agent::state::NOT_WRITTEN;
+use allocview_agent::state::is_not_written;
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::style::Style;
@@ -104,7 +104,7 @@ pub fn lines(o: &OomReport, width: usize, in_file: bool) -> Vec<Line<'static>> {
     }
     match &o.dump_error {
         // Not a failure: the agent's limit on dumps, or another record has this moment's.
-        Some(e) if e.starts_with(NOT_WRITTEN) => {
+        Some(e) if is_not_written(e) => {
             v.push(Line::styled(format!(" dump {e}"), theme::dim()));
         }
         Some(e) => v.push(Line::styled(format!(" dump failed: {e}"), theme::alert())),
@@ -279,6 +279,7 @@ mod tests {
     use super::*;
     use crate::state::View;
     use crate::view::testing::view_text;
+    use allocview_agent::state::NOT_WRITTEN;
 
     #[test]
     fn a_pending_dump_a_lost_event_and_forgotten_records_are_said() {
