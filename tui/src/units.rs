@@ -107,6 +107,50 @@ pub fn elapsed(secs: f64) -> String {
     format!("{} h", three_digits(minutes / 60.0))
 }
 
+/// Seconds in a minute (axis labels, chart spans).
+pub const MINUTE: u64 = 60;
+/// Seconds in an hour.
+const HOUR: u64 = 60 * MINUTE;
+/// Seconds in a day.
+const DAY: u64 = 24 * HOUR;
+/// Below this many seconds an axis label keeps a tenth of a second.
+const TENTHS_BELOW_S: f64 = 10.0;
+/// Milliseconds in a second (axis labels under a second count them).
+const MS_PER_S: f64 = 1000.0;
+
+/// A duration as an axis label: `150ms`, `2.5s`, `45s`, `5m 12s`, `2h 05m`, `3d 4h` (the two
+/// largest units).
+pub fn axis_time(secs: f64) -> String {
+    if !secs.is_finite() || secs <= 0.0 {
+        return "0s".to_string();
+    }
+    // Below a second in whole milliseconds (999.6 ms and up reads as a second).
+    let ms = (secs * MS_PER_S).round();
+    if ms < MS_PER_S {
+        return format!("{ms}ms");
+    }
+    if secs < TENTHS_BELOW_S {
+        let tenths = format!("{secs:.1}");
+        return format!("{}s", tenths.strip_suffix(".0").unwrap_or(&tenths));
+    }
+    let s = secs.round() as u64;
+    match s {
+        s if s < MINUTE => format!("{s}s"),
+        s if s < HOUR => match s % MINUTE {
+            0 => format!("{}m", s / MINUTE),
+            r => format!("{}m {r:02}s", s / MINUTE),
+        },
+        s if s < DAY => match s % HOUR / MINUTE {
+            0 => format!("{}h", s / HOUR),
+            m => format!("{}h {m:02}m", s / HOUR),
+        },
+        s => match s % DAY / HOUR {
+            0 => format!("{}d", s / DAY),
+            h => format!("{}d {h}h", s / DAY),
+        },
+    }
+}
+
 /// A percentage with no decimals, as `24%`.
 pub fn percent(part: u64, whole: u64) -> String {
     if whole == 0 {
@@ -301,5 +345,26 @@ mod tests {
             Err(SizeError::OutOfRange(_))
         ));
         assert!(matches!(parse_size("1.2.3"), Err(SizeError::BadNumber(_))));
+    }
+
+    #[test]
+    fn axis_times_read_as_durations_in_their_two_largest_units() {
+        let cases = [
+            (0.0, "0s"),
+            (0.15, "150ms"),
+            (0.9996, "1s"),
+            (2.5, "2.5s"),
+            (7.0, "7s"),
+            (59.5, "1m"),
+            (45.2, "45s"),
+            (312.0, "5m 12s"),
+            (3600.0, "1h"),
+            (7500.0, "2h 05m"),
+            (3.0 * 86_400.0 + 4.0 * 3600.0, "3d 4h"),
+            (f64::NAN, "0s"),
+        ];
+        for (secs, want) in cases {
+            assert_eq!(axis_time(secs), want, "{secs}");
+        }
     }
 }

@@ -158,7 +158,7 @@ pub enum ChartSpan {
 }
 
 /// Seconds in a minute.
-const MINUTE_S: f64 = 60.0;
+const MINUTE_S: f64 = crate::units::MINUTE as f64;
 
 impl ChartSpan {
     /// The span a source starts with: a live process's last 10 minutes (what it is doing now,

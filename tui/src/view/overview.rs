@@ -233,50 +233,6 @@ fn counter_lines(state: &State, width: usize) -> Vec<Line<'static>> {
 const COLUMNS_PER_CELL: usize = 2;
 /// Below this box width the x axis gets its two end labels only, not the middle one.
 const MIN_WIDTH_FOR_MIDDLE_LABEL: u16 = 40;
-/// Seconds in a minute, an hour, a day (axis labels).
-const MINUTE: u64 = 60;
-/// Seconds in an hour.
-const HOUR: u64 = 60 * MINUTE;
-/// Seconds in a day.
-const DAY: u64 = 24 * HOUR;
-/// Below this many seconds an axis label keeps a tenth of a second.
-const TENTHS_BELOW_S: f64 = 10.0;
-/// Milliseconds in a second (axis labels under a second count them).
-const MS_PER_S: f64 = 1000.0;
-
-/// A duration as an axis label: `150ms`, `2.5s`, `45s`, `5m 12s`, `2h 05m`, `3d 4h` (the two
-/// largest units).
-fn axis_time(secs: f64) -> String {
-    if !secs.is_finite() || secs <= 0.0 {
-        return "0s".to_string();
-    }
-    // Below a second in whole milliseconds (999.6 ms and up reads as a second).
-    let ms = (secs * MS_PER_S).round();
-    if ms < MS_PER_S {
-        return format!("{ms}ms");
-    }
-    if secs < TENTHS_BELOW_S {
-        let tenths = format!("{secs:.1}");
-        return format!("{}s", tenths.strip_suffix(".0").unwrap_or(&tenths));
-    }
-    let s = secs.round() as u64;
-    match s {
-        s if s < MINUTE => format!("{s}s"),
-        s if s < HOUR => match s % MINUTE {
-            0 => format!("{}m", s / MINUTE),
-            r => format!("{}m {r:02}s", s / MINUTE),
-        },
-        s if s < DAY => match s % HOUR / MINUTE {
-            0 => format!("{}h", s / HOUR),
-            m => format!("{}h {m:02}m", s / HOUR),
-        },
-        s => match s % DAY / HOUR {
-            0 => format!("{}d", s / DAY),
-            h => format!("{}d {h}h", s / DAY),
-        },
-    }
-}
-
 /// The label of `x` on the usage chart's axis: event numbers where x counts events; live,
 /// how long before the newest sample's end (`-10m`, `now`); in a file, the time since its
 /// first event (`5m 12s`).
@@ -284,14 +240,14 @@ fn x_label(t: &Timeline, x: f64, file: bool) -> String {
     if t.x_is_events {
         units::count(x.max(0.0).round() as u64)
     } else if file {
-        axis_time(x)
+        units::axis_time(x)
     } else {
         let before = t.end - x;
         // Within half a tenth of a second of the end is the present.
         if before < 0.05 {
             "now".to_string()
         } else {
-            format!("-{}", axis_time(before))
+            format!("-{}", units::axis_time(before))
         }
     }
 }
@@ -320,7 +276,7 @@ pub fn render_chart(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
         let all = if t.x_is_events {
             format!("{} events", units::count((x1 - x0).max(0.0) as u64))
         } else {
-            axis_time(x1 - x0)
+            units::axis_time(x1 - x0)
         };
         label = if file {
             format!("whole trace: {all}")
@@ -636,27 +592,6 @@ mod tests {
     use super::*;
     use crate::state::View;
     use crate::view::testing::view_text;
-
-    #[test]
-    fn axis_times_read_as_durations_in_their_two_largest_units() {
-        let cases = [
-            (0.0, "0s"),
-            (0.15, "150ms"),
-            (0.9996, "1s"),
-            (2.5, "2.5s"),
-            (7.0, "7s"),
-            (59.5, "1m"),
-            (45.2, "45s"),
-            (312.0, "5m 12s"),
-            (3600.0, "1h"),
-            (7500.0, "2h 05m"),
-            (3.0 * 86_400.0 + 4.0 * 3600.0, "3d 4h"),
-            (f64::NAN, "0s"),
-        ];
-        for (secs, want) in cases {
-            assert_eq!(axis_time(secs), want, "{secs}");
-        }
-    }
 
     #[test]
     fn the_oom_and_retry_counts_stay_on_screen_where_the_counters_panel_does_not_fit() {
