@@ -32,3 +32,16 @@ pub fn fixture(name: &str) -> Option<PathBuf> {
         None
     }
 }
+
+/// An RMM allocation log (CSV, as RMM's `logging_resource_adaptor` writes it) of `rows`, each
+/// `(action, pointer, size, stream)`, one a millisecond apart on one thread.
+pub fn rmm_log(rows: &[(&str, u64, u64, u64)]) -> String {
+    let mut s = format!("{}\n", allocview_agent::replay::rmm::RMM_HEADER);
+    for (i, (action, ptr, size, stream)) in rows.iter().enumerate() {
+        s.push_str(&format!(
+            "140573312345856,1634567890.{:06},{action},{ptr:#x},{size},{stream:#x}\n",
+            i * 1000
+        ));
+    }
+    s
+}

@@ -58,22 +58,14 @@ fn with_ooms() -> Snapshot {
 /// An RMM log of a few allocations and frees, no failure: 8 MiB and 3 MiB live together at
 /// the peak.
 fn clean_rmm_log() -> String {
-    let rows: [(&str, u64, u64); 6] = [
-        ("allocate", 0x1000, 8 * MIB),
-        ("allocate", 0x2000, 3 * MIB),
-        ("free", 0x1000, 8 * MIB),
-        ("allocate", 0x3000, 4096),
-        ("free", 0x2000, 3 * MIB),
-        ("free", 0x3000, 4096),
-    ];
-    let mut s = String::from("Thread,Time,Action,Pointer,Size,Stream\n");
-    for (i, (action, ptr, size)) in rows.iter().enumerate() {
-        s.push_str(&format!(
-            "140573312345856,1634567890.{:06},{action},{ptr:#x},{size},0x1\n",
-            i * 1000
-        ));
-    }
-    s
+    allocview_tests::fixtures::rmm_log(&[
+        ("allocate", 0x1000, 8 * MIB, 1),
+        ("allocate", 0x2000, 3 * MIB, 1),
+        ("free", 0x1000, 8 * MIB, 1),
+        ("allocate", 0x3000, 4096, 1),
+        ("free", 0x2000, 3 * MIB, 1),
+        ("free", 0x3000, 4096, 1),
+    ])
 }
 
 /// A snapshot without OOMs whose trace the caching allocator itself wrote (`replay --out` of

@@ -24,14 +24,7 @@ fn rmm_log() -> String {
         ("free", 0x4000, 2 * MIB, 1),
         ("allocate", 0x7000, 512, 2),
     ];
-    let mut s = String::from("Thread,Time,Action,Pointer,Size,Stream\n");
-    for (i, (action, ptr, size, stream)) in rows.iter().enumerate() {
-        s.push_str(&format!(
-            "140573312345856,1634567890.{:06},{action},{ptr:#x},{size},{stream:#x}\n",
-            i * 1000
-        ));
-    }
-    s
+    allocview_tests::fixtures::rmm_log(&rows)
 }
 
 fn allocview(args: &[&str]) -> std::process::Output {

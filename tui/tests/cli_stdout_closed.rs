@@ -5,21 +5,13 @@ use std::process::{Command, Stdio};
 
 /// A small RMM log (CSV) for `replay`: a few allocations and frees on one stream.
 fn rmm_log() -> String {
-    let mut s = String::from("Thread,Time,Action,Pointer,Size,Stream\n");
-    for i in 0..40u64 {
-        let ptr = 0x1000 * (i + 1);
-        s.push_str(&format!(
-            "1,1634567890.{:06},allocate,{ptr:#x},{},0x1\n",
-            i * 2,
-            (i + 1) << 20
-        ));
-        s.push_str(&format!(
-            "1,1634567890.{:06},free,{ptr:#x},{},0x1\n",
-            i * 2 + 1,
-            (i + 1) << 20
-        ));
-    }
-    s
+    let rows: Vec<(&str, u64, u64, u64)> = (0..40u64)
+        .flat_map(|i| {
+            let (ptr, size) = (0x1000 * (i + 1), (i + 1) << 20);
+            [("allocate", ptr, size, 1), ("free", ptr, size, 1)]
+        })
+        .collect();
+    allocview_tests::fixtures::rmm_log(&rows)
 }
 
 /// Runs `allocview ARGS` with its stdout a pipe whose reading end is closed before the command
