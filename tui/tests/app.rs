@@ -17,12 +17,7 @@ fn app(rounds: u64) -> (App, tempfile::TempDir) {
 }
 
 fn app_of(snap: &Snapshot) -> (App, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let src = FileSource::new("/tmp/run.json", snap);
-    (
-        App::new(Box::new(src), dir.path().to_path_buf()).unwrap(),
-        dir,
-    )
+    support::file_app("/tmp/run.json", snap)
 }
 
 fn event(app: &App) -> usize {

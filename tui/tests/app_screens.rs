@@ -10,7 +10,6 @@ mod support;
 
 use allocview::app::App;
 use allocview::input::{self, Action, Seek};
-use allocview::source::file::FileSource;
 use allocview::state::from_agent::{AgentAdapter, LiveInfo};
 use allocview::state::histogram::Log2Histogram;
 use allocview::state::{Bucket, HistogramUnit, UiState, View};
@@ -23,10 +22,7 @@ use ratatui::crossterm::event::{KeyCode, KeyEvent};
 
 /// An app over `snap` opened as a file.
 fn file_app(snap: &Snapshot) -> (App, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let src = FileSource::new("/tmp/run.pickle", snap);
-    let app = App::new(Box::new(src), dir.path().to_path_buf()).unwrap();
-    (app, dir)
+    support::file_app("/tmp/run.pickle", snap)
 }
 
 /// What the app draws into `terminal` now, one line a row.

@@ -12,7 +12,6 @@ mod support;
 
 use allocview::app::App;
 use allocview::input::{Action, Seek, key};
-use allocview::source::file::FileSource;
 use allocview::state::from_agent::{AgentAdapter, LiveInfo};
 use allocview::state::ui::ChartSpan;
 use allocview::state::{State, UiState, View};
@@ -300,9 +299,7 @@ fn slow_trace(rounds: u64, timed: bool) -> Snapshot {
 }
 
 fn file_app(snap: &Snapshot) -> (App, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let src = FileSource::new("/tmp/run.json", snap);
-    let mut app = App::new(Box::new(src), dir.path().to_path_buf()).unwrap();
+    let (mut app, dir) = support::file_app("/tmp/run.json", snap);
     app.ui.no_color = true;
     (app, dir)
 }

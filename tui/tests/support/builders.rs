@@ -362,3 +362,12 @@ pub fn traced_snapshot(rounds: u64) -> Snapshot {
         ..Default::default()
     }
 }
+
+/// An app over `snap` opened as the file `path` (headers show its name), saving into a
+/// temporary folder that lives as long as the returned guard.
+pub fn file_app(path: &str, snap: &Snapshot) -> (allocview::app::App, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let src = allocview::source::file::FileSource::new(path, snap);
+    let app = allocview::app::App::new(Box::new(src), dir.path().to_path_buf()).unwrap();
+    (app, dir)
+}
