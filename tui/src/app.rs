@@ -87,12 +87,17 @@ impl App {
         self.source.is_file()
     }
 
-    /// Polls the source (unless paused); marks the screen dirty when the state changed.
+    /// Polls the source (paused: lets it watch its connection); marks the screen dirty when
+    /// the state changed.
     ///
     /// # Errors
     /// When the source failed for good.
     pub fn tick(&mut self) -> anyhow::Result<()> {
-        if !self.ui.paused && self.source.poll(&mut self.state)? {
+        if self.ui.paused {
+            if self.source.watch_while_paused(&mut self.state)? {
+                self.dirty = true;
+            }
+        } else if self.source.poll(&mut self.state)? {
             self.dirty = true;
             self.announce_new_ooms();
         }

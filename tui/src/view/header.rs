@@ -1,6 +1,6 @@
-//! The header on every view: mode (`● live`, `○ paused`, `◌ reconnecting (3)`, or the file and
-//! event), process, device, update rate, dropped events and resyncs (red when not zero), and
-//! the tab line.
+//! The header on every view: mode (`● live`, `○ paused`, `◌ reconnecting (3)`, `◌ no updates
+//! 12s`, or the file and event), process, device, update rate (while updates arrive), dropped
+//! events and resyncs (red when not zero), and the tab line.
 
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
@@ -50,6 +50,10 @@ fn mode_span_within(mode: &Mode, max_name: usize) -> Span<'static> {
         Mode::Paused => Span::styled("○ paused", Style::new().fg(theme::PENDING)),
         Mode::Reconnecting(n) => Span::styled(
             format!("◌ reconnecting ({n})"),
+            Style::new().fg(theme::ALERT),
+        ),
+        Mode::Stalled(secs) => Span::styled(
+            format!("◌ no updates {}", units::axis_time(*secs as f64)),
             Style::new().fg(theme::ALERT),
         ),
         Mode::File { name, event, total } => Span::styled(
@@ -102,7 +106,8 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
         dev = "  host heap".to_string();
     }
     optional.push((2, Span::raw(dev)));
-    if let Some(hz) = s.rate_hz {
+    // The rate is that of updates arriving: said only while they do.
+    if let Some(hz) = s.rate_hz.filter(|_| state.mode == Mode::Live) {
         optional.push((1, Span::raw(format!("  {hz:.0} Hz"))));
     }
     // A file's drop counts are those its recorder wrote: shown when there were any (a
