@@ -1,6 +1,6 @@
 //! The live dashboard (`allocview --attach ADDR`, in tmux at 80x24) over a headless demo's
 //! agent, through trouble: the process stopped (SIGSTOP) is said in the header until it
-//! continues; the process killed while the dashboard is paused is noticed, resuming then does
+//! continues, and its clean end (SIGTERM) as one; the process killed while the dashboard is paused is noticed, resuming then does
 //! not end the dashboard, and the restarted process is named when it reconnects; and, through
 //! `--headless`, OOM dump paths that a client in another folder can open, and a socket left
 //! behind by a dead process said as such.
@@ -63,11 +63,14 @@ fn a_stopped_process_is_said_in_the_header_until_it_continues() {
     let (demo, addr) = demo(dir.path(), &[]);
     let s = dashboard(&addr);
     signal(&demo, "STOP");
-    let screen = s.wait_for(&["◌ no updates", "no update from the agent for"]);
+    let screen = s.wait_for(&["◌ no updates", "no update for", "is the process stopped"]);
     // The rate of updates that no longer come is not shown.
     assert!(!screen.contains(" Hz "), "{screen}");
     signal(&demo, "CONT");
     s.wait_for(&["● live", "updates resumed after"]);
+    // A clean end is said as one, and the dashboard waits for the process to come back.
+    signal(&demo, "TERM");
+    s.wait_for(&["◌ reconnecting", "the process ended", "retrying every"]);
     s.quit_cleanly();
 }
 

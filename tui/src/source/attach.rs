@@ -94,6 +94,20 @@ pub fn refused_summary(p: &PipelineStats) -> Option<String> {
     ))
 }
 
+/// Why a connection ended, for the status line while reconnecting: a clean end (the process
+/// shut its agent down: it exited or is restarting), a loss (no goodbye: the process died), or
+/// the agent letting this dashboard go (too slow to read), before anything else.
+fn ended_why(e: &ClientError) -> String {
+    match e {
+        e if e.is_agent_shutdown() => "the process ended (its agent shut down)".into(),
+        ClientError::ConnectionLost => {
+            "connection lost without a goodbye (did the process die?)".into()
+        }
+        ClientError::Disconnected(reason) => format!("the agent let this dashboard go: {reason}"),
+        e => e.to_string(),
+    }
+}
+
 /// The status line when the agent has refused more attach clients than `said`.
 fn refused_status(p: &PipelineStats, said: u64) -> Option<String> {
     if p.refused_clients_total() <= said {
@@ -133,8 +147,8 @@ impl AttachSource {
         })
     }
 
-    fn lost(&mut self, why: String) {
-        self.ended = Some(why);
+    fn lost(&mut self, e: &ClientError) {
+        self.ended = Some(ended_why(e));
         self.client = None;
         self.attempts = self.attempts.max(1);
         self.next_retry = Instant::now() + RECONNECT_EVERY;
@@ -146,9 +160,11 @@ impl AttachSource {
     /// A request could not be sent: the connection is gone. Reconnecting starts; the message
     /// for the status line says so (the dashboard goes on).
     fn request_failed(&mut self, what: &str, e: ClientError) -> String {
-        let why = e.to_string();
-        self.lost(why.clone());
-        format!("could not {what}: {why}; reconnecting")
+        self.lost(&e);
+        format!(
+            "could not {what}: {}; reconnecting",
+            self.ended.as_deref().unwrap_or_default()
+        )
     }
 
     /// Puts a passing message in the status line (cleared after [`SOURCE_NOTE_SHOWN`]).
@@ -202,8 +218,7 @@ impl AttachSource {
         if self.stalled_since.is_none() {
             self.stalled_since = Some(last);
             state.status = Some(format!(
-                "no update from the agent for {} s: is its process stopped (SIGSTOP, a \
-                 debugger) or stuck? The figures shown are from before",
+                "no update for {} s: is the process stopped (SIGSTOP, a debugger) or stuck?",
                 quiet.as_secs()
             ));
         }
@@ -245,9 +260,8 @@ impl AttachSource {
             match c.pause(true) {
                 Ok(()) => msg.push_str("; still paused (Space resumes)"),
                 Err(e) => {
-                    let why = e.to_string();
-                    state.status = Some(why.clone());
-                    self.lost(why);
+                    self.lost(&e);
+                    state.status = self.ended.clone();
                     state.mode = Mode::Reconnecting(self.attempts);
                     return;
                 }
@@ -301,7 +315,10 @@ impl Source for AttachSource {
                     self.next_retry = Instant::now() + RECONNECT_EVERY;
                     state.mode = Mode::Reconnecting(self.attempts);
                     state.status = Some(match &self.ended {
-                        Some(why) => format!("{why}; reconnecting: {e}"),
+                        Some(why) => format!(
+                            "{why}; retrying every {} s (q quits): {e}",
+                            RECONNECT_EVERY.as_secs()
+                        ),
                         None => e.to_string(),
                     });
                     return Ok(true);
@@ -316,7 +333,7 @@ impl Source for AttachSource {
         {
             self.next_frames = Instant::now() + FRAMES_EVERY;
             if let Err(e) = c.request_snapshot() {
-                lost = Some(e.to_string());
+                lost = Some(e);
             }
         }
         for _ in 0..MAX_UPDATES_PER_POLL {
@@ -358,14 +375,14 @@ impl Source for AttachSource {
                 }
                 Err(ClientError::Timeout) => break,
                 Err(e) => {
-                    lost = Some(e.to_string());
+                    lost = Some(e);
                     break;
                 }
             }
         }
-        if let Some(why) = lost {
-            state.status = Some(why.clone());
-            self.lost(why);
+        if let Some(e) = lost {
+            self.lost(&e);
+            state.status = self.ended.clone();
             state.mode = Mode::Reconnecting(self.attempts);
             return Ok(true);
         }
