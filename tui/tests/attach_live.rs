@@ -1,5 +1,6 @@
 //! The live dashboard (`allocview --attach ADDR`, in tmux at 80x24) over a headless demo's
-//! agent, through trouble: the process stopped (SIGSTOP) is said in the header until it
+//! agent, through trouble (after `r`, confirmed once the agent reset the peaks): the process
+//! stopped (SIGSTOP) is said in the header until it
 //! continues, and its clean end (SIGTERM) as one; the process killed while the dashboard is paused is noticed, resuming then does
 //! not end the dashboard, and the restarted process is named when it reconnects; and, through
 //! `--headless`, OOM dump paths that a client in another folder can open, and a socket left
@@ -62,6 +63,9 @@ fn a_stopped_process_is_said_in_the_header_until_it_continues() {
     let dir = tempfile::tempdir().unwrap();
     let (demo, addr) = demo(dir.path(), &[]);
     let s = dashboard(&addr);
+    // A reset of the peaks is confirmed once the agent carried it out.
+    s.send(&["r"]);
+    s.wait_for(&["the agent reset its peak statistics"]);
     signal(&demo, "STOP");
     let screen = s.wait_for(&["◌ no updates", "no update for", "is the process stopped"]);
     // The rate of updates that no longer come is not shown.
