@@ -1,9 +1,9 @@
 //! The live dashboard (`allocview --attach ADDR`, in tmux at 80x24) over a headless demo's
-//! agent, through trouble (after `r`, confirmed once the agent reset the peaks): the process
-//! stopped (SIGSTOP) is said in the header until it
-//! continues, and its clean end (SIGTERM) as one; the process killed while the dashboard is paused is noticed, resuming then does
-//! not end the dashboard, and the restarted process is named when it reconnects; and, through
-//! `--headless`, OOM dump paths that a client in another folder can open, and a socket left
+//! agent, through trouble: `r` is confirmed once the agent reset the peaks; the process
+//! stopped (SIGSTOP) is said in the header until it continues, and its clean end (SIGTERM) as
+//! one; the process killed while the dashboard is paused is noticed, resuming then does not
+//! end the dashboard, and the restarted process is named when it reconnects. Through
+//! `--headless`: OOM dump paths that a client in another folder can open, and a socket left
 //! behind by a dead process said as such.
 
 use std::path::Path;
