@@ -50,6 +50,31 @@ pub const DETAIL_ALWAYS_SHOWN: &str =
 /// `s` for a process with a host heap only.
 pub const NO_DEVICE_TO_SAVE: &str = "nothing to save: this process has no device allocator to snapshot (its host heap is on the Overview)";
 
+/// Live: the selected trace row's event left the window of recent events the agent sends.
+pub const TRACE_ROW_LEFT: &str =
+    "the selected event left the live window of recent events (End follows the newest; p pauses)";
+
+/// What identifies a trace entry across live updates (entries carry no sequence number):
+/// its time, action, address and size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct TraceKey {
+    time_us: Option<i64>,
+    action: TraceAction,
+    addr: u64,
+    size: u64,
+}
+
+impl TraceKey {
+    fn of(e: &allocview_alloc::snapshot::TraceEntry) -> TraceKey {
+        TraceKey {
+            time_us: e.time_us,
+            action: e.action,
+            addr: e.addr,
+            size: e.size,
+        }
+    }
+}
+
 /// OOMs of a state: those the agent counted, or those it reports where it counts none.
 fn ooms_count(state: &State) -> u64 {
     state.ooms_total.max(state.ooms.len() as u64)
@@ -97,9 +122,15 @@ impl App {
             if self.source.watch_while_paused(&mut self.state)? {
                 self.dirty = true;
             }
-        } else if self.source.poll(&mut self.state)? {
-            self.dirty = true;
-            self.announce_new_ooms();
+        } else {
+            let selected = self.selected_live_trace_entry();
+            if self.source.poll(&mut self.state)? {
+                self.dirty = true;
+                self.announce_new_ooms();
+                if let Some(key) = selected {
+                    self.keep_trace_selection(key);
+                }
+            }
         }
         self.expire_notice(Instant::now());
         Ok(())
@@ -119,6 +150,36 @@ impl App {
             self.dirty = true;
         }
         self.notice = None;
+    }
+
+    /// Live, with a trace row the user selected: what identifies its entry, so that the row
+    /// stays on it while new events push the window of recent events along.
+    fn selected_live_trace_entry(&self) -> Option<TraceKey> {
+        if self.file_mode() {
+            return None;
+        }
+        let row = self.ui.trace_row?;
+        let rows = self.state.trace_rows(&self.ui.trace_filter);
+        let i = *rows.get(row)?;
+        Some(TraceKey::of(&self.state.trace[i]))
+    }
+
+    /// After a live update: the selected trace row moves to where its entry is now; an entry
+    /// that left the window of recent events leaves the selection on the oldest row, and says so.
+    fn keep_trace_selection(&mut self, key: TraceKey) {
+        let rows = self.state.trace_rows(&self.ui.trace_filter);
+        let at = rows
+            .iter()
+            .rposition(|&i| TraceKey::of(&self.state.trace[i]) == key);
+        match at {
+            Some(row) => self.ui.trace_row = Some(row),
+            None => {
+                self.ui.trace_row = Some(0);
+                if self.ui.view == View::Trace {
+                    self.status(TRACE_ROW_LEFT);
+                }
+            }
+        }
     }
 
     fn rows_in_view(&self) -> usize {
@@ -155,6 +216,8 @@ impl App {
                 self.ui.segment_row = row;
             }
             View::Streams => self.ui.stream_row = row,
+            // Live, the last row follows the newest event; another stays on its event.
+            View::Trace if !self.file_mode() && row + 1 >= n => self.ui.trace_row = None,
             View::Trace => self.ui.trace_row = Some(row),
             View::Oom => {
                 if row != self.ui.oom {

@@ -124,3 +124,59 @@ fn saving_a_host_heap_only_process_says_there_is_no_device_to_snapshot() {
     app.apply(Action::Save).unwrap();
     assert_eq!(saves.get(), 1);
 }
+
+/// The live state whose recent events are allocations at times `from..from + n` µs (each at
+/// its own address), as the agent's sliding window of recent events sends them.
+fn with_trace(from: u64, n: u64) -> State {
+    use allocview_alloc::snapshot::{TraceAction, TraceEntry};
+    let mut s = support::live_state();
+    let trace: Vec<TraceEntry> = (from..from + n)
+        .map(|t| TraceEntry {
+            time_us: Some(t as i64),
+            ..TraceEntry::new(TraceAction::Alloc, 0x7f00_0000_0000 + t * 512, 512, 0)
+        })
+        .collect();
+    s.trace = trace.into();
+    s
+}
+
+/// The time of the trace entry on the selected row.
+fn selected_time(app: &App) -> Option<i64> {
+    let rows = app.state.trace_rows(&app.ui.trace_filter);
+    let row = app.ui.trace_row?;
+    app.state.trace[rows[row]].time_us
+}
+
+#[test]
+fn a_selected_live_trace_row_stays_on_its_event_while_new_events_arrive() {
+    let (mut app, _) = live(vec![
+        with_trace(0, 100),
+        with_trace(10, 100),
+        with_trace(200, 100),
+    ]);
+    app.apply(Action::ShowView(View::Trace)).unwrap();
+    // Five rows up from the newest (99): event 94.
+    app.apply(Action::Move(-5)).unwrap();
+    assert_eq!(selected_time(&app), Some(94));
+    // Ten newer events pushed the window along: the row is still on event 94.
+    app.tick().unwrap();
+    assert_eq!(selected_time(&app), Some(94));
+    assert_eq!(app.state.status, None);
+    // The event left the window: the oldest row, and the user is told.
+    app.tick().unwrap();
+    assert_eq!(selected_time(&app), Some(200));
+    assert_eq!(app.state.status.as_deref(), Some(app::TRACE_ROW_LEFT));
+}
+
+#[test]
+fn the_last_live_trace_row_follows_the_newest_event() {
+    let (mut app, _) = live(vec![with_trace(0, 100), with_trace(10, 100)]);
+    app.apply(Action::ShowView(View::Trace)).unwrap();
+    app.apply(Action::Move(-5)).unwrap();
+    app.apply(Action::Bottom).unwrap();
+    assert_eq!(app.ui.trace_row, None, "End follows the newest");
+    app.tick().unwrap();
+    let rows = app.state.trace_rows(&app.ui.trace_filter);
+    let row = app.state.default_trace_row(&rows);
+    assert_eq!(app.state.trace[rows[row]].time_us, Some(109));
+}
