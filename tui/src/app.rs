@@ -124,11 +124,15 @@ impl App {
             }
         } else {
             let selected = self.selected_live_trace_entry();
+            let segment = self.selected_live_segment();
             if self.source.poll(&mut self.state)? {
                 self.dirty = true;
                 self.announce_new_ooms();
                 if let Some(key) = selected {
                     self.keep_trace_selection(key);
+                }
+                if let Some(at) = segment {
+                    self.keep_segment_selection(at);
                 }
             }
         }
@@ -180,6 +184,36 @@ impl App {
                 }
             }
         }
+    }
+
+    /// Live: the selected segment's address and the selected block's, so that the selection
+    /// stays on them while segments come, go and change size (the list is ordered by size).
+    fn selected_live_segment(&self) -> Option<(u64, u64)> {
+        if self.file_mode() {
+            return None;
+        }
+        let seg = &self.state.segments[self.state.selected_segment(&self.ui)?];
+        let block = seg
+            .blocks
+            .get(self.ui.block)
+            .map_or(seg.address, |b| b.address);
+        Some((seg.address, block))
+    }
+
+    /// After a live update: the segment row moves to where the selected segment is now, and
+    /// the block to the one holding the selected block's address (blocks split and merge). A
+    /// segment that is gone leaves the row where it was.
+    fn keep_segment_selection(&mut self, (segment, block): (u64, u64)) {
+        let order = self.state.segment_order(self.ui.segment_filter);
+        let Some(row) = order
+            .iter()
+            .position(|&i| self.state.segments[i].address == segment)
+        else {
+            return;
+        };
+        self.ui.segment_row = row;
+        let blocks = &self.state.segments[order[row]].blocks;
+        self.ui.block = blocks.iter().rposition(|b| b.address <= block).unwrap_or(0);
     }
 
     fn rows_in_view(&self) -> usize {

@@ -180,3 +180,38 @@ fn the_last_live_trace_row_follows_the_newest_event() {
     let row = app.state.default_trace_row(&rows);
     assert_eq!(app.state.trace[rows[row]].time_us, Some(109));
 }
+
+#[test]
+fn the_selected_live_segment_and_block_stay_selected_when_a_bigger_segment_arrives() {
+    use allocview_alloc::snapshot::{BlockState, SegmentType};
+    let first = support::live_state();
+    let mut second = first.clone();
+    // A new segment bigger than all: every row below it moves down one.
+    second.segments.insert(
+        0,
+        support::segment(
+            0x7f00_0000_0000,
+            0,
+            SegmentType::Large,
+            &[(
+                1024 * support::MIB,
+                1024 * support::MIB,
+                BlockState::ActiveAllocated,
+            )],
+        ),
+    );
+    let (mut app, _) = live(vec![first, second]);
+    app.apply(Action::ShowView(View::Segments)).unwrap();
+    // The largest segment (200 MiB at 0x7f3a2c000000), its third block.
+    app.apply(Action::Right).unwrap();
+    app.apply(Action::Right).unwrap();
+    let selected = |app: &App| {
+        let seg = &app.state.segments[app.state.selected_segment(&app.ui).unwrap()];
+        (seg.address, seg.blocks[app.ui.block].address)
+    };
+    let before = selected(&app);
+    assert_eq!(before.0, 0x7f3a_2c00_0000);
+    app.tick().unwrap();
+    assert_eq!(app.ui.segment_row, 1);
+    assert_eq!(selected(&app), before);
+}
