@@ -74,7 +74,7 @@ fn a_stopped_process_is_said_in_the_header_until_it_continues() {
     s.wait_for(&["● live", "updates resumed after"]);
     // A clean end is said as one, and the dashboard waits for the process to come back.
     signal(&demo, "TERM");
-    s.wait_for(&["◌ reconnecting", "the process ended", "retrying every"]);
+    s.wait_for(&["◌ reconnecting", "the process ended", "every 1 s (q quits)"]);
     s.quit_cleanly();
 }
 

@@ -108,6 +108,24 @@ fn ended_why(e: &ClientError) -> String {
     }
 }
 
+/// What a failed reconnect adds to the line: nothing when nobody listens at the address yet
+/// (the process has not come back: what the retries wait for), else its error.
+fn retry_detail(e: &ClientError) -> String {
+    use std::io::ErrorKind;
+    match e {
+        ClientError::StaleSocket(_) => String::new(),
+        ClientError::Connect { error, .. }
+            if matches!(
+                error.kind(),
+                ErrorKind::NotFound | ErrorKind::ConnectionRefused
+            ) =>
+        {
+            String::new()
+        }
+        e => format!(": {e}"),
+    }
+}
+
 /// The status line when the agent has refused more attach clients than `said`.
 fn refused_status(p: &PipelineStats, said: u64) -> Option<String> {
     if p.refused_clients_total() <= said {
@@ -316,8 +334,10 @@ impl Source for AttachSource {
                     state.mode = Mode::Reconnecting(self.attempts);
                     state.status = Some(match &self.ended {
                         Some(why) => format!(
-                            "{why}; retrying every {} s (q quits): {e}",
-                            RECONNECT_EVERY.as_secs()
+                            "{why}; retrying {} every {} s (q quits){}",
+                            self.addr,
+                            RECONNECT_EVERY.as_secs(),
+                            retry_detail(&e)
                         ),
                         None => e.to_string(),
                     });
