@@ -31,6 +31,8 @@ pub const RECONNECT_EVERY: Duration = Duration::from_secs(1);
 pub const FRAMES_EVERY: Duration = Duration::from_secs(5);
 /// How long `s` waits for the agent's snapshot.
 pub const SAVE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Nanoseconds in a second.
+const NS_PER_S: f64 = 1e9;
 /// Updates applied per poll at most (the rest wait for the next tick, so input stays fast).
 const MAX_UPDATES_PER_POLL: usize = 256;
 /// How long without an update before the header says updates stopped (the agent sends one
@@ -65,6 +67,8 @@ pub struct AttachSource {
     /// Attach clients the agent had refused when last said in the status line: a rise is
     /// said again.
     refused_said: u64,
+    /// The agent's clock at the last update (the rate is measured by it).
+    last_agent_ns: Option<u64>,
     /// Whether the user paused updates (a reconnect pauses the new connection too).
     paused: bool,
     /// When updates stopped arriving, once [`STALL_AFTER`] passed without one.
@@ -158,6 +162,7 @@ impl AttachSource {
             saved: 0,
             what_if: WhatIfJobs::new(),
             refused_said: 0,
+            last_agent_ns: None,
             paused: false,
             stalled_since: None,
             pid,
@@ -173,6 +178,7 @@ impl AttachSource {
         self.stalled_since = None;
         self.rate_hz = None;
         self.last_update = None;
+        self.last_agent_ns = None;
     }
 
     /// A request could not be sent: the connection is gone. Reconnecting starts; the message
@@ -360,14 +366,16 @@ impl Source for AttachSource {
             let Some(c) = &mut self.client else { break };
             match c.next_update(Duration::ZERO) {
                 Ok(ClientUpdate::Full) | Ok(ClientUpdate::Update) => {
-                    let now = Instant::now();
-                    if let Some(t) = self.last_update {
-                        let dt = now.duration_since(t).as_secs_f64();
-                        if dt > 0.0 {
-                            self.rate_hz = Some(1.0 / dt);
-                        }
+                    // The rate the agent sends at, by its clock: updates read in a burst (a
+                    // dashboard held up by a slow terminal) arrive close together here.
+                    let t = c.state().time_ns;
+                    if let Some(prev) = self.last_agent_ns
+                        && t > prev
+                    {
+                        self.rate_hz = Some(NS_PER_S / (t - prev) as f64);
                     }
-                    self.last_update = Some(now);
+                    self.last_agent_ns = Some(t);
+                    self.last_update = Some(Instant::now());
                     if let Some(since) = self.stalled_since.take() {
                         let msg = format!(
                             "updates resumed after {:.0} s",
@@ -437,6 +445,7 @@ impl Source for AttachSource {
         // The agent's full state comes first after a resume: no stall before then.
         self.last_update = Some(Instant::now());
         self.rate_hz = None;
+        self.last_agent_ns = None;
         Ok(if paused {
             "paused (Space resumes)"
         } else {
