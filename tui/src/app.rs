@@ -35,7 +35,19 @@ pub struct App {
     notice: Option<(String, Instant)>,
     /// OOMs the process had when last polled (live): more since is a new OOM to announce.
     ooms_seen: u64,
+    /// After a slow draw (a slow terminal): no draw before then (see [`App::note_draw`]).
+    next_draw: Option<Instant>,
 }
+
+/// A draw that took longer than this held the loop up: the terminal takes its output slowly
+/// (a slow link, a terminal that stopped reading), and the next draws wait.
+pub const SLOW_DRAW: Duration = Duration::from_millis(50);
+/// After a slow draw, no draw for this many times as long as it took: the terminal catches up
+/// while the loop keeps reading the keys and the agent (whose queue for a dashboard that does
+/// not read is bounded: it would let it go).
+pub const SLOW_DRAW_BACKOFF: u32 = 2;
+/// The longest a slow terminal makes the next draw wait.
+pub const MAX_DRAW_WAIT: Duration = Duration::from_secs(5);
 
 /// How long a message the app shows (a save, a reset, a pause) stays in the status line.
 pub const NOTICE_SHOWN: Duration = Duration::from_secs(6);
@@ -100,6 +112,7 @@ impl App {
             save_dir,
             notice: None,
             ooms_seen: 0,
+            next_draw: None,
         };
         app.source.poll(&mut app.state)?;
         // OOMs from before the dashboard opened are on the OOM tab, not news.
@@ -615,7 +628,8 @@ impl App {
         }
     }
 
-    /// Draws into a terminal when dirty.
+    /// Draws into a terminal when dirty, unless a slow terminal made the draw wait (see
+    /// [`App::note_draw`]): it stays dirty for a later one.
     ///
     /// # Errors
     /// When the terminal cannot be written.
@@ -623,13 +637,29 @@ impl App {
     where
         B::Error: Send + Sync + 'static,
     {
-        if !self.dirty {
+        if !self.dirty || !self.draw_due(Instant::now()) {
             return Ok(());
         }
+        let started = Instant::now();
         let frame = terminal.draw(|f| view::draw(f, &self.state, &self.ui))?;
         self.area = frame.area;
         self.dirty = false;
+        self.note_draw(started.elapsed(), Instant::now());
         Ok(())
+    }
+
+    /// A draw took `took`, ending at `now`: over [`SLOW_DRAW`], the next waits
+    /// [`SLOW_DRAW_BACKOFF`] times as long (at most [`MAX_DRAW_WAIT`]), so that a terminal that
+    /// takes its output slowly does not hold the loop up draw after draw (keys unread, the
+    /// agent's updates piling up); a quick draw lifts the wait.
+    pub fn note_draw(&mut self, took: Duration, now: Instant) {
+        self.next_draw =
+            (took > SLOW_DRAW).then(|| now + (took * SLOW_DRAW_BACKOFF).min(MAX_DRAW_WAIT));
+    }
+
+    /// Whether a draw may happen at `now` (no slow draw made it wait).
+    pub fn draw_due(&self, now: Instant) -> bool {
+        self.next_draw.is_none_or(|t| now >= t)
     }
 }
 

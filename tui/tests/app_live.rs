@@ -215,3 +215,28 @@ fn the_selected_live_segment_and_block_stay_selected_when_a_bigger_segment_arriv
     assert_eq!(app.ui.segment_row, 1);
     assert_eq!(selected(&app), before);
 }
+
+#[test]
+fn after_a_slow_draw_the_next_ones_wait_so_a_slow_terminal_does_not_hold_the_loop_up() {
+    use std::time::{Duration, Instant};
+    let (mut app, _) = live(vec![support::live_state()]);
+    let mut term = ratatui::Terminal::new(ratatui::backend::TestBackend::new(80, 24)).unwrap();
+    let t0 = Instant::now();
+    // A draw that took 400 ms: none for the next 800 ms.
+    app.note_draw(Duration::from_millis(400), t0);
+    assert!(!app.draw_due(t0 + Duration::from_millis(700)));
+    assert!(app.draw_due(t0 + Duration::from_millis(800)));
+    // The wait has a ceiling.
+    app.note_draw(Duration::from_secs(60), t0);
+    assert!(!app.draw_due(t0 + app::MAX_DRAW_WAIT - Duration::from_millis(1)));
+    assert!(app.draw_due(t0 + app::MAX_DRAW_WAIT));
+    // Waiting, the screen stays dirty for a later draw.
+    app.note_draw(Duration::from_secs(60), Instant::now());
+    app.dirty = true;
+    app.draw(&mut term).unwrap();
+    assert!(app.dirty);
+    // A quick draw lifts the wait.
+    app.note_draw(Duration::from_millis(1), Instant::now());
+    app.draw(&mut term).unwrap();
+    assert!(!app.dirty);
+}
