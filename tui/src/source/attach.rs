@@ -5,7 +5,7 @@
 //!
 //! The agent sends an update every tick whether or not anything changed (docs/protocol.md),
 //! so silence means its process is stopped or stuck: after [`STALL_AFTER`] without one the
-//! header reads `◌ no updates N s` in place of `● live`, until they resume. While the user has
+//! header reads `◌ no updates 12s` in place of `● live`, until they resume. While the user has
 //! paused updates the connection is still watched ([`Source::watch_while_paused`]): a process
 //! that dies meanwhile is noticed and reconnected to (paused again), and a request that finds
 //! the connection gone starts a reconnect instead of ending the dashboard. A reconnect that
@@ -515,6 +515,33 @@ impl Source for AttachSource {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_reconnect_line_leads_with_why_the_connection_ended() {
+        let shutdown =
+            ClientError::Disconnected(allocview_agent::protocol::SHUTDOWN_GOODBYE.to_string());
+        assert_eq!(
+            ended_why(&shutdown),
+            "the process ended (its agent shut down)"
+        );
+        assert!(ended_why(&ClientError::ConnectionLost).contains("did the process die?"));
+        assert_eq!(
+            ended_why(&ClientError::Disconnected("client queue full".into())),
+            "the agent let this dashboard go: client queue full"
+        );
+        // Nobody listening yet is what the retries wait for: not repeated on the line.
+        let refused = ClientError::Connect {
+            addr: "127.0.0.1:7070".into(),
+            error: std::io::ErrorKind::ConnectionRefused.into(),
+        };
+        assert_eq!(retry_detail(&refused), "");
+        assert_eq!(
+            retry_detail(&ClientError::StaleSocket("/x.sock".into())),
+            ""
+        );
+        let token = ClientError::Refused("wrong token".into());
+        assert_eq!(retry_detail(&token), ": the agent refused: wrong token");
+    }
 
     #[test]
     fn refused_clients_are_said_once_per_rise_with_their_reasons() {
