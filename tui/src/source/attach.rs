@@ -73,8 +73,9 @@ pub struct AttachSource {
     paused: bool,
     /// When updates stopped arriving, once [`STALL_AFTER`] passed without one.
     stalled_since: Option<Instant>,
-    /// The process of the last connection: a reconnect to another is a restart.
-    pid: u32,
+    /// The process of the last connection, as its pid and start time: a reconnect to another
+    /// is a restart (a restarted service in a container often has the same pid).
+    process: (u32, u64),
     /// A passing message this source put in the status line, and when: cleared after
     /// [`SOURCE_NOTE_SHOWN`] unless something replaced it.
     note: Option<(String, Instant)>,
@@ -130,6 +131,11 @@ fn retry_detail(e: &ClientError) -> String {
     }
 }
 
+/// The process a client is connected to: its pid and when it started (by the agent's clock).
+fn process_of(c: &AttachClient) -> (u32, u64) {
+    (c.process().0, c.state().process.started_ns)
+}
+
 /// The status line when the agent has refused more attach clients than `said`.
 fn refused_status(p: &PipelineStats, said: u64) -> Option<String> {
     if p.refused_clients_total() <= said {
@@ -146,7 +152,7 @@ impl AttachSource {
     /// are retried instead.
     pub fn connect(addr: &str, token: Option<String>) -> Result<AttachSource, ClientError> {
         let client = AttachClient::connect(addr, token.clone())?;
-        let pid = client.process().0;
+        let process = process_of(&client);
         Ok(AttachSource {
             addr: addr.to_string(),
             token,
@@ -165,7 +171,7 @@ impl AttachSource {
             last_agent_ns: None,
             paused: false,
             stalled_since: None,
-            pid,
+            process,
             note: None,
         })
     }
@@ -256,22 +262,24 @@ impl AttachSource {
     /// service restarted) starts the figures over and is named.
     fn reconnected(&mut self, c: AttachClient, state: &mut State) {
         let (pid, name) = c.process();
-        let msg = if pid == self.pid {
+        let process = process_of(&c);
+        let same = process == self.process;
+        let msg = if same {
             format!("reconnected to {} (pid {pid})", self.addr)
         } else {
             format!(
                 "reconnected to a new process, pid {pid} {name} (was pid {}), at {}; its \
                  figures start over",
-                self.pid, self.addr
+                self.process.0, self.addr
             )
         };
-        if pid != self.pid {
+        if !same {
             self.adapter = AgentAdapter::new();
             self.frames = None;
             self.what_if = WhatIfJobs::new();
             self.refused_said = 0;
         }
-        self.pid = pid;
+        self.process = process;
         self.client = Some(c);
         self.attempts = 0;
         self.ended = None;
