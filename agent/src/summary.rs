@@ -71,7 +71,10 @@ pub struct DeviceSummary {
     pub memory_summary: String,
     /// What the peaks and totals of [`memory_summary`](Self::memory_summary) cover.
     pub window: StatsWindow,
-    /// The `current` figures of `torch.cuda.memory_stats()` the snapshot implies.
+    /// The figures of `torch.cuda.memory_stats()` the file states: every stat's `current`;
+    /// when [`window`](Self::window) is a trace, also its `peak`, `allocated` and `freed` over
+    /// that window (not `requested_bytes`', which traces do not record) and `num_ooms`. What
+    /// is not known is left out rather than written as 0.
     pub memory_stats: BTreeMap<String, i64>,
     /// Fragmentation per pool.
     pub pools: Pools,
@@ -291,6 +294,30 @@ fn merge_history(current: &mut DeviceStats, replayed: &DeviceStats) {
     stat(&mut current.oversize_segments, &replayed.oversize_segments);
 }
 
+/// The keys of `memory_stats()` whose figures are known under `history` (the columns the
+/// memory summary's table fills): every `current`; with a replayed trace also every `peak`,
+/// `allocated` and `freed` but `requested_bytes`' and `num_ooms`. Left out, rather than
+/// written as 0: what a trace cannot tell (requested sizes' history, retries, syncs, device
+/// calls before the window).
+fn known_memory_stats(stats: &DeviceStats, history: HistoryColumns) -> BTreeMap<String, i64> {
+    match history {
+        HistoryColumns::NotKnown => stats.currents(),
+        HistoryColumns::Known => stats.memory_stats(),
+        HistoryColumns::KnownExceptRequested => {
+            let mut known: BTreeMap<String, i64> = stats
+                .memory_stats()
+                .into_iter()
+                .filter(|(k, _)| {
+                    k.ends_with(".current")
+                        || (k.contains('.') && !k.starts_with("requested_bytes."))
+                })
+                .collect();
+            known.insert("num_ooms".into(), stats.num_ooms);
+            known
+        }
+    }
+}
+
 fn summarize_device(
     snapshot: &Snapshot,
     device: i32,
@@ -400,7 +427,7 @@ fn summarize_device(
         };
         (
             format_memory_summary_with(&stats, device, columns),
-            stats.currents(),
+            known_memory_stats(&stats, columns),
             window,
         )
     } else {
