@@ -90,10 +90,12 @@ pub struct DeviceSummary {
     pub actions: BTreeMap<String, u64>,
     /// The OOM entries of the trace.
     pub ooms: Vec<OomFact>,
-    /// For a trace with OOMs on a device of known size (and no more than
-    /// [`MAX_ENTRIES`](crate::replay::smallest_device::MAX_ENTRIES) entries), the smallest device on which it replays without
-    /// an OOM under the recorded settings
-    /// ([`smallest_device_without_oom`](crate::replay::smallest_device_without_oom)).
+    /// For a trace with OOMs (and no more than
+    /// [`MAX_ENTRIES`](crate::replay::smallest_device::MAX_ENTRIES) entries), the smallest
+    /// device on which it replays without an OOM under the recorded settings
+    /// ([`smallest_device_without_oom`](crate::replay::smallest_device_without_oom)); for a file
+    /// without the device's size, the smallest memory the allocator must reach
+    /// ([`smallest_reachable_without_oom`](crate::replay::smallest_reachable_without_oom)).
     pub smallest_device: Option<replay::SmallestDevice>,
 }
 
@@ -444,12 +446,20 @@ fn summarize_device(
     };
     let trace_overflow = meta.map_or(0, |m| m.trace_overflow);
     let reproduced = matches!(replayed, Some((d, Ok(_))) if *d == device);
+    // A file without the device's size starts from what the allocator could reach at the
+    // first recorded OOM (its diagnosis's capacity).
+    let first_traced_oom = ooms.iter().find(|o| o.index.is_some());
     let smallest_device = match (
         meta.and_then(|m| m.total_memory),
         replay::recorded_config(snapshot),
+        first_traced_oom.and_then(|o| o.diagnosis.as_ref()),
     ) {
-        (Some(total), Ok(config)) if reproduced && ooms.iter().any(|o| o.index.is_some()) => {
+        _ if !reproduced => None,
+        (Some(total), Ok(config), _) if first_traced_oom.is_some() => {
             replay::smallest_device_without_oom(snapshot, &config, total)
+        }
+        (None, Ok(config), Some(diagnosis)) => {
+            replay::smallest_reachable_without_oom(snapshot, &config, diagnosis.capacity)
         }
         _ => None,
     };
