@@ -75,11 +75,9 @@ fn no_smallest_device_without_an_oom_or_for_a_request_beyond_any_nearby_device()
     );
 }
 
-#[test]
-fn an_oom_caused_by_memory_outside_the_allocator_names_no_device_size() {
-    // A 1 GiB device of which another user holds 700 MiB: 100 MiB live and a 300 MiB request
-    // would fit the device alone. The replay has no such user, so no size it finds would mean
-    // anything: it names none.
+/// Records on a 1 GiB device of which another user holds 700 MiB: 100 MiB live, then a
+/// [`TOO_BIG`] request that fails.
+fn beside_another_user() -> allocview_alloc::snapshot::Snapshot {
     let sim = std::sync::Arc::new(allocview_alloc::caching::sim::SimBackend::new(GIB));
     sim.set_external_usage(700 * MIB);
     let alloc =
@@ -88,7 +86,15 @@ fn an_oom_caused_by_memory_outside_the_allocator_names_no_device_size() {
     let s = allocview_alloc::caching::backend::StreamId::DEFAULT;
     let _live = alloc.malloc(100 * MIB, s).unwrap();
     assert!(alloc.malloc(TOO_BIG, s).is_err());
-    let snap = alloc.snapshot();
+    alloc.snapshot()
+}
+
+#[test]
+fn an_oom_caused_by_memory_outside_the_allocator_names_no_device_size() {
+    // A 1 GiB device of which another user holds 700 MiB: 100 MiB live and a 300 MiB request
+    // would fit the device alone. The replay has no such user, so no size it finds would mean
+    // anything: it names none.
+    let snap = beside_another_user();
     let out = replay::replay(&snap, &ReplaySettings::default(), &mut |_, _| {}).unwrap();
     assert_eq!(out.report.runs[0].ooms, 1);
     assert_eq!(out.report.smallest_device, None, "{}", out.report.to_text());
@@ -145,15 +151,7 @@ fn without_the_device_size_the_bisection_starts_from_what_the_allocator_could_re
 fn without_the_device_size_memory_outside_the_allocator_does_not_count() {
     // Another user holds 700 MiB of a 1 GiB device: the allocator could reach 324 MiB (100
     // MiB reserved, 224 MiB free) when the 300 MiB request failed, and needed 400 MiB.
-    let sim = std::sync::Arc::new(allocview_alloc::caching::sim::SimBackend::new(GIB));
-    sim.set_external_usage(700 * MIB);
-    let alloc =
-        allocview_alloc::caching::CachingAllocator::new(sim.clone(), AllocatorConfig::default());
-    alloc.record_history(allocview_alloc::caching::HistoryOptions::default());
-    let stream = allocview_alloc::caching::backend::StreamId::DEFAULT;
-    let _live = alloc.malloc(100 * MIB, stream).unwrap();
-    assert!(alloc.malloc(TOO_BIG, stream).is_err());
-    let snap = without_device_size(alloc.snapshot());
+    let snap = without_device_size(beside_another_user());
     let out = replay::replay(&snap, &ReplaySettings::default(), &mut |_, _| {}).unwrap();
     let s = out.report.smallest_device.expect("an OOM in the trace");
     assert_eq!(s.from, 324 * MIB, "{s:?}");
