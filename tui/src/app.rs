@@ -309,6 +309,13 @@ impl App {
         self.status(msg);
     }
 
+    /// Shows `msg` in the status line for [`NOTICE_SHOWN`] (what happened before the screen
+    /// opened, say).
+    pub fn notify(&mut self, msg: impl Into<String>) {
+        self.status(msg);
+        self.dirty = true;
+    }
+
     fn status(&mut self, msg: impl Into<String>) {
         let msg = msg.into();
         self.notice = Some((msg.clone(), Instant::now()));

@@ -4,7 +4,8 @@
 //! one; the process killed while the dashboard is paused is noticed, resuming then does not
 //! end the dashboard, and the restarted process is named when it reconnects. Through
 //! `--headless`: OOM dump paths that a client in another folder can open, and a socket left
-//! behind by a dead process said as such.
+//! behind by a dead process said as such. Attaching without an address: the stale sockets the
+//! look removed are said on the dashboard.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -192,4 +193,47 @@ fn a_socket_left_behind_by_a_dead_process_is_said_as_such() {
         err.contains("nobody is listening there") && err.contains("process that died"),
         "{err}"
     );
+}
+
+#[test]
+fn stale_sockets_removed_while_looking_for_the_agent_are_said_on_the_dashboard() {
+    if !tmux::available(
+        "stale_sockets_removed_while_looking_for_the_agent_are_said_on_the_dashboard",
+    ) {
+        return;
+    }
+    // The default folder under a runtime folder of the test's own.
+    let runtime = tempfile::tempdir().unwrap();
+    let sockets = runtime.path().join("allocview");
+    std::fs::create_dir(&sockets).unwrap();
+    std::fs::set_permissions(
+        &sockets,
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
+    // A socket a killed agent left behind, and a live agent beside it.
+    drop(std::os::unix::net::UnixListener::bind(sockets.join("4242.sock")).unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let sock = sockets.join("demo.sock");
+    let _demo = Child(
+        allocview_tests::cli::headless_demo(BIN, dir.path())
+            .args(["--seconds", "300", "--listen"])
+            .arg(format!("unix:{}", sock.display()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the demo"),
+    );
+    assert!(allocview_tests::cli::wait_for_path(&sock, WAIT));
+    let s = Session::start_private(
+        &format!(
+            "env -u ALLOCVIEW_ADDR XDG_RUNTIME_DIR={} {BIN} --attach",
+            runtime.path().display()
+        ),
+        120,
+        30,
+    );
+    s.wait_for(&["● live", "removed 1 stale socket in"]);
+    assert!(!sockets.join("4242.sock").exists());
+    s.quit_cleanly();
 }
