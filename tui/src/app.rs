@@ -37,6 +37,8 @@ pub struct App {
     ooms_seen: u64,
     /// After a slow draw (a slow terminal): no draw before then (see [`App::note_draw`]).
     next_draw: Option<Instant>,
+    /// Live: the newest OOM whose dump's path the status line said (its number).
+    dumps_said: u64,
 }
 
 /// A draw that took longer than this held the loop up: the terminal takes its output slowly
@@ -113,10 +115,12 @@ impl App {
             notice: None,
             ooms_seen: 0,
             next_draw: None,
+            dumps_said: 0,
         };
         app.source.poll(&mut app.state)?;
         // OOMs from before the dashboard opened are on the OOM tab, not news.
         app.ooms_seen = ooms_count(&app.state);
+        app.dumps_said = app.ooms_seen;
         Ok(app)
     }
 
@@ -141,6 +145,7 @@ impl App {
             if self.source.poll(&mut self.state)? {
                 self.dirty = true;
                 self.announce_new_ooms();
+                self.announce_dumps();
                 if let Some(key) = selected {
                     self.keep_trace_selection(key);
                 }
@@ -301,11 +306,19 @@ impl App {
             ),
             None => format!("OOM #{count}"),
         };
-        let msg = if new == 1 {
+        let mut msg = if new == 1 {
             format!("{newest} — press 7")
         } else {
             format!("{new} new OOMs, the last {newest} — press 7")
         };
+        // Its snapshot already written: where, in the same line.
+        if let Some(o) = self.state.ooms.last()
+            && !o.dump_pending
+            && let Some(path) = &o.dump_path
+        {
+            msg.push_str(&format!(" · snapshot {path}"));
+            self.dumps_said = self.dumps_said.max(o.number);
+        }
         self.status(msg);
     }
 
@@ -314,6 +327,27 @@ impl App {
     pub fn notify(&mut self, msg: impl Into<String>) {
         self.status(msg);
         self.dirty = true;
+    }
+
+    /// Live: once the dump of an OOM that happened while the dashboard watched is written
+    /// (off the agent's thread, after the OOM itself was announced), the status line gives
+    /// its path and how to open it.
+    fn announce_dumps(&mut self) {
+        if self.file_mode() {
+            return;
+        }
+        let landed = self
+            .state
+            .ooms
+            .iter()
+            .rev()
+            .find(|o| o.number > self.dumps_said && !o.dump_pending && o.dump_path.is_some());
+        let Some(o) = landed else { return };
+        let (number, path) = (o.number, o.dump_path.clone().unwrap_or_default());
+        self.dumps_said = number;
+        self.status(format!(
+            "OOM #{number}'s snapshot: {path} (allocview open {path}; 7 shows the OOM)"
+        ));
     }
 
     fn status(&mut self, msg: impl Into<String>) {

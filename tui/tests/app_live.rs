@@ -105,7 +105,10 @@ fn a_new_live_oom_is_announced_once_with_its_request() {
     app.tick().unwrap();
     assert_eq!(
         app.state.status.as_deref(),
-        Some("OOM #2: tried to allocate 2.00 GiB — press 7")
+        Some(
+            "OOM #2: tried to allocate 2.00 GiB — press 7 · snapshot \
+             allocview-dumps/oom-0001-pid4242.json"
+        )
     );
     // The next poll, with no new OOM, says nothing again (the message stays until it expires).
     app.state.status = None;
@@ -239,4 +242,31 @@ fn after_a_slow_draw_the_next_ones_wait_so_a_slow_terminal_does_not_hold_the_loo
     app.note_draw(Duration::from_millis(1), Instant::now());
     app.draw(&mut term).unwrap();
     assert!(!app.dirty);
+}
+
+#[test]
+fn a_live_ooms_snapshot_written_after_it_is_announced_with_its_path() {
+    let mut pending = with_ooms(2);
+    pending.ooms[1].dump_pending = true;
+    pending.ooms[1].dump_path = None;
+    let mut landed = with_ooms(2);
+    landed.ooms[1].dump_path = Some("/srv/run/allocview-dumps/oom-0002-pid7.pickle".into());
+    let (mut app, _) = live(vec![with_ooms(1), pending, landed.clone(), landed]);
+    app.tick().unwrap();
+    assert_eq!(
+        app.state.status.as_deref(),
+        Some("OOM #2: tried to allocate 2.00 GiB — press 7")
+    );
+    app.tick().unwrap();
+    assert_eq!(
+        app.state.status.as_deref(),
+        Some(
+            "OOM #2's snapshot: /srv/run/allocview-dumps/oom-0002-pid7.pickle (allocview open \
+             /srv/run/allocview-dumps/oom-0002-pid7.pickle; 7 shows the OOM)"
+        )
+    );
+    // Said once.
+    app.state.status = None;
+    app.tick().unwrap();
+    assert_eq!(app.state.status, None);
 }
