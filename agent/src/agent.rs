@@ -148,6 +148,7 @@ pub struct AgentBuilder {
     tick: Duration,
     sample_interval: Duration,
     metrics: Option<MetricsAt>,
+    metrics_idle_timeout: Duration,
     providers: Vec<Arc<dyn SnapshotProvider>>,
     host: Option<Arc<dyn HostProvider>>,
     token: Token,
@@ -167,6 +168,7 @@ impl Default for AgentBuilder {
             tick: DEFAULT_TICK,
             sample_interval: Duration::from_nanos(DEFAULT_RESOLUTION_NS),
             metrics: None,
+            metrics_idle_timeout: crate::prometheus::DEFAULT_IDLE_TIMEOUT,
             providers: Vec::new(),
             host: None,
             token: Token::Env,
@@ -256,6 +258,14 @@ impl AgentBuilder {
     /// ```
     pub fn metrics_at(mut self, addr: impl Into<String>) -> Self {
         self.metrics = Some(MetricsAt::Name(addr.into()));
+        self
+    }
+
+    /// Closes a metrics connection that sends no request, or reads none of a response, for
+    /// `timeout` (default [`DEFAULT_IDLE_TIMEOUT`](crate::prometheus::DEFAULT_IDLE_TIMEOUT)),
+    /// so that silent or stalled clients cannot pile up.
+    pub fn metrics_idle_timeout(mut self, timeout: Duration) -> Self {
+        self.metrics_idle_timeout = timeout;
         self
     }
 
@@ -411,7 +421,7 @@ impl AgentBuilder {
         if let Some(addrs) = metrics {
             let mut last = None;
             for addr in addrs {
-                match MetricsServer::start(addr, agent.handle.clone()) {
+                match MetricsServer::start(addr, agent.handle.clone(), self.metrics_idle_timeout) {
                     Ok(m) => {
                         agent.metrics = Some(m);
                         break;
