@@ -148,7 +148,7 @@ pub struct AgentBuilder {
     tick: Duration,
     sample_interval: Duration,
     metrics: Option<MetricsAt>,
-    metrics_idle_timeout: Duration,
+    metrics_write_timeout: Duration,
     providers: Vec<Arc<dyn SnapshotProvider>>,
     host: Option<Arc<dyn HostProvider>>,
     token: Token,
@@ -168,7 +168,7 @@ impl Default for AgentBuilder {
             tick: DEFAULT_TICK,
             sample_interval: Duration::from_nanos(DEFAULT_RESOLUTION_NS),
             metrics: None,
-            metrics_idle_timeout: crate::prometheus::DEFAULT_IDLE_TIMEOUT,
+            metrics_write_timeout: crate::prometheus::DEFAULT_WRITE_TIMEOUT,
             providers: Vec::new(),
             host: None,
             token: Token::Env,
@@ -261,11 +261,11 @@ impl AgentBuilder {
         self
     }
 
-    /// Closes a metrics connection that sends no request, or reads none of a response, for
-    /// `timeout` (default [`DEFAULT_IDLE_TIMEOUT`](crate::prometheus::DEFAULT_IDLE_TIMEOUT)),
-    /// so that silent or stalled clients cannot pile up.
-    pub fn metrics_idle_timeout(mut self, timeout: Duration) -> Self {
-        self.metrics_idle_timeout = timeout;
+    /// Abandons a metrics response the client reads none of for `timeout` (default
+    /// [`DEFAULT_WRITE_TIMEOUT`](crate::prometheus::DEFAULT_WRITE_TIMEOUT)), so that a stalled
+    /// client cannot hold the listener's thread and the others' scrapes.
+    pub fn metrics_write_timeout(mut self, timeout: Duration) -> Self {
+        self.metrics_write_timeout = timeout;
         self
     }
 
@@ -421,7 +421,7 @@ impl AgentBuilder {
         if let Some(addrs) = metrics {
             let mut last = None;
             for addr in addrs {
-                match MetricsServer::start(addr, agent.handle.clone(), self.metrics_idle_timeout) {
+                match MetricsServer::start(addr, agent.handle.clone(), self.metrics_write_timeout) {
                     Ok(m) => {
                         agent.metrics = Some(m);
                         break;

@@ -37,10 +37,12 @@
 //!
 //! The HTTP side is `tiny_http`, so services need no async runtime; `GET` and `HEAD` of
 //! `/metrics` are answered, another method there gets `405 Method Not Allowed` with
-//! `Allow: GET, HEAD`, any other path a 404. A connection that sends no request, or reads no
-//! response, for [`DEFAULT_IDLE_TIMEOUT`] is closed (the timeouts are set on the listening
-//! socket, which accepted connections inherit on Linux), so silent or stalled clients cannot
-//! pile up threads or hold the page. There is no authentication (as usual for Prometheus
+//! `Allow: GET, HEAD`, any other path a 404. Requests are answered one at a time on one thread
+//! (a page takes well under a millisecond per hundred series to render); a response the client
+//! does not read for [`DEFAULT_WRITE_TIMEOUT`] is abandoned, so a stalled client cannot hold
+//! the others' scrapes. `tiny_http` reads each connection on a thread of its own and has no
+//! read timeout: a client that connects and never sends holds one such thread (not the
+//! listener) until it closes. There is no authentication (as usual for Prometheus
 //! targets): the page holds figures, not frames or snapshots.
 //!
 //! # The observer effect
@@ -86,11 +88,9 @@ pub const ALLOWED_METHODS: &str = "GET, HEAD";
 /// The content type of the OpenMetrics text format (see [`Format`]).
 pub const CONTENT_TYPE: &str = OPENMETRICS_CONTENT_TYPE;
 
-/// How long a metrics connection may send no request, or read none of a response, before it
-/// is closed. Longer than Prometheus' scrape timeout (10 s by default), shorter than its usual
-/// intervals: an idle keep-alive connection between scrapes is closed and reopened, which
-/// HTTP clients do without an error.
-pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a response may wait for a client that reads none of it before it is abandoned
+/// (Prometheus' own scrape timeout is 10 s by default).
+pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The `pool` label of the histograms of every private pool, merged.
 pub const PRIVATE_POOLS: &str = "private_pools";
@@ -154,7 +154,11 @@ fn merge_into(a: &mut HistogramSummary, b: &HistogramSummary) {
     if b.count == 0 {
         return;
     }
-    a.min = if a.count == 0 { b.min } else { a.min.min(b.min) };
+    a.min = if a.count == 0 {
+        b.min
+    } else {
+        a.min.min(b.min)
+    };
     a.max = a.max.max(b.max);
     a.count += b.count;
     a.sum += b.sum;
@@ -458,15 +462,15 @@ pub struct MetricsServer {
 
 impl MetricsServer {
     /// Starts serving at `addr` (port 0 picks a free port; see [`addr`](Self::addr)); a
-    /// connection idle for `idle_timeout` (no request sent, or no response read) is closed.
+    /// response the client does not read for `write_timeout` is abandoned.
     pub(crate) fn start(
         addr: SocketAddr,
         agg: AggregatorHandle,
-        idle_timeout: Duration,
+        write_timeout: Duration,
     ) -> Result<MetricsServer, AgentError> {
         let error = |message: String| AgentError::Metrics { addr, message };
         let listener = TcpListener::bind(addr).map_err(|e| error(e.to_string()))?;
-        set_idle_timeout(&listener, idle_timeout).map_err(|e| error(e.to_string()))?;
+        set_write_timeout(&listener, write_timeout).map_err(|e| error(e.to_string()))?;
         let bound = listener.local_addr().map_err(|e| error(e.to_string()))?;
         let server =
             tiny_http::Server::from_listener(listener, None).map_err(|e| error(e.to_string()))?;
@@ -510,15 +514,15 @@ impl Drop for MetricsServer {
     }
 }
 
-/// Sets the receive and send timeouts of the listening socket, which the connections it
-/// accepts inherit (Linux copies them at `accept`): `tiny_http` sets none, so a client that
-/// connects and never sends would hold one of its threads for ever, and one that never reads
-/// would hold the response. The options are set through a second handle of the same socket
-/// (`TcpListener` has no setter; `TcpStream`'s set the same socket options).
-fn set_idle_timeout(listener: &TcpListener, timeout: Duration) -> std::io::Result<()> {
-    let same_socket = TcpStream::from(OwnedFd::from(listener.try_clone()?));
-    same_socket.set_read_timeout(Some(timeout))?;
-    same_socket.set_write_timeout(Some(timeout))
+/// Sets the send timeout of the listening socket, which the connections it accepts inherit
+/// (Linux copies it at `accept`): `tiny_http` sets none, so a client that asks for the page and
+/// never reads it would hold the thread that answers every scrape once the socket buffers are
+/// full. (A receive timeout would bound silent clients too, but on a listening socket it also
+/// bounds `accept`, whose first timeout ends `tiny_http`'s accept loop: a silent client holds
+/// one of `tiny_http`'s threads until it closes.) The option is set through a second handle of
+/// the same socket (`TcpListener` has no setter; `TcpStream`'s sets the same socket option).
+fn set_write_timeout(listener: &TcpListener, timeout: Duration) -> std::io::Result<()> {
+    TcpStream::from(OwnedFd::from(listener.try_clone()?)).set_write_timeout(Some(timeout))
 }
 
 /// A header from constants.

@@ -90,7 +90,10 @@ mod tests {
                 Format::OpenMetrics,
             ),
             ("text/plain;version=0.0.4", Format::Text),
-            ("text/plain, application/openmetrics-text;q=0.5", Format::Text),
+            (
+                "text/plain, application/openmetrics-text;q=0.5",
+                Format::Text,
+            ),
             ("application/openmetrics-text;q=0", Format::Text),
             ("application/openmetrics-text;q=nonsense", Format::Text),
             ("application/json", Format::Text),

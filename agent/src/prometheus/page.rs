@@ -325,7 +325,10 @@ impl Collector for Page {
             for (labels, sample) in &f.samples {
                 match labels {
                     // An info metric's labels are its value, not a family's.
-                    Some(l) if matches!(f.kind, MetricType::Info) && self.format == Format::OpenMetrics => {
+                    Some(l)
+                        if matches!(f.kind, MetricType::Info)
+                            && self.format == Format::OpenMetrics =>
+                    {
                         sample.encode(&mut family, Some(l), self.format)?
                     }
                     Some(l) => {
