@@ -88,10 +88,7 @@ fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("render");
     for n in DEVICES {
         let s = state(n);
-        let series = render(&s)
-            .lines()
-            .filter(|l| !l.starts_with('#'))
-            .count();
+        let series = render(&s).lines().filter(|l| !l.starts_with('#')).count();
         println!("{n} devices: {series} samples, {} bytes", render(&s).len());
         g.bench_with_input(BenchmarkId::new("clone_state", n), &s, |b, s| {
             b.iter(|| black_box(s.clone()))
@@ -121,9 +118,13 @@ fn bench(c: &mut Criterion) {
                     EventPool::Large
                 };
                 let addr = 0x1000_0000 * (d as u64 + 1) + i * (64 << 20);
-                agent
-                    .sink()
-                    .publish(&Event::new(EventAction::SegmentAlloc, d as i16, pool, addr, size));
+                agent.sink().publish(&Event::new(
+                    EventAction::SegmentAlloc,
+                    d as i16,
+                    pool,
+                    addr,
+                    size,
+                ));
                 let mut alloc = Event::new(EventAction::Alloc, d as i16, pool, addr, size / 2);
                 alloc.requested = size / 2;
                 agent.sink().publish(&alloc);

@@ -732,22 +732,83 @@ fn private_pools_share_one_series_so_graph_captures_do_not_grow_the_page() {
     agent.shutdown();
 }
 
+/// The families a page declares (`# TYPE` names; a classic counter's is its `_total` name).
+fn declared_families(page: &str) -> std::collections::BTreeSet<String> {
+    page.lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .map(|l| l.split_once(' ').unwrap().0.to_string())
+        .collect()
+}
+
 #[test]
-fn silent_clients_do_not_hold_up_other_scrapes() {
-    /// Connections that never send a byte.
-    const SILENT: usize = 20;
-    let agent = Agent::builder()
-        .no_listen()
-        .metrics("127.0.0.1:0".parse().unwrap())
-        .spawn()
-        .unwrap();
-    let addr = agent.metrics_addr().unwrap();
-    let silent: Vec<TcpStream> = (0..SILENT)
-        .map(|_| TcpStream::connect(addr).unwrap())
-        .collect();
-    for _ in 0..3 {
-        assert_eq!(get(addr, "/metrics").0, 200);
+fn every_metric_the_docs_and_rules_name_is_on_the_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let (agent, _toy) = toy_agent(dir.path());
+    let (_, _, text) = get_with(agent.metrics_addr().unwrap(), "");
+    let mut families = declared_families(&text);
+    // What a page shows only in some processes: a memory fraction, an instrumented heap,
+    // private pools; rendered from the same state with them.
+    let mut state = agent.state();
+    state.devices[0].allowed_memory = Some(40 << 30);
+    state.host = Some(Default::default());
+    families.extend(declared_families(&allocview_agent::prometheus::render_as(
+        &state,
+        Format::Text,
+    )));
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    for doc in ["docs/prometheus-rules.yml", "docs/metrics.md", "README.md"] {
+        let whole = std::fs::read_to_string(format!("{root}/{doc}")).unwrap();
+        // The README's metrics section (it also names the C library's functions).
+        let text = match (
+            whole.find("metrics_at(\""),
+            whole.find("A Rust program can"),
+        ) {
+            (Some(a), Some(b)) if doc == "README.md" && a < b => &whole[a..b],
+            _ => &whole[..],
+        };
+        let mut named = 0;
+        for word in text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':')) {
+            // Metric names; recording rules' (`level:metric`), the crates' names and the
+            // docs' placeholders (`allocview_X...`, `allocview_<stat>`) are not.
+            if !word.starts_with("allocview_")
+                || [
+                    "allocview_alloc",
+                    "allocview_agent",
+                    "allocview_pluggable",
+                    "allocview_",
+                ]
+                .contains(&word)
+                || word.starts_with("allocview_X")
+                || !word[10..]
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c == '_')
+            {
+                continue;
+            }
+            let family = ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|s| word.strip_suffix(s).filter(|f| families.contains(*f)))
+                .unwrap_or(word);
+            // The renamed table names the old names too.
+            let old = [
+                "_bytes_peak",
+                "_bytes_quantile",
+                "_seconds_quantile",
+                "_bytes_allocated_total",
+                "_bytes_freed_total",
+            ]
+            .iter()
+            .any(|o| family.ends_with(o));
+            if doc == "docs/metrics.md" && old {
+                continue;
+            }
+            assert!(
+                families.contains(family),
+                "{doc} names {word}, not on the page"
+            );
+            named += 1;
+        }
+        assert!(named > 0, "{doc} names no metric");
     }
-    drop(silent);
     agent.shutdown();
 }
