@@ -40,10 +40,14 @@
 //! `Allow: GET, HEAD`, any other path a 404. Requests are answered one at a time on one thread
 //! (a page takes well under a millisecond per hundred series to render); a response the client
 //! does not read for [`DEFAULT_WRITE_TIMEOUT`] is abandoned, so a stalled client cannot hold
-//! the others' scrapes. `tiny_http` reads each connection on a thread of its own and has no
-//! read timeout: a client that connects and never sends holds one such thread (not the
-//! listener) until it closes. There is no authentication (as usual for Prometheus
-//! targets): the page holds figures, not frames or snapshots.
+//! the others' scrapes. `tiny_http` reads each connection on a thread of its pool and has no
+//! read timeout: a client that connects and never sends holds one such thread until it closes,
+//! and a burst of such connections can leave a scrape queued behind them (the pool counts
+//! idle threads that are already taken); a receive timeout on the listening socket would bound
+//! them but also `accept`, whose first timeout ends `tiny_http`'s accept loop. The endpoint
+//! belongs on an address only Prometheus reaches (docs/metrics.md). There is no
+//! authentication (as usual for Prometheus targets): the page holds figures, not frames or
+//! snapshots.
 //!
 //! # The observer effect
 //!

@@ -732,6 +732,24 @@ fn private_pools_share_one_series_so_graph_captures_do_not_grow_the_page() {
     agent.shutdown();
 }
 
+#[test]
+fn a_listener_with_a_short_write_timeout_still_accepts_after_idling_past_it() {
+    // The timeout is set on the listening socket: a send timeout, which `accept` ignores (a
+    // receive timeout would end tiny_http's accept loop at the first idle period).
+    let timeout = Duration::from_millis(50);
+    let agent = Agent::builder()
+        .no_listen()
+        .metrics("127.0.0.1:0".parse().unwrap())
+        .metrics_write_timeout(timeout)
+        .spawn()
+        .unwrap();
+    let addr = agent.metrics_addr().unwrap();
+    assert_eq!(get(addr, "/metrics").0, 200);
+    std::thread::sleep(timeout * 6);
+    assert_eq!(get(addr, "/metrics").0, 200);
+    agent.shutdown();
+}
+
 /// The families a page declares (`# TYPE` names; a classic counter's is its `_total` name).
 fn declared_families(page: &str) -> std::collections::BTreeSet<String> {
     page.lines()
