@@ -200,45 +200,37 @@ pub fn render_as(state: &AgentState, format: Format) -> String {
                 Some(stem) => (stem, "_bytes"),
                 None => (name, ""),
             };
+            let names = [
+                format!("allocview_{stem}{unit}"),
+                format!("allocview_{stem}_peak{unit}"),
+                format!("allocview_{stem}_allocated{unit}"),
+                format!("allocview_{stem}_freed{unit}"),
+            ];
+            let helps = [
+                format!(
+                    "{what} now (torch.cuda.memory_stats {name}.*.current); pool=\"all\" is \
+                     small_pool plus large_pool, so sum one or the other, not both"
+                ),
+                format!(
+                    "Highest {name} since the last peak reset ({name}.*.peak; a gauge: \
+                     reset_peak_memory_stats lowers it)"
+                ),
+                format!(
+                    "Sum of increases of {name} ({name}.*.allocated; \
+                     reset_accumulated_memory_stats restarts it from 0)"
+                ),
+                format!(
+                    "Sum of decreases of {name} ({name}.*.freed; \
+                     reset_accumulated_memory_stats restarts it from 0)"
+                ),
+            ];
             for t in StatType::ALL {
                 let l = labels(&[("device", &dev), ("pool", t.key())]);
                 let s = arr.get(t);
-                b.gauge(
-                    &format!("allocview_{stem}{unit}"),
-                    &format!(
-                        "{what} now (torch.cuda.memory_stats {name}.*.current); pool=\"all\" is \
-                         small_pool plus large_pool, so sum one or the other, not both"
-                    ),
-                    l.clone(),
-                    s.current,
-                );
-                b.gauge(
-                    &format!("allocview_{stem}_peak{unit}"),
-                    &format!(
-                        "Highest {name} since the last peak reset ({name}.*.peak; a gauge: \
-                         reset_peak_memory_stats lowers it)"
-                    ),
-                    l.clone(),
-                    s.peak,
-                );
-                b.counter(
-                    &format!("allocview_{stem}_allocated{unit}"),
-                    &format!(
-                        "Sum of increases of {name} ({name}.*.allocated; \
-                         reset_accumulated_memory_stats restarts it from 0)"
-                    ),
-                    l.clone(),
-                    s.allocated.max(0) as u64,
-                );
-                b.counter(
-                    &format!("allocview_{stem}_freed{unit}"),
-                    &format!(
-                        "Sum of decreases of {name} ({name}.*.freed; \
-                         reset_accumulated_memory_stats restarts it from 0)"
-                    ),
-                    l,
-                    s.freed.max(0) as u64,
-                );
+                b.gauge(&names[0], &helps[0], l.clone(), s.current);
+                b.gauge(&names[1], &helps[1], l.clone(), s.peak);
+                b.counter(&names[2], &helps[2], l.clone(), s.allocated.max(0) as u64);
+                b.counter(&names[3], &helps[3], l, s.freed.max(0) as u64);
             }
         }
         let l = labels(&[("device", &dev)]);

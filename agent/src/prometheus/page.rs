@@ -8,6 +8,8 @@
 //! names and types (a counter's samples through the gauge writer, which adds no suffix), so
 //! both pages come from one code path and carry the same samples.
 
+use std::collections::HashMap;
+
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
@@ -123,6 +125,9 @@ impl MetricFamily {
 #[derive(Debug)]
 pub(super) struct Page {
     families: Vec<MetricFamily>,
+    /// Index of each family in `families` by name (a page has some 70 families and a sample
+    /// per device and pool for most: a scan per sample was a third of the rendering).
+    by_name: HashMap<String, usize>,
     format: Format,
 }
 
@@ -131,14 +136,15 @@ impl Page {
     pub(super) fn new(format: Format) -> Page {
         Page {
             families: Vec::new(),
+            by_name: HashMap::new(),
             format,
         }
     }
 
     /// The family `name`, added (with `help`) on first use.
     fn family(&mut self, name: &str, help: &str, kind: MetricType) -> &mut MetricFamily {
-        let i = match self.families.iter().position(|f| f.name == name) {
-            Some(i) => i,
+        let i = match self.by_name.get(name) {
+            Some(&i) => i,
             None => {
                 self.families.push(MetricFamily {
                     name: name.to_string(),
@@ -146,6 +152,8 @@ impl Page {
                     kind,
                     samples: Vec::new(),
                 });
+                self.by_name
+                    .insert(name.to_string(), self.families.len() - 1);
                 self.families.len() - 1
             }
         };
