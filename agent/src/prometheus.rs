@@ -38,7 +38,8 @@
 //! The HTTP side is `tiny_http`, so services need no async runtime; `GET` and `HEAD` of
 //! `/metrics` are answered, another method there gets `405 Method Not Allowed` with
 //! `Allow: GET, HEAD`, any other path a 404. Requests are answered one at a time on one thread
-//! (a page takes well under a millisecond per hundred series to render); a response the client
+//! (rendering takes about 0.2 µs of CPU per series: 4.3 ms for 64 devices, 22 000 series, in
+//! the `metrics_scrape` bench); a response the client
 //! does not read for [`DEFAULT_WRITE_TIMEOUT`] is abandoned, so a stalled client cannot hold
 //! the others' scrapes. `tiny_http` reads each connection on a thread of its pool and has no
 //! read timeout: a client that connects and never sends holds one such thread until it closes,
