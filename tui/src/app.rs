@@ -64,6 +64,10 @@ pub const DETAIL_ALWAYS_SHOWN: &str =
 /// `s` for a process with a host heap only.
 pub const NO_DEVICE_TO_SAVE: &str = "nothing to save: this process has no device allocator to snapshot (its host heap is on the Overview)";
 
+/// A time-travel key pressed live (the placeholder is the key).
+pub const FILE_ONLY_KEY: &str = "`{key}` steps through a snapshot file's trace (allocview open FILE); live, the \
+     dashboard follows the process: p pauses, s saves a snapshot to open";
+
 /// Live: the selected trace row's event left the window of recent events the agent sends.
 pub const TRACE_ROW_LEFT: &str =
     "the selected event left the live window of recent events (End follows the newest; p pauses)";
@@ -501,6 +505,9 @@ impl App {
             Action::ResetPeaks => {
                 let msg = self.source.reset_peaks()?;
                 self.status(msg);
+            }
+            Action::FileOnly(key) => {
+                self.status(FILE_ONLY_KEY.replace("{key}", &key.to_string()));
             }
             Action::Save if self.state.is_host_only() => self.status(NO_DEVICE_TO_SAVE),
             Action::Save => {

@@ -270,3 +270,28 @@ fn a_live_ooms_snapshot_written_after_it_is_announced_with_its_path() {
     app.tick().unwrap();
     assert_eq!(app.state.status, None);
 }
+
+#[test]
+fn a_time_travel_key_pressed_live_says_where_it_works_instead_of_doing_nothing() {
+    use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+    let (mut app, _) = live(vec![support::live_state()]);
+    for c in ['[', ']', ',', '.', '<', '>', 'g'] {
+        let press = KeyEvent::new(KeyCode::Char(c), KeyModifiers::NONE);
+        let action = allocview::input::key(press, &app.ui, false);
+        assert_eq!(action, Some(Action::FileOnly(c)), "{c}");
+        app.state.status = None;
+        app.apply(action.unwrap()).unwrap();
+        let status = app.state.status.clone().unwrap_or_default();
+        assert!(
+            status.starts_with(&format!("`{c}` steps through a snapshot file's trace"))
+                && status.contains("allocview open FILE"),
+            "{status}"
+        );
+    }
+    // In a file they step through the trace.
+    let press = KeyEvent::new(KeyCode::Char('['), KeyModifiers::NONE);
+    assert!(matches!(
+        allocview::input::key(press, &app.ui, true),
+        Some(Action::Seek(_))
+    ));
+}
