@@ -79,11 +79,8 @@ fn when_the_agent_shuts_down_the_view_says_why_while_it_reconnects() {
     let s = Session::start(&cmd, 120, 36);
     s.wait_for(&["● live"]);
     // The demo ends and its agent says goodbye; the reconnect attempts that follow fail on
-    // the removed socket, and the footer keeps the goodbye's reason beside their error.
-    s.wait_for(&[
-        "◌ reconnecting (",
-        "disconnected: agent shutting down; reconnecting",
-    ]);
+    // the removed socket, and the footer leads with the goodbye's reason.
+    s.wait_for(&["◌ reconnecting (", "the process ended (its agent shut down)"]);
     s.quit_cleanly();
 }
 
