@@ -80,7 +80,10 @@ fn when_the_agent_shuts_down_the_view_says_why_while_it_reconnects() {
     s.wait_for(&["● live"]);
     // The demo ends and its agent says goodbye; the reconnect attempts that follow fail on
     // the removed socket, and the footer leads with the goodbye's reason.
-    s.wait_for(&["◌ reconnecting (", "the process ended (its agent shut down)"]);
+    s.wait_for(&[
+        "◌ reconnecting (",
+        "the process ended (its agent shut down)",
+    ]);
     s.quit_cleanly();
 }
 

@@ -1,5 +1,5 @@
 //! View 7, OOM: each OOM with its facts (request, device and allocator memory), the diagnosis,
-//! the largest free block, what-if replays when computed, the snapshot dump and the context.
+//! the largest free block, the snapshot dump, the context, and what-if replays when computed.
 
 use allocview_agent::state::is_not_written;
 use ratatui::buffer::Buffer;
@@ -79,29 +79,6 @@ pub fn lines(o: &OomReport, width: usize, in_file: bool) -> Vec<Line<'static>> {
         " largest free block: {}",
         units::bytes(o.largest_free)
     )));
-    for (i, w) in o.what_if.iter().enumerate() {
-        let head = if i == 0 { WHAT_IF_HEAD } else { WHAT_IF_INDENT };
-        // Inside the box's two borders; a line too long goes on under its verdict.
-        let room = width.saturating_sub(2 + head.chars().count());
-        let (label, verdict) = w.split_once(ARROW).unwrap_or(("", w));
-        let label = if label.is_empty() {
-            String::new()
-        } else {
-            format!("{label}{ARROW}")
-        };
-        let indent = label.chars().count();
-        for (j, piece) in wrap(verdict, room.saturating_sub(indent))
-            .iter()
-            .enumerate()
-        {
-            let (head, label) = if j == 0 {
-                (head, label.clone())
-            } else {
-                (WHAT_IF_INDENT, " ".repeat(indent))
-            };
-            v.push(Line::raw(format!("{head}{label}{piece}")));
-        }
-    }
     match &o.dump_error {
         // Not a failure: the agent's limit on dumps, or another record has this moment's.
         Some(e) if is_not_written(e) => {
@@ -136,6 +113,31 @@ pub fn lines(o: &OomReport, width: usize, in_file: bool) -> Vec<Line<'static>> {
     if !stack.is_empty() {
         let shown = &stack[..stack.len().min(OOM_CONTEXT_FRAMES)];
         v.push(Line::raw(format!(" context: {}", shown.join(" ← "))));
+    }
+    // The what-ifs last: the longest part, and the one a short terminal can best leave below
+    // the fold (PgDn), after the snapshot's path and the context.
+    for (i, w) in o.what_if.iter().enumerate() {
+        let head = if i == 0 { WHAT_IF_HEAD } else { WHAT_IF_INDENT };
+        // Inside the box's two borders; a line too long goes on under its verdict.
+        let room = width.saturating_sub(2 + head.chars().count());
+        let (label, verdict) = w.split_once(ARROW).unwrap_or(("", w));
+        let label = if label.is_empty() {
+            String::new()
+        } else {
+            format!("{label}{ARROW}")
+        };
+        let indent = label.chars().count();
+        for (j, piece) in wrap(verdict, room.saturating_sub(indent))
+            .iter()
+            .enumerate()
+        {
+            let (head, label) = if j == 0 {
+                (head, label.clone())
+            } else {
+                (WHAT_IF_INDENT, " ".repeat(indent))
+            };
+            v.push(Line::raw(format!("{head}{label}{piece}")));
+        }
     }
     v
 }
@@ -392,6 +394,32 @@ mod tests {
             .map(|l| l.to_string())
             .collect();
         assert!(wide.contains(&format!("{WHAT_IF_HEAD}{long}")), "{wide:#?}");
+    }
+
+    #[test]
+    fn the_snapshot_and_context_come_before_the_what_ifs_which_a_short_terminal_cuts_first() {
+        let o = OomReport {
+            what_if: vec![
+                "expandable_segments:True   → fits; no OOM in the trace".into(),
+                "smallest device            → no OOM in the trace from ~17.0 GiB".into(),
+            ],
+            dump_path: Some("allocview-dumps/oom-0001-pid42.pickle".into()),
+            ..OomReport::example(1)
+        };
+        let lines: Vec<String> = lines(&o, 80, false).iter().map(|l| l.to_string()).collect();
+        let at = |prefix: &str| lines.iter().position(|l| l.starts_with(prefix));
+        let snapshot = at(" snapshot: ").expect("a snapshot line");
+        let what_if = at(WHAT_IF_HEAD).expect("a what-if line");
+        assert!(snapshot < what_if, "{lines:#?}");
+        if let Some(context) = at(" context: ") {
+            assert!(context < what_if, "{lines:#?}");
+        }
+        assert!(
+            lines[what_if..]
+                .iter()
+                .any(|l| l.contains("smallest device")),
+            "{lines:#?}"
+        );
     }
 
     #[test]
