@@ -73,6 +73,18 @@ fn caching_benchmarks_print_json_with_their_names_and_positive_figures() {
             assert!(r["met"].is_boolean(), "{r}");
         }
     }
+    // The sink's row says what its clock reads cost here, a positive figure.
+    let sink = &rows[2]["notes"];
+    let clock = sink
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| n.as_str())
+        .find_map(|n| n.split_once("(2 reads a pair): "))
+        .and_then(|(_, rest)| rest.split_once(" ns a read"))
+        .and_then(|(ns, _)| ns.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no clock note in {sink}"));
+    assert!(clock > 0.0, "{sink}");
 }
 
 #[test]
