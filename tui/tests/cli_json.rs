@@ -2,7 +2,8 @@
 //! them: every JSON output names its format and version first, `summary`'s CI gates
 //! (`--fail-on-oom`, `--max-peak`) exit with status 3 after the output, `replay --json` lists
 //! the files `--out` wrote, no arguments is a usage error with the help on stderr, `summary`
-//! and `replay` word a file they cannot load alike, and the documented jq gate works.
+//! and `replay` word a file they cannot load alike, the documented jq gate works, and every
+//! output's keys are the ones docs/json.md lists.
 
 #[path = "support/builders.rs"]
 mod support;
@@ -84,6 +85,27 @@ fn clean_file(dir: &Path) -> PathBuf {
     out
 }
 
+/// A file with OOMs whose trace the caching allocator itself wrote, so that `summary`
+/// reproduces it: [`clean_rmm_log`] replayed with PyTorch's defaults on a 10 MiB device (its
+/// 8 MiB and 3 MiB requests each need a 20 MiB segment).
+fn oom_file(dir: &Path) -> PathBuf {
+    let log = dir.join("clean.csv");
+    std::fs::write(&log, clean_rmm_log()).unwrap();
+    let out = dir.join("ooms.pickle");
+    let o = allocview(&[
+        "replay",
+        log.to_str().unwrap(),
+        "--device-memory",
+        "10MiB",
+        "--config",
+        "defaults",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    out
+}
+
 /// Segments and no trace: the peaks over the trace window are not known.
 fn without_trace() -> Snapshot {
     Snapshot {
@@ -97,6 +119,101 @@ fn saved(dir: &Path, name: &str, snapshot: &Snapshot) -> PathBuf {
     let p = dir.join(name);
     snapshot_file::save(&p, snapshot, FileFormat::Json).unwrap();
     p
+}
+
+/// docs/json.md.
+fn json_md() -> String {
+    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/json.md"))
+        .expect("docs/json.md")
+}
+
+/// One row of a key table in docs/json.md: the backticked keys of its first cell, and the
+/// rest of the row (the meaning).
+struct KeyRow {
+    keys: Vec<String>,
+    meaning: String,
+}
+
+/// The rows of the first table after the lines starting with each of `markers` in turn (a
+/// section's heading, then for a sub-table its `` `devices[]`: `` line).
+fn key_table(doc: &str, markers: &[&str]) -> Vec<KeyRow> {
+    let mut at = 0;
+    for m in markers {
+        at += doc[at..]
+            .find(&format!("\n{m}"))
+            .unwrap_or_else(|| panic!("docs/json.md has no line starting with {m}"))
+            + 1;
+    }
+    let mut rows = Vec::new();
+    for line in doc[at..].lines().skip(1) {
+        let Some(row) = line.strip_prefix('|') else {
+            if rows.is_empty() {
+                continue;
+            }
+            break;
+        };
+        let (first, meaning) = row.split_once('|').unwrap_or((row, ""));
+        if first.trim() == "key" || first.starts_with("---") {
+            continue;
+        }
+        let keys = first
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .map(String::from)
+            .collect();
+        rows.push(KeyRow {
+            keys,
+            meaning: meaning.to_string(),
+        });
+    }
+    assert!(!rows.is_empty(), "docs/json.md: no table after {markers:?}");
+    rows
+}
+
+/// Checks `value`'s keys against the table after `markers` in docs/json.md: every key the
+/// output has is listed, every key listed is in the output (unless its row says it is present
+/// only when something holds), and for an object (or a list of objects) each nested key is
+/// named in its row, as `` `key` `` or `"key"` (except the keys of `free_form`: data-keyed
+/// maps and objects the row describes by reference).
+fn keys_match_docs(value: &serde_json::Value, markers: &[&str], free_form: &[&str]) {
+    let rows = key_table(&json_md(), markers);
+    let object = value.as_object().expect("an object");
+    let listed = |k: &str| rows.iter().any(|r| r.keys.iter().any(|d| d == k));
+    for k in object.keys() {
+        assert!(
+            listed(k),
+            "{markers:?}: the output's key {k} is not in docs/json.md"
+        );
+    }
+    for row in &rows {
+        for k in &row.keys {
+            let Some(v) = object.get(k) else {
+                assert!(
+                    row.meaning.contains("only when"),
+                    "{markers:?}: docs/json.md lists {k}, not in the output"
+                );
+                continue;
+            };
+            let inner = match v {
+                serde_json::Value::Array(items) => items.first(),
+                v => Some(v),
+            };
+            let Some(serde_json::Value::Object(inner)) = inner else {
+                continue;
+            };
+            if free_form.contains(&k.as_str()) {
+                continue;
+            }
+            for nk in inner.keys() {
+                assert!(
+                    row.meaning.contains(&format!("`{nk}`"))
+                        || row.meaning.contains(&format!("\"{nk}\"")),
+                    "{markers:?}: docs/json.md's row for {k} does not name its key {nk}"
+                );
+            }
+        }
+    }
 }
 
 #[test]
@@ -113,6 +230,41 @@ fn summary_and_replay_json_name_their_format_and_version_first() {
     // The report's own fields are still at the top level, under their names.
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(v["runs"].is_array() && v["fidelity"].is_object(), "{v}");
+}
+
+#[test]
+fn summary_and_replay_json_have_the_keys_docs_json_md_lists() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = oom_file(dir.path());
+    let f = f.to_str().unwrap();
+    let summary = json_ok(&["summary", f, "--json"]);
+    let section = "## `summary FILE --json`";
+    // `devices[]` has its own table.
+    keys_match_docs(&summary, &[section], &["devices"]);
+    let device = &summary["devices"][0];
+    assert_eq!(device["window"]["kind"], "trace", "{device}");
+    assert!(device["ooms"][0]["diagnosis"].is_object(), "{device}");
+    // Keyed by stat name and by action; `streams` are `Fragmentation`s, as `totals` is.
+    let free_form = ["memory_stats", "actions", "streams"];
+    keys_match_docs(device, &[section, "`devices[]`:"], &free_form);
+
+    let out = dir.path().join("what-if.pickle");
+    let replay = json_ok(&[
+        "replay",
+        f,
+        "--json",
+        "--config",
+        "expandable_segments:True",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let section = "## `replay FILE --json`";
+    assert!(replay["smallest_device"].is_object(), "{replay}");
+    // `smallest_device` is `summary`'s; `runs[]` has its own table.
+    keys_match_docs(&replay, &[section], &["smallest_device", "runs"]);
+    for run in replay["runs"].as_array().unwrap() {
+        keys_match_docs(run, &[section, "`runs[]`:"], &[]);
+    }
 }
 
 #[test]
@@ -324,6 +476,9 @@ fn demo_report_and_attach_state_json_name_their_format_and_version_first() {
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     starts_with_format_and_version(&stdout(&o), "allocview-demo-report", 1);
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    // `stats`: keyed by stat name.
+    keys_match_docs(&report, &["## `demo --headless --json`"], &["stats"]);
 
     let sock = dir.path().join("demo.sock");
     let addr = format!("unix:{}", sock.display());
@@ -378,6 +533,7 @@ fn demo_report_and_attach_state_json_name_their_format_and_version_first() {
     starts_with_format_and_version(&stdout(&once), "allocview-agent-state", protocol);
     let v: serde_json::Value = serde_json::from_slice(&once.stdout).unwrap();
     assert!(v["devices"].is_array() && v["pipeline"].is_object(), "{v}");
+    keys_match_docs(&v, &["## `--attach [ADDR] --headless"], &[]);
 }
 
 #[test]
