@@ -184,6 +184,52 @@ fn every_frame_round_trips_and_is_documented_in_protocol_md() {
             "protocol.md names unknown frame {t}"
         );
     }
+    // Each frame's row names every field the frame carries (`hello` has a row in each table).
+    let (agent_frames, client_frames) = doc
+        .split_once("## Client frames")
+        .expect("protocol.md has a Client frames section");
+    let frames = server
+        .iter()
+        .map(|f| (agent_frames, serde_json::to_value(f).unwrap()))
+        .chain(
+            client
+                .iter()
+                .map(|f| (client_frames, serde_json::to_value(f).unwrap())),
+        );
+    for (table, frame) in frames {
+        let t = frame["type"].as_str().unwrap();
+        let row = table
+            .lines()
+            .find(|l| l.starts_with(&format!("| `{t}` |")))
+            .unwrap();
+        for field in frame.as_object().unwrap().keys().filter(|k| *k != "type") {
+            assert!(
+                row.contains(&format!("`{field}`")),
+                "protocol.md's {t} row does not name its field {field}"
+            );
+        }
+    }
+    // So does the state-and-updates section for the state's, an update's and a device
+    // update's fields.
+    let section = doc
+        .split_once("## State and updates")
+        .and_then(|(_, rest)| rest.split_once("## Versioning"))
+        .expect("protocol.md has a State and updates section")
+        .0;
+    let state = serde_json::to_value(AgentState::default()).unwrap();
+    let update = serde_json::to_value(StateUpdate {
+        devices: vec![DeviceUpdate::default()],
+        ..StateUpdate::default()
+    })
+    .unwrap();
+    for object in [&state, &update, &update["devices"][0]] {
+        for field in object.as_object().unwrap().keys() {
+            assert!(
+                section.contains(&format!("`{field}`")),
+                "protocol.md's State and updates section does not name {field}"
+            );
+        }
+    }
 }
 
 #[test]
