@@ -172,7 +172,8 @@ pub struct ReplayArgs {
     /// Write a replayed run as a PyTorch snapshot pickle (for `allocview open` or PyTorch's
     /// viewers): with one `--config`, its what-if run; with several, one file per config
     /// (`what-if.pickle` becomes `what-if.1-SETTINGS.pickle`, `what-if.2-SETTINGS.pickle`, ...);
-    /// without `--config`, the replay under the recorded settings.
+    /// without `--config`, the `recorded` column (the replay on the recorded device, even with
+    /// `--device-memory`).
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
 }
@@ -236,7 +237,7 @@ Examples:
   allocview replay oom.pickle --config expandable_segments:True
                                            Would expandable segments have avoided the OOM?
   allocview --attach unix:/tmp/train.sock  A live process that embeds the agent
-  ALLOCVIEW_TOKEN=s3cret allocview --attach 10.0.0.5:9464 --headless --once
+  ALLOCVIEW_TOKEN=s3cret allocview --attach 10.0.0.5:7070 --headless --once
                                            An agent that requires a token, as text
 
 Environment:
