@@ -7,7 +7,8 @@
 //! allocator counts it and as the agent has folded it from the events.
 //!
 //! ```text
-//! cargo run --release -p allocview-examples --bin heap-service -- --seconds 30
+//! cargo run --release -p allocview-examples --bin heap-service -- \
+//!     --seconds 30 --listen unix:/tmp/heap-service.sock
 //! allocview --attach unix:/tmp/heap-service.sock        # in another terminal
 //! ```
 //!
