@@ -1,5 +1,6 @@
 //! The help overlay against the key map: every key that does something in any view, live or
-//! in a file, zoomed or not, is listed in help (so a new binding without a help line fails).
+//! in a file, zoomed or not, is listed in help (so a new binding without a help line fails),
+//! and every key help lists is named in the README.
 
 use allocview::input::key;
 use allocview::state::ui::HistogramGrouping;
@@ -106,4 +107,32 @@ fn a_key_missing_from_help_is_caught() {
     assert!(KEYS.iter().any(|(col, _)| listed(col, "z")));
     assert!(!KEYS.iter().any(|(col, _)| listed(col, "x")));
     assert!(listed("Tab  1-7", "7") && !listed("Tab  1-7", "8"));
+}
+
+#[test]
+fn every_key_in_help_is_named_in_the_readme() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
+        .expect("README.md");
+    let mut missing = Vec::new();
+    for (column, _) in KEYS {
+        for tok in column.split_whitespace() {
+            let found = match tok.chars().count() {
+                // `q`, `[`, ...; the arrow keys are the README's "arrows" (and ←/→).
+                1 if tok.is_ascii() => readme.contains(&format!("`{tok}`")),
+                1 => readme.contains("arrows"),
+                // `1-7`, which the README writes `1`-`7`.
+                3 if tok.as_bytes()[1] == b'-' => {
+                    readme.contains(&format!("`{}`-`{}`", &tok[..1], &tok[2..]))
+                }
+                _ => readme.contains(tok),
+            };
+            if !found {
+                missing.push(tok);
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "help lists keys the README does not name: {missing:?}"
+    );
 }
