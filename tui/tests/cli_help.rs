@@ -1,5 +1,6 @@
 //! `allocview --help` and each subcommand's `--help`, through the real binary: every command
-//! shows an example of its most common use.
+//! shows an example of its most common use, and every flag the README's command table and
+//! docs/json.md name is one the command has.
 
 use std::process::Command;
 
@@ -72,4 +73,72 @@ fn the_main_help_names_the_environment_variables_attach_reads() {
         "{text}"
     );
     assert!(text.contains("ALLOCVIEW_DUMP_DIR"), "{text}");
+}
+
+/// The `--flags` in `text` (`--max-peak`, `--once`, ...), and `-o`.
+fn flags(text: &str) -> Vec<String> {
+    text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+        .filter(|w| (w.starts_with("--") && w.len() > 2) || *w == "-o")
+        .map(|w| w.trim_end_matches('-').to_string())
+        .collect()
+}
+
+/// Whether a help text offers `flag` (followed by a space, `=`, `<`, `[` or the line's end).
+fn offers(help: &str, flag: &str) -> bool {
+    help.match_indices(flag).any(|(i, _)| {
+        help[i + flag.len()..]
+            .chars()
+            .next()
+            .is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '-'))
+    })
+}
+
+#[test]
+fn every_flag_in_the_readmes_command_table_is_in_that_commands_help() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
+        .expect("README.md");
+    let rows: Vec<&str> = readme
+        .lines()
+        .filter(|l| l.starts_with("| `allocview "))
+        .collect();
+    assert!(rows.len() >= SUBCOMMANDS.len(), "{rows:?}");
+    for row in rows {
+        // `allocview demo [...]`: demo's help; `allocview --attach [ADDR]`: the main help.
+        let sub = row["| `allocview ".len()..]
+            .split([' ', '`'])
+            .next()
+            .unwrap();
+        let text = if sub.starts_with("--") {
+            help(&[])
+        } else {
+            help(&[sub])
+        };
+        for flag in flags(row) {
+            // Cargo's, for the build the row mentions.
+            if flag == "--features" {
+                continue;
+            }
+            assert!(offers(&text, &flag), "README: {sub} has no {flag}:\n{text}");
+        }
+    }
+}
+
+#[test]
+fn every_allocview_flag_docs_json_md_names_is_in_some_help() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/json.md"))
+        .expect("docs/json.md");
+    let mut all = help(&[]);
+    for sub in SUBCOMMANDS {
+        all.push_str(&help(&[sub]));
+    }
+    for flag in flags(&doc) {
+        // jq's, in the documented gate.
+        if flag == "--argjson" {
+            continue;
+        }
+        assert!(
+            offers(&all, &flag),
+            "docs/json.md names {flag}, which no help offers"
+        );
+    }
 }
