@@ -830,3 +830,61 @@ fn every_metric_the_docs_and_rules_name_is_on_the_page() {
     }
     agent.shutdown();
 }
+
+/// `promtool`, where it is installed (`None`: the caller says it skipped).
+fn promtool() -> Option<std::process::Command> {
+    let found = std::process::Command::new("promtool")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        println!("skipped: promtool not found");
+    }
+    found.then(|| std::process::Command::new("promtool"))
+}
+
+#[test]
+fn promtool_passes_the_page_without_a_remark_and_the_documented_rules_pass_their_unit_tests() {
+    let Some(mut check) = promtool() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (agent, _toy) = toy_agent(dir.path());
+    let (_, _, page) = get_with(agent.metrics_addr().unwrap(), "");
+    agent.shutdown();
+    let mut child = check
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(page.as_bytes())
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(o.status.success() && said.trim().is_empty(), "{said}");
+
+    // docs/metrics.md: the rules are unit-tested by docs/prometheus-rules.test.yml.
+    let docs = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs");
+    let o = promtool()
+        .unwrap()
+        .current_dir(docs)
+        .args(["test", "rules", "prometheus-rules.test.yml"])
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
