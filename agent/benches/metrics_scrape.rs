@@ -1,5 +1,5 @@
 //! What a Prometheus scrape of `/metrics` costs, by the number of devices on the page (each
-//! device is about 470 series: the stat arrays per pool, two pools' histograms):
+//! device is about 340 series: the stat arrays per pool, two pools' histograms):
 //!
 //! - `render`: writing the page of a state (`openmetrics`, what Prometheus asks for, and
 //!   `text`, the classic format), beside `clone_state`, the copy of the same state the scrape takes
