@@ -20,6 +20,7 @@
 pub mod agent;
 pub mod caching;
 pub mod harness;
+pub mod large;
 pub mod outcome;
 pub mod render;
 pub mod replay;
