@@ -85,16 +85,59 @@ pub struct PostMortem {
 }
 
 impl PostMortem {
-    /// Prepares `snapshot`, read from `path`.
+    /// Prepares `snapshot`, read from `path`. The what-if replays (for an OOM in the trace)
+    /// run on a thread of their own beside the rest: on a trace of 10^6 events they take
+    /// about as long as everything else together.
     pub fn new(path: &str, snapshot: &Snapshot) -> PostMortem {
-        let device = main_device(snapshot);
+        std::thread::scope(|scope| {
+            let device = main_device(snapshot);
+            let meta = snapshot.devices.iter().find(|m| m.device == device);
+            let total_memory = meta.and_then(|m| m.total_memory);
+            // What-ifs replay the trace: only for OOMs in it (the shown device's trace, where
+            // the OOM reports come from).
+            let oom_in_trace = usize::try_from(device)
+                .ok()
+                .and_then(|d| snapshot.device_traces.get(d))
+                .is_some_and(|t| t.iter().any(|e| e.action == TraceAction::Oom));
+            let what_ifs = total_memory.filter(|_| oom_in_trace).map(|capacity| {
+                (
+                    capacity,
+                    scope.spawn(move || what_if_avoided(snapshot, capacity)),
+                )
+            });
+            let mut pm = PostMortem::without_what_ifs(path, snapshot, device);
+            if let Some((capacity, replays)) = what_ifs {
+                let outcomes = replays
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                // The replays run the first device with a trace: per OOM only when it is the
+                // one shown (the OOMs' indices are into its trace).
+                let same_trace = trace_index(snapshot) == Some(pm.tt.device().max(0) as usize);
+                let note = settings_note(snapshot);
+                for o in &mut pm.ooms {
+                    o.what_if = what_if_lines_of(
+                        &outcomes,
+                        capacity,
+                        &pm.trace,
+                        o.trace_index.filter(|_| same_trace),
+                    );
+                    o.what_if.push(note.clone());
+                }
+            }
+            pm
+        })
+    }
+
+    /// [`Self::new`] up to the what-ifs: everything for `device`, with OOM reports whose
+    /// what-if lines are empty.
+    fn without_what_ifs(path: &str, snapshot: &Snapshot, device: i32) -> PostMortem {
         let tt = TimeTravel::new(snapshot, device);
         let name = std::path::Path::new(path)
             .file_name()
             .map_or_else(|| path.to_string(), |n| n.to_string_lossy().into_owned());
         let meta = snapshot.devices.iter().find(|m| m.device == device);
         let total_memory = meta.and_then(|m| m.total_memory);
-        let trace: Arc<[TraceEntry]> = Arc::from(tt.trace().to_vec());
+        let trace: Arc<[TraceEntry]> = tt.shared_trace();
 
         // Timeline and event positions: seconds when every entry has a time, else events.
         let timed = !trace.is_empty() && trace.iter().all(|e| e.time_us.is_some());
@@ -141,24 +184,6 @@ impl PostMortem {
             recorded_expandable: recorded_config(snapshot).is_ok_and(|c| c.expandable_segments()),
         };
         pm.ooms = pm.oom_reports();
-        // What-ifs replay the trace: only for OOMs in it.
-        let in_trace = pm.ooms.iter().any(|o| o.trace_index.is_some());
-        if let (true, Some(capacity)) = (in_trace, pm.total_memory) {
-            let outcomes = what_if_avoided(snapshot, capacity);
-            // The replays run the first device with a trace: per OOM only when it is the one
-            // shown (the OOMs' indices are into its trace).
-            let same_trace = trace_index(snapshot) == Some(pm.tt.device().max(0) as usize);
-            let note = settings_note(snapshot);
-            for o in &mut pm.ooms {
-                o.what_if = what_if_lines_of(
-                    &outcomes,
-                    capacity,
-                    &pm.trace,
-                    o.trace_index.filter(|_| same_trace),
-                );
-                o.what_if.push(note.clone());
-            }
-        }
         pm
     }
 

@@ -651,7 +651,7 @@ impl Memory {
 #[derive(Debug, Clone)]
 pub struct TimeTravel {
     device: i32,
-    trace: Vec<TraceEntry>,
+    trace: Arc<[TraceEntry]>,
     /// Exact block size of each `alloc` entry, from the backward walk.
     alloc_sizes: Vec<Option<u64>>,
     /// State after `k * interval` events.
@@ -693,7 +693,7 @@ impl TimeTravel {
         }
         TimeTravel {
             device,
-            trace,
+            trace: Arc::from(trace),
             alloc_sizes,
             checkpoints,
             interval,
@@ -714,6 +714,11 @@ impl TimeTravel {
     /// The trace.
     pub fn trace(&self) -> &[TraceEntry] {
         &self.trace
+    }
+
+    /// The trace, shared (a reference-count bump, not a copy).
+    pub fn shared_trace(&self) -> Arc<[TraceEntry]> {
+        Arc::clone(&self.trace)
     }
 
     /// The device shown.
