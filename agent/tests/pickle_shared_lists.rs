@@ -265,3 +265,27 @@ fn deep_tracebacks_written_as_separate_lists_decode_to_one_shared_stack_per_site
         assert!(Arc::ptr_eq(&e.frames, &trace[site].frames), "entry {i}");
     }
 }
+
+#[test]
+fn the_pytorch_layout_writes_each_traceback_anew_and_reads_back_the_same_snapshot() {
+    let one = pytorch::from_pickle(&pytorch_layout_snapshot()).expect("decodes");
+    let shared = pytorch::to_pickle(&one);
+    let per_use = pytorch::to_pickle_pytorch_layout(&one);
+    // Every entry's list again (a memo get of each frame dict): much larger.
+    assert!(
+        per_use.len() > 4 * shared.len(),
+        "{} vs {}",
+        per_use.len(),
+        shared.len()
+    );
+    let back = pytorch::from_pickle(&per_use).expect("decodes");
+    assert_eq!(back, one);
+    let trace = &back.device_traces[0];
+    assert!(Arc::ptr_eq(&trace[0].frames, &trace[SITES].frames));
+    // Each entry has a list object of its own, whose items the reader keeps once.
+    let doc = pickle::parse(&per_use).unwrap();
+    let lists = (0..doc.container_count())
+        .filter(|&c| doc.shared_items(pickle::ContainerId(c as u32)).is_some())
+        .count();
+    assert!(lists >= ENTRIES, "{lists} lists share their items");
+}

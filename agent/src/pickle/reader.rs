@@ -257,15 +257,17 @@ impl<'a> Reader<'a> {
     /// a whole traceback), anything else as its own.
     fn extend_from_stack(&mut self, id: ContainerId, mark: usize, list: bool) {
         let c = &self.doc.containers[id.0 as usize];
-        if list && c.shared == NOT_SHARED && c.items.is_empty() && mark < self.stack.len() {
-            if let Some(shared) = self
+        if list
+            && c.shared == NOT_SHARED
+            && c.items.is_empty()
+            && mark < self.stack.len()
+            && let Some(shared) = self
                 .interner
                 .intern(&mut self.doc.shared, &self.stack[mark..])
-            {
-                self.doc.containers[id.0 as usize].shared = shared;
-                self.stack.truncate(mark);
-                return;
-            }
+        {
+            self.doc.containers[id.0 as usize].shared = shared;
+            self.stack.truncate(mark);
+            return;
         }
         own_items(&mut self.doc, id).extend(self.stack.drain(mark..));
     }
