@@ -148,6 +148,7 @@ pub struct AgentBuilder {
     tick: Duration,
     sample_interval: Duration,
     metrics: Option<MetricsAt>,
+    metrics_write_timeout: Duration,
     providers: Vec<Arc<dyn SnapshotProvider>>,
     host: Option<Arc<dyn HostProvider>>,
     token: Token,
@@ -167,6 +168,7 @@ impl Default for AgentBuilder {
             tick: DEFAULT_TICK,
             sample_interval: Duration::from_nanos(DEFAULT_RESOLUTION_NS),
             metrics: None,
+            metrics_write_timeout: crate::prometheus::DEFAULT_WRITE_TIMEOUT,
             providers: Vec::new(),
             host: None,
             token: Token::Env,
@@ -256,6 +258,14 @@ impl AgentBuilder {
     /// ```
     pub fn metrics_at(mut self, addr: impl Into<String>) -> Self {
         self.metrics = Some(MetricsAt::Name(addr.into()));
+        self
+    }
+
+    /// Abandons a metrics response the client reads none of for `timeout` (default
+    /// [`DEFAULT_WRITE_TIMEOUT`](crate::prometheus::DEFAULT_WRITE_TIMEOUT)), so that a stalled
+    /// client cannot hold the listener's thread and the others' scrapes.
+    pub fn metrics_write_timeout(mut self, timeout: Duration) -> Self {
+        self.metrics_write_timeout = timeout;
         self
     }
 
@@ -411,7 +421,7 @@ impl AgentBuilder {
         if let Some(addrs) = metrics {
             let mut last = None;
             for addr in addrs {
-                match MetricsServer::start(addr, agent.handle.clone()) {
+                match MetricsServer::start(addr, agent.handle.clone(), self.metrics_write_timeout) {
                     Ok(m) => {
                         agent.metrics = Some(m);
                         break;

@@ -62,6 +62,14 @@ pub enum ClientError {
     /// The unix address names something that is not a socket (a regular file, a folder).
     #[error("cannot connect to unix:{}: it is not a socket", .0.display())]
     NotASocket(PathBuf),
+    /// The unix socket exists but nobody listens on it: the agent that made it is gone
+    /// (its process was killed or crashed before it could remove the socket).
+    #[error(
+        "cannot connect to unix:{}: nobody is listening there (a socket left behind by a \
+         process that died? start it again, or attach to another address)",
+        .0.display()
+    )]
+    StaleSocket(PathBuf),
     /// A frame could not be read or written.
     #[error(transparent)]
     Protocol(#[from] ProtocolError),
@@ -132,6 +140,8 @@ pub struct AttachClient {
     state: AgentState,
     pid: u32,
     process: String,
+    /// The agent's working folder, from its hello: relative dump paths are resolved against it.
+    cwd: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for AttachClient {
@@ -160,10 +170,16 @@ impl AttachClient {
             Ok(c) => c,
             Err(e) => {
                 // Connecting to a regular file is refused like a dead socket; say what it is.
-                if let ListenAddr::Unix(p) = &addr
-                    && std::fs::metadata(p).is_ok_and(|m| !m.file_type().is_socket())
-                {
-                    return Err(ClientError::NotASocket(p.clone()));
+                if let ListenAddr::Unix(p) = &addr {
+                    match std::fs::metadata(p) {
+                        Ok(m) if !m.file_type().is_socket() => {
+                            return Err(ClientError::NotASocket(p.clone()));
+                        }
+                        Ok(_) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                            return Err(ClientError::StaleSocket(p.clone()));
+                        }
+                        _ => {}
+                    }
                 }
                 return Err(connect_err(e));
             }
@@ -172,13 +188,14 @@ impl AttachClient {
             .set_read_timeout(Some(CONNECT_TIMEOUT))
             .map_err(connect_err)?;
         let mut out = input.try_clone().map_err(connect_err)?;
-        let (pid, process) =
+        let (pid, process, cwd) =
             match protocol::read_frame::<_, ServerFrame>(&mut input, MAX_SERVER_FRAME) {
                 Ok(ServerFrame::Hello {
                     magic,
                     version,
                     pid,
                     process,
+                    cwd,
                     ..
                 }) => {
                     if magic != MAGIC {
@@ -190,7 +207,7 @@ impl AttachClient {
                             client: PROTOCOL_VERSION,
                         });
                     }
-                    (pid, process)
+                    (pid, process, cwd)
                 }
                 // An agent that refuses before its hello (too many connections waiting).
                 Ok(ServerFrame::Error { message, .. }) => {
@@ -210,7 +227,7 @@ impl AttachClient {
             },
         )?;
         let full = protocol::read_frame::<_, ServerFrame>(&mut input, MAX_SERVER_FRAME);
-        let state = match full.map_err(|e| silent_or(e, &addr))? {
+        let mut state = match full.map_err(|e| silent_or(e, &addr))? {
             ServerFrame::Full { state } => *state,
             ServerFrame::Error { message, .. } => return Err(ClientError::Refused(message)),
             ServerFrame::Goodbye { reason } => return Err(ClientError::Disconnected(reason)),
@@ -221,6 +238,7 @@ impl AttachClient {
             }
         };
         input.set_read_timeout(None).map_err(connect_err)?;
+        resolve_dump_paths(&mut state, cwd.as_deref());
         let (tx, frames) = crossbeam_channel::bounded(READ_AHEAD);
         thread::Builder::new()
             .name("allocview-attach-reader".into())
@@ -241,6 +259,7 @@ impl AttachClient {
             state,
             pid,
             process,
+            cwd,
         })
     }
 
@@ -279,10 +298,14 @@ impl AttachClient {
                 let paused = self.state.pipeline.paused;
                 self.state = *state;
                 self.state.pipeline.paused = paused;
+                resolve_dump_paths(&mut self.state, self.cwd.as_deref());
                 Ok(ClientUpdate::Full)
             }
             ServerFrame::Update { update } => {
                 protocol::apply_update(&mut self.state, &update);
+                if !update.new_ooms.is_empty() {
+                    resolve_dump_paths(&mut self.state, self.cwd.as_deref());
+                }
                 Ok(ClientUpdate::Update)
             }
             ServerFrame::Snapshot { snapshot } => Ok(ClientUpdate::Snapshot(snapshot)),
@@ -328,6 +351,21 @@ impl AttachClient {
     pub fn pause(&mut self, paused: bool) -> Result<(), ClientError> {
         self.state.pipeline.paused = paused;
         self.send(&ClientFrame::Pause { paused })
+    }
+}
+
+/// Makes the OOM records' relative dump paths (an agent whose dump folder is relative, the
+/// default `./allocview-dumps`) absolute under the agent's working folder `cwd`, so that a
+/// client in another folder can read them and the paths it shows can be pasted anywhere. Paths
+/// stay as they are where the agent did not say its folder (an older agent).
+fn resolve_dump_paths(state: &mut AgentState, cwd: Option<&Path>) {
+    let Some(cwd) = cwd else { return };
+    for rec in &mut state.ooms {
+        for p in &mut rec.dump_paths {
+            if p.is_relative() {
+                *p = cwd.join(&*p);
+            }
+        }
     }
 }
 
@@ -453,4 +491,36 @@ fn liveness(path: &Path) -> Liveness {
 /// Whether process `pid` exists (true where `/proc` cannot tell).
 fn process_exists(pid: u32) -> bool {
     !Path::new("/proc/self").exists() || Path::new("/proc").join(pid.to_string()).exists()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::OomRecord;
+
+    #[test]
+    fn relative_dump_paths_are_resolved_against_the_agents_folder_absolute_ones_kept() {
+        let mut state = AgentState {
+            ooms: vec![OomRecord {
+                index: 1,
+                dump_paths: vec![
+                    "allocview-dumps/oom-0001-pid7.pickle".into(),
+                    "/var/dumps/oom-0001-pid7.json".into(),
+                ],
+                ..OomRecord::default()
+            }],
+            ..AgentState::default()
+        };
+        let before = state.clone();
+        resolve_dump_paths(&mut state, None);
+        assert_eq!(state, before, "an older agent's paths stay as sent");
+        resolve_dump_paths(&mut state, Some(Path::new("/srv/train")));
+        assert_eq!(
+            state.ooms[0].dump_paths,
+            vec![
+                PathBuf::from("/srv/train/allocview-dumps/oom-0001-pid7.pickle"),
+                PathBuf::from("/var/dumps/oom-0001-pid7.json"),
+            ]
+        );
+    }
 }

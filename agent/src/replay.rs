@@ -66,7 +66,9 @@ pub use report::{
 };
 pub use rmm::{RmmError, is_rmm_log, parse_rmm_log};
 pub use settings::{compose, recorded_settings_text};
-pub use smallest_device::{SmallestDevice, smallest_device_without_oom};
+pub use smallest_device::{
+    SmallestDevice, smallest_device_without_oom, smallest_reachable_without_oom,
+};
 pub use what_if::{WhatIfOutcome, what_if_avoided};
 
 /// Column label of the recorded run.
@@ -267,10 +269,17 @@ pub fn replay(
         .cloned();
     // Where the recording ran out on a device of known size: the device that would have been
     // enough, under the recorded settings, for this trace.
-    let smallest_device = match fidelity_opts.device_memory {
-        Some(m) if recorded_run.ooms > 0 => {
+    // A file without the device's size starts from what the allocator could reach at its
+    // first recorded OOM.
+    let smallest_device = match (fidelity_opts.device_memory, base.recorded_ooms.first()) {
+        (Some(m), _) if recorded_run.ooms > 0 => {
             smallest_device::smallest_device_without_oom(snapshot, &recorded, m)
         }
+        (None, Some(first)) => smallest_device::smallest_reachable_without_oom(
+            snapshot,
+            &recorded,
+            first.diagnosis.capacity,
+        ),
         _ => None,
     };
     // With `--config`, `--out` writes the what-if runs, not this one.

@@ -71,7 +71,10 @@ pub struct DeviceSummary {
     pub memory_summary: String,
     /// What the peaks and totals of [`memory_summary`](Self::memory_summary) cover.
     pub window: StatsWindow,
-    /// The `current` figures of `torch.cuda.memory_stats()` the snapshot implies.
+    /// The figures of `torch.cuda.memory_stats()` the file states: every stat's `current`;
+    /// when [`window`](Self::window) is a trace, also its `peak`, `allocated` and `freed` over
+    /// that window (not `requested_bytes`', which traces do not record) and `num_ooms`. What
+    /// is not known is left out rather than written as 0.
     pub memory_stats: BTreeMap<String, i64>,
     /// Fragmentation per pool.
     pub pools: Pools,
@@ -87,10 +90,12 @@ pub struct DeviceSummary {
     pub actions: BTreeMap<String, u64>,
     /// The OOM entries of the trace.
     pub ooms: Vec<OomFact>,
-    /// For a trace with OOMs on a device of known size (and no more than
-    /// [`MAX_ENTRIES`](crate::replay::smallest_device::MAX_ENTRIES) entries), the smallest device on which it replays without
-    /// an OOM under the recorded settings
-    /// ([`smallest_device_without_oom`](crate::replay::smallest_device_without_oom)).
+    /// For a trace with OOMs (and no more than
+    /// [`MAX_ENTRIES`](crate::replay::smallest_device::MAX_ENTRIES) entries), the smallest
+    /// device on which it replays without an OOM under the recorded settings
+    /// ([`smallest_device_without_oom`](crate::replay::smallest_device_without_oom)); for a file
+    /// without the device's size, the smallest memory the allocator must reach
+    /// ([`smallest_reachable_without_oom`](crate::replay::smallest_reachable_without_oom)).
     pub smallest_device: Option<replay::SmallestDevice>,
 }
 
@@ -291,6 +296,30 @@ fn merge_history(current: &mut DeviceStats, replayed: &DeviceStats) {
     stat(&mut current.oversize_segments, &replayed.oversize_segments);
 }
 
+/// The keys of `memory_stats()` whose figures are known under `history` (the columns the
+/// memory summary's table fills): every `current`; with a replayed trace also every `peak`,
+/// `allocated` and `freed` but `requested_bytes`' and `num_ooms`. Left out, rather than
+/// written as 0: what a trace cannot tell (requested sizes' history, retries, syncs, device
+/// calls before the window).
+fn known_memory_stats(stats: &DeviceStats, history: HistoryColumns) -> BTreeMap<String, i64> {
+    match history {
+        HistoryColumns::NotKnown => stats.currents(),
+        HistoryColumns::Known => stats.memory_stats(),
+        HistoryColumns::KnownExceptRequested => {
+            let mut known: BTreeMap<String, i64> = stats
+                .memory_stats()
+                .into_iter()
+                .filter(|(k, _)| {
+                    k.ends_with(".current")
+                        || (k.contains('.') && !k.starts_with("requested_bytes."))
+                })
+                .collect();
+            known.insert("num_ooms".into(), stats.num_ooms);
+            known
+        }
+    }
+}
+
 fn summarize_device(
     snapshot: &Snapshot,
     device: i32,
@@ -400,7 +429,7 @@ fn summarize_device(
         };
         (
             format_memory_summary_with(&stats, device, columns),
-            stats.currents(),
+            known_memory_stats(&stats, columns),
             window,
         )
     } else {
@@ -417,12 +446,20 @@ fn summarize_device(
     };
     let trace_overflow = meta.map_or(0, |m| m.trace_overflow);
     let reproduced = matches!(replayed, Some((d, Ok(_))) if *d == device);
+    // A file without the device's size starts from what the allocator could reach at the
+    // first recorded OOM (its diagnosis's capacity).
+    let first_traced_oom = ooms.iter().find(|o| o.index.is_some());
     let smallest_device = match (
         meta.and_then(|m| m.total_memory),
         replay::recorded_config(snapshot),
+        first_traced_oom.and_then(|o| o.diagnosis.as_ref()),
     ) {
-        (Some(total), Ok(config)) if reproduced && ooms.iter().any(|o| o.index.is_some()) => {
+        _ if !reproduced => None,
+        (Some(total), Ok(config), _) if first_traced_oom.is_some() => {
             replay::smallest_device_without_oom(snapshot, &config, total)
+        }
+        (None, Ok(config), Some(diagnosis)) => {
+            replay::smallest_reachable_without_oom(snapshot, &config, diagnosis.capacity)
         }
         _ => None,
     };

@@ -10,6 +10,7 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use allocview_agent::agent::{Agent, AgentError};
+use allocview_agent::prometheus::Format;
 use allocview_agent::protocol::{self, ClientFrame, MAX_SERVER_FRAME, ServerFrame};
 use allocview_agent::server::{MAX_AWAITING_HELLO, RefusalReason};
 use allocview_alloc::event::{Event, EventAction, EventPool};
@@ -95,9 +96,14 @@ fn metrics_parse_as_prometheus_text_and_match_the_state() {
             .find(|s| s.metric == metric && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
             .unwrap_or_else(|| panic!("no {metric} {labels:?} in\n{body}"));
         match s.value {
-            prometheus_parse::Value::Gauge(v)
-            | prometheus_parse::Value::Counter(v)
-            | prometheus_parse::Value::Untyped(v) => v,
+            prometheus_parse::Value::Gauge(v) | prometheus_parse::Value::Counter(v) => v,
+            // The parser gathers a histogram's buckets but leaves its `_sum` and `_count`
+            // untyped.
+            prometheus_parse::Value::Untyped(v)
+                if metric.ends_with("_sum") || metric.ends_with("_count") =>
+            {
+                v
+            }
             ref other => panic!("unexpected {other:?}"),
         }
     };
@@ -112,7 +118,7 @@ fn metrics_parse_as_prometheus_text_and_match_the_state() {
     );
     assert_eq!(
         find(
-            "allocview_reserved_bytes_peak",
+            "allocview_reserved_peak_bytes",
             &[("device", "0"), ("pool", "large_pool")]
         ),
         m["reserved_bytes.large_pool.peak"] as f64
@@ -145,8 +151,8 @@ fn metrics_parse_as_prometheus_text_and_match_the_state() {
         50.0
     );
     let p50 = find(
-        "allocview_allocation_size_bytes_quantile",
-        &[("device", "0"), ("pool", "large_pool"), ("quantile", "0.5")],
+        "allocview_allocation_size_quantile_bytes",
+        &[("device", "0"), ("pool", "large_pool"), ("q", "0.5")],
     );
     let requested = toy::TOY_SEGMENT / 2 - 100;
     let half = requested as f64;
@@ -244,7 +250,7 @@ fn metrics_parse_as_prometheus_text_and_match_the_state() {
     assert!(!state.devices[0].segments.is_empty());
     assert_eq!(
         get(addr, "/metrics").1,
-        allocview_agent::prometheus::render(&state)
+        allocview_agent::prometheus::render_as(&state, Format::Text)
     );
 
     // Bucket bounds read as written, without float noise (`5.110000000000001e-7`): no more
@@ -424,15 +430,14 @@ fn refused_attach_clients_are_counted_per_reason_in_the_state_and_the_metrics() 
                     && s.labels.get("reason") == Some(reason)
             })
             .unwrap_or_else(|| panic!("no refusals for {reason} in\n{body}"));
-        // The parser reads OpenMetrics' `_total` samples of a counter family as untyped.
         match s.value {
-            prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Untyped(v) => v,
+            prometheus_parse::Value::Counter(v) => v,
             ref other => panic!("not a counter: {other:?}"),
         }
     };
     assert!(
         body.lines()
-            .any(|l| l == "# TYPE allocview_attach_refused counter"),
+            .any(|l| l == "# TYPE allocview_attach_refused_total counter"),
         "{body}"
     );
     assert_eq!(refused("hello_cap"), OVER_CAP as f64);
@@ -442,5 +447,386 @@ fn refused_attach_clients_are_counted_per_reason_in_the_state_and_the_metrics() 
         assert_eq!(refused(r), 0.0, "{r}");
     }
     drop(ok);
+    agent.shutdown();
+}
+
+/// The `Accept` header Prometheus 2.x sends.
+const PROMETHEUS_ACCEPT: &str = "application/openmetrics-text;version=1.0.0,\
+    application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+
+/// Status, headers and body of a GET of `/metrics` with these extra header lines.
+fn get_with(addr: std::net::SocketAddr, extra: &str) -> (u16, String, String) {
+    let resp = exchange(
+        addr,
+        &format!("GET /metrics HTTP/1.1\r\nHost: x\r\n{extra}Connection: close\r\n\r\n"),
+    );
+    let (head, body) = resp.split_once("\r\n\r\n").unwrap();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    (status, head.to_string(), body.to_string())
+}
+
+fn content_type(head: &str) -> String {
+    head.lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-type")
+                .then(|| v.trim().to_string())
+        })
+        .unwrap_or_else(|| panic!("no content type in\n{head}"))
+}
+
+/// The sample lines of a page (neither comments nor blank).
+fn sample_lines(page: &str) -> Vec<&str> {
+    page.lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .collect()
+}
+
+/// The metric name of a sample line.
+fn sample_name(line: &str) -> &str {
+    line.split(['{', ' ']).next().unwrap()
+}
+
+/// An agent with the toy's device (some allocations, some frees) serving metrics.
+fn toy_agent(dir: &std::path::Path) -> (Agent, std::sync::Arc<toy::Toy>) {
+    let toy = toy::Toy::new();
+    let agent = Agent::builder()
+        .no_listen()
+        .dump_dir(dir)
+        .metrics("127.0.0.1:0".parse().unwrap())
+        .provider(toy.clone())
+        .spawn()
+        .unwrap();
+    toy.set_sink(agent.sink());
+    for i in 0..30usize {
+        toy.malloc((i % 3) as u64);
+    }
+    for i in 0..10usize {
+        toy.free_nth(i);
+    }
+    agent.flush();
+    (agent, toy)
+}
+
+#[test]
+fn a_plain_scrape_gets_the_classic_text_format_and_prometheus_gets_openmetrics() {
+    let dir = tempfile::tempdir().unwrap();
+    let (agent, _toy) = toy_agent(dir.path());
+    let addr = agent.metrics_addr().unwrap();
+
+    // No Accept (curl, most agents): the classic format, where every sample's family is
+    // declared under the sample's own name (a counter as `x_total`), as promtool and the
+    // classic parsers read it, and no `# EOF`.
+    let (status, head, text) = get_with(addr, "");
+    assert_eq!(status, 200);
+    assert_eq!(
+        content_type(&head),
+        "text/plain; version=0.0.4; charset=utf-8"
+    );
+    assert!(
+        !text.contains("# EOF") && !text.contains("# UNIT"),
+        "{text}"
+    );
+    let declared: std::collections::BTreeMap<&str, &str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .map(|l| l.split_once(' ').unwrap())
+        .collect();
+    let helped: std::collections::BTreeSet<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# HELP "))
+        .map(|l| l.split_once(' ').unwrap().0)
+        .collect();
+    for line in sample_lines(&text) {
+        let name = sample_name(line);
+        let family = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|s| {
+                name.strip_suffix(s)
+                    .filter(|f| declared.get(f) == Some(&"histogram"))
+            })
+            .unwrap_or(name);
+        let kind = declared
+            .get(family)
+            .unwrap_or_else(|| panic!("{name} has no TYPE of its own in\n{text}"));
+        assert!(helped.contains(family), "{family} has no HELP");
+        assert_eq!(
+            name.ends_with("_total"),
+            *kind == "counter",
+            "{name} is a {kind}"
+        );
+    }
+    let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).unwrap();
+    let untyped: Vec<_> = scrape
+        .samples
+        .iter()
+        .filter(|s| matches!(s.value, prometheus_parse::Value::Untyped(_)))
+        // The parser leaves a histogram's `_sum` and `_count` untyped.
+        .filter(|s| !s.metric.ends_with("_sum") && !s.metric.ends_with("_count"))
+        .map(|s| s.metric.clone())
+        .collect();
+    assert!(untyped.is_empty(), "untyped: {untyped:?}");
+
+    // Prometheus' Accept: OpenMetrics, counters declared without `_total`, units declared,
+    // `# EOF` last; the same samples.
+    let (status, head, om) = get_with(addr, &format!("Accept: {PROMETHEUS_ACCEPT}\r\n"));
+    assert_eq!(status, 200);
+    assert_eq!(
+        content_type(&head),
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    );
+    assert_eq!(om.lines().last(), Some("# EOF"));
+    assert!(
+        om.lines()
+            .any(|l| l == "# TYPE allocview_events_ingested counter"),
+        "{om}"
+    );
+    assert!(
+        om.lines()
+            .any(|l| l == "# UNIT allocview_reserved_bytes bytes"),
+        "{om}"
+    );
+    let mut a = sample_lines(&text);
+    let mut b = sample_lines(&om);
+    // The agent's start time is the same; its event count moves only with events.
+    a.sort_unstable();
+    b.sort_unstable();
+    assert_eq!(a, b);
+    agent.shutdown();
+}
+
+#[test]
+fn metric_names_end_in_their_unit_and_no_gauge_carries_a_quantile_label() {
+    let dir = tempfile::tempdir().unwrap();
+    let (agent, _toy) = toy_agent(dir.path());
+    let (_, _, text) = get_with(agent.metrics_addr().unwrap(), "");
+    let kinds: std::collections::BTreeMap<&str, &str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .map(|l| l.split_once(' ').unwrap())
+        .collect();
+    for (name, kind) in &kinds {
+        let stem = name.strip_suffix("_total").unwrap_or(name);
+        for unit in ["bytes", "seconds"] {
+            // A unit is the last word (before `_total`), never in the middle.
+            if stem.split('_').any(|w| w == unit) {
+                assert!(stem.ends_with(unit), "{name}: the unit is not last");
+            }
+        }
+        assert!(
+            !name.contains("_bytes_") || name.ends_with("_bytes_total"),
+            "{name}"
+        );
+        if *kind != "summary" {
+            for line in sample_lines(&text)
+                .into_iter()
+                .filter(|l| sample_name(l) == *name)
+            {
+                assert!(!line.contains("quantile=\""), "{line}");
+            }
+        }
+    }
+    // The renamed families are there.
+    for name in [
+        "allocview_reserved_peak_bytes",
+        "allocview_reserved_allocated_bytes_total",
+        "allocview_allocated_freed_bytes_total",
+        "allocview_allocation_size_quantile_bytes",
+        "allocview_block_lifetime_quantile_seconds",
+        "allocview_allocator_latency_quantile_seconds",
+    ] {
+        assert!(kinds.contains_key(name), "no {name} in\n{text}");
+    }
+    agent.shutdown();
+}
+
+#[test]
+fn capacity_is_absent_when_unknown_and_the_agents_own_facts_are_on_the_page() {
+    let dir = tempfile::tempdir().unwrap();
+    // Events only, no provider: the device's memory is unknown.
+    let agent = toy::quiet_agent(dir.path(), 1024)
+        .metrics("127.0.0.1:0".parse().unwrap())
+        .spawn()
+        .unwrap();
+    agent.sink().publish(&Event::new(
+        EventAction::SegmentAlloc,
+        3,
+        EventPool::Large,
+        0x1000_0000,
+        2 << 20,
+    ));
+    agent.flush();
+    let (_, _, text) = get_with(agent.metrics_addr().unwrap(), "");
+    assert!(
+        text.contains("allocview_reserved_bytes{device=\"3\",pool=\"all\"} 2097152"),
+        "{text}"
+    );
+    // A ratio over the capacity must have no value, not +Inf: the series is absent.
+    assert!(
+        !text.contains("allocview_device_total_memory_bytes"),
+        "{text}"
+    );
+    let version = format!(
+        "allocview_build_info{{version=\"{}\"}} 1",
+        env!("CARGO_PKG_VERSION")
+    );
+    assert!(text.lines().any(|l| l == version), "{version} in\n{text}");
+    assert!(text.lines().any(|l| l == "allocview_paused 0"), "{text}");
+    let started = text
+        .lines()
+        .find_map(|l| l.strip_prefix("allocview_agent_start_time_seconds "))
+        .unwrap_or_else(|| panic!("no start time in\n{text}"));
+    let started: f64 = started.parse().unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!(started > 1.6e9 && started <= now + 1.0, "{started}");
+    agent.shutdown();
+}
+
+#[test]
+fn private_pools_share_one_series_so_graph_captures_do_not_grow_the_page() {
+    /// Private pools made (one per capture, ids growing).
+    const CAPTURES: u64 = 6;
+    let dir = tempfile::tempdir().unwrap();
+    let agent = toy::quiet_agent(dir.path(), 1024)
+        .metrics("127.0.0.1:0".parse().unwrap())
+        .spawn()
+        .unwrap();
+    for id in 1..=CAPTURES {
+        let addr = 0x1000_0000 + id * (4 << 20);
+        for (action, size) in [
+            (EventAction::SegmentAlloc, 2u64 << 20),
+            (EventAction::Alloc, 1 << 20),
+        ] {
+            let mut e = Event::new(action, 0, EventPool::Large, addr, size);
+            e.flags = allocview_alloc::event::FLAG_PRIVATE_POOL;
+            e.pool_id = id;
+            e.requested = size;
+            agent.sink().publish(&e);
+        }
+    }
+    agent.flush();
+    let (_, _, text) = get_with(agent.metrics_addr().unwrap(), "");
+    let pools: std::collections::BTreeSet<&str> = sample_lines(&text)
+        .into_iter()
+        .filter(|l| l.starts_with("allocview_allocation_size_bytes_count"))
+        .filter_map(|l| l.split("pool=\"").nth(1)?.split('"').next())
+        .collect();
+    assert!(pools.contains("private_pools"), "{text}");
+    assert!(
+        pools.iter().all(|p| !p.starts_with("private_pool_")),
+        "{pools:?}"
+    );
+    let private_count = sample_lines(&text)
+        .into_iter()
+        .find(|l| {
+            l.starts_with("allocview_allocation_size_bytes_count")
+                && l.contains("pool=\"private_pools\"")
+        })
+        .and_then(|l| l.rsplit(' ').next())
+        .unwrap()
+        .to_string();
+    assert_eq!(private_count, CAPTURES.to_string());
+    agent.shutdown();
+}
+
+#[test]
+fn a_listener_with_a_short_write_timeout_still_accepts_after_idling_past_it() {
+    // The timeout is set on the listening socket: a send timeout, which `accept` ignores (a
+    // receive timeout would end tiny_http's accept loop at the first idle period).
+    let timeout = Duration::from_millis(50);
+    let agent = Agent::builder()
+        .no_listen()
+        .metrics("127.0.0.1:0".parse().unwrap())
+        .metrics_write_timeout(timeout)
+        .spawn()
+        .unwrap();
+    let addr = agent.metrics_addr().unwrap();
+    assert_eq!(get(addr, "/metrics").0, 200);
+    std::thread::sleep(timeout * 6);
+    assert_eq!(get(addr, "/metrics").0, 200);
+    agent.shutdown();
+}
+
+/// The families a page declares (`# TYPE` names; a classic counter's is its `_total` name).
+fn declared_families(page: &str) -> std::collections::BTreeSet<String> {
+    page.lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .map(|l| l.split_once(' ').unwrap().0.to_string())
+        .collect()
+}
+
+#[test]
+fn every_metric_the_docs_and_rules_name_is_on_the_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let (agent, _toy) = toy_agent(dir.path());
+    let (_, _, text) = get_with(agent.metrics_addr().unwrap(), "");
+    let mut families = declared_families(&text);
+    // What a page shows only in some processes: a memory fraction, an instrumented heap,
+    // private pools; rendered from the same state with them.
+    let mut state = agent.state();
+    state.devices[0].allowed_memory = Some(40 << 30);
+    state.host = Some(Default::default());
+    families.extend(declared_families(&allocview_agent::prometheus::render_as(
+        &state,
+        Format::Text,
+    )));
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    for doc in ["docs/prometheus-rules.yml", "docs/metrics.md", "README.md"] {
+        let whole = std::fs::read_to_string(format!("{root}/{doc}")).unwrap();
+        // The README's metrics section (it also names the C library's functions).
+        let text = match (
+            whole.find("metrics_at(\""),
+            whole.find("A Rust program can"),
+        ) {
+            (Some(a), Some(b)) if doc == "README.md" && a < b => &whole[a..b],
+            _ => &whole[..],
+        };
+        let mut named = 0;
+        for word in text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':')) {
+            // Metric names; recording rules' (`level:metric`), the crates' names and the
+            // docs' placeholders (`allocview_X...`, `allocview_<stat>`) are not.
+            if !word.starts_with("allocview_")
+                || [
+                    "allocview_alloc",
+                    "allocview_agent",
+                    "allocview_pluggable",
+                    "allocview_",
+                ]
+                .contains(&word)
+                || word.starts_with("allocview_X")
+                || !word[10..]
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c == '_')
+            {
+                continue;
+            }
+            let family = ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|s| word.strip_suffix(s).filter(|f| families.contains(*f)))
+                .unwrap_or(word);
+            // The renamed table names the old names too.
+            let old = [
+                "_bytes_peak",
+                "_bytes_quantile",
+                "_seconds_quantile",
+                "_bytes_allocated_total",
+                "_bytes_freed_total",
+            ]
+            .iter()
+            .any(|o| family.ends_with(o));
+            if doc == "docs/metrics.md" && old {
+                continue;
+            }
+            assert!(
+                families.contains(family),
+                "{doc} names {word}, not on the page"
+            );
+            named += 1;
+        }
+        assert!(named > 0, "{doc} names no metric");
+    }
     agent.shutdown();
 }

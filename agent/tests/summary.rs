@@ -321,6 +321,33 @@ fn peaks_and_totals_come_from_replaying_the_trace_and_agree_with_replay() {
     assert_eq!(peak_allocated, replayed.report.runs[0].peak_allocated);
     assert_eq!(peak_reserved, replayed.report.runs[0].peak_reserved);
     assert_eq!(row[1], format!("{} MiB", peak_allocated >> 20));
+    // The JSON states what the table states: peaks and totals over the window, but not the
+    // requested bytes' (a trace records block sizes), which are absent rather than 0.
+    let stats = &d.memory_stats;
+    assert_eq!(
+        stats["allocated_bytes.all.peak"] as u64, peak_allocated,
+        "{stats:?}"
+    );
+    assert_eq!(
+        stats["reserved_bytes.all.peak"] as u64,
+        peak_allocated.max(peak_reserved)
+    );
+    assert_eq!(
+        stats["allocation.all.allocated"] as u64, d.actions["alloc"],
+        "one allocation per alloc entry of the window"
+    );
+    assert_eq!(stats["num_ooms"], d.ooms.len() as i64);
+    assert!(stats.contains_key("requested_bytes.all.current"));
+    for absent in [
+        "requested_bytes.all.peak",
+        "num_alloc_retries",
+        "num_device_alloc",
+    ] {
+        assert!(
+            !stats.contains_key(absent),
+            "{absent} is not known: {stats:?}"
+        );
+    }
     let text = s.to_string();
     assert!(
         text.contains("cover the trace window (6587 entries"),
@@ -357,6 +384,12 @@ fn without_a_trace_peaks_and_totals_are_not_known() {
         .collect();
     assert_eq!(widths.len(), 1, "{}", d.memory_summary);
     assert!(matches!(d.window, summary::StatsWindow::NotKnown { .. }));
+    assert!(
+        d.memory_stats.keys().all(|k| k.ends_with(".current")),
+        "only current figures are known: {:?}",
+        d.memory_stats
+    );
+    assert!(d.memory_stats.contains_key("allocated_bytes.all.current"));
     let text = s.to_string();
     assert!(
         text.contains("Peak Usage, Tot Alloc and Tot Freed are not known"),

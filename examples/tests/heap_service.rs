@@ -89,7 +89,7 @@ fn the_listening_line_gives_a_pasteable_address_and_command_and_metrics_take_a_h
             "--metrics",
             "localhost:0",
         ],
-        &[],
+        &[("ALLOCVIEW_TOKEN", "")],
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -97,6 +97,24 @@ fn the_listening_line_gives_a_pasteable_address_and_command_and_metrics_take_a_h
     let expected = format!("agent listening at {sock}; attach with: allocview --attach {sock}");
     assert!(stdout.lines().any(|l| l == expected), "{stdout}");
     assert!(stdout.contains("metrics at http://"), "{stdout}");
+}
+
+#[test]
+fn with_a_token_the_listening_line_says_the_attach_needs_it_without_showing_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = format!("unix:{}", dir.path().join("hs.sock").display());
+    let out = heap_service(
+        &["--seconds", "0", "--listen", &sock],
+        &[("ALLOCVIEW_TOKEN", "s3cret-token")],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    let expected = format!(
+        "agent listening at {sock}; attach with: allocview --attach {sock} (with \
+         ALLOCVIEW_TOKEN set to this service's token)"
+    );
+    assert!(stdout.lines().any(|l| l == expected), "{stdout}");
+    assert!(!stdout.contains("s3cret-token"), "{stdout}");
 }
 
 #[test]

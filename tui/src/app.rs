@@ -35,7 +35,21 @@ pub struct App {
     notice: Option<(String, Instant)>,
     /// OOMs the process had when last polled (live): more since is a new OOM to announce.
     ooms_seen: u64,
+    /// After a slow draw (a slow terminal): no draw before then (see [`App::note_draw`]).
+    next_draw: Option<Instant>,
+    /// Live: the newest OOM whose dump's path the status line said (its number).
+    dumps_said: u64,
 }
+
+/// A draw that took longer than this held the loop up: the terminal takes its output slowly
+/// (a slow link, a terminal that stopped reading), and the next draws wait.
+pub const SLOW_DRAW: Duration = Duration::from_millis(50);
+/// After a slow draw, no draw for this many times as long as it took: the terminal catches up
+/// while the loop keeps reading the keys and the agent (whose queue for a dashboard that does
+/// not read is bounded: it would let it go).
+pub const SLOW_DRAW_BACKOFF: u32 = 2;
+/// The longest a slow terminal makes the next draw wait.
+pub const MAX_DRAW_WAIT: Duration = Duration::from_secs(5);
 
 /// How long a message the app shows (a save, a reset, a pause) stays in the status line.
 pub const NOTICE_SHOWN: Duration = Duration::from_secs(6);
@@ -49,6 +63,35 @@ pub const DETAIL_ALWAYS_SHOWN: &str =
     "the selected block's detail is always shown at this width (right pane); ◀▶ pick blocks";
 /// `s` for a process with a host heap only.
 pub const NO_DEVICE_TO_SAVE: &str = "nothing to save: this process has no device allocator to snapshot (its host heap is on the Overview)";
+
+/// A time-travel key pressed live (the placeholder is the key).
+pub const FILE_ONLY_KEY: &str = "`{key}` steps through a snapshot file's trace (allocview open FILE); live, the \
+     dashboard follows the process: p pauses, s saves a snapshot to open";
+
+/// Live: the selected trace row's event left the window of recent events the agent sends.
+pub const TRACE_ROW_LEFT: &str =
+    "the selected event left the live window of recent events (End follows the newest; p pauses)";
+
+/// What identifies a trace entry across live updates (entries carry no sequence number):
+/// its time, action, address and size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct TraceKey {
+    time_us: Option<i64>,
+    action: TraceAction,
+    addr: u64,
+    size: u64,
+}
+
+impl TraceKey {
+    fn of(e: &allocview_alloc::snapshot::TraceEntry) -> TraceKey {
+        TraceKey {
+            time_us: e.time_us,
+            action: e.action,
+            addr: e.addr,
+            size: e.size,
+        }
+    }
+}
 
 /// OOMs of a state: those the agent counted, or those it reports where it counts none.
 fn ooms_count(state: &State) -> u64 {
@@ -75,10 +118,13 @@ impl App {
             save_dir,
             notice: None,
             ooms_seen: 0,
+            next_draw: None,
+            dumps_said: 0,
         };
         app.source.poll(&mut app.state)?;
         // OOMs from before the dashboard opened are on the OOM tab, not news.
         app.ooms_seen = ooms_count(&app.state);
+        app.dumps_said = app.ooms_seen;
         Ok(app)
     }
 
@@ -87,14 +133,30 @@ impl App {
         self.source.is_file()
     }
 
-    /// Polls the source (unless paused); marks the screen dirty when the state changed.
+    /// Polls the source (paused: lets it watch its connection); marks the screen dirty when
+    /// the state changed.
     ///
     /// # Errors
     /// When the source failed for good.
     pub fn tick(&mut self) -> anyhow::Result<()> {
-        if !self.ui.paused && self.source.poll(&mut self.state)? {
-            self.dirty = true;
-            self.announce_new_ooms();
+        if self.ui.paused {
+            if self.source.watch_while_paused(&mut self.state)? {
+                self.dirty = true;
+            }
+        } else {
+            let selected = self.selected_live_trace_entry();
+            let segment = self.selected_live_segment();
+            if self.source.poll(&mut self.state)? {
+                self.dirty = true;
+                self.announce_new_ooms();
+                self.announce_dumps();
+                if let Some(key) = selected {
+                    self.keep_trace_selection(key);
+                }
+                if let Some(at) = segment {
+                    self.keep_segment_selection(at);
+                }
+            }
         }
         self.expire_notice(Instant::now());
         Ok(())
@@ -114,6 +176,66 @@ impl App {
             self.dirty = true;
         }
         self.notice = None;
+    }
+
+    /// Live, with a trace row the user selected: what identifies its entry, so that the row
+    /// stays on it while new events push the window of recent events along.
+    fn selected_live_trace_entry(&self) -> Option<TraceKey> {
+        if self.file_mode() {
+            return None;
+        }
+        let row = self.ui.trace_row?;
+        let rows = self.state.trace_rows(&self.ui.trace_filter);
+        let i = *rows.get(row)?;
+        Some(TraceKey::of(&self.state.trace[i]))
+    }
+
+    /// After a live update: the selected trace row moves to where its entry is now; an entry
+    /// that left the window of recent events leaves the selection on the oldest row, and says so.
+    fn keep_trace_selection(&mut self, key: TraceKey) {
+        let rows = self.state.trace_rows(&self.ui.trace_filter);
+        let at = rows
+            .iter()
+            .rposition(|&i| TraceKey::of(&self.state.trace[i]) == key);
+        match at {
+            Some(row) => self.ui.trace_row = Some(row),
+            None => {
+                self.ui.trace_row = Some(0);
+                if self.ui.view == View::Trace {
+                    self.status(TRACE_ROW_LEFT);
+                }
+            }
+        }
+    }
+
+    /// Live: the selected segment's address and the selected block's, so that the selection
+    /// stays on them while segments come, go and change size (the list is ordered by size).
+    fn selected_live_segment(&self) -> Option<(u64, u64)> {
+        if self.file_mode() {
+            return None;
+        }
+        let seg = &self.state.segments[self.state.selected_segment(&self.ui)?];
+        let block = seg
+            .blocks
+            .get(self.ui.block)
+            .map_or(seg.address, |b| b.address);
+        Some((seg.address, block))
+    }
+
+    /// After a live update: the segment row moves to where the selected segment is now, and
+    /// the block to the one holding the selected block's address (blocks split and merge). A
+    /// segment that is gone leaves the row where it was.
+    fn keep_segment_selection(&mut self, (segment, block): (u64, u64)) {
+        let order = self.state.segment_order(self.ui.segment_filter);
+        let Some(row) = order
+            .iter()
+            .position(|&i| self.state.segments[i].address == segment)
+        else {
+            return;
+        };
+        self.ui.segment_row = row;
+        let blocks = &self.state.segments[order[row]].blocks;
+        self.ui.block = blocks.iter().rposition(|b| b.address <= block).unwrap_or(0);
     }
 
     fn rows_in_view(&self) -> usize {
@@ -150,6 +272,8 @@ impl App {
                 self.ui.segment_row = row;
             }
             View::Streams => self.ui.stream_row = row,
+            // Live, the last row follows the newest event; another stays on its event.
+            View::Trace if !self.file_mode() && row + 1 >= n => self.ui.trace_row = None,
             View::Trace => self.ui.trace_row = Some(row),
             View::Oom => {
                 if row != self.ui.oom {
@@ -186,12 +310,48 @@ impl App {
             ),
             None => format!("OOM #{count}"),
         };
-        let msg = if new == 1 {
+        let mut msg = if new == 1 {
             format!("{newest} — press 7")
         } else {
             format!("{new} new OOMs, the last {newest} — press 7")
         };
+        // Its snapshot already written: where, in the same line.
+        if let Some(o) = self.state.ooms.last()
+            && !o.dump_pending
+            && let Some(path) = &o.dump_path
+        {
+            msg.push_str(&format!(" · snapshot {path}"));
+            self.dumps_said = self.dumps_said.max(o.number);
+        }
         self.status(msg);
+    }
+
+    /// Shows `msg` in the status line for [`NOTICE_SHOWN`] (what happened before the screen
+    /// opened, say).
+    pub fn notify(&mut self, msg: impl Into<String>) {
+        self.status(msg);
+        self.dirty = true;
+    }
+
+    /// Live: once the dump of an OOM that happened while the dashboard watched is written
+    /// (off the agent's thread, after the OOM itself was announced), the status line gives
+    /// its path and how to open it.
+    fn announce_dumps(&mut self) {
+        if self.file_mode() {
+            return;
+        }
+        let landed = self
+            .state
+            .ooms
+            .iter()
+            .rev()
+            .find(|o| o.number > self.dumps_said && !o.dump_pending && o.dump_path.is_some());
+        let Some(o) = landed else { return };
+        let (number, path) = (o.number, o.dump_path.clone().unwrap_or_default());
+        self.dumps_said = number;
+        self.status(format!(
+            "OOM #{number}'s snapshot: {path} (allocview open {path}; 7 shows the OOM)"
+        ));
     }
 
     fn status(&mut self, msg: impl Into<String>) {
@@ -345,6 +505,9 @@ impl App {
             Action::ResetPeaks => {
                 let msg = self.source.reset_peaks()?;
                 self.status(msg);
+            }
+            Action::FileOnly(key) => {
+                self.status(FILE_ONLY_KEY.replace("{key}", &key.to_string()));
             }
             Action::Save if self.state.is_host_only() => self.status(NO_DEVICE_TO_SAVE),
             Action::Save => {
@@ -513,7 +676,8 @@ impl App {
         }
     }
 
-    /// Draws into a terminal when dirty.
+    /// Draws into a terminal when dirty, unless a slow terminal made the draw wait (see
+    /// [`App::note_draw`]): it stays dirty for a later one.
     ///
     /// # Errors
     /// When the terminal cannot be written.
@@ -521,13 +685,29 @@ impl App {
     where
         B::Error: Send + Sync + 'static,
     {
-        if !self.dirty {
+        if !self.dirty || !self.draw_due(Instant::now()) {
             return Ok(());
         }
+        let started = Instant::now();
         let frame = terminal.draw(|f| view::draw(f, &self.state, &self.ui))?;
         self.area = frame.area;
         self.dirty = false;
+        self.note_draw(started.elapsed(), Instant::now());
         Ok(())
+    }
+
+    /// A draw took `took`, ending at `now`: over [`SLOW_DRAW`], the next waits
+    /// [`SLOW_DRAW_BACKOFF`] times as long (at most [`MAX_DRAW_WAIT`]), so that a terminal that
+    /// takes its output slowly does not hold the loop up draw after draw (keys unread, the
+    /// agent's updates piling up); a quick draw lifts the wait.
+    pub fn note_draw(&mut self, took: Duration, now: Instant) {
+        self.next_draw =
+            (took > SLOW_DRAW).then(|| now + (took * SLOW_DRAW_BACKOFF).min(MAX_DRAW_WAIT));
+    }
+
+    /// Whether a draw may happen at `now` (no slow draw made it wait).
+    pub fn draw_due(&self, now: Instant) -> bool {
+        self.next_draw.is_none_or(|t| now >= t)
     }
 }
 

@@ -35,6 +35,9 @@ pub enum Seek {
 pub enum Action {
     /// Leave.
     Quit,
+    /// A key that steps through a file's trace (`[ ] , . < > g`), pressed live: said, not
+    /// silently ignored.
+    FileOnly(char),
     /// Open or close the help overlay.
     ToggleHelp,
     /// Next view (Tab).
@@ -156,6 +159,7 @@ pub fn key(k: KeyEvent, ui: &UiState, file_mode: bool) -> Option<Action> {
         // Live, the OOM view's `n` selects the next OOM listed.
         KeyCode::Char('n') if ui.view == View::Oom => Action::Move(1),
         KeyCode::Char('g') if file_mode => Action::Seek(Seek::NextSegmentEvent),
+        KeyCode::Char(c @ ('[' | ']' | ',' | '.' | '<' | '>' | 'g')) => Action::FileOnly(c),
         KeyCode::Home if file_mode => Action::Seek(Seek::First),
         KeyCode::End if file_mode => Action::Seek(Seek::Last),
         KeyCode::Home => Action::Top,

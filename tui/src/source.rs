@@ -23,6 +23,17 @@ pub trait Source {
     /// it in [`State::mode`] and keeps trying).
     fn poll(&mut self, state: &mut State) -> anyhow::Result<bool>;
 
+    /// Called each tick in place of [`Source::poll`] while the user has paused updates: a
+    /// source with a connection watches it (a lost one is shown and reconnected to) without
+    /// changing the figures shown; returns whether anything changed. Default: nothing to watch.
+    ///
+    /// # Errors
+    /// When the source failed for good.
+    fn watch_while_paused(&mut self, state: &mut State) -> anyhow::Result<bool> {
+        let _ = state;
+        Ok(false)
+    }
+
     /// Pauses or resumes updates; returns a message for the status line.
     ///
     /// # Errors

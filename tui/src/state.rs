@@ -46,6 +46,9 @@ pub enum Mode {
     Paused,
     /// Lost the agent; reconnect attempt number n.
     Reconnecting(u32),
+    /// Connected, but no update came for this many seconds: the process is stopped or stuck
+    /// (the agent sends one every tick), and the figures shown are from before.
+    Stalled(u64),
     /// A snapshot file at one event of its trace.
     File {
         /// File name (no folder).

@@ -88,6 +88,17 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
         header::render(r.header, buf, state, ui);
         render_view(ui.view, r.body, buf, state, ui);
         footer::render(r.footer, buf, state, ui);
+        // A status too long for the footer takes the row above it too, while it shows.
+        if let Some(status) = footer::long_status(state, ui, r.footer.width)
+            && r.footer.y > r.body.y
+        {
+            let two = Rect {
+                y: r.footer.y - 1,
+                height: 2,
+                ..r.footer
+            };
+            footer::render_long_status(two, buf, status);
+        }
         if ui.help {
             help::render(area, buf, state);
         }

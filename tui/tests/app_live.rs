@@ -105,7 +105,10 @@ fn a_new_live_oom_is_announced_once_with_its_request() {
     app.tick().unwrap();
     assert_eq!(
         app.state.status.as_deref(),
-        Some("OOM #2: tried to allocate 2.00 GiB — press 7")
+        Some(
+            "OOM #2: tried to allocate 2.00 GiB — press 7 · snapshot \
+             allocview-dumps/oom-0001-pid4242.json"
+        )
     );
     // The next poll, with no new OOM, says nothing again (the message stays until it expires).
     app.state.status = None;
@@ -123,4 +126,172 @@ fn saving_a_host_heap_only_process_says_there_is_no_device_to_snapshot() {
     let (mut app, saves) = live(vec![support::live_state()]);
     app.apply(Action::Save).unwrap();
     assert_eq!(saves.get(), 1);
+}
+
+/// The live state whose recent events are allocations at times `from..from + n` µs (each at
+/// its own address), as the agent's sliding window of recent events sends them.
+fn with_trace(from: u64, n: u64) -> State {
+    use allocview_alloc::snapshot::{TraceAction, TraceEntry};
+    let mut s = support::live_state();
+    let trace: Vec<TraceEntry> = (from..from + n)
+        .map(|t| TraceEntry {
+            time_us: Some(t as i64),
+            ..TraceEntry::new(TraceAction::Alloc, 0x7f00_0000_0000 + t * 512, 512, 0)
+        })
+        .collect();
+    s.trace = trace.into();
+    s
+}
+
+/// The time of the trace entry on the selected row.
+fn selected_time(app: &App) -> Option<i64> {
+    let rows = app.state.trace_rows(&app.ui.trace_filter);
+    let row = app.ui.trace_row?;
+    app.state.trace[rows[row]].time_us
+}
+
+#[test]
+fn a_selected_live_trace_row_stays_on_its_event_while_new_events_arrive() {
+    let (mut app, _) = live(vec![
+        with_trace(0, 100),
+        with_trace(10, 100),
+        with_trace(200, 100),
+    ]);
+    app.apply(Action::ShowView(View::Trace)).unwrap();
+    // Five rows up from the newest (99): event 94.
+    app.apply(Action::Move(-5)).unwrap();
+    assert_eq!(selected_time(&app), Some(94));
+    // Ten newer events pushed the window along: the row is still on event 94.
+    app.tick().unwrap();
+    assert_eq!(selected_time(&app), Some(94));
+    assert_eq!(app.state.status, None);
+    // The event left the window: the oldest row, and the user is told.
+    app.tick().unwrap();
+    assert_eq!(selected_time(&app), Some(200));
+    assert_eq!(app.state.status.as_deref(), Some(app::TRACE_ROW_LEFT));
+}
+
+#[test]
+fn the_last_live_trace_row_follows_the_newest_event() {
+    let (mut app, _) = live(vec![with_trace(0, 100), with_trace(10, 100)]);
+    app.apply(Action::ShowView(View::Trace)).unwrap();
+    app.apply(Action::Move(-5)).unwrap();
+    app.apply(Action::Bottom).unwrap();
+    assert_eq!(app.ui.trace_row, None, "End follows the newest");
+    app.tick().unwrap();
+    let rows = app.state.trace_rows(&app.ui.trace_filter);
+    let row = app.state.default_trace_row(&rows);
+    assert_eq!(app.state.trace[rows[row]].time_us, Some(109));
+}
+
+#[test]
+fn the_selected_live_segment_and_block_stay_selected_when_a_bigger_segment_arrives() {
+    use allocview_alloc::snapshot::{BlockState, SegmentType};
+    let first = support::live_state();
+    let mut second = first.clone();
+    // A new segment bigger than all: every row below it moves down one.
+    second.segments.insert(
+        0,
+        support::segment(
+            0x7f00_0000_0000,
+            0,
+            SegmentType::Large,
+            &[(
+                1024 * support::MIB,
+                1024 * support::MIB,
+                BlockState::ActiveAllocated,
+            )],
+        ),
+    );
+    let (mut app, _) = live(vec![first, second]);
+    app.apply(Action::ShowView(View::Segments)).unwrap();
+    // The largest segment (200 MiB at 0x7f3a2c000000), its third block.
+    app.apply(Action::Right).unwrap();
+    app.apply(Action::Right).unwrap();
+    let selected = |app: &App| {
+        let seg = &app.state.segments[app.state.selected_segment(&app.ui).unwrap()];
+        (seg.address, seg.blocks[app.ui.block].address)
+    };
+    let before = selected(&app);
+    assert_eq!(before.0, 0x7f3a_2c00_0000);
+    app.tick().unwrap();
+    assert_eq!(app.ui.segment_row, 1);
+    assert_eq!(selected(&app), before);
+}
+
+#[test]
+fn after_a_slow_draw_the_next_ones_wait_so_a_slow_terminal_does_not_hold_the_loop_up() {
+    use std::time::{Duration, Instant};
+    let (mut app, _) = live(vec![support::live_state()]);
+    let mut term = ratatui::Terminal::new(ratatui::backend::TestBackend::new(80, 24)).unwrap();
+    let t0 = Instant::now();
+    // A draw that took 400 ms: none for the next 800 ms.
+    app.note_draw(Duration::from_millis(400), t0);
+    assert!(!app.draw_due(t0 + Duration::from_millis(700)));
+    assert!(app.draw_due(t0 + Duration::from_millis(800)));
+    // The wait has a ceiling.
+    app.note_draw(Duration::from_secs(60), t0);
+    assert!(!app.draw_due(t0 + app::MAX_DRAW_WAIT - Duration::from_millis(1)));
+    assert!(app.draw_due(t0 + app::MAX_DRAW_WAIT));
+    // Waiting, the screen stays dirty for a later draw.
+    app.note_draw(Duration::from_secs(60), Instant::now());
+    app.dirty = true;
+    app.draw(&mut term).unwrap();
+    assert!(app.dirty);
+    // A quick draw lifts the wait.
+    app.note_draw(Duration::from_millis(1), Instant::now());
+    app.draw(&mut term).unwrap();
+    assert!(!app.dirty);
+}
+
+#[test]
+fn a_live_ooms_snapshot_written_after_it_is_announced_with_its_path() {
+    let mut pending = with_ooms(2);
+    pending.ooms[1].dump_pending = true;
+    pending.ooms[1].dump_path = None;
+    let mut landed = with_ooms(2);
+    landed.ooms[1].dump_path = Some("/srv/run/allocview-dumps/oom-0002-pid7.pickle".into());
+    let (mut app, _) = live(vec![with_ooms(1), pending, landed.clone(), landed]);
+    app.tick().unwrap();
+    assert_eq!(
+        app.state.status.as_deref(),
+        Some("OOM #2: tried to allocate 2.00 GiB — press 7")
+    );
+    app.tick().unwrap();
+    assert_eq!(
+        app.state.status.as_deref(),
+        Some(
+            "OOM #2's snapshot: /srv/run/allocview-dumps/oom-0002-pid7.pickle (allocview open \
+             /srv/run/allocview-dumps/oom-0002-pid7.pickle; 7 shows the OOM)"
+        )
+    );
+    // Said once.
+    app.state.status = None;
+    app.tick().unwrap();
+    assert_eq!(app.state.status, None);
+}
+
+#[test]
+fn a_time_travel_key_pressed_live_says_where_it_works_instead_of_doing_nothing() {
+    use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+    let (mut app, _) = live(vec![support::live_state()]);
+    for c in ['[', ']', ',', '.', '<', '>', 'g'] {
+        let press = KeyEvent::new(KeyCode::Char(c), KeyModifiers::NONE);
+        let action = allocview::input::key(press, &app.ui, false);
+        assert_eq!(action, Some(Action::FileOnly(c)), "{c}");
+        app.state.status = None;
+        app.apply(action.unwrap()).unwrap();
+        let status = app.state.status.clone().unwrap_or_default();
+        assert!(
+            status.starts_with(&format!("`{c}` steps through a snapshot file's trace"))
+                && status.contains("allocview open FILE"),
+            "{status}"
+        );
+    }
+    // In a file they step through the trace.
+    let press = KeyEvent::new(KeyCode::Char('['), KeyModifiers::NONE);
+    assert!(matches!(
+        allocview::input::key(press, &app.ui, true),
+        Some(Action::Seek(_))
+    ));
 }

@@ -116,6 +116,20 @@ fn replay_of_a_missing_file_or_bad_size_fails_with_a_clear_message() {
         "{err}"
     );
 
+    // `defaults` anywhere but first says where it goes instead of "expected KEY:VALUE".
+    let out = allocview(&[
+        "replay",
+        log.to_str().unwrap(),
+        "--config",
+        "expandable_segments:True,defaults",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(r#"write "defaults,expandable_segments:True""#),
+        "{err}"
+    );
+
     // An --out that cannot be written names its path once.
     let out = allocview(&[
         "replay",

@@ -68,10 +68,16 @@ fn an_oom_dump_opens_with_its_oom_diagnosis_and_what_ifs() {
     let o = &state.ooms[0];
     assert!(o.requested > 0 && o.device_total == Some(4 * GIB));
     assert!(!o.explanation.is_empty());
-    // One line per setting tried (and a caveat when the dump's trace ends at the OOM).
+    // One line per setting tried (and a caveat when the dump's trace ends at the OOM), then
+    // the smallest device without the OOM.
     let settings: Vec<&String> = o.what_if.iter().filter(|l| l.contains(" → ")).collect();
-    assert_eq!(settings.len(), 3, "{:?}", o.what_if);
+    assert_eq!(settings.len(), 4, "{:?}", o.what_if);
     assert!(settings[0].starts_with("expandable_segments:True"));
+    assert!(
+        settings[3].starts_with("smallest device ") && settings[3].contains("no OOM in the trace"),
+        "{:?}",
+        o.what_if
+    );
     // The reconstruction fits the whole trace and the checkpoints agree with a full replay.
     let tt = pm.time_travel();
     assert_eq!(tt.at(tt.len()).1.mismatches, 0);

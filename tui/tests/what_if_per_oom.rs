@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use allocview::source::file::FileSource;
-use allocview::state::from_snapshot::{oom_entry_of, what_if_lines};
+use allocview::state::from_snapshot::{WhatIfCapacity, oom_entry_of, what_if_lines};
 use allocview::units::{GIB, MIB};
 use allocview_alloc::caching::backend::StreamId;
 use allocview_alloc::caching::sim::SimBackend;
@@ -19,6 +19,11 @@ const FRAGMENTED: u64 = 200 * MIB;
 const TOO_BIG: u64 = 2 * GIB;
 /// An allocation after both.
 const AFTER: u64 = 20 * MIB;
+/// The recordings' device.
+const DEVICE: WhatIfCapacity = WhatIfCapacity {
+    bytes: GIB,
+    device: true,
+};
 
 /// Records on a 1 GiB device: a 400 MiB segment split round a live block (190 MiB and 20 MiB
 /// free in it), a 500 MiB block beside it, then the two OOMs, the program carrying on after
@@ -90,9 +95,15 @@ fn each_oom_card_says_what_the_other_settings_do_to_its_own_request() {
             "{:#?}",
             o.what_if
         );
-        // The three cures, then the recorded settings they change.
-        assert_eq!(o.what_if.len(), 4, "{:#?}", o.what_if);
-        assert!(o.what_if[3].starts_with("(recorded settings: PyTorch defaults;"));
+        // The three cures, the smallest device, then the recorded settings they change.
+        assert_eq!(o.what_if.len(), 5, "{:#?}", o.what_if);
+        assert!(o.what_if[4].starts_with("(recorded settings: PyTorch defaults;"));
+        // The 2 GiB request beside 890 MiB live needs a device of about 2.9 GiB.
+        let smallest = line(&o.what_if, "smallest device");
+        assert!(
+            smallest.contains("→ no OOM in the trace from ~2.9"),
+            "{smallest}"
+        );
     }
 }
 
@@ -112,25 +123,26 @@ fn a_dumps_oom_is_found_in_its_trace_by_size_and_time() {
     assert_eq!(oom_entry_of(&snap, TOO_BIG, None), Some(ooms[1]));
     assert_eq!(oom_entry_of(&snap, 3 * MIB, time(ooms[0])), None);
     // Lines for the first OOM, as a live OOM's dump gets them.
-    let lines = what_if_lines(&snap, GIB, Some(ooms[0]));
+    let lines = what_if_lines(&snap, DEVICE, Some(ooms[0]));
     assert!(line(&lines, "expandable_segments:True").contains("→ fits; 1 other OOM"));
     // The first OOM of a trace cut there (a dump taken at it): the replays fit the request,
     // but nothing says what the program would have asked next.
     let cut = cut_at_first_oom(two_oom_recording());
-    let lines = what_if_lines(&cut, GIB, oom_entry_of(&cut, FRAGMENTED, None));
+    let lines = what_if_lines(&cut, DEVICE, oom_entry_of(&cut, FRAGMENTED, None));
     assert!(
-        lines[lines.len() - 2]
-            .starts_with("(the trace ends at this request: whether the program's next"),
+        lines
+            .iter()
+            .any(|l| l.starts_with("(the trace ends at this request: whether the program's next")),
         "{lines:#?}"
     );
     // With allocations after it, no such caveat.
-    let lines = what_if_lines(&snap, GIB, Some(ooms[0]));
+    let lines = what_if_lines(&snap, DEVICE, Some(ooms[0]));
     assert!(
         !lines.iter().any(|l| l.contains("trace ends")),
         "{lines:#?}"
     );
     // Without an OOM to speak of, the lines count the trace's OOMs.
-    let whole = what_if_lines(&snap, GIB, None);
+    let whole = what_if_lines(&snap, DEVICE, None);
     assert!(
         line(&whole, "expandable_segments:True").contains("→ still 1 OOM,"),
         "{whole:#?}"
@@ -149,7 +161,7 @@ fn a_recording_with_expandable_segments_is_not_offered_them_and_its_settings_are
     assert!(alloc.malloc(TOO_BIG, s).is_err());
     let snap = alloc.snapshot();
     let oom = oom_entry_of(&snap, TOO_BIG, None);
-    let lines = what_if_lines(&snap, GIB, oom);
+    let lines = what_if_lines(&snap, DEVICE, oom);
     assert!(
         !lines
             .iter()
@@ -166,4 +178,27 @@ fn a_recording_with_expandable_segments_is_not_offered_them_and_its_settings_are
         ),
         "{lines:#?}"
     );
+}
+
+#[test]
+fn a_file_without_the_device_size_replays_on_what_the_allocator_could_reach() {
+    // PyTorch's own files do not record the device's size: the what-ifs run on what the
+    // allocator could reach at the first OOM (reserved + device free: the whole 1 GiB here,
+    // nobody else used the device), and say so.
+    let mut snap = two_oom_recording();
+    for d in &mut snap.devices {
+        d.total_memory = None;
+    }
+    let src = FileSource::new("two-ooms.pickle", &snap);
+    let pm = src.post_mortem();
+    let state = pm.state_at(pm.len());
+    let fragmented = &state.ooms[0];
+    assert_eq!(fragmented.device_total, None);
+    let cure = line(&fragmented.what_if, "expandable_segments:True");
+    assert!(
+        cure.contains("→ fits; 1 other OOM") && cure.ends_with(" of 1.00 GiB reachable"),
+        "{cure}"
+    );
+    let least = line(&fragmented.what_if, "least reachable memory");
+    assert!(least.contains("→ no OOM in the trace from ~2.9"), "{least}");
 }

@@ -216,9 +216,11 @@ pub struct ReplayReport {
     /// the OOM), so a run that fits that request says nothing of the program's next ones.
     #[serde(default)]
     pub ends_at_oom: bool,
-    /// Where the recording ran out of memory on a device of known size: the smallest device
-    /// on which the trace replays without an OOM under the recorded settings
-    /// ([`smallest_device_without_oom`](crate::replay::smallest_device_without_oom)).
+    /// Where the recording ran out of memory: the smallest device on which the trace replays
+    /// without an OOM under the recorded settings
+    /// ([`smallest_device_without_oom`](crate::replay::smallest_device_without_oom)), or for
+    /// a file without the device's size the smallest reachable memory
+    /// ([`smallest_reachable_without_oom`](crate::replay::smallest_reachable_without_oom)).
     #[serde(default)]
     pub smallest_device: Option<crate::replay::SmallestDevice>,
 }
@@ -457,15 +459,31 @@ fn say(out: &mut String, text: &str) {
 
 /// The text of [`ReplayReport::smallest_device`] (also in `allocview summary`).
 pub fn smallest_device_line(s: &crate::replay::SmallestDevice) -> String {
-    format!(
-        "smallest device without an OOM under the recorded settings: ~{} (the recording's {} \
-         plus a shortfall of {}; {} replays of this trace window, to within {})",
+    let (what, from) = if s.from_recorded_device {
+        ("device", "the recording's")
+    } else {
+        (
+            "memory the allocator can reach",
+            "the file does not record the device's size; at the first OOM the allocator could \
+             reach",
+        )
+    };
+    let mut line = format!(
+        "smallest {what} without an OOM under the recorded settings: ~{} ({from} {} plus a \
+         shortfall of {}; {} replays of this trace window, to within {})",
         human_bytes(s.bytes),
         human_bytes(s.from),
         human_bytes(s.shortfall),
         s.runs,
         human_bytes(s.granularity)
-    )
+    );
+    if !s.from_recorded_device {
+        line.push_str(
+            "; the device needs that plus what its other users held (CUDA's context, other \
+             processes)",
+        );
+    }
+    line
 }
 
 /// A peak as shown: with [`LIVE_BLOCKS_ONLY_MARK`] when the run left out the recorded cache.

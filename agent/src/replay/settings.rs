@@ -20,17 +20,50 @@ pub const NOT_RECORDED: &str = "not recorded (PyTorch defaults assumed)";
 /// Marks a what-if column whose settings come out equal to the recorded ones.
 pub const AS_RECORDED_MARK: &str = " (as recorded)";
 
+/// Why a `--config` could not be composed with the recorded settings.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ComposeError {
+    /// The settings given do not parse.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// [`DEFAULTS_WORD`] (in any case) somewhere but first, where it would mean nothing.
+    #[error(
+        "\"{word}\" can only come first (it starts from PyTorch's defaults instead of the \
+         recorded settings): write \"{suggestion}\""
+    )]
+    DefaultsNotFirst {
+        /// The word as written.
+        word: String,
+        /// The same settings with the word first, once, in lower case.
+        suggestion: String,
+    },
+}
+
 /// The settings `given` asks for against `recorded` (see the module docs).
 ///
 /// # Errors
-/// [`ConfigError`] when `given` (or the combination) does not parse.
-pub fn compose(recorded: &AllocatorConfig, given: &str) -> Result<AllocatorConfig, ConfigError> {
+/// [`ComposeError::Config`] when `given` (or the combination) does not parse;
+/// [`ComposeError::DefaultsNotFirst`] when the word [`DEFAULTS_WORD`] is written anywhere but
+/// first (or in another case, as `Defaults`).
+pub fn compose(recorded: &AllocatorConfig, given: &str) -> Result<AllocatorConfig, ComposeError> {
     let mut items = top_level_items(given);
-    let from_defaults = items
-        .first()
-        .is_some_and(|first| first.trim() == DEFAULTS_WORD);
+    let from_defaults = items.first().is_some_and(|first| first == DEFAULTS_WORD);
     if from_defaults {
         items.remove(0);
+    }
+    if let Some(word) = items.iter().find(|i| i.eq_ignore_ascii_case(DEFAULTS_WORD)) {
+        let rest: Vec<&str> = items
+            .iter()
+            .filter(|i| !i.eq_ignore_ascii_case(DEFAULTS_WORD))
+            .map(String::as_str)
+            .collect();
+        return Err(ComposeError::DefaultsNotFirst {
+            word: word.clone(),
+            suggestion: std::iter::once(DEFAULTS_WORD)
+                .chain(rest)
+                .collect::<Vec<_>>()
+                .join(","),
+        });
     }
     // Check the string given on its own first, so that its errors name its own text.
     let own = items.join(",");
@@ -46,7 +79,7 @@ pub fn compose(recorded: &AllocatorConfig, given: &str) -> Result<AllocatorConfi
         .filter(|i| !given_keys.contains(&key_of(i)))
         .collect();
     merged.extend(items);
-    AllocatorConfig::parse(&merged.join(","))
+    Ok(AllocatorConfig::parse(&merged.join(","))?)
 }
 
 /// Whether two configs make the device allocator behave the same (the settings PyTorch's
@@ -149,5 +182,38 @@ mod tests {
         let c = compose(&rec, "roundup_power2_divisions:2").unwrap();
         assert_eq!(c.roundup_power2_divisions(), [2; 16]);
         assert!(compose(&rec, "nonsense:1").is_err());
+    }
+
+    #[test]
+    fn the_word_defaults_anywhere_but_first_is_refused_with_the_string_to_write() {
+        for (given, word, suggestion) in [
+            (
+                "expandable_segments:True,defaults",
+                "defaults",
+                "defaults,expandable_segments:True",
+            ),
+            ("defaults,defaults", "defaults", "defaults"),
+            ("Defaults", "Defaults", "defaults"),
+            (
+                "max_split_size_mb:128, DEFAULTS ,expandable_segments:True",
+                "DEFAULTS",
+                "defaults,max_split_size_mb:128,expandable_segments:True",
+            ),
+        ] {
+            let err = compose(&expandable(), given).unwrap_err();
+            assert_eq!(
+                err,
+                ComposeError::DefaultsNotFirst {
+                    word: word.into(),
+                    suggestion: suggestion.into()
+                },
+                "{given}"
+            );
+            let text = err.to_string();
+            assert!(
+                text.contains("can only come first") && text.contains(suggestion),
+                "{text}"
+            );
+        }
     }
 }

@@ -14,6 +14,11 @@
 //! trace cut at its OOM, is not replayed) and for the recorded settings only; OOMs need not be
 //! monotonic in the device size, so it is the answer the bisection found, not a proof that
 //! every larger device fits.
+//!
+//! A file that does not record its device's size (PyTorch's own snapshots) starts instead from
+//! what the allocator could reach at the first recorded OOM: its reserved memory plus the
+//! device's free memory then ([`smallest_reachable_without_oom`]). The answer is then memory
+//! the allocator must be able to reach, on top of what the device's other users held.
 
 use serde::{Deserialize, Serialize};
 
@@ -55,6 +60,17 @@ pub struct SmallestDevice {
     pub granularity: u64,
     /// Replays run to find it.
     pub runs: usize,
+    /// Whether [`from`](Self::from) is the recording's device size (true), or the memory the
+    /// allocator could reach at the first OOM, for a file without the device's size (false:
+    /// see [`smallest_reachable_without_oom`]).
+    #[serde(default = "recorded_device_default")]
+    pub from_recorded_device: bool,
+}
+
+/// Reports written before [`SmallestDevice::from_recorded_device`] existed started from the
+/// recording's device.
+fn recorded_device_default() -> bool {
+    true
 }
 
 /// [`MIN_GRANULARITY`], or [`GRANULARITY_SHARE`] of `device` when more.
@@ -114,5 +130,22 @@ pub fn smallest_device_without_oom(
         shortfall: hi - failing,
         granularity: step,
         runs: runs.get(),
+        from_recorded_device: true,
+    })
+}
+
+/// [`smallest_device_without_oom`] for a file that does not record its device's size, from
+/// `reachable`: the memory the allocator could reach at the first recorded OOM (its reserved
+/// bytes plus the device's free bytes then, as the OOM's diagnosis computes). The answer is
+/// allocator-reachable memory; the device needs that plus what its other users held (CUDA's
+/// context, other processes), which such a file does not show.
+pub fn smallest_reachable_without_oom(
+    snapshot: &Snapshot,
+    config: &AllocatorConfig,
+    reachable: u64,
+) -> Option<SmallestDevice> {
+    smallest_device_without_oom(snapshot, config, reachable).map(|s| SmallestDevice {
+        from_recorded_device: false,
+        ..s
     })
 }

@@ -28,6 +28,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use allocview_agent::agent::Agent;
+use allocview_agent::server::TOKEN_ENV;
 use allocview_alloc::global::{Instrumented, unpublished};
 use allocview_alloc::stats::HumanBytes;
 use anyhow::{Context, bail};
@@ -181,7 +182,14 @@ fn run(options: &Options) -> anyhow::Result<()> {
     }
     let agent = builder.spawn().context("starting the agent")?;
     if let Some(addr) = agent.listen_addr() {
-        println!("agent listening at {addr}; attach with: allocview --attach {addr}");
+        // A token the agent requires is needed by the attach too: said, never shown.
+        let token_set = std::env::var_os(TOKEN_ENV).is_some_and(|t| !t.is_empty());
+        let with_token = if token_set {
+            format!(" (with {TOKEN_ENV} set to this service's token)")
+        } else {
+            String::new()
+        };
+        println!("agent listening at {addr}; attach with: allocview --attach {addr}{with_token}");
     }
     if let Some(addr) = agent.metrics_addr() {
         println!("metrics at http://{addr}/metrics");

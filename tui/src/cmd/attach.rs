@@ -288,17 +288,33 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
         std::env::var(ADDR_ENV).ok(),
         client::find_sockets,
     )?;
-    if let Some(note) = note {
-        eprintln!("allocview: {note}");
-    }
     let token = std::env::var(TOKEN_ENV).ok().filter(|t| !t.is_empty());
     if cli.headless {
+        if let Some(note) = note {
+            eprintln!("allocview: {note}");
+        }
         return headless(&addr, token, cli);
     }
-    crate::terminal::check_stdout().map_err(|e| e.advise(NEEDS_TERMINAL))?;
-    let src = connect(&addr, || AttachSource::connect(&addr, token))?;
-    let save_dir = std::env::current_dir().context("no current folder to save snapshots in")?;
-    let mut app = App::new(Box::new(src), save_dir)?;
+    // The stale sockets removed are said on the dashboard (a line on stderr would be gone
+    // under its screen at once), or on stderr when it does not open.
+    let opened = || -> anyhow::Result<App> {
+        crate::terminal::check_stdout().map_err(|e| e.advise(NEEDS_TERMINAL))?;
+        let src = connect(&addr, || AttachSource::connect(&addr, token))?;
+        let save_dir = std::env::current_dir().context("no current folder to save snapshots in")?;
+        App::new(Box::new(src), save_dir)
+    };
+    let mut app = match opened() {
+        Ok(app) => app,
+        Err(e) => {
+            if let Some(note) = note {
+                eprintln!("allocview: {note}");
+            }
+            return Err(e);
+        }
+    };
+    if let Some(note) = note {
+        app.notify(format!("attached to {addr}; {note}"));
+    }
     let mut guard = TerminalGuard::enter().map_err(|e| e.advise(NEEDS_TERMINAL))?;
     app::run(&mut guard.terminal, &mut app, TICK)
 }

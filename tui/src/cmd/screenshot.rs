@@ -14,7 +14,7 @@ use crate::cli::{Scenario, ScreenshotArgs};
 use crate::demo::{Demo, DemoConfig};
 use crate::screenshot::{png, svg};
 use crate::state::from_agent::{AgentAdapter, LiveInfo, SnapshotFrames};
-use crate::state::from_snapshot::{PostMortem, oom_entry_of, what_if_lines};
+use crate::state::from_snapshot::{PostMortem, WhatIfCapacity, oom_entry_of, what_if_lines};
 use crate::state::ui::{HistogramGrouping, SegmentFilter};
 use crate::state::{State, UiState, View};
 use crate::units::GIB;
@@ -102,7 +102,7 @@ pub fn pictured_run() -> anyhow::Result<(State, PostMortem)> {
             && let Ok(dump) = allocview_agent::snapshot_file::load(Path::new(p))
         {
             let oom = oom_entry_of(&dump, o.requested, o.time_us);
-            o.what_if = what_if_lines(&dump, total, oom);
+            o.what_if = what_if_lines(&dump, WhatIfCapacity::device(total), oom);
         }
     }
     let pm = PostMortem::new("demo-trace.pickle", &snapshot);

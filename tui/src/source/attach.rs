@@ -2,6 +2,14 @@
 //! tick, reconnecting with a back-off when the connection drops (the header then reads
 //! `◌ reconnecting (n)` over the last state received). When the agent's count of attach
 //! clients it refused rises, the status line says so with the reasons.
+//!
+//! The agent sends an update every tick whether or not anything changed (docs/protocol.md),
+//! so silence means its process is stopped or stuck: after [`STALL_AFTER`] without one the
+//! header reads `◌ no updates 12s` in place of `● live`, until they resume. While the user has
+//! paused updates the connection is still watched ([`Source::watch_while_paused`]): a process
+//! that dies meanwhile is noticed and reconnected to (paused again), and a request that finds
+//! the connection gone starts a reconnect instead of ending the dashboard. A reconnect that
+//! reaches another process (the service was restarted) says so and starts its figures over.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -23,8 +31,19 @@ pub const RECONNECT_EVERY: Duration = Duration::from_secs(1);
 pub const FRAMES_EVERY: Duration = Duration::from_secs(5);
 /// How long `s` waits for the agent's snapshot.
 pub const SAVE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Nanoseconds in a second.
+const NS_PER_S: f64 = 1e9;
 /// Updates applied per poll at most (the rest wait for the next tick, so input stays fast).
 const MAX_UPDATES_PER_POLL: usize = 256;
+/// How long without an update before the header says updates stopped (the agent sends one
+/// every tick, at most 10 Hz): at least this, or [`STALL_TICKS`] of the agent's observed
+/// interval where it ticks slower.
+pub const STALL_AFTER: Duration = Duration::from_secs(3);
+/// Missed ticks, at the observed update rate, that count as a stall on a slow-ticking agent.
+const STALL_TICKS: f64 = 5.0;
+/// How long the source's own passing messages (`reconnected to ...`, `updates resumed ...`)
+/// stay in the status line.
+pub const SOURCE_NOTE_SHOWN: Duration = Duration::from_secs(6);
 
 /// Live state from an attached agent.
 pub struct AttachSource {
@@ -48,6 +67,18 @@ pub struct AttachSource {
     /// Attach clients the agent had refused when last said in the status line: a rise is
     /// said again.
     refused_said: u64,
+    /// The agent's clock at the last update (the rate is measured by it).
+    last_agent_ns: Option<u64>,
+    /// Whether the user paused updates (a reconnect pauses the new connection too).
+    paused: bool,
+    /// When updates stopped arriving, once [`STALL_AFTER`] passed without one.
+    stalled_since: Option<Instant>,
+    /// The process of the last connection, as its pid and start time: a reconnect to another
+    /// is a restart (a restarted service in a container often has the same pid).
+    process: (u32, u64),
+    /// A passing message this source put in the status line, and when: cleared after
+    /// [`SOURCE_NOTE_SHOWN`] unless something replaced it.
+    note: Option<(String, Instant)>,
 }
 
 /// `3 (hello_cap 2, token 1)`: the attach clients the agent refused, all together and per
@@ -68,6 +99,43 @@ pub fn refused_summary(p: &PipelineStats) -> Option<String> {
     ))
 }
 
+/// Why a connection ended, for the status line while reconnecting: a clean end (the process
+/// shut its agent down: it exited or is restarting), a loss (no goodbye: the process died), or
+/// the agent letting this dashboard go (too slow to read), before anything else.
+fn ended_why(e: &ClientError) -> String {
+    match e {
+        e if e.is_agent_shutdown() => "the process ended (its agent shut down)".into(),
+        ClientError::ConnectionLost => {
+            "connection lost without a goodbye (did the process die?)".into()
+        }
+        ClientError::Disconnected(reason) => format!("the agent let this dashboard go: {reason}"),
+        e => e.to_string(),
+    }
+}
+
+/// What a failed reconnect adds to the line: nothing when nobody listens at the address yet
+/// (the process has not come back: what the retries wait for), else its error.
+fn retry_detail(e: &ClientError) -> String {
+    use std::io::ErrorKind;
+    match e {
+        ClientError::StaleSocket(_) => String::new(),
+        ClientError::Connect { error, .. }
+            if matches!(
+                error.kind(),
+                ErrorKind::NotFound | ErrorKind::ConnectionRefused
+            ) =>
+        {
+            String::new()
+        }
+        e => format!(": {e}"),
+    }
+}
+
+/// The process a client is connected to: its pid and when it started (by the agent's clock).
+fn process_of(c: &AttachClient) -> (u32, u64) {
+    (c.process().0, c.state().process.started_ns)
+}
+
 /// The status line when the agent has refused more attach clients than `said`.
 fn refused_status(p: &PipelineStats, said: u64) -> Option<String> {
     if p.refused_clients_total() <= said {
@@ -84,6 +152,7 @@ impl AttachSource {
     /// are retried instead.
     pub fn connect(addr: &str, token: Option<String>) -> Result<AttachSource, ClientError> {
         let client = AttachClient::connect(addr, token.clone())?;
+        let process = process_of(&client);
         Ok(AttachSource {
             addr: addr.to_string(),
             token,
@@ -99,14 +168,139 @@ impl AttachSource {
             saved: 0,
             what_if: WhatIfJobs::new(),
             refused_said: 0,
+            last_agent_ns: None,
+            paused: false,
+            stalled_since: None,
+            process,
+            note: None,
         })
     }
 
-    fn lost(&mut self, why: String) {
-        self.ended = Some(why);
+    fn lost(&mut self, e: &ClientError) {
+        self.ended = Some(ended_why(e));
         self.client = None;
         self.attempts = self.attempts.max(1);
         self.next_retry = Instant::now() + RECONNECT_EVERY;
+        self.stalled_since = None;
+        self.rate_hz = None;
+        self.last_update = None;
+        self.last_agent_ns = None;
+    }
+
+    /// A request could not be sent: the connection is gone. Reconnecting starts; the message
+    /// for the status line says so (the dashboard goes on).
+    fn request_failed(&mut self, what: &str, e: ClientError) -> String {
+        self.lost(&e);
+        format!(
+            "could not {what}: {}; reconnecting",
+            self.ended.as_deref().unwrap_or_default()
+        )
+    }
+
+    /// Puts a passing message in the status line (cleared after [`SOURCE_NOTE_SHOWN`]).
+    fn say(&mut self, state: &mut State, msg: String) {
+        self.note = Some((msg.clone(), Instant::now()));
+        state.status = Some(msg);
+    }
+
+    /// Clears this source's passing message once shown long enough; whether it did.
+    fn expire_note(&mut self, state: &mut State) -> bool {
+        let Some((msg, since)) = &self.note else {
+            return false;
+        };
+        if since.elapsed() < SOURCE_NOTE_SHOWN {
+            return false;
+        }
+        let cleared = state.status.as_ref() == Some(msg);
+        if cleared {
+            state.status = None;
+        }
+        self.note = None;
+        cleared
+    }
+
+    /// How long without an update counts as a stall: [`STALL_AFTER`], or longer for an agent
+    /// seen to tick slower.
+    fn stall_after(&self) -> Duration {
+        let slow = self
+            .rate_hz
+            .filter(|hz| *hz > 0.0)
+            .map_or(Duration::ZERO, |hz| {
+                Duration::from_secs_f64((STALL_TICKS / hz).min(3600.0))
+            });
+        STALL_AFTER.max(slow)
+    }
+
+    /// Live and not paused: when no update came for [`Self::stall_after`], the header says
+    /// for how long (`◌ no updates N s`), and the status line why that matters once; whether
+    /// the screen changed.
+    fn watch_stall(&mut self, state: &mut State) -> bool {
+        if self.paused || self.client.is_none() {
+            return false;
+        }
+        let Some(last) = self.last_update else {
+            return false;
+        };
+        let quiet = last.elapsed();
+        if quiet < self.stall_after() {
+            return false;
+        }
+        if self.stalled_since.is_none() {
+            self.stalled_since = Some(last);
+            state.status = Some(format!(
+                "no update for {} s: is the process stopped (SIGSTOP, a debugger) or stuck?",
+                quiet.as_secs()
+            ));
+        }
+        let mode = Mode::Stalled(quiet.as_secs());
+        let changed = state.mode != mode;
+        state.mode = mode;
+        changed
+    }
+
+    /// A connection made again: the state is the new one's; another process than before (the
+    /// service restarted) starts the figures over and is named.
+    fn reconnected(&mut self, c: AttachClient, state: &mut State) {
+        let (pid, name) = c.process();
+        let process = process_of(&c);
+        let same = process == self.process;
+        let msg = if same {
+            format!("reconnected to {} (pid {pid})", self.addr)
+        } else {
+            format!(
+                "reconnected to a new process, pid {pid} {name} (was pid {}), at {}; its \
+                 figures start over",
+                self.process.0, self.addr
+            )
+        };
+        if !same {
+            self.adapter = AgentAdapter::new();
+            self.frames = None;
+            self.what_if = WhatIfJobs::new();
+            self.refused_said = 0;
+        }
+        self.process = process;
+        self.client = Some(c);
+        self.attempts = 0;
+        self.ended = None;
+        self.last_update = Some(Instant::now());
+        self.next_frames = Instant::now();
+        let mut msg = msg;
+        if self.paused
+            && let Some(c) = &mut self.client
+        {
+            match c.pause(true) {
+                Ok(()) => msg.push_str("; still paused (Space resumes)"),
+                Err(e) => {
+                    self.lost(&e);
+                    state.status = self.ended.clone();
+                    state.mode = Mode::Reconnecting(self.attempts);
+                    return;
+                }
+            }
+        }
+        self.refresh(state);
+        self.say(state, msg);
     }
 
     fn refresh(&mut self, state: &mut State) {
@@ -119,6 +313,9 @@ impl AttachSource {
         };
         let status = state.status.take();
         *state = self.adapter.state(c.state(), 0, &info);
+        if self.paused {
+            state.mode = Mode::Paused;
+        }
         if let Some(frames) = &self.frames {
             frames.apply(state);
         }
@@ -135,17 +332,14 @@ impl AttachSource {
 
 impl Source for AttachSource {
     fn poll(&mut self, state: &mut State) -> anyhow::Result<bool> {
+        let noted = self.expire_note(state);
         if self.client.is_none() {
             if Instant::now() < self.next_retry {
-                return Ok(false);
+                return Ok(noted);
             }
             match AttachClient::connect(&self.addr, self.token.clone()) {
                 Ok(c) => {
-                    self.client = Some(c);
-                    self.attempts = 0;
-                    self.ended = None;
-                    self.refresh(state);
-                    state.status = Some(format!("reconnected to {}", self.addr));
+                    self.reconnected(c, state);
                     return Ok(true);
                 }
                 Err(e) => {
@@ -153,123 +347,209 @@ impl Source for AttachSource {
                     self.next_retry = Instant::now() + RECONNECT_EVERY;
                     state.mode = Mode::Reconnecting(self.attempts);
                     state.status = Some(match &self.ended {
-                        Some(why) => format!("{why}; reconnecting: {e}"),
+                        Some(why) => format!(
+                            "{why}; retrying {} every {} s (q quits){}",
+                            self.addr,
+                            RECONNECT_EVERY.as_secs(),
+                            retry_detail(&e)
+                        ),
                         None => e.to_string(),
                     });
                     return Ok(true);
                 }
             }
         }
-        let mut changed = false;
+        let mut changed = noted;
         let mut lost = None;
-        if Instant::now() >= self.next_frames
+        if !self.paused
+            && Instant::now() >= self.next_frames
             && let Some(c) = &mut self.client
         {
             self.next_frames = Instant::now() + FRAMES_EVERY;
             if let Err(e) = c.request_snapshot() {
-                lost = Some(e.to_string());
+                lost = Some(e);
             }
         }
         for _ in 0..MAX_UPDATES_PER_POLL {
             let Some(c) = &mut self.client else { break };
             match c.next_update(Duration::ZERO) {
                 Ok(ClientUpdate::Full) | Ok(ClientUpdate::Update) => {
-                    let now = Instant::now();
-                    if let Some(t) = self.last_update {
-                        let dt = now.duration_since(t).as_secs_f64();
-                        if dt > 0.0 {
-                            self.rate_hz = Some(1.0 / dt);
-                        }
+                    // The rate the agent sends at, by its clock: updates read in a burst (a
+                    // dashboard held up by a slow terminal) arrive close together here.
+                    let t = c.state().time_ns;
+                    if let Some(prev) = self.last_agent_ns
+                        && t > prev
+                    {
+                        self.rate_hz = Some(NS_PER_S / (t - prev) as f64);
                     }
-                    self.last_update = Some(now);
+                    self.last_agent_ns = Some(t);
+                    self.last_update = Some(Instant::now());
+                    if let Some(since) = self.stalled_since.take() {
+                        let msg = format!(
+                            "updates resumed after {:.0} s",
+                            since.elapsed().as_secs_f64()
+                        );
+                        self.say(state, msg);
+                        // The rate over the stall says nothing of the agent's tick.
+                        self.rate_hz = None;
+                    }
                     changed = true;
                 }
                 Ok(ClientUpdate::Snapshot(s)) => {
                     self.frames = Some(SnapshotFrames::new(&s));
                     changed = true;
                 }
-                Ok(ClientUpdate::Ack(_)) => {}
+                Ok(ClientUpdate::Ack(request)) => {
+                    if request == "reset_peaks" {
+                        self.say(state, "the agent reset its peak statistics".into());
+                        changed = true;
+                    }
+                }
                 Ok(ClientUpdate::Error(m)) => {
                     state.status = Some(format!("agent: {m}"));
                     changed = true;
                 }
                 Err(ClientError::Timeout) => break,
                 Err(e) => {
-                    lost = Some(e.to_string());
+                    lost = Some(e);
                     break;
                 }
             }
         }
-        if let Some(why) = lost {
-            state.status = Some(why.clone());
-            self.lost(why);
+        if let Some(e) = lost {
+            self.lost(&e);
+            state.status = self.ended.clone();
             state.mode = Mode::Reconnecting(self.attempts);
             return Ok(true);
         }
         if changed {
             self.refresh(state);
         }
+        if self.watch_stall(state) {
+            changed = true;
+        }
         Ok(changed)
     }
 
+    fn watch_while_paused(&mut self, state: &mut State) -> anyhow::Result<bool> {
+        self.poll(state)
+    }
+
     fn set_paused(&mut self, paused: bool) -> anyhow::Result<String> {
-        match &mut self.client {
-            Some(c) => {
-                c.pause(paused)?;
-                Ok(if paused {
-                    "paused (Space resumes)"
-                } else {
-                    "resumed"
-                }
-                .into())
+        self.paused = paused;
+        self.stalled_since = None;
+        let Some(c) = &mut self.client else {
+            return Ok(if paused {
+                "paused; not connected now (reconnecting)"
+            } else {
+                "resumed; not connected now (reconnecting)"
             }
-            None => Ok("not connected".into()),
+            .into());
+        };
+        if let Err(e) = c.pause(paused) {
+            let what = if paused { "pause" } else { "resume" };
+            return Ok(self.request_failed(what, e));
         }
+        // The agent's full state comes first after a resume: no stall before then.
+        self.last_update = Some(Instant::now());
+        self.rate_hz = None;
+        self.last_agent_ns = None;
+        Ok(if paused {
+            "paused (Space resumes)"
+        } else {
+            "resumed"
+        }
+        .into())
     }
 
     fn reset_peaks(&mut self) -> anyhow::Result<String> {
-        match &mut self.client {
-            Some(c) => {
-                c.reset_peaks()?;
-                Ok("asked the agent to reset peak statistics".into())
-            }
-            None => Ok("not connected".into()),
+        let Some(c) = &mut self.client else {
+            return Ok("not connected to the agent now (reconnecting): peaks not reset".into());
+        };
+        match c.reset_peaks() {
+            Ok(()) => Ok("asked the agent to reset peak statistics".into()),
+            Err(e) => Ok(self.request_failed("reset peaks", e)),
         }
     }
 
     fn save(&mut self, _state: &State, dir: &Path) -> anyhow::Result<PathBuf> {
-        let Some(c) = &mut self.client else {
-            anyhow::bail!("not connected to an agent");
-        };
-        c.request_snapshot()?;
-        let deadline = Instant::now() + SAVE_TIMEOUT;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                anyhow::bail!(
-                    "the agent sent no snapshot within {} s",
-                    SAVE_TIMEOUT.as_secs()
-                );
-            }
-            if let ClientUpdate::Snapshot(s) = c.next_update(left)? {
-                self.saved += 1;
-                let (pid, _) = c.process();
-                let path = fresh_path(
-                    dir,
-                    &format!("allocview-attach-{pid}-{}", self.saved),
-                    FileFormat::Pickle.extension(),
-                );
-                snapshot_file::save(&path, &s, FileFormat::Pickle)?;
-                self.frames = Some(SnapshotFrames::new(&s));
-                return Ok(path);
-            }
+        if let Some(since) = self.stalled_since {
+            anyhow::bail!(
+                "the agent has sent nothing for {} s (is its process stopped?): no snapshot to \
+                 save",
+                since.elapsed().as_secs()
+            );
         }
+        let Some(c) = &mut self.client else {
+            anyhow::bail!("not connected to the agent now (reconnecting)");
+        };
+        let got = c.request_snapshot().and_then(|()| {
+            let deadline = Instant::now() + SAVE_TIMEOUT;
+            loop {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Ok(None);
+                }
+                match c.next_update(left) {
+                    Ok(ClientUpdate::Snapshot(s)) => return Ok(Some((s, c.process().0))),
+                    Ok(_) | Err(ClientError::Timeout) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        });
+        let (s, pid) = match got {
+            Ok(Some(got)) => got,
+            Ok(None) => anyhow::bail!(
+                "the agent sent no snapshot within {} s",
+                SAVE_TIMEOUT.as_secs()
+            ),
+            Err(e) => {
+                let msg = self.request_failed("take a snapshot", e);
+                anyhow::bail!(msg);
+            }
+        };
+        self.saved += 1;
+        let path = fresh_path(
+            dir,
+            &format!("allocview-attach-{pid}-{}", self.saved),
+            FileFormat::Pickle.extension(),
+        );
+        snapshot_file::save(&path, &s, FileFormat::Pickle)?;
+        self.frames = Some(SnapshotFrames::new(&s));
+        Ok(path)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_reconnect_line_leads_with_why_the_connection_ended() {
+        let shutdown =
+            ClientError::Disconnected(allocview_agent::protocol::SHUTDOWN_GOODBYE.to_string());
+        assert_eq!(
+            ended_why(&shutdown),
+            "the process ended (its agent shut down)"
+        );
+        assert!(ended_why(&ClientError::ConnectionLost).contains("did the process die?"));
+        assert_eq!(
+            ended_why(&ClientError::Disconnected("client queue full".into())),
+            "the agent let this dashboard go: client queue full"
+        );
+        // Nobody listening yet is what the retries wait for: not repeated on the line.
+        let refused = ClientError::Connect {
+            addr: "127.0.0.1:7070".into(),
+            error: std::io::ErrorKind::ConnectionRefused.into(),
+        };
+        assert_eq!(retry_detail(&refused), "");
+        assert_eq!(
+            retry_detail(&ClientError::StaleSocket("/x.sock".into())),
+            ""
+        );
+        let token = ClientError::Refused("wrong token".into());
+        assert_eq!(retry_detail(&token), ": the agent refused: wrong token");
+    }
 
     #[test]
     fn refused_clients_are_said_once_per_rise_with_their_reasons() {

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use allocview_agent::snapshot_file;
 
 use crate::state::OomReport;
-use crate::state::from_snapshot::{oom_entry_of, what_if_lines};
+use crate::state::from_snapshot::{WhatIfCapacity, oom_entry_of, what_if_lines};
 
 /// Shown while a replay runs.
 pub const PENDING: &str = "replaying the dump under other settings…";
@@ -47,7 +47,7 @@ impl WhatIfJobs {
                             Ok(snap) => {
                                 let oom = request
                                     .and_then(|(size, time)| oom_entry_of(&snap, size, time));
-                                what_if_lines(&snap, total, oom)
+                                what_if_lines(&snap, WhatIfCapacity::device(total), oom)
                             }
                             Err(e) => vec![format!("cannot replay the dump: {e}")],
                         };

@@ -22,10 +22,12 @@ use allocview_agent::diagnosis::{OomFacts, diagnose_under};
 use allocview_agent::replay::engine::trace_index;
 use allocview_agent::replay::what_if::RECORDED_SETTINGS;
 use allocview_agent::replay::{
-    WhatIfOutcome, recorded_config, recorded_settings_text, what_if_avoided,
+    WhatIfOutcome, recorded_config, recorded_settings_text, smallest_device_without_oom,
+    smallest_reachable_without_oom, what_if_avoided,
 };
 use allocview_agent::state::{NS_PER_US, OomRecord};
 use allocview_agent::summary::render::counted;
+use allocview_alloc::stats::human_bytes;
 
 use super::from_agent::oom_report;
 
@@ -85,52 +87,9 @@ pub struct PostMortem {
 }
 
 impl PostMortem {
-    /// Prepares `snapshot`, read from `path`. The what-if replays (for an OOM in the trace)
-    /// run on a thread of their own beside the rest: on a trace of 10^6 events they take
-    /// about as long as everything else together.
+    /// Prepares `snapshot`, read from `path`.
     pub fn new(path: &str, snapshot: &Snapshot) -> PostMortem {
-        std::thread::scope(|scope| {
-            let device = main_device(snapshot);
-            let meta = snapshot.devices.iter().find(|m| m.device == device);
-            let total_memory = meta.and_then(|m| m.total_memory);
-            // What-ifs replay the trace: only for OOMs in it (the shown device's trace, where
-            // the OOM reports come from).
-            let oom_in_trace = usize::try_from(device)
-                .ok()
-                .and_then(|d| snapshot.device_traces.get(d))
-                .is_some_and(|t| t.iter().any(|e| e.action == TraceAction::Oom));
-            let what_ifs = total_memory.filter(|_| oom_in_trace).map(|capacity| {
-                (
-                    capacity,
-                    scope.spawn(move || what_if_avoided(snapshot, capacity)),
-                )
-            });
-            let mut pm = PostMortem::without_what_ifs(path, snapshot, device);
-            if let Some((capacity, replays)) = what_ifs {
-                let outcomes = replays
-                    .join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-                // The replays run the first device with a trace: per OOM only when it is the
-                // one shown (the OOMs' indices are into its trace).
-                let same_trace = trace_index(snapshot) == Some(pm.tt.device().max(0) as usize);
-                let note = settings_note(snapshot);
-                for o in &mut pm.ooms {
-                    o.what_if = what_if_lines_of(
-                        &outcomes,
-                        capacity,
-                        &pm.trace,
-                        o.trace_index.filter(|_| same_trace),
-                    );
-                    o.what_if.push(note.clone());
-                }
-            }
-            pm
-        })
-    }
-
-    /// [`Self::new`] up to the what-ifs: everything for `device`, with OOM reports whose
-    /// what-if lines are empty.
-    fn without_what_ifs(path: &str, snapshot: &Snapshot, device: i32) -> PostMortem {
+        let device = main_device(snapshot);
         let tt = TimeTravel::new(snapshot, device);
         let name = std::path::Path::new(path)
             .file_name()
@@ -184,6 +143,34 @@ impl PostMortem {
             recorded_expandable: recorded_config(snapshot).is_ok_and(|c| c.expandable_segments()),
         };
         pm.ooms = pm.oom_reports();
+        // What-ifs replay the trace: only for OOMs in it, on the recording's device, or for a
+        // file without its size on what the allocator could reach at the first OOM.
+        let first_in_trace = pm.ooms.iter().find(|o| o.trace_index.is_some());
+        let capacity = match (pm.total_memory, first_in_trace) {
+            (Some(total), Some(_)) => Some(WhatIfCapacity::device(total)),
+            (None, Some(o)) => o
+                .device_free
+                .map(|free| WhatIfCapacity::reachable(o.reserved.saturating_add(free))),
+            (_, None) => None,
+        };
+        if let Some(capacity) = capacity {
+            let outcomes = what_if_avoided(snapshot, capacity.bytes);
+            let smallest = smallest_device_line(snapshot, capacity);
+            // The replays run the first device with a trace: per OOM only when it is the one
+            // shown (the OOMs' indices are into its trace).
+            let same_trace = trace_index(snapshot) == Some(pm.tt.device().max(0) as usize);
+            let note = settings_note(snapshot);
+            for o in &mut pm.ooms {
+                o.what_if = what_if_lines_of(
+                    &outcomes,
+                    capacity,
+                    &pm.trace,
+                    o.trace_index.filter(|_| same_trace),
+                );
+                o.what_if.extend(smallest.clone());
+                o.what_if.push(note.clone());
+            }
+        }
         pm
     }
 
@@ -331,16 +318,93 @@ impl PostMortem {
     }
 }
 
-/// What-if lines for an OOM of a file: the whole trace replayed on the simulated device at the
-/// recorded capacity under the usual cures ([`what_if_avoided`]). With `oom`, the index of the
-/// OOM's trace entry, each line says what became of that request; without it, of the trace.
-pub fn what_if_lines(snapshot: &Snapshot, capacity: u64, oom: Option<usize>) -> Vec<String> {
+/// The memory what-if replays run on: the recording's device, or, for a file that does not
+/// record the device's size, what the allocator could reach at the first OOM (its reserved
+/// bytes plus the device's free bytes then).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WhatIfCapacity {
+    /// Bytes.
+    pub bytes: u64,
+    /// Whether [`bytes`](Self::bytes) is the device's size, rather than reachable memory.
+    pub device: bool,
+}
+
+impl WhatIfCapacity {
+    /// The recording's device of `bytes`.
+    pub fn device(bytes: u64) -> WhatIfCapacity {
+        WhatIfCapacity {
+            bytes,
+            device: true,
+        }
+    }
+
+    /// `bytes` the allocator could reach, on a device of unknown size.
+    pub fn reachable(bytes: u64) -> WhatIfCapacity {
+        WhatIfCapacity {
+            bytes,
+            device: false,
+        }
+    }
+
+    /// `6.00 GiB`, or `6.00 GiB reachable`.
+    fn text(self) -> String {
+        let bytes = crate::units::bytes(self.bytes);
+        if self.device {
+            bytes
+        } else {
+            format!("{bytes} reachable")
+        }
+    }
+}
+
+/// What-if lines for an OOM of a file: the whole trace replayed on the simulated device at
+/// `capacity` under the usual cures ([`what_if_avoided`]), then the smallest device without an
+/// OOM ([`smallest_device_line`]). With `oom`, the index of the OOM's trace entry, each line
+/// says what became of that request; without it, of the trace.
+pub fn what_if_lines(
+    snapshot: &Snapshot,
+    capacity: WhatIfCapacity,
+    oom: Option<usize>,
+) -> Vec<String> {
     let trace = trace_index(snapshot)
         .and_then(|d| snapshot.device_traces.get(d))
         .map_or(&[][..], |t| &t[..]);
-    let mut lines = what_if_lines_of(&what_if_avoided(snapshot, capacity), capacity, trace, oom);
+    let mut lines = what_if_lines_of(
+        &what_if_avoided(snapshot, capacity.bytes),
+        capacity,
+        trace,
+        oom,
+    );
+    lines.extend(smallest_device_line(snapshot, capacity));
     lines.push(settings_note(snapshot));
     lines
+}
+
+/// The what-if line of the smallest device (or, on a device of unknown size, the least
+/// reachable memory) on which the trace replays without an OOM under the recorded settings,
+/// bisected from `capacity` (`allocview_agent::replay::smallest_device`); none when the trace
+/// fits `capacity` or no size near it does.
+pub fn smallest_device_line(snapshot: &Snapshot, capacity: WhatIfCapacity) -> Option<String> {
+    let config = recorded_config(snapshot).ok()?;
+    let (label, s) = if capacity.device {
+        (
+            "smallest device",
+            smallest_device_without_oom(snapshot, &config, capacity.bytes)?,
+        )
+    } else {
+        (
+            "least reachable memory",
+            smallest_reachable_without_oom(snapshot, &config, capacity.bytes)?,
+        )
+    };
+    Some(format!(
+        "{label:<WHAT_IF_LABEL_WIDTH$} → no OOM in the trace from ~{} ({} more; {} replays, to \
+         within {})",
+        human_bytes(s.bytes),
+        human_bytes(s.shortfall),
+        s.runs,
+        human_bytes(s.granularity)
+    ))
 }
 
 /// The last what-if line: the settings the file was recorded with, which each what-if changes
@@ -359,7 +423,7 @@ const WHAT_IF_LABEL_WIDTH: usize = 26;
 /// bytes, over `trace` (the replayed one).
 pub fn what_if_lines_of(
     outcomes: &[WhatIfOutcome],
-    capacity: u64,
+    capacity: WhatIfCapacity,
     trace: &[TraceEntry],
     oom: Option<usize>,
 ) -> Vec<String> {
@@ -391,7 +455,7 @@ pub fn what_if_lines_of(
             "{:<WHAT_IF_LABEL_WIDTH$} → {verdict}, peak reserved {} of {}",
             o.config,
             crate::units::bytes(o.peak_reserved),
-            crate::units::bytes(capacity)
+            capacity.text()
         ));
     }
     // A request that fits says nothing of the program's next ones when the trace stops here
@@ -407,7 +471,7 @@ pub fn what_if_lines_of(
             "(the trace ends at this request: whether the program's next allocations fit the \
              {} left is not known)",
             crate::units::bytes(
-                capacity.saturating_sub(
+                capacity.bytes.saturating_sub(
                     outcomes
                         .iter()
                         .skip(1)

@@ -20,6 +20,38 @@ pub const LIVE_KEYS: &str =
 pub const HISTOGRAM_KEYS: &str =
     "q quit  ? help  Tab/1-7 views  p per pool  s per stream  ◀ ▶ group  Space pause";
 
+/// The live status line when it does not fit the footer's one row of `width` cells (a lost
+/// connection and why, a restart, a stall), to be drawn over two rows with
+/// [`render_long_status`].
+pub fn long_status<'a>(state: &'a State, ui: &UiState, width: u16) -> Option<&'a str> {
+    if ui.filter_input.is_some() || state.is_file() {
+        return None;
+    }
+    let status = state.status.as_deref()?;
+    // A leading space, as the one-row footer writes it.
+    (status.chars().count() + 1 > width as usize).then_some(status)
+}
+
+/// Draws a status line too long for one row over the two rows of `area` (the body's last row,
+/// its box's bottom border, and the footer), wrapped at spaces; what does not fit the two
+/// rows ends in `…`.
+pub fn render_long_status(area: Rect, buf: &mut Buffer, status: &str) {
+    let width = area.width.saturating_sub(1) as usize;
+    let mut lines = super::wrap(status, width.max(1));
+    if lines.len() > 2 {
+        lines.truncate(2);
+        let last = &mut lines[1];
+        while last.chars().count() + 1 > width && last.pop().is_some() {}
+        last.push('…');
+    }
+    let style = Style::new().fg(theme::PENDING);
+    for row in 0..area.height.min(2) {
+        let text = lines.get(row as usize).map_or("", String::as_str);
+        let line = Line::styled(format!(" {text:<width$}"), style);
+        put(buf, area, row, &line);
+    }
+}
+
 /// Draws the footer.
 pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
     if let Some(text) = &ui.filter_input {
@@ -91,5 +123,43 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
                 theme::dim(),
             ),
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::view::testing::{buffer, rows};
+
+    const LONG: &str = "connection lost without a goodbye (did the process die?); retrying every \
+                        1 s (q quits): cannot connect to unix:/run/user/1000/allocview/4242.sock";
+
+    fn screen(status: &str, w: u16, h: u16) -> Vec<String> {
+        let state = State {
+            status: Some(status.into()),
+            ..State::default()
+        };
+        let mut buf = buffer(w, h);
+        crate::view::render(buf.area, &mut buf, &state, &UiState::default());
+        rows(&buf)
+    }
+
+    #[test]
+    fn a_status_too_long_for_80_columns_is_shown_whole_over_two_rows() {
+        let r = screen(LONG, 80, 24);
+        let two = format!("{} {}", r[22].trim(), r[23].trim());
+        assert_eq!(two, LONG);
+        // A short one keeps to the footer, under the body's border.
+        let r = screen("resumed", 80, 24);
+        assert_eq!(r[23].trim_end(), " resumed");
+        assert!(r[22].starts_with('└'), "{}", r[22]);
+    }
+
+    #[test]
+    fn a_status_longer_than_two_rows_ends_in_an_ellipsis() {
+        let long = LONG.repeat(3);
+        let r = screen(&long, 80, 24);
+        assert!(r[23].trim_end().ends_with('…'), "{}", r[23]);
+        assert!(r[23].chars().count() <= 80);
     }
 }

@@ -1,6 +1,6 @@
-//! The header on every view: mode (`● live`, `○ paused`, `◌ reconnecting (3)`, or the file and
-//! event), process, device, update rate, dropped events and resyncs (red when not zero), and
-//! the tab line.
+//! The header on every view: mode (`● live`, `○ paused`, `◌ reconnecting (3)`, `◌ no updates
+//! 12s`, or the file and event), process, device, update rate (while updates arrive), dropped
+//! events and resyncs (red when not zero), and the tab line.
 
 use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
@@ -52,6 +52,10 @@ fn mode_span_within(mode: &Mode, max_name: usize) -> Span<'static> {
             format!("◌ reconnecting ({n})"),
             Style::new().fg(theme::ALERT),
         ),
+        Mode::Stalled(secs) => Span::styled(
+            format!("◌ no updates {}", units::axis_time(*secs as f64)),
+            Style::new().fg(theme::ALERT),
+        ),
         Mode::File { name, event, total } => Span::styled(
             format!(
                 "file {}  event {}/{}",
@@ -73,21 +77,17 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
         mode_span(&state.mode),
     ];
     // Optional parts in display order, with the order in which narrow terminals drop them
-    // (program first, then rate, then device): the drop counts always stay.
+    // (program name first, then rate, then pid, then device): the drop counts always stay.
+    // The pid outlasts the rate: it tells which process is watched (a restarted service has
+    // another), where the rate is the agent's steady tick.
     let mut optional: Vec<(u8, Span<'static>)> = Vec::new();
     if !state.is_file() {
-        let mut who = String::new();
         if let Some(pid) = s.pid {
-            who.push_str(&format!("pid {pid}"));
+            optional.push((2, Span::raw(format!("  pid {pid}"))));
         }
         if let Some(p) = &s.program {
-            if !who.is_empty() {
-                who.push(' ');
-            }
-            who.push_str(p);
-        }
-        if !who.is_empty() {
-            optional.push((0, Span::raw(format!("  {who}"))));
+            let gap = if s.pid.is_some() { " " } else { "  " };
+            optional.push((0, Span::raw(format!("{gap}{p}"))));
         }
     }
     let mut dev = format!("  dev {}", s.device);
@@ -101,8 +101,9 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
         // A process watched for its host heap only: no device to name.
         dev = "  host heap".to_string();
     }
-    optional.push((2, Span::raw(dev)));
-    if let Some(hz) = s.rate_hz {
+    optional.push((3, Span::raw(dev)));
+    // The rate is that of updates arriving: said only while they do.
+    if let Some(hz) = s.rate_hz.filter(|_| state.mode == Mode::Live) {
         optional.push((1, Span::raw(format!("  {hz:.0} Hz"))));
     }
     // A file's drop counts are those its recorder wrote: shown when there were any (a
@@ -130,7 +131,7 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
     }
     let fixed = len(&spans) + len(&drops) + help.len();
     let mut optional_width: usize = optional.iter().map(|(_, s)| s.width()).sum();
-    for prio in 0..=2 {
+    for prio in 0..=3 {
         if fixed + optional_width <= width {
             break;
         }
@@ -212,6 +213,42 @@ mod tests {
         let r = rows(&buf);
         assert!(r[0].contains("dropped 3  resync 0"), "{}", r[0]);
         assert!(!r[0].contains("train.py"));
+    }
+
+    #[test]
+    fn at_80_columns_a_live_header_keeps_the_pid_before_the_rate() {
+        let mut s = state();
+        s.source.program = Some("allocview demo".into());
+        s.source.device_name = None;
+        s.source.total_memory = Some(16 << 30);
+        s.source.dropped = 0;
+        let mut buf = buffer(80, 2);
+        render(buf.area, &mut buf, &s, &UiState::default());
+        let line = rows(&buf)[0].clone();
+        assert_eq!(
+            line.trim_end(),
+            " allocview  ● live  pid 4242  dev 0 (16.0 GiB)  dropped 0  resync 0      ? help"
+        );
+    }
+
+    #[test]
+    fn the_rate_is_said_only_while_updates_arrive() {
+        let mut s = state();
+        for mode in [Mode::Paused, Mode::Reconnecting(2), Mode::Stalled(12)] {
+            s.mode = mode.clone();
+            let mut buf = buffer(120, 2);
+            render(buf.area, &mut buf, &s, &UiState::default());
+            let line = rows(&buf)[0].clone();
+            assert!(!line.contains("Hz"), "{mode:?}: {line}");
+        }
+        s.mode = Mode::Stalled(75);
+        let mut buf = buffer(120, 2);
+        render(buf.area, &mut buf, &s, &UiState::default());
+        assert!(
+            rows(&buf)[0].contains("◌ no updates 1m 15s"),
+            "{:?}",
+            rows(&buf)[0]
+        );
     }
 
     #[test]

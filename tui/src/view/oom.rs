@@ -174,6 +174,10 @@ fn max_scroll(area: Rect, body: usize) -> usize {
     body.saturating_sub(visible_lines(area))
 }
 
+/// The process name of the demo's agent (`allocview demo`): its empty OOM view says how to
+/// drive a run into one, where another process's says what will show.
+pub const DEMO_PROGRAM: &str = "allocview demo";
+
 /// Draws the OOM list, the selected one first.
 pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
     let in_file = state.is_file();
@@ -186,10 +190,16 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
                 " No OOM in this file's trace.",
                 " (allocview demo --scenario oom writes a file with some)",
             )
-        } else {
+        } else if state.source.program.as_deref() == Some(DEMO_PROGRAM) {
             (
                 " No OOM so far.",
                 " (allocview demo --scenario oom drives a run into one)",
+            )
+        } else {
+            (
+                " No OOM so far.",
+                " (each OOM of the process shows here as it happens: the request, a diagnosis, \
+                 what-ifs and its dump)",
             )
         };
         put(buf, inner, 0, &Line::raw(said));
@@ -280,6 +290,19 @@ mod tests {
     use crate::state::View;
     use crate::view::testing::view_text;
     use allocview_agent::state::NOT_WRITTEN;
+
+    #[test]
+    fn an_empty_live_oom_view_points_at_the_demo_only_in_the_demo() {
+        let mut state = State::default();
+        state.source.program = Some("train.py".into());
+        let t = view_text(View::Oom, &state, 120, 30);
+        assert!(t.contains("No OOM so far"), "{t}");
+        assert!(t.contains("shows here as it happens"), "{t}");
+        assert!(!t.contains("allocview demo"), "{t}");
+        state.source.program = Some(DEMO_PROGRAM.into());
+        let t = view_text(View::Oom, &state, 120, 30);
+        assert!(t.contains("allocview demo --scenario oom"), "{t}");
+    }
 
     #[test]
     fn a_pending_dump_a_lost_event_and_forgotten_records_are_said() {

@@ -414,8 +414,12 @@ pub fn render_host_chart(area: Rect, buf: &mut Buffer, h: &HostHeap) {
     if h.samples.is_empty() {
         return;
     }
+    // The agent keeps no history of the host heap: the samples are those taken while this
+    // dashboard watched, which the title says, and the axis counts back from now as the
+    // device chart's does.
     let title = Line::from(vec![
         Span::styled(" Host heap over time ", theme::title()),
+        Span::styled("(while watched) ", theme::dim()),
         Span::styled("── in use ", Style::new().fg(theme::ALLOCATED)),
     ]);
     let block = Block::bordered().title(title);
@@ -437,7 +441,7 @@ pub fn render_host_chart(area: Rect, buf: &mut Buffer, h: &HostHeap) {
             Axis::default()
                 .bounds([x0, x1])
                 .style(theme::dim())
-                .labels([units::elapsed(0.0), units::elapsed(x1 - x0)]),
+                .labels([format!("-{}", units::axis_time(x1 - x0)), "now".to_string()]),
         )
         .y_axis(bytes_axis(max_y))
         .render(area, buf);

@@ -87,15 +87,27 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
     } else {
         format!(" filter: {} ", ui.trace_filter.text)
     };
+    let mut title = vec![Span::styled(
+        format!(
+            " Trace ({} of {}) ",
+            units::count(rows.len() as u64),
+            units::count(state.trace.len() as u64)
+        ),
+        theme::title(),
+    )];
+    // Live, the agent sends its newest events only, and events it dropped are missing from
+    // them: said, so that a gap is not read as nothing happening.
+    if !state.is_file() && !state.trace.is_empty() {
+        title.push(Span::styled("the newest events ", theme::dim()));
+        if state.source.dropped > 0 {
+            title.push(Span::styled(
+                format!("· {} dropped: gaps ", units::count(state.source.dropped)),
+                theme::alert(),
+            ));
+        }
+    }
     let block = Block::bordered()
-        .title(Span::styled(
-            format!(
-                " Trace ({} of {}) ",
-                units::count(rows.len() as u64),
-                units::count(state.trace.len() as u64)
-            ),
-            theme::title(),
-        ))
+        .title(Line::from(title))
         .title(Line::styled(filter, Style::new().fg(theme::PENDING)).right_aligned());
     let inner = block.inner(area);
     block.render(area, buf);
@@ -186,6 +198,20 @@ mod tests {
     use crate::state::View;
     use crate::view::testing::view_text;
     use std::sync::Arc;
+
+    #[test]
+    fn a_live_trace_says_it_holds_the_newest_events_and_when_drops_left_gaps() {
+        let mut state = State {
+            trace: Arc::from(vec![TraceEntry::new(TraceAction::Alloc, 0x1000, 512, 0)]),
+            ..State::default()
+        };
+        let t = view_text(View::Trace, &state, 100, 10);
+        assert!(t.contains("Trace (1 of 1) the newest events"), "{t}");
+        assert!(!t.contains("dropped"), "{t}");
+        state.source.dropped = 1234;
+        let t = view_text(View::Trace, &state, 100, 10);
+        assert!(t.contains("· 1,234 dropped: gaps"), "{t}");
+    }
 
     /// The pool letter of each trace row of `state`, with the row's action.
     fn pools_shown(state: &State) -> Vec<(String, String)> {

@@ -1,0 +1,85 @@
+//! The attach source over an agent in this process (on a socket of its own): the update rate
+//! it reports is the agent's, by the agent's clock, even when the dashboard read its updates
+//! in one burst (held up by a slow terminal, it polls late and finds many waiting); an agent
+//! started again at the same address with the same pid (a service restarted in a container)
+//! is a new process.
+
+use std::time::{Duration, Instant};
+
+use allocview::source::Source;
+use allocview::source::attach::AttachSource;
+use allocview::state::{Mode, State};
+use allocview_agent::agent::Agent;
+
+/// The agent's tick (its default): at most 10 updates a second.
+const TICK: Duration = Duration::from_millis(100);
+
+#[test]
+fn the_rate_of_updates_read_in_a_burst_is_the_agents_not_the_burst() {
+    let dir = tempfile::tempdir().unwrap();
+    let addr = format!("unix:{}", dir.path().join("agent.sock").display());
+    let agent = Agent::builder()
+        .listen(addr.clone())
+        .dump_dir(dir.path().join("dumps"))
+        .tick(TICK)
+        .spawn()
+        .unwrap();
+    let mut src = AttachSource::connect(&addr, None).unwrap();
+    let mut state = State::default();
+    // Held up: a dozen ticks' updates wait, then one poll reads them all.
+    std::thread::sleep(TICK * 12);
+    assert!(src.poll(&mut state).unwrap());
+    let hz = state.source.rate_hz.expect("a rate after several updates");
+    let max_hz = 1.0 / TICK.as_secs_f64();
+    assert!(hz > 0.0 && hz <= max_hz * 1.5, "{hz} Hz");
+    agent.shutdown();
+}
+
+/// An agent in this process listening at `addr`.
+fn agent_at(addr: &str, dir: &std::path::Path) -> Agent {
+    Agent::builder()
+        .listen(addr.to_string())
+        .dump_dir(dir.join("dumps"))
+        .tick(TICK)
+        .spawn()
+        .unwrap()
+}
+
+/// Polls until `done` holds of the state (at most a minute).
+fn poll_until(src: &mut AttachSource, state: &mut State, done: impl Fn(&State) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !done(state) {
+        assert!(Instant::now() < deadline, "not reached: {state:?}");
+        src.poll(state).unwrap();
+        std::thread::sleep(TICK);
+    }
+}
+
+#[test]
+fn an_agent_started_again_with_the_same_pid_is_a_new_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let addr = format!("unix:{}", dir.path().join("agent.sock").display());
+    let first = agent_at(&addr, dir.path());
+    let mut src = AttachSource::connect(&addr, None).unwrap();
+    let mut state = State::default();
+    src.poll(&mut state).unwrap();
+    first.shutdown();
+    poll_until(&mut src, &mut state, |s| {
+        matches!(s.mode, Mode::Reconnecting(_))
+            && s.status
+                .as_deref()
+                .is_some_and(|m| m.contains("the process ended"))
+    });
+    // The same process id (this test's), another start: a restart.
+    let second = agent_at(&addr, dir.path());
+    poll_until(&mut src, &mut state, |s| s.mode == Mode::Live);
+    let status = state.status.clone().unwrap_or_default();
+    assert!(
+        status.contains(&format!(
+            "reconnected to a new process, pid {}",
+            std::process::id()
+        )),
+        "{status}"
+    );
+    second.shutdown();
+}
