@@ -96,7 +96,7 @@ impl PostMortem {
             .map_or_else(|| path.to_string(), |n| n.to_string_lossy().into_owned());
         let meta = snapshot.devices.iter().find(|m| m.device == device);
         let total_memory = meta.and_then(|m| m.total_memory);
-        let trace: Arc<[TraceEntry]> = Arc::from(tt.trace().to_vec());
+        let trace: Arc<[TraceEntry]> = tt.shared_trace();
 
         // Timeline and event positions: seconds when every entry has a time, else events.
         let timed = !trace.is_empty() && trace.iter().all(|e| e.time_us.is_some());
