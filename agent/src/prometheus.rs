@@ -102,10 +102,10 @@ pub const CONTENT_TYPE: &str = OPENMETRICS_CONTENT_TYPE;
 /// (Prometheus' own scrape timeout is 10 s by default).
 pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The name of the listener's thread: the agent's prefix
+/// The name of the listener's thread: the unpublished threads' prefix
 /// ([`UNPUBLISHED_THREAD_PREFIX`](allocview_alloc::global::UNPUBLISHED_THREAD_PREFIX)), so
 /// that it and the threads tiny_http starts from it publish nothing.
-const METRICS_THREAD: &str = "allocview-metrics";
+const METRICS_THREAD: &str = "allocview:metrics";
 
 /// The `pool` label of the histograms of every private pool, merged.
 pub const PRIVATE_POOLS: &str = "private_pools";
