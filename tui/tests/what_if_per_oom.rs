@@ -199,6 +199,9 @@ fn a_file_without_the_device_size_replays_on_what_the_allocator_could_reach() {
         cure.contains("→ fits; 1 other OOM") && cure.ends_with(" of 1.00 GiB reachable"),
         "{cure}"
     );
-    let least = line(&fragmented.what_if, "least reachable memory");
-    assert!(least.contains("→ no OOM in the trace from ~2.9"), "{least}");
+    let smallest = line(&fragmented.what_if, "smallest reachable memory");
+    assert!(
+        smallest.contains("→ no OOM in the trace from ~2.9"),
+        "{smallest}"
+    );
 }

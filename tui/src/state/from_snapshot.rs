@@ -380,7 +380,7 @@ pub fn what_if_lines(
     lines
 }
 
-/// The what-if line of the smallest device (or, on a device of unknown size, the least
+/// The what-if line of the smallest device (or, on a device of unknown size, the smallest
 /// reachable memory) on which the trace replays without an OOM under the recorded settings,
 /// bisected from `capacity` (`allocview_agent::replay::smallest_device`); none when the trace
 /// fits `capacity` or no size near it does.
@@ -393,7 +393,7 @@ pub fn smallest_device_line(snapshot: &Snapshot, capacity: WhatIfCapacity) -> Op
         )
     } else {
         (
-            "least reachable memory",
+            "smallest reachable memory",
             smallest_reachable_without_oom(snapshot, &config, capacity.bytes)?,
         )
     };
