@@ -36,7 +36,7 @@ const NS_PER_S: f64 = 1e9;
 /// Updates applied per poll at most (the rest wait for the next tick, so input stays fast).
 const MAX_UPDATES_PER_POLL: usize = 256;
 /// How long without an update before the header says updates stopped (the agent sends one
-/// every tick, at most 10 Hz): at least this, or [`STALL_TICKS`] of the agent's observed
+/// every tick, at most 10 Hz): at least this, or `STALL_TICKS` (5) of the agent's observed
 /// interval where it ticks slower.
 pub const STALL_AFTER: Duration = Duration::from_secs(3);
 /// Missed ticks, at the observed update rate, that count as a stall on a slow-ticking agent.
