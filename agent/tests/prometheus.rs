@@ -861,7 +861,9 @@ fn promtool_passes_the_page_without_a_remark_and_the_documented_rules_pass_their
     };
     let dir = tempfile::tempdir().unwrap();
     let (agent, _toy) = toy_agent(dir.path());
-    let (_, _, page) = get_with(agent.metrics_addr().unwrap(), "");
+    // The classic text a plain scrape gets (read here, not over HTTP: a large page comes in
+    // chunks).
+    let page = allocview_agent::prometheus::render_as(&agent.state(), Format::Text);
     agent.shutdown();
     let mut child = check
         .args(["check", "metrics"])
@@ -898,4 +900,63 @@ fn promtool_passes_the_page_without_a_remark_and_the_documented_rules_pass_their
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     );
+}
+
+#[test]
+fn the_series_counts_docs_metrics_md_gives_are_the_pages() {
+    use allocview_alloc::caching::backend::StreamId;
+    use allocview_alloc::caching::sim::SimBackend;
+    use allocview_alloc::caching::{AllocatorConfig, CachingAllocator};
+
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/metrics.md"))
+        .unwrap();
+    let doc = doc.split_whitespace().collect::<Vec<_>>().join(" ");
+    // "One device is N series (... 11 more), plus M for the process".
+    let number_after = |marker: &str| -> usize {
+        let at = doc
+            .find(marker)
+            .unwrap_or_else(|| panic!("metrics.md: no {marker:?}"))
+            + marker.len();
+        doc[at..]
+            .split(|c: char| !c.is_ascii_digit())
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let per_device = number_after("One device is ");
+    let per_process = number_after("more), plus ");
+
+    // A device of known size that used both pools.
+    let dir = tempfile::tempdir().unwrap();
+    let allocator = std::sync::Arc::new(CachingAllocator::new(
+        SimBackend::new(1 << 30),
+        AllocatorConfig::default(),
+    ));
+    let agent = Agent::builder()
+        .no_listen()
+        .dump_dir(dir.path())
+        .provider(allocator.clone())
+        .spawn()
+        .unwrap();
+    allocator.set_event_sink(Some(agent.sink()));
+    allocator.set_event_latency_sampling(1);
+    for size in [4 << 10, 8 << 20] {
+        let p = allocator.malloc(size, StreamId::DEFAULT).unwrap();
+        allocator.free(p).unwrap();
+    }
+    agent.flush();
+    let page = allocview_agent::prometheus::render_as(&agent.state(), Format::Text);
+    agent.shutdown();
+    let samples = sample_lines(&page);
+    let device = samples
+        .iter()
+        .filter(|l| l.contains("device=\"0\""))
+        .count();
+    assert_eq!(device, per_device, "{page}");
+    let process: Vec<&&str> = samples
+        .iter()
+        .filter(|l| !l.contains("device=\"0\""))
+        .collect();
+    assert_eq!(process.len(), per_process, "{process:#?}");
 }
