@@ -395,17 +395,25 @@ fn no_arguments_is_a_usage_error_with_the_help_on_stderr() {
 }
 
 #[test]
-fn summary_and_replay_word_a_file_they_cannot_load_alike() {
+fn summary_replay_export_and_open_word_a_file_they_cannot_load_alike() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("missing.pickle");
     let garbage = dir.path().join("garbage.bin");
     std::fs::write(&garbage, b"PK\x03\x04 not a snapshot").unwrap();
+    let out = dir.path().join("out.json");
     for file in [&missing, &garbage] {
         let start = format!("allocview: cannot load {}: ", file.display());
-        for cmd in ["summary", "replay"] {
-            let o = allocview(&[cmd, file.to_str().unwrap(), "--json"]);
-            assert_eq!(o.status.code(), Some(1), "{cmd}: {}", stderr(&o));
-            assert!(stderr(&o).starts_with(&start), "{cmd}: {}", stderr(&o));
+        let file = file.to_str().unwrap();
+        for args in [
+            vec!["summary", file, "--json"],
+            vec!["replay", file, "--json"],
+            vec!["export", file, "-o", out.to_str().unwrap()],
+            // Before it needs a terminal.
+            vec!["open", file],
+        ] {
+            let o = allocview(&args);
+            assert_eq!(o.status.code(), Some(1), "{args:?}: {}", stderr(&o));
+            assert!(stderr(&o).starts_with(&start), "{args:?}: {}", stderr(&o));
             assert!(o.stdout.is_empty());
         }
     }

@@ -28,8 +28,8 @@ pub fn load(path: &std::path::Path) -> anyhow::Result<allocview_alloc::snapshot:
     let big = std::fs::metadata(path).is_ok_and(|m| m.len() >= PROGRESS_FROM_BYTES);
     if !big {
         // The error's message already names the file and the cause (its source chain would
-        // repeat them).
-        return snapshot_file::load(path).map_err(|e| anyhow::anyhow!("{e}"));
+        // repeat them); worded as `summary`, `replay` and `export` word it.
+        return snapshot_file::load(path).map_err(|e| anyhow::anyhow!("cannot load {e}"));
     }
     let bar = indicatif::ProgressBar::new(0);
     bar.set_message(format!("reading {}", path.display()));
@@ -38,7 +38,7 @@ pub fn load(path: &std::path::Path) -> anyhow::Result<allocview_alloc::snapshot:
         bar.set_position(done);
     });
     bar.finish_and_clear();
-    snap.map_err(|e| anyhow::anyhow!("{e}"))
+    snap.map_err(|e| anyhow::anyhow!("cannot load {e}"))
 }
 
 /// Runs the command.
