@@ -82,7 +82,8 @@ fn the_embedding_snippet_publishes_an_allocation_and_its_free_to_the_agent()
     let allocator = Arc::new(CachingAllocator::new(SimBackend::new(16 << 30), AllocatorConfig::from_env()?));
     // Optional: keep a trace (PyTorch's _record_memory_history), so that an OOM dump also shows
     // the calls that led to it, and `allocview summary` / `replay` can rebuild peaks from it.
-    allocator.record_history(HistoryOptions::default());
+    // Bound it in a long-running process: the default, as PyTorch's, keeps every entry.
+    allocator.record_history(HistoryOptions { max_entries: 100_000, ..HistoryOptions::default() });
     let agent = Agent::builder()
         .provider(allocator.clone())        // snapshots for OOM dumps and resyncs (one per device)
         .dump_dir("/var/tmp/my-service")    // default $ALLOCVIEW_DUMP_DIR, else ./allocview-dumps
