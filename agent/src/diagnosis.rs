@@ -30,6 +30,7 @@
 use serde::{Deserialize, Serialize};
 
 use allocview_alloc::caching::OutOfMemory;
+use allocview_alloc::caching::config::segment_size;
 use allocview_alloc::snapshot::{BlockState, DumpedOom, SegmentInfo, TraceEntry};
 use allocview_alloc::stats::human_bytes;
 
@@ -236,6 +237,8 @@ pub fn diagnose_under(f: &OomFacts, expandable_segments: bool) -> Diagnosis {
     let capacity = f.capacity();
     let req = human_bytes(f.requested);
     let free_for_allocator = f.free_for_allocator();
+    // What a new segment may take: the device's free memory, within the allocator's limit.
+    let room_on_device = f.device_free.min(capacity.saturating_sub(f.reserved));
     let (kind, mut explanation) = if free_in_reserved >= f.requested {
         let where_ = if f.largest_free_block >= f.requested {
             format!(
@@ -272,6 +275,26 @@ pub fn diagnose_under(f: &OomFacts, expandable_segments: bool) -> Diagnosis {
                 human_bytes(f.device_total),
                 human_bytes(f.reserved),
                 human_bytes(f.device_free)
+            ),
+        )
+    } else if !expandable_segments
+        && room_on_device >= f.requested
+        && segment_size(f.requested) > room_on_device
+    {
+        // The request itself fits in the device's free memory, but the allocator asks the
+        // device for a whole segment (PyTorch's `get_allocation_size`), which does not.
+        // Expandable segments map the large pool in pages of the same 20 MiB: no cure.
+        (
+            DiagnosisKind::Exhaustion,
+            format!(
+                "exhaustion at the segment size: the {req} asked for would fit in the {} the \
+                 device has free for this allocator, but the allocator asks the device for a \
+                 whole segment of {} (PyTorch's caching allocator serves requests up to 1 MiB \
+                 from 2 MiB segments and up to 10 MiB from 20 MiB ones, and rounds larger \
+                 ones up to 2 MiB); no allocator setting makes the segment smaller: a smaller \
+                 request or more free device memory do",
+                human_bytes(room_on_device),
+                human_bytes(segment_size(f.requested)),
             ),
         )
     } else if free_for_allocator >= f.requested {
@@ -519,6 +542,52 @@ mod tests {
             ..f
         };
         assert_eq!(diagnose(&full).kind, DiagnosisKind::Exhaustion);
+    }
+
+    #[test]
+    fn a_request_that_fits_the_free_device_memory_but_its_segment_does_not_is_exhaustion() {
+        // An 8 MiB request on a 10 MiB device with nothing reserved: PyTorch asks the device
+        // for a 20 MiB segment, which does not fit. Not fragmentation ("in pieces"), and
+        // expandable segments (20 MiB pages) are no cure.
+        let f = OomFacts {
+            requested: 8 * MIB,
+            device_total: 10 * MIB,
+            device_free: 10 * MIB,
+            allowed_max: None,
+            allocated: 0,
+            reserved: 0,
+            largest_free_block: 0,
+            stranded_in_split_segments: 0,
+        };
+        let d = diagnose(&f);
+        assert_eq!(d.kind, DiagnosisKind::Exhaustion, "{}", d.explanation);
+        assert!(
+            d.explanation.contains("segment of 20.0 MiB")
+                && d.explanation.contains("10.0 MiB")
+                && !d.explanation.contains("pieces")
+                && !d.explanation.contains("expandable_segments:True"),
+            "{}",
+            d.explanation
+        );
+        // A request above 10 MiB: its segment is the request rounded up to 2 MiB.
+        let d = diagnose(&OomFacts {
+            requested: 11 * MIB,
+            device_total: 12 * MIB,
+            device_free: 11 * MIB + 512 * 1024,
+            ..f
+        });
+        assert!(
+            d.explanation.contains("segment of 12.0 MiB"),
+            "{}",
+            d.explanation
+        );
+        // With room for the segment, it is not this.
+        let d = diagnose(&OomFacts {
+            device_total: 30 * MIB,
+            device_free: 30 * MIB,
+            ..f
+        });
+        assert!(!d.explanation.contains("segment size"), "{}", d.explanation);
     }
 
     #[test]
