@@ -66,7 +66,7 @@ pub const NO_DEVICE_TO_SAVE: &str = "nothing to save: this process has no device
 
 /// A time-travel key pressed live (the placeholder is the key).
 pub const FILE_ONLY_KEY: &str = "`{key}` steps through a snapshot file's trace (allocview open FILE); live, the \
-     dashboard follows the process: p pauses, s saves a snapshot to open";
+     dashboard follows the process: Space pauses, s saves a snapshot to open";
 
 /// Live: the selected trace row's event left the window of recent events the agent sends.
 pub const TRACE_ROW_LEFT: &str =

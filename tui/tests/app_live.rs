@@ -287,6 +287,11 @@ fn a_time_travel_key_pressed_live_says_where_it_works_instead_of_doing_nothing()
                 && status.contains("allocview open FILE"),
             "{status}"
         );
+        // Space pauses on every view (`p` groups the histograms).
+        assert!(
+            status.contains("Space pauses") && !status.contains(" p pauses"),
+            "{status}"
+        );
     }
     // In a file they step through the trace.
     let press = KeyEvent::new(KeyCode::Char('['), KeyModifiers::NONE);
