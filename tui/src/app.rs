@@ -68,9 +68,10 @@ pub const NO_DEVICE_TO_SAVE: &str = "nothing to save: this process has no device
 pub const FILE_ONLY_KEY: &str = "`{key}` steps through a snapshot file's trace (allocview open FILE); live, the \
      dashboard follows the process: Space pauses, s saves a snapshot to open";
 
-/// Live: the selected trace row's event left the window of recent events the agent sends.
-pub const TRACE_ROW_LEFT: &str =
-    "the selected event left the live window of recent events (End follows the newest; p pauses)";
+/// Live: the selected trace row's event left the window of recent events the agent sends (the
+/// trace follows the newest event again).
+pub const TRACE_ROW_LEFT: &str = "the selected event left the live window of recent events: following the \
+     newest again (Space pauses to look)";
 
 /// What identifies a trace entry across live updates (entries carry no sequence number):
 /// its time, action, address and size.
@@ -146,12 +147,15 @@ impl App {
         } else {
             let selected = self.selected_live_trace_entry();
             let segment = self.selected_live_segment();
+            let status = self.state.status.clone();
             if self.source.poll(&mut self.state)? {
                 self.dirty = true;
                 self.announce_new_ooms();
                 self.announce_dumps();
+                // A message of this tick (an OOM, a dump, the source's) is not replaced.
+                let said = self.state.status.is_some() && self.state.status != status;
                 if let Some(key) = selected {
-                    self.keep_trace_selection(key);
+                    self.keep_trace_selection(key, !said);
                 }
                 if let Some(at) = segment {
                     self.keep_segment_selection(at);
@@ -190,9 +194,11 @@ impl App {
         Some(TraceKey::of(&self.state.trace[i]))
     }
 
-    /// After a live update: the selected trace row moves to where its entry is now; an entry
-    /// that left the window of recent events leaves the selection on the oldest row, and says so.
-    fn keep_trace_selection(&mut self, key: TraceKey) {
+    /// After a live update: the selected trace row moves to where its entry is now; once the
+    /// entry left the window of recent events, the trace follows the newest again (a row on
+    /// the oldest would leave it the next one out) and says so, once, where `say` (no other
+    /// message came this tick).
+    fn keep_trace_selection(&mut self, key: TraceKey, say: bool) {
         let rows = self.state.trace_rows(&self.ui.trace_filter);
         let at = rows
             .iter()
@@ -200,8 +206,8 @@ impl App {
         match at {
             Some(row) => self.ui.trace_row = Some(row),
             None => {
-                self.ui.trace_row = Some(0);
-                if self.ui.view == View::Trace {
+                self.ui.trace_row = None;
+                if say && self.ui.view == View::Trace {
                     self.status(TRACE_ROW_LEFT);
                 }
             }

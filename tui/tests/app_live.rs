@@ -165,10 +165,47 @@ fn a_selected_live_trace_row_stays_on_its_event_while_new_events_arrive() {
     app.tick().unwrap();
     assert_eq!(selected_time(&app), Some(94));
     assert_eq!(app.state.status, None);
-    // The event left the window: the oldest row, and the user is told.
+    // The event left the window: the trace follows the newest again, and the user is told.
     app.tick().unwrap();
-    assert_eq!(selected_time(&app), Some(200));
+    assert_eq!(app.ui.trace_row, None);
     assert_eq!(app.state.status.as_deref(), Some(app::TRACE_ROW_LEFT));
+}
+
+#[test]
+fn a_selected_live_trace_event_that_leaves_the_window_is_said_once_not_every_update() {
+    // A busy process: every update pushes the window along by 50 events.
+    let (mut app, _) = live((0..6).map(|i| with_trace(i * 50, 100)).collect());
+    app.apply(Action::ShowView(View::Trace)).unwrap();
+    app.apply(Action::Move(-5)).unwrap();
+    assert_eq!(selected_time(&app), Some(94));
+    app.tick().unwrap();
+    assert_eq!(selected_time(&app), Some(94));
+    app.tick().unwrap();
+    assert_eq!(app.state.status.as_deref(), Some(app::TRACE_ROW_LEFT));
+    // Following the newest: nothing more leaves the selection, nothing is said again.
+    for _ in 0..3 {
+        app.state.status = None;
+        app.tick().unwrap();
+        assert_eq!(app.state.status, None);
+        assert_eq!(app.ui.trace_row, None);
+    }
+}
+
+#[test]
+fn an_oom_announced_in_the_tick_the_selected_trace_event_leaves_is_not_hidden() {
+    let mut first = with_trace(0, 100);
+    first.ooms = with_ooms(1).ooms;
+    first.ooms_total = 1;
+    let mut second = with_trace(200, 100);
+    second.ooms = with_ooms(2).ooms;
+    second.ooms_total = 2;
+    let (mut app, _) = live(vec![first, second]);
+    app.apply(Action::ShowView(View::Trace)).unwrap();
+    app.apply(Action::Move(-5)).unwrap();
+    app.tick().unwrap();
+    let status = app.state.status.clone().unwrap_or_default();
+    assert!(status.starts_with("OOM #2: tried to allocate"), "{status}");
+    assert_eq!(app.ui.trace_row, None, "the trace follows the newest");
 }
 
 #[test]
