@@ -39,6 +39,9 @@ pub struct App {
     next_draw: Option<Instant>,
     /// Live: the newest OOM whose dump's path the status line said (its number).
     dumps_said: u64,
+    /// Live: the process id of the last state polled, to notice another process (a restarted
+    /// service reached by a reconnect) whose OOMs are numbered from 1 again.
+    pid_seen: Option<u32>,
 }
 
 /// A draw that took longer than this held the loop up: the terminal takes its output slowly
@@ -121,11 +124,13 @@ impl App {
             ooms_seen: 0,
             next_draw: None,
             dumps_said: 0,
+            pid_seen: None,
         };
         app.source.poll(&mut app.state)?;
         // OOMs from before the dashboard opened are on the OOM tab, not news.
         app.ooms_seen = ooms_count(&app.state);
         app.dumps_said = app.ooms_seen;
+        app.pid_seen = app.state.source.pid;
         Ok(app)
     }
 
@@ -150,6 +155,7 @@ impl App {
             let status = self.state.status.clone();
             if self.source.poll(&mut self.state)? {
                 self.dirty = true;
+                self.notice_another_process();
                 self.announce_new_ooms();
                 self.announce_dumps();
                 // A message of this tick (an OOM, a dump, the source's) is not replaced.
@@ -295,6 +301,25 @@ impl App {
         self.state
             .selected_segment(&self.ui)
             .map_or(0, |i| self.state.segments[i].blocks.len())
+    }
+
+    /// Live: another process than before (its pid changed, or its OOM count went down: a
+    /// restarted service reached by a reconnect) starts the OOMs and dumps said over; its OOMs
+    /// so far are on the OOM tab, not news.
+    fn notice_another_process(&mut self) {
+        if self.file_mode() {
+            return;
+        }
+        let count = ooms_count(&self.state);
+        let pid = self.state.source.pid;
+        let other_pid = pid.is_some() && self.pid_seen.is_some() && pid != self.pid_seen;
+        if other_pid || count < self.ooms_seen {
+            self.ooms_seen = count;
+            self.dumps_said = count;
+        }
+        if pid.is_some() {
+            self.pid_seen = pid;
+        }
     }
 
     /// Live: a status line for OOMs that happened since the last poll, once each

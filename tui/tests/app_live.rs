@@ -209,6 +209,64 @@ fn an_oom_announced_in_the_tick_the_selected_trace_event_leaves_is_not_hidden() 
 }
 
 #[test]
+fn the_first_oom_dump_of_a_restarted_process_is_announced() {
+    // The old process had 3 OOMs; the one reached after a reconnect has none yet.
+    let mut fresh = with_ooms(0);
+    fresh.source.pid = Some(9999);
+    let mut pending = with_ooms(1);
+    pending.source.pid = Some(9999);
+    pending.ooms[0].dump_pending = true;
+    pending.ooms[0].dump_path = None;
+    let mut landed = with_ooms(1);
+    landed.source.pid = Some(9999);
+    landed.ooms[0].dump_path = Some("/srv/run/allocview-dumps/oom-0001-pid9999.pickle".into());
+    let (mut app, _) = live(vec![with_ooms(3), fresh, pending, landed]);
+    app.tick().unwrap();
+    app.tick().unwrap();
+    assert_eq!(
+        app.state.status.as_deref(),
+        Some("OOM #1: tried to allocate 1.00 GiB — press 7")
+    );
+    app.tick().unwrap();
+    assert_eq!(
+        app.state.status.as_deref(),
+        Some(
+            "OOM #1's snapshot: /srv/run/allocview-dumps/oom-0001-pid9999.pickle (allocview \
+             open /srv/run/allocview-dumps/oom-0001-pid9999.pickle; 7 shows the OOM)"
+        )
+    );
+}
+
+#[test]
+fn the_ooms_a_restarted_process_had_before_the_reconnect_are_not_news() {
+    // A restarted service (another pid) that had 2 OOMs of its own when the dashboard reached
+    // it: they are on the OOM tab; its next one is announced, and its dump.
+    let mut other = with_ooms(2);
+    other.source.pid = Some(9999);
+    let mut pending = with_ooms(3);
+    pending.source.pid = Some(9999);
+    pending.ooms[2].dump_pending = true;
+    pending.ooms[2].dump_path = None;
+    let mut landed = with_ooms(3);
+    landed.source.pid = Some(9999);
+    landed.ooms[2].dump_path = Some("/d/oom-0003-pid9999.pickle".into());
+    let (mut app, _) = live(vec![with_ooms(1), other, pending, landed]);
+    app.tick().unwrap();
+    assert_eq!(app.state.status, None);
+    app.tick().unwrap();
+    assert_eq!(
+        app.state.status.as_deref(),
+        Some("OOM #3: tried to allocate 3.00 GiB — press 7")
+    );
+    app.tick().unwrap();
+    let status = app.state.status.clone().unwrap_or_default();
+    assert!(
+        status.starts_with("OOM #3's snapshot: /d/oom-0003-pid9999.pickle"),
+        "{status}"
+    );
+}
+
+#[test]
 fn the_last_live_trace_row_follows_the_newest_event() {
     let (mut app, _) = live(vec![with_trace(0, 100), with_trace(10, 100)]);
     app.apply(Action::ShowView(View::Trace)).unwrap();
