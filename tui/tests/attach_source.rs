@@ -83,3 +83,45 @@ fn an_agent_started_again_with_the_same_pid_is_a_new_process() {
     );
     second.shutdown();
 }
+
+#[test]
+fn an_agent_that_ticks_slower_than_the_stall_wait_is_not_said_stalled_between_its_ticks() {
+    // An agent ticking every 300 ms watched by a source that would say a stall after 100 ms:
+    // once its interval is measured, the quiet between its ticks is no stall, update after
+    // update (the measure is not dropped when a stall ends).
+    let slow = Duration::from_millis(300);
+    let dir = tempfile::tempdir().unwrap();
+    let addr = format!("unix:{}", dir.path().join("agent.sock").display());
+    let agent = Agent::builder()
+        .listen(addr.clone())
+        .dump_dir(dir.path().join("dumps"))
+        .tick(slow)
+        .spawn()
+        .unwrap();
+    let mut src = AttachSource::connect(&addr, None)
+        .unwrap()
+        .with_stall_after(Duration::from_millis(100));
+    let mut state = State::default();
+    let poll_for = |src: &mut AttachSource, state: &mut State, ticks: u32| {
+        let mut stalls = 0;
+        let mut stalled = matches!(state.mode, Mode::Stalled(_));
+        let end = Instant::now() + slow * ticks;
+        while Instant::now() < end {
+            src.poll(state).unwrap();
+            let now_stalled = matches!(state.mode, Mode::Stalled(_));
+            if now_stalled && !stalled {
+                stalls += 1;
+            }
+            stalled = now_stalled;
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        stalls
+    };
+    // Before a few intervals are measured, the quiet may read as a stall.
+    poll_for(&mut src, &mut state, 6);
+    assert_eq!(poll_for(&mut src, &mut state, 12), 0, "{state:?}");
+    assert_eq!(state.mode, Mode::Live);
+    let hz = state.source.rate_hz.expect("the agent's rate");
+    assert!(hz <= 1.5 / slow.as_secs_f64(), "{hz} Hz");
+    agent.shutdown();
+}
