@@ -125,3 +125,64 @@ fn an_agent_that_ticks_slower_than_the_stall_wait_is_not_said_stalled_between_it
     assert!(hz <= 1.5 / slow.as_secs_f64(), "{hz} Hz");
     agent.shutdown();
 }
+
+#[test]
+fn paused_a_reconnect_to_a_restarted_process_leaves_the_figures_shown_until_the_resume() {
+    use allocview_alloc::caching::backend::StreamId;
+    use allocview_alloc::caching::sim::SimBackend;
+    use allocview_alloc::caching::{AllocatorConfig, CachingAllocator};
+    use std::sync::Arc;
+    const MIB: u64 = 1 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let addr = format!("unix:{}", dir.path().join("agent.sock").display());
+    let agent_with = |used: u64| {
+        let alloc = Arc::new(CachingAllocator::new(
+            Arc::new(SimBackend::new(1024 * MIB)),
+            AllocatorConfig::default(),
+        ));
+        if used > 0 {
+            alloc.malloc(used, StreamId(0)).unwrap();
+        }
+        let agent = Agent::builder()
+            .listen(addr.clone())
+            .dump_dir(dir.path().join("dumps"))
+            .provider(alloc.clone())
+            .tick(TICK)
+            .spawn()
+            .unwrap();
+        (agent, alloc)
+    };
+    let allocated = |s: &State| s.stats.allocated_bytes.0[0].current;
+    let (first, _a) = agent_with(8 * MIB);
+    let mut src = AttachSource::connect(&addr, None).unwrap();
+    let mut state = State::default();
+    poll_until(&mut src, &mut state, |s| allocated(s) == (8 * MIB) as i64);
+    src.set_paused(true).unwrap();
+    first.shutdown();
+    let (second, _b) = agent_with(0);
+    // Paused, the connection is watched: the restart is found and named...
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !state
+        .status
+        .as_deref()
+        .is_some_and(|m| m.contains("reconnected to a new process"))
+    {
+        assert!(Instant::now() < deadline, "no reconnect: {state:?}");
+        src.watch_while_paused(&mut state).unwrap();
+        std::thread::sleep(TICK);
+    }
+    // ...while the figures shown stay those of the pause.
+    assert_eq!(state.mode, Mode::Paused);
+    assert_eq!(allocated(&state), (8 * MIB) as i64);
+    for _ in 0..5 {
+        src.watch_while_paused(&mut state).unwrap();
+        std::thread::sleep(TICK);
+    }
+    assert_eq!(allocated(&state), (8 * MIB) as i64);
+    // Resumed, the new process's.
+    src.set_paused(false).unwrap();
+    poll_until(&mut src, &mut state, |s| {
+        allocated(s) == 0 && s.mode == Mode::Live
+    });
+    second.shutdown();
+}

@@ -343,7 +343,12 @@ impl AttachSource {
                 }
             }
         }
-        self.refresh(state);
+        // Paused, the figures shown stay (the new connection's come with the resume).
+        if self.paused {
+            state.mode = Mode::Paused;
+        } else {
+            self.refresh(state);
+        }
         self.say(state, msg);
     }
 
@@ -463,7 +468,9 @@ impl Source for AttachSource {
             state.mode = Mode::Reconnecting(self.attempts);
             return Ok(true);
         }
-        if changed {
+        // Paused, the figures shown stay (updates sent before the pause took effect wait in
+        // the client's state for the resume).
+        if changed && !self.paused {
             self.refresh(state);
         }
         if self.watch_stall(state) {
@@ -473,6 +480,7 @@ impl Source for AttachSource {
     }
 
     fn watch_while_paused(&mut self, state: &mut State) -> anyhow::Result<bool> {
+        // Paused, a poll reads the connection and the source's notes but rebuilds no figures.
         self.poll(state)
     }
 
