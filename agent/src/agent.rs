@@ -264,8 +264,10 @@ impl AgentBuilder {
     }
 
     /// Abandons a metrics response the client reads none of for `timeout` (default
-    /// [`DEFAULT_WRITE_TIMEOUT`](crate::prometheus::DEFAULT_WRITE_TIMEOUT)), so that a stalled
-    /// client cannot hold the listener's thread and the others' scrapes.
+    /// [`DEFAULT_WRITE_TIMEOUT`](crate::prometheus::DEFAULT_WRITE_TIMEOUT)), or has not read
+    /// whole within [`RESPONSE_DEADLINE_WRITES`](crate::prometheus::RESPONSE_DEADLINE_WRITES)
+    /// times `timeout`, so that a stalled or slow client holds the listener's thread and the
+    /// others' scrapes up for at most that long.
     pub fn metrics_write_timeout(mut self, timeout: Duration) -> Self {
         self.metrics_write_timeout = timeout;
         self

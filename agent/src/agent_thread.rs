@@ -17,10 +17,9 @@
 //! counters folded from events can drift by those few small blocks; the next resync from the
 //! heap's own counters corrects them. The metrics listener's HTTP library reads requests on
 //! threads it starts itself, which cannot be marked: they are started from the listener's
-//! thread, named `allocview-metrics`, whose name they inherit on Linux, and the heap publishes
+//! thread, named `allocview:metrics`, whose name they inherit on Linux, and the heap publishes
 //! nothing from threads whose name starts with
-//! [`UNPUBLISHED_THREAD_PREFIX`](allocview_alloc::global::UNPUBLISHED_THREAD_PREFIX) (every
-//! thread spawned here has such a name, too).
+//! [`UNPUBLISHED_THREAD_PREFIX`](allocview_alloc::global::UNPUBLISHED_THREAD_PREFIX).
 
 use std::io;
 use std::thread::{Builder, JoinHandle};

@@ -13,6 +13,7 @@
 //! `Lib/pickletools.py`.
 
 pub mod error;
+mod intern;
 pub mod opcode;
 pub mod reader;
 pub mod value;
@@ -20,5 +21,5 @@ pub mod writer;
 
 pub use error::{PickleError, PickleErrorKind};
 pub use reader::{parse, parse_with_progress};
-pub use value::{BytesId, Container, ContainerId, PickleDoc, PickleValue, StrId};
+pub use value::{BytesId, Container, ContainerId, PickleDoc, PickleValue, SharedId, StrId};
 pub use writer::PickleWriter;

@@ -30,7 +30,7 @@
 //! `large_pool`; every private pool (a CUDA graph's; their ids grow with each capture) is
 //! merged into one `private_pools` series, so the number of series stays bounded. Dropped
 //! events per action, resyncs, OOM dumps, attach clients refused per reason
-//! (`allocview_attach_refused_total{reason}`), whether the agent is paused, its start time and
+//! (`allocview_attach_refused_total{reason}`), the agent's start time and
 //! its version (`allocview_build_info`) close the page.
 //! `allocview_max_split_size_bytes` is the `max_split_size` setting, `-1` when unlimited (as
 //! `torch.cuda.memory_stats()` reports it).
@@ -40,8 +40,9 @@
 //! `Allow: GET, HEAD`, any other path a 404. Requests are answered one at a time on one thread
 //! (rendering takes about 0.2 µs of CPU per series: 4.3 ms for 64 devices, 22 000 series, in
 //! the `metrics_scrape` bench); a response the client
-//! does not read for [`DEFAULT_WRITE_TIMEOUT`] is abandoned, so a stalled client cannot hold
-//! the others' scrapes. `tiny_http` reads each connection on a thread of its pool and has no
+//! does not read for [`DEFAULT_WRITE_TIMEOUT`], or has not read whole within
+//! [`RESPONSE_DEADLINE_WRITES`] times that, is abandoned, so a client that reads slowly or not
+//! at all holds the others' scrapes up for at most that long. `tiny_http` reads each connection on a thread of its pool and has no
 //! read timeout: a client that connects and never sends holds one such thread until it closes,
 //! and a burst of such connections can leave a scrape queued behind them (the pool counts
 //! idle threads that are already taken); a receive timeout on the listening socket would bound
@@ -72,6 +73,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use allocview_alloc::caching::stats::StatType;
+use allocview_alloc::event::EventAction;
 use allocview_alloc::global::unpublished;
 use prometheus_client::encoding::text::{encode, encode_registry};
 use prometheus_client::registry::Registry;
@@ -100,10 +102,10 @@ pub const CONTENT_TYPE: &str = OPENMETRICS_CONTENT_TYPE;
 /// (Prometheus' own scrape timeout is 10 s by default).
 pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The name of the listener's thread: the agent's prefix
+/// The name of the listener's thread: the unpublished threads' prefix
 /// ([`UNPUBLISHED_THREAD_PREFIX`](allocview_alloc::global::UNPUBLISHED_THREAD_PREFIX)), so
 /// that it and the threads tiny_http starts from it publish nothing.
-const METRICS_THREAD: &str = "allocview-metrics";
+const METRICS_THREAD: &str = "allocview:metrics";
 
 /// The `pool` label of the histograms of every private pool, merged.
 pub const PRIVATE_POOLS: &str = "private_pools";
@@ -209,7 +211,7 @@ pub fn render_as(state: &AgentState, format: Format) -> String {
             ];
             let helps = [
                 format!(
-                    "{what} now (torch.cuda.memory_stats {name}.*.current); pool=\"all\" is \
+                    "{what} now (torch.cuda.memory_stats {name}.*.current); pool=all is \
                      small_pool plus large_pool, so sum one or the other, not both"
                 ),
                 format!(
@@ -358,20 +360,20 @@ pub fn render_as(state: &AgentState, format: Format) -> String {
         "Events the aggregator folded in",
         p.events_ingested,
     );
-    if p.dropped_by_action.is_empty() {
+    // Every action, zeros included: a series that appears only once an action drops would be
+    // absent to an alert pinned to it until then.
+    for action in (0..EventAction::COUNT as u8).filter_map(EventAction::from_u8) {
+        let name = action.as_str();
+        let n = p
+            .dropped_by_action
+            .iter()
+            .find(|(a, _)| a == name)
+            .map_or(0, |(_, n)| *n);
         b.counter(
             "allocview_events_dropped",
             "Events dropped because the channel was full",
-            labels(&[("action", "alloc")]),
-            0,
-        );
-    }
-    for (action, n) in &p.dropped_by_action {
-        b.counter(
-            "allocview_events_dropped",
-            "Events dropped because the channel was full",
-            labels(&[("action", action)]),
-            *n,
+            labels(&[("action", name)]),
+            n,
         );
     }
     b.plain_counter(
@@ -423,11 +425,6 @@ pub fn render_as(state: &AgentState, format: Format) -> String {
         "allocview_channel_capacity",
         "Capacity of the event channel",
         p.channel_capacity as i64,
-    );
-    b.plain_gauge(
-        "allocview_paused",
-        "1 while an attach client has paused the agent (figures are not updated), else 0",
-        i64::from(p.paused),
     );
     b.plain_gauge_f64(
         "allocview_agent_start_time_seconds",
@@ -489,7 +486,7 @@ impl MetricsServer {
                     Ok(server) => {
                         let server = Arc::new(server);
                         if started.send(Ok(server.clone())).is_ok() {
-                            serve(&server, &agg);
+                            serve(&server, &agg, write_timeout * RESPONSE_DEADLINE_WRITES);
                         }
                     }
                     Err(e) => {
@@ -550,7 +547,31 @@ fn header(name: &str, value: &str) -> tiny_http::Header {
     tiny_http::Header::from_bytes(name, value).expect("a valid header")
 }
 
-fn serve(server: &tiny_http::Server, agg: &AggregatorHandle) {
+/// A response takes at most this many write timeouts in all: a client that reads a little now
+/// and then (each write finishing within the timeout) is cut off all the same, so that it
+/// cannot hold the one thread that answers scrapes.
+pub const RESPONSE_DEADLINE_WRITES: u32 = 3;
+
+/// A response body that fails once `deadline` has passed, which ends the response: each read
+/// hands `tiny_http` the next piece of the page, and a write blocks at most the write timeout.
+struct DeadlineBody<'a> {
+    rest: &'a [u8],
+    deadline: std::time::Instant,
+}
+
+impl std::io::Read for DeadlineBody<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if !self.rest.is_empty() && std::time::Instant::now() >= self.deadline {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the client read the page too slowly",
+            ));
+        }
+        self.rest.read(buf)
+    }
+}
+
+fn serve(server: &tiny_http::Server, agg: &AggregatorHandle, deadline: Duration) {
     for req in server.incoming_requests() {
         let is_metrics = req.url().split('?').next() == Some(METRICS_PATH);
         // HEAD gets GET's headers without the body (tiny_http leaves it out).
@@ -586,7 +607,10 @@ fn serve(server: &tiny_http::Server, agg: &AggregatorHandle) {
                 Some(page) => req.respond(tiny_http::Response::new(
                     tiny_http::StatusCode(200),
                     vec![header("Content-Type", format.content_type())],
-                    page.as_bytes(),
+                    DeadlineBody {
+                        rest: page.as_bytes(),
+                        deadline: std::time::Instant::now() + deadline,
+                    },
                     Some(page.len()),
                     None,
                 )),
@@ -607,6 +631,34 @@ fn serve(server: &tiny_http::Server, agg: &AggregatorHandle) {
 mod tests {
     use super::*;
     use allocview_alloc::caching::stats::DeviceStats;
+
+    #[test]
+    fn a_body_read_past_its_deadline_fails_and_one_read_in_time_is_whole() {
+        use std::io::Read;
+        let page = vec![7u8; 100_000];
+        let mut late = DeadlineBody {
+            rest: &page,
+            deadline: std::time::Instant::now(),
+        };
+        let mut buf = [0u8; 8192];
+        assert_eq!(
+            late.read(&mut buf).unwrap_err().kind(),
+            std::io::ErrorKind::TimedOut
+        );
+        let mut in_time = DeadlineBody {
+            rest: &page,
+            deadline: std::time::Instant::now() + Duration::from_secs(3600),
+        };
+        let mut all = Vec::new();
+        in_time.read_to_end(&mut all).unwrap();
+        assert_eq!(all, page);
+        // The end of a page is an end, not a failure, even past the deadline.
+        let mut done = DeadlineBody {
+            rest: &[],
+            deadline: std::time::Instant::now(),
+        };
+        assert_eq!(done.read(&mut buf).unwrap(), 0);
+    }
 
     #[test]
     fn every_stat_array_has_a_help_text_of_its_own() {

@@ -57,6 +57,15 @@ pub fn to_pickle(snapshot: &Snapshot) -> Vec<u8> {
     encode::encode(snapshot)
 }
 
+/// Writes a snapshot as [`to_pickle`] does, but with every trace entry's and block's frames a
+/// list object of its own, even where another holds the same frames: the layout of PyTorch's
+/// own `_dump_snapshot`, where every call captures a traceback of its own (see
+/// [`encode::Lists::PerUse`]). It reads back to the same snapshot, from a larger file: what
+/// readers meet in files PyTorch wrote.
+pub fn to_pickle_pytorch_layout(snapshot: &Snapshot) -> Vec<u8> {
+    encode::encode_with(snapshot, encode::Lists::PerUse)
+}
+
 /// A segment whose blocks do not tile it (PyTorch's `_memory_viz.py stats` asserts they do).
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[error("segments[{segment}] (address {address:#x}): {problem}")]

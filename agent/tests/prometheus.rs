@@ -301,6 +301,16 @@ fn dropped_events_show_per_action_in_metrics() {
     let (_, body) = get(agent.metrics_addr().unwrap(), "/metrics");
     let line = format!("allocview_events_dropped_total{{action=\"segment_alloc\"}} {dropped}");
     assert!(body.contains(&line), "{line} in\n{body}");
+    // The actions that dropped nothing are there too, at 0: an alert pinned to one does not
+    // see its series appear only after the first drop.
+    for action in ["alloc", "free", "oom", "segment_free"] {
+        let zero = format!("allocview_events_dropped_total{{action=\"{action}\"}} 0");
+        assert!(body.lines().any(|l| l == zero), "{zero} in\n{body}");
+    }
+    // Help texts carry no double quote, which OpenMetrics requires escaped there.
+    for help in body.lines().filter(|l| l.starts_with("# HELP ")) {
+        assert!(!help.contains('"'), "{help}");
+    }
 }
 
 #[test]
@@ -671,7 +681,8 @@ fn capacity_is_absent_when_unknown_and_the_agents_own_facts_are_on_the_page() {
         env!("CARGO_PKG_VERSION")
     );
     assert!(text.lines().any(|l| l == version), "{version} in\n{text}");
-    assert!(text.lines().any(|l| l == "allocview_paused 0"), "{text}");
+    // Pausing is a client's own: the agent and this page keep updating, so no gauge says it.
+    assert!(!text.contains("allocview_paused"), "{text}");
     let started = text
         .lines()
         .find_map(|l| l.strip_prefix("allocview_agent_start_time_seconds "))

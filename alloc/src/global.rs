@@ -29,6 +29,9 @@
 //! such a thread (an HTTP server's accept and connection threads) is covered without hooks
 //! into it. The name is read once per thread, when it claims its counter slot (below), on the
 //! cold path; the hot path only gains a flag check on the way to a sink, where a sink is set.
+//! A thread renamed after its first allocation keeps what its name said then. The main thread
+//! always publishes: its OS name is the program's, which its unnamed threads inherit too, and
+//! the prefix's `:` keeps a program's name from matching by chance.
 //!
 //! Counters are kept **per thread**. Shared atomic counters are correct but collapse when
 //! threads allocate at once (measured for issue 8: four relaxed atomics cost ~20x the system
@@ -95,12 +98,13 @@ pub const MAX_THREAD_SLOTS: usize = 128;
 pub const PEAK_STEP_BYTES: u64 = 64 * 1024;
 
 /// Threads whose OS name starts with this publish nothing (their allocations are counted):
-/// the allocview agent's own threads, and on Linux the threads they start without naming
-/// them, which inherit the starting thread's OS name (an HTTP library's accept and
-/// connection threads, for instance), so that the agent's work never shows in the events it
-/// reports. Checked once per thread, at its first allocation (see [`unpublished`] for a
-/// scope).
-pub const UNPUBLISHED_THREAD_PREFIX: &str = "allocview-";
+/// the threads of the allocview agent that start a library's threads (its metrics listener),
+/// and on Linux the threads they start without naming them, which inherit the starting
+/// thread's OS name (an HTTP library's accept and connection threads, for instance), so that
+/// the agent's work never shows in the events it reports. The `:` is not found in programs'
+/// names (which unnamed threads inherit from the main thread). Checked once per thread, at
+/// its first allocation; never for the main thread (see [`unpublished`] for a scope).
+pub const UNPUBLISHED_THREAD_PREFIX: &str = "allocview:";
 
 /// `SLOT_INDEX`: the thread has not tried to claim a slot yet.
 const UNCLAIMED: u32 = u32::MAX;
@@ -128,11 +132,17 @@ thread_local! {
     static UNPUBLISHED_THREAD: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Whether this thread's OS name starts with [`UNPUBLISHED_THREAD_PREFIX`] (one `prctl`, no
-/// allocation). The name a thread has at its first allocation: `std` names a thread it starts
-/// before running its closure; an unnamed thread has the name of the thread that started it.
+/// Whether this thread, not the main thread, has an OS name that starts with
+/// [`UNPUBLISHED_THREAD_PREFIX`] (two system calls, no allocation). The name a thread has at
+/// its first allocation: `std` names a thread it starts before running its closure; an
+/// unnamed thread has the name of the thread that started it.
 #[cfg(target_os = "linux")]
 fn os_name_is_unpublished() -> bool {
+    // SAFETY: `gettid` and `getpid` take no arguments and cannot fail.
+    let main_thread = unsafe { libc::syscall(libc::SYS_gettid) == libc::getpid() as libc::c_long };
+    if main_thread {
+        return false;
+    }
     /// `PR_GET_NAME` writes at most 16 bytes, NUL included.
     const TASK_COMM_LEN: usize = 16;
     let mut name = [0u8; TASK_COMM_LEN];

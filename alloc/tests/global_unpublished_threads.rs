@@ -75,5 +75,9 @@ fn threads_named_for_the_agent_and_the_threads_they_start_publish_nothing_but_st
     // An unnamed thread of the test's own: published.
     let (published, _) = watched_on(None, allocate_watched);
     assert_eq!(published, 1);
+    // A name like a program's (`allocview-svc`, which a program's unnamed threads inherit)
+    // does not match: only the prefix with its `:` does.
+    let (published, _) = watched_on(Some("allocview-svc".into()), allocate_watched);
+    assert_eq!(published, 1, "a thread named like a program");
     HEAP.set_sink(None);
 }

@@ -188,6 +188,36 @@ fn the_largest_fixture_is_measured_against_python_or_says_why_not() {
 }
 
 #[test]
+fn a_large_generated_snapshot_is_measured_against_python_without_fixtures() {
+    let o = allocview(
+        &[
+            "bench",
+            "--seconds",
+            SECONDS,
+            "--json",
+            "snapshot.large_load",
+        ],
+        &[("ALLOCVIEW_FIXTURES", "/nonexistent/allocview-fixtures")],
+    );
+    let rows = json_rows(&o);
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0]["name"], "snapshot.large_load");
+    assert!(positive(&rows[0]["allocview_ns"]), "{}", rows[0]);
+    assert_eq!(rows[0]["goal"], "faster than baseline", "{}", rows[0]);
+    let notes = rows[0]["notes"].to_string();
+    assert!(
+        notes.contains("PyTorch's layout") && notes.contains("trace entries"),
+        "{notes}"
+    );
+    // The Python baseline is there when python3 is; otherwise a note says why not.
+    assert!(
+        positive(&rows[0]["baseline_ns"]) || notes.contains("baseline skipped"),
+        "{}",
+        rows[0]
+    );
+}
+
+#[test]
 fn the_table_has_the_columns_and_names_what_cannot_run() {
     let o = allocview(&["bench", "--seconds", SECONDS, "heap.instrumented"], &[]);
     assert!(o.status.success(), "{}", stderr(&o));

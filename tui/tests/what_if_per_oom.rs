@@ -199,6 +199,43 @@ fn a_file_without_the_device_size_replays_on_what_the_allocator_could_reach() {
         cure.contains("→ fits; 1 other OOM") && cure.ends_with(" of 1.00 GiB reachable"),
         "{cure}"
     );
-    let least = line(&fragmented.what_if, "least reachable memory");
-    assert!(least.contains("→ no OOM in the trace from ~2.9"), "{least}");
+    let smallest = line(&fragmented.what_if, "smallest reachable memory");
+    assert!(
+        smallest.contains("→ no OOM in the trace from ~2.9"),
+        "{smallest}"
+    );
+}
+
+#[test]
+fn allocview_open_runs_the_what_ifs_beside_the_dashboard_and_shows_them_when_done() {
+    use allocview::source::Source;
+    use allocview::state::from_snapshot::{PostMortem, WHAT_IFS_PENDING};
+    let snap = two_oom_recording();
+    let done = PostMortem::new("two-ooms.pickle", &snap);
+    // Before the replays: each OOM says they run; the plan gives what `new` gives.
+    let (mut pm, plan) = PostMortem::without_what_ifs("two-ooms.pickle", &snap);
+    assert!(
+        pm.ooms()
+            .iter()
+            .all(|o| o.what_if == [WHAT_IFS_PENDING.to_string()])
+    );
+    pm.set_what_ifs(plan.expect("OOMs in the trace").run(&snap));
+    assert_eq!(pm.ooms(), done.ooms());
+    // Through the source `allocview open` uses: the lines land in the state by a poll.
+    let mut src = FileSource::open("two-ooms.pickle", snap);
+    let mut state = allocview::state::State::default();
+    assert!(src.poll(&mut state).unwrap());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while src.what_ifs_pending() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the replays never ended"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        src.poll(&mut state).unwrap();
+    }
+    src.poll(&mut state).unwrap();
+    assert_eq!(state.ooms, done.ooms());
+    // Nothing more to show afterwards.
+    assert!(!src.poll(&mut state).unwrap());
 }

@@ -16,8 +16,11 @@
 use std::collections::HashMap;
 
 use super::error::{PickleError, PickleErrorKind};
+use super::intern::Interner;
 use super::opcode as op;
-use super::value::{BytesId, Container, ContainerId, PickleDoc, PickleValue, StrId, decode_long};
+use super::value::{
+    BytesId, Container, ContainerId, NOT_SHARED, PickleDoc, PickleValue, StrId, decode_long,
+};
 
 /// How often (in input bytes) [`parse_with_progress`] reports its position.
 pub const PROGRESS_STEP: usize = 1 << 20;
@@ -58,6 +61,7 @@ pub fn parse_with_progress<'a>(
         stack: Vec::new(),
         marks: Vec::new(),
         memo: Memo::default(),
+        interner: Interner::default(),
     };
     r.run(progress)?;
     Ok(r.doc)
@@ -105,6 +109,17 @@ impl Memo {
     }
 }
 
+/// The items of container `id` of `doc`, to change them: its own copy first if they were
+/// shared.
+fn own_items<'d>(doc: &'d mut PickleDoc<'_>, id: ContainerId) -> &'d mut Vec<PickleValue> {
+    let c = &mut doc.containers[id.0 as usize];
+    if c.shared != NOT_SHARED {
+        c.items = doc.shared[c.shared as usize].to_vec();
+        c.shared = NOT_SHARED;
+    }
+    &mut c.items
+}
+
 struct Reader<'a> {
     input: &'a [u8],
     pos: usize,
@@ -112,6 +127,7 @@ struct Reader<'a> {
     stack: Vec<PickleValue>,
     marks: Vec<usize>,
     memo: Memo,
+    interner: Interner,
 }
 
 type Res<T> = Result<T, PickleError>;
@@ -207,8 +223,53 @@ impl<'a> Reader<'a> {
 
     fn new_container(&mut self, at: usize, items: Vec<PickleValue>) -> ContainerId {
         let id = ContainerId(self.doc.containers.len() as u32);
-        self.doc.containers.push(Container { offset: at, items });
+        self.doc.containers.push(Container::new(at, items));
         id
+    }
+
+    /// A list or tuple created with the stack's items above index `from` (taken off the
+    /// stack), its storage shared with every earlier one of the same contents (see
+    /// [`super::intern`]).
+    fn new_shared_container(&mut self, at: usize, from: usize) -> ContainerId {
+        let mut c = Container::new(at, Vec::new());
+        match self
+            .interner
+            .intern(&mut self.doc.shared, &self.stack[from..])
+        {
+            Some(shared) => {
+                c.shared = shared;
+                self.stack.truncate(from);
+            }
+            None => c.items = self.stack.split_off(from),
+        }
+        let id = ContainerId(self.doc.containers.len() as u32);
+        self.doc.containers.push(c);
+        id
+    }
+
+    /// The items of container `id`, to change them: its own copy first if they were shared.
+    fn items_mut(&mut self, id: ContainerId) -> &mut Vec<PickleValue> {
+        own_items(&mut self.doc, id)
+    }
+
+    /// `APPENDS`/`SETITEMS`/`ADDITEMS` of the stack above `mark` into container `id` (a list,
+    /// dict or set): a list that was empty takes them as shared items (one `APPENDS` fills
+    /// a whole traceback), anything else as its own.
+    fn extend_from_stack(&mut self, id: ContainerId, mark: usize, list: bool) {
+        let c = &self.doc.containers[id.0 as usize];
+        if list
+            && c.shared == NOT_SHARED
+            && c.items.is_empty()
+            && mark < self.stack.len()
+            && let Some(shared) = self
+                .interner
+                .intern(&mut self.doc.shared, &self.stack[mark..])
+        {
+            self.doc.containers[id.0 as usize].shared = shared;
+            self.stack.truncate(mark);
+            return;
+        }
+        own_items(&mut self.doc, id).extend(self.stack.drain(mark..));
     }
 
     fn push_str(&mut self, bytes: &'a [u8], opcode: u8, at: usize) -> Res<()> {
@@ -498,17 +559,20 @@ impl<'a> Reader<'a> {
                     if self.stack.len() < self.fence() + n {
                         return Err(self.malformed(at, code, "stack underflow"));
                     }
-                    let items = self.stack.split_off(self.stack.len() - n);
-                    let id = self.new_container(at, items);
+                    let id = self.new_shared_container(at, self.stack.len() - n);
                     self.stack.push(PickleValue::Tuple(id));
                 }
                 op::TUPLE | op::LIST | op::DICT | op::FROZENSET => {
-                    let m = self.pop_mark(code, at)?;
-                    let items = self.stack.split_off(m.min(self.stack.len()));
-                    if code == op::DICT && !items.len().is_multiple_of(2) {
+                    let m = self.pop_mark(code, at)?.min(self.stack.len());
+                    if code == op::DICT && !(self.stack.len() - m).is_multiple_of(2) {
                         return Err(self.malformed(at, code, "odd number of items"));
                     }
-                    let id = self.new_container(at, items);
+                    let id = if code == op::TUPLE || code == op::LIST {
+                        self.new_shared_container(at, m)
+                    } else {
+                        let items = self.stack.split_off(m);
+                        self.new_container(at, items)
+                    };
                     self.stack.push(match code {
                         op::TUPLE => PickleValue::Tuple(id),
                         op::LIST => PickleValue::List(id),
@@ -520,14 +584,14 @@ impl<'a> Reader<'a> {
                     let v = self.pop(code, at)?;
                     let t = self.top(code, at)?;
                     let id = self.target(t, as_list, "list", code, at)?;
-                    self.doc.containers[id.0 as usize].items.push(v);
+                    self.items_mut(id).push(v);
                 }
                 op::SETITEM => {
                     let v = self.pop(code, at)?;
                     let k = self.pop(code, at)?;
                     let t = self.top(code, at)?;
                     let id = self.target(t, as_dict, "dict", code, at)?;
-                    let items = &mut self.doc.containers[id.0 as usize].items;
+                    let items = self.items_mut(id);
                     items.push(k);
                     items.push(v);
                 }
@@ -545,8 +609,7 @@ impl<'a> Reader<'a> {
                     if code == op::SETITEMS && !(self.stack.len() - m).is_multiple_of(2) {
                         return Err(self.malformed(at, code, "odd number of items"));
                     }
-                    let items = &mut self.doc.containers[id.0 as usize].items;
-                    items.extend(self.stack.drain(m..));
+                    self.extend_from_stack(id, m, code == op::APPENDS);
                 }
                 op::BINGET => {
                     let k = self.u8_arg(code, at)? as u32;

@@ -4,6 +4,8 @@
 
 use std::fmt;
 
+pub use super::intern::SharedId;
+
 /// Index of a container (list, tuple, dict, set) in a [`PickleDoc`]. Two values with the same
 /// `ContainerId` are the same Python object (shared through the memo).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -83,14 +85,35 @@ impl PickleValue {
     }
 }
 
-/// A container's contents. Dicts hold keys and values alternately (`[k0, v0, k1, v1, ...]`),
-/// in insertion order.
-#[derive(Debug, Clone, Default)]
+/// Marks a [`Container`] whose items are its own (not a shared run of the document).
+pub(crate) const NOT_SHARED: SharedId = SharedId::MAX;
+
+/// A container: where it was created, and its contents (read them with [`PickleDoc::items`]).
+/// Dicts hold keys and values alternately (`[k0, v0, k1, v1, ...]`), in insertion order.
+#[derive(Debug, Clone)]
 pub struct Container {
+    /// Byte offset of the opcode that created the container (inputs are below 4 GiB).
+    pub(crate) offset: u32,
+    /// The shared run of items this container holds ([`NOT_SHARED`]: `items` holds them).
+    pub(crate) shared: SharedId,
+    /// Items, when not shared; for a dict, keys and values alternately.
+    pub(crate) items: Vec<PickleValue>,
+}
+
+impl Container {
+    /// A container created at byte `offset` holding `items` of its own.
+    pub(crate) fn new(offset: usize, items: Vec<PickleValue>) -> Container {
+        Container {
+            offset: u32::try_from(offset).unwrap_or(u32::MAX),
+            shared: NOT_SHARED,
+            items,
+        }
+    }
+
     /// Byte offset of the opcode that created the container, for error messages.
-    pub offset: usize,
-    /// Items; for a dict, keys and values alternately.
-    pub items: Vec<PickleValue>,
+    pub fn offset(&self) -> usize {
+        self.offset as usize
+    }
 }
 
 /// A decoded pickle: the root value and the tables its values index into. Strings and bytes
@@ -102,6 +125,8 @@ pub struct PickleDoc<'a> {
     pub(crate) strings: Vec<&'a str>,
     pub(crate) bytes: Vec<&'a [u8]>,
     pub(crate) containers: Vec<Container>,
+    /// Runs of items that several containers hold (see [`super::intern`]).
+    pub(crate) shared: Vec<Box<[PickleValue]>>,
 }
 
 impl<'a> PickleDoc<'a> {
@@ -137,7 +162,26 @@ impl<'a> PickleDoc<'a> {
 
     /// The items of a list, tuple or set (a dict's keys and values alternately).
     pub fn items(&self, id: ContainerId) -> &[PickleValue] {
-        &self.containers[id.0 as usize].items
+        let c = &self.containers[id.0 as usize];
+        if c.shared == NOT_SHARED {
+            &c.items
+        } else {
+            &self.shared[c.shared as usize]
+        }
+    }
+
+    /// The run of items container `id` shares with every other container of equal contents
+    /// read as a whole (a list or tuple built by one opcode), or `None` when its items are its
+    /// own. Two containers with the same `SharedId` hold equal items, so what is derived from
+    /// one's items holds for the other's.
+    pub fn shared_items(&self, id: ContainerId) -> Option<SharedId> {
+        let s = self.containers[id.0 as usize].shared;
+        (s != NOT_SHARED).then_some(s)
+    }
+
+    /// Number of shared runs of items ([`Self::shared_items`] is below it).
+    pub fn shared_count(&self) -> usize {
+        self.shared.len()
     }
 
     /// The `(key, value)` pairs of a dict, in insertion order.

@@ -215,7 +215,7 @@ impl Page {
             Sample::Histogram(series),
         );
         let quantiles_help = format!(
-            "{}: quantiles since the agent started (HdrHistogram, within 1%; q=\"1\" is the \
+            "{}: quantiles since the agent started (HdrHistogram, within 1%; q=1 is the \
              maximum), not aggregatable across series: for windows and sums use the histogram",
             hist.help
         );

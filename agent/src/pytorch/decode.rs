@@ -97,6 +97,7 @@ pub fn decode(doc: &PickleDoc<'_>, input_len: usize) -> Result<Snapshot, Pytorch
     let mut d = Decoder {
         doc,
         list_cache: vec![None; doc.container_count()],
+        shared_cache: vec![None; doc.shared_count()],
         lists_by_items: FxMap::default(),
         lists_by_content: FxMap::default(),
         frame_ids: vec![NO_FRAME; doc.container_count()],
@@ -173,6 +174,10 @@ struct Decoder<'d, 'a> {
     doc: &'d PickleDoc<'a>,
     /// Frame list per pickle list (by container identity).
     list_cache: Vec<Option<Frames>>,
+    /// Frame list per run of items the reader shared between lists of equal contents
+    /// ([`PickleDoc::shared_items`]): a traceback repeated as a list object of its own is
+    /// found without looking at its items.
+    shared_cache: Vec<Option<Frames>>,
     /// Frame list per sequence of frame dict objects (hash of their container ids -> lists
     /// with that hash), checked before any frame is decoded.
     lists_by_items: FxMap<u64, Vec<(ContainerId, Frames)>>,
@@ -213,7 +218,7 @@ impl<'d, 'a> Decoder<'d, 'a> {
     }
 
     fn offset_of(&self, v: PickleValue) -> usize {
-        v.container().map_or(0, |c| self.doc.container(c).offset)
+        v.container().map_or(0, |c| self.doc.container(c).offset())
     }
 
     fn dict(&self, v: PickleValue, path: &Path<'_>, offset: usize) -> Res<ContainerId> {
@@ -394,7 +399,7 @@ impl<'d, 'a> Decoder<'d, 'a> {
                 })
             }
             PickleValue::Dict(d) => {
-                let offset = self.doc.container(d).offset;
+                let offset = self.doc.container(d).offset();
                 let [segs, traces, settings, annotations, ours] = self.fields(
                     d,
                     &[
@@ -727,6 +732,14 @@ impl<'d, 'a> Decoder<'d, 'a> {
             return Ok(Arc::clone(f));
         }
         let doc = self.doc;
+        let shared = doc.shared_items(l);
+        if let Some(s) = shared
+            && let Some(f) = &self.shared_cache[s as usize]
+        {
+            let f = Arc::clone(f);
+            self.list_cache[l.0 as usize] = Some(Arc::clone(&f));
+            return Ok(f);
+        }
         let items = doc.items(l);
         if items.is_empty() {
             return Ok(no_frames());
@@ -742,6 +755,9 @@ impl<'d, 'a> Decoder<'d, 'a> {
         {
             let f = Arc::clone(f);
             self.list_cache[l.0 as usize] = Some(Arc::clone(&f));
+            if let Some(s) = shared {
+                self.shared_cache[s as usize] = Some(Arc::clone(&f));
+            }
             return Ok(f);
         }
         let mut ids = Vec::with_capacity(items.len());
@@ -761,6 +777,9 @@ impl<'d, 'a> Decoder<'d, 'a> {
             }
         };
         self.list_cache[l.0 as usize] = Some(Arc::clone(&frames));
+        if let Some(s) = shared {
+            self.shared_cache[s as usize] = Some(Arc::clone(&frames));
+        }
         let bucket = self.lists_by_items.entry(key).or_default();
         // Bounded, so that crafted hash collisions cost linear time, not quadratic.
         if bucket.len() < MAX_BUCKET {

@@ -26,7 +26,25 @@ const BATCH_SIZE: usize = 1000;
 
 /// Encodes a snapshot as a protocol 4 pickle.
 pub fn encode(snapshot: &Snapshot) -> Vec<u8> {
+    encode_with(snapshot, Lists::ByContent)
+}
+
+/// Which frame lists are written once and referred back to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lists {
+    /// Every list of equal frames (the smallest file).
+    ByContent,
+    /// None: every trace entry's and block's frames are a list object of their own (frame
+    /// dicts are still shared), as PyTorch's `_dump_snapshot` writes them, where every call
+    /// captures a traceback of its own and only frames are shared by content (PyTorch
+    /// also shares a block's traceback with its `alloc` entry's).
+    PerUse,
+}
+
+/// Encodes a snapshot as a protocol 4 pickle, sharing frame lists as `lists` says.
+pub fn encode_with(snapshot: &Snapshot, lists: Lists) -> Vec<u8> {
     let mut e = Encoder {
+        lists,
         w: PickleWriter::new(),
         strings: HashMap::new(),
         lists_by_ptr: HashMap::new(),
@@ -38,6 +56,7 @@ pub fn encode(snapshot: &Snapshot) -> Vec<u8> {
 }
 
 struct Encoder<'s> {
+    lists: Lists,
     w: PickleWriter,
     strings: HashMap<&'s str, u32>,
     lists_by_ptr: HashMap<usize, u32>,
@@ -244,19 +263,21 @@ impl<'s> Encoder<'s> {
         });
     }
 
-    /// A frame list: written once, then referred back to (by `Arc` identity, then content).
+    /// A frame list: with [`Lists::ByContent`], written once, then referred back to (by `Arc`
+    /// identity, then content); with [`Lists::PerUse`], written every time.
     fn frames(&mut self, f: &'s Frames) {
         if f.is_empty() {
             self.w.empty_list();
             return;
         }
         let ptr = f.as_ptr() as usize;
-        if let Some(&i) = self.lists_by_ptr.get(&ptr) {
+        let share = self.lists == Lists::ByContent;
+        if share && let Some(&i) = self.lists_by_ptr.get(&ptr) {
             self.w.get(i);
             return;
         }
         let content: &'s [Frame] = f;
-        if let Some(&i) = self.lists_by_content.get(content) {
+        if share && let Some(&i) = self.lists_by_content.get(content) {
             self.lists_by_ptr.insert(ptr, i);
             self.w.get(i);
             return;
@@ -270,8 +291,10 @@ impl<'s> Encoder<'s> {
             }
             self.w.appends();
         }
-        self.lists_by_ptr.insert(ptr, i);
-        self.lists_by_content.insert(content, i);
+        if share {
+            self.lists_by_ptr.insert(ptr, i);
+            self.lists_by_content.insert(content, i);
+        }
     }
 
     fn frame(&mut self, f: &'s Frame) {

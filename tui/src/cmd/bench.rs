@@ -15,11 +15,15 @@
 //! from [`snapshot::DEFAULT_FIXTURES`] relative to the current folder; without it they are
 //! skipped, and the note says which path was tried. `allocview bench --help` says the same.
 //!
+//! `snapshot.large_load` needs no fixture: it generates its snapshot (see
+//! [`snapshot::load_large`]).
+//!
 //! The same comparisons, with criterion's statistics, are the crates' `cargo bench` targets.
 
 pub mod agent;
 pub mod caching;
 pub mod harness;
+pub mod large;
 pub mod outcome;
 pub mod render;
 pub mod replay;
@@ -54,7 +58,7 @@ const HEAP_INSTRUMENTED_UNAVAILABLE: &str = "not measured by this command: calli
     instrumented_heap` for Instrumented<System> vs System";
 
 /// Every benchmark, in the order they run and print.
-const ENTRIES: [Entry; 12] = [
+const ENTRIES: [Entry; 13] = [
     Entry {
         name: "caching.alloc_free_pair",
         baseline: "glibc malloc + free of the same sizes (512 B .. 24 MiB)",
@@ -124,6 +128,13 @@ const ENTRIES: [Entry; 12] = [
         goal: Goal::FasterThanBaseline,
         unit: Unit::Time,
         run: Ok(snapshot::load),
+    },
+    Entry {
+        name: "snapshot.large_load",
+        baseline: "python3 pickle.loads of the same bytes",
+        goal: Goal::FasterThanBaseline,
+        unit: Unit::Time,
+        run: Ok(snapshot::load_large),
     },
     Entry {
         name: "replay.throughput",

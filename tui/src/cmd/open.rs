@@ -49,8 +49,8 @@ pub fn run(args: &OpenArgs) -> anyhow::Result<()> {
     // The file's own problems first (a missing file is named even when redirected).
     let snap = load(&args.file)?;
     crate::terminal::check_stdout().map_err(|e| e.advise(NEEDS_TERMINAL))?;
-    let src = FileSource::new(&args.file.display().to_string(), &snap);
-    drop(snap);
+    // The what-if replays of the file's OOMs run beside the dashboard (they keep `snap`).
+    let src = FileSource::open(&args.file.display().to_string(), snap);
     let save_dir = std::env::current_dir().context("no current folder to save snapshots in")?;
     let mut app = App::new(Box::new(src), save_dir)?;
     let mut guard = TerminalGuard::enter().map_err(|e| e.advise(NEEDS_TERMINAL))?;

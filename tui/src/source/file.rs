@@ -2,6 +2,7 @@
 //! end, which is the file's own final state), moved with [`Seek`].
 
 use std::path::{Path, PathBuf};
+use std::sync::mpsc::{Receiver, TryRecvError};
 
 use allocview_agent::snapshot_file::{self, FileFormat};
 use allocview_alloc::snapshot::Snapshot;
@@ -18,18 +19,74 @@ pub struct FileSource {
     pm: PostMortem,
     event: usize,
     shown: bool,
+    /// The what-if lines of the OOMs, while a thread replays the file ([`FileSource::open`]).
+    what_ifs: Option<Receiver<Vec<Vec<String>>>>,
 }
 
+/// An OOM's what-if line when the thread replaying the file stopped without an answer.
+pub const WHAT_IFS_FAILED: &str = "the what-if replays stopped without a result";
+
 impl FileSource {
-    /// Prepares `snapshot` (read from `path`), positioned after the last event.
+    /// Prepares `snapshot` (read from `path`), positioned after the last event, with the
+    /// what-if replays of its OOMs done.
     pub fn new(path: &str, snapshot: &Snapshot) -> FileSource {
-        let pm = PostMortem::new(path, snapshot);
+        FileSource::ready(PostMortem::new(path, snapshot), None)
+    }
+
+    /// [`new`](Self::new), with the what-if replays of the OOMs run on a thread of their own,
+    /// which keeps the snapshot until they are done: the dashboard opens at once, and the OOM
+    /// view shows their lines when [`poll`](Source::poll) finds them.
+    pub fn open(path: &str, snapshot: Snapshot) -> FileSource {
+        let (pm, plan) = PostMortem::without_what_ifs(path, &snapshot);
+        let Some(plan) = plan else {
+            return FileSource::ready(pm, None);
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        let spawned = std::thread::Builder::new()
+            .name("allocview-what-if".into())
+            .spawn(move || {
+                let _ = tx.send(plan.run(&snapshot));
+            });
+        match spawned {
+            Ok(_) => FileSource::ready(pm, Some(rx)),
+            Err(_) => {
+                let mut pm = pm;
+                pm.set_what_ifs(vec![vec![WHAT_IFS_FAILED.to_string()]; pm.ooms().len()]);
+                FileSource::ready(pm, None)
+            }
+        }
+    }
+
+    fn ready(pm: PostMortem, what_ifs: Option<Receiver<Vec<Vec<String>>>>) -> FileSource {
         let event = pm.len();
         FileSource {
             pm,
             event,
             shown: false,
+            what_ifs,
         }
+    }
+
+    /// Takes the what-if lines when the replays are done; true when they changed the OOMs.
+    fn collect_what_ifs(&mut self) -> bool {
+        let Some(rx) = &self.what_ifs else {
+            return false;
+        };
+        let lines = match rx.try_recv() {
+            Ok(lines) => lines,
+            Err(TryRecvError::Empty) => return false,
+            Err(TryRecvError::Disconnected) => {
+                vec![vec![WHAT_IFS_FAILED.to_string()]; self.pm.ooms().len()]
+            }
+        };
+        self.pm.set_what_ifs(lines);
+        self.what_ifs = None;
+        true
+    }
+
+    /// Whether the OOMs' what-if replays still run.
+    pub fn what_ifs_pending(&self) -> bool {
+        self.what_ifs.is_some()
     }
 
     /// The current event number.
@@ -58,6 +115,11 @@ impl FileSource {
 
 impl Source for FileSource {
     fn poll(&mut self, state: &mut State) -> anyhow::Result<bool> {
+        if self.collect_what_ifs() && self.shown {
+            // Only the OOMs' lines change; the rest of the state (and its status) stays.
+            state.ooms = self.pm.ooms().to_vec();
+            return Ok(true);
+        }
         if self.shown {
             return Ok(false);
         }

@@ -89,6 +89,18 @@ pub struct PostMortem {
 impl PostMortem {
     /// Prepares `snapshot`, read from `path`.
     pub fn new(path: &str, snapshot: &Snapshot) -> PostMortem {
+        let (mut pm, plan) = PostMortem::without_what_ifs(path, snapshot);
+        if let Some(plan) = plan {
+            pm.set_what_ifs(plan.run(snapshot));
+        }
+        pm
+    }
+
+    /// [`new`](Self::new) but for the what-if replays of its OOMs, which the returned plan
+    /// runs (on another thread, say: see `FileSource::open`); meanwhile each OOM's what-if
+    /// lines say they are being computed ([`WHAT_IFS_PENDING`]). `None` when no OOM of the
+    /// trace gets what-ifs.
+    pub fn without_what_ifs(path: &str, snapshot: &Snapshot) -> (PostMortem, Option<WhatIfPlan>) {
         let device = main_device(snapshot);
         let tt = TimeTravel::new(snapshot, device);
         let name = std::path::Path::new(path)
@@ -96,7 +108,7 @@ impl PostMortem {
             .map_or_else(|| path.to_string(), |n| n.to_string_lossy().into_owned());
         let meta = snapshot.devices.iter().find(|m| m.device == device);
         let total_memory = meta.and_then(|m| m.total_memory);
-        let trace: Arc<[TraceEntry]> = Arc::from(tt.trace().to_vec());
+        let trace: Arc<[TraceEntry]> = tt.shared_trace();
 
         // Timeline and event positions: seconds when every entry has a time, else events.
         let timed = !trace.is_empty() && trace.iter().all(|e| e.time_us.is_some());
@@ -153,25 +165,36 @@ impl PostMortem {
                 .map(|free| WhatIfCapacity::reachable(o.reserved.saturating_add(free))),
             (_, None) => None,
         };
-        if let Some(capacity) = capacity {
-            let outcomes = what_if_avoided(snapshot, capacity.bytes);
-            let smallest = smallest_device_line(snapshot, capacity);
-            // The replays run the first device with a trace: per OOM only when it is the one
-            // shown (the OOMs' indices are into its trace).
-            let same_trace = trace_index(snapshot) == Some(pm.tt.device().max(0) as usize);
-            let note = settings_note(snapshot);
+        // The replays run the first device with a trace: per OOM only when it is the one
+        // shown (the OOMs' indices are into its trace).
+        let same_trace = trace_index(snapshot) == Some(pm.tt.device().max(0) as usize);
+        let plan = capacity.map(|capacity| WhatIfPlan {
+            capacity,
+            ooms: pm
+                .ooms
+                .iter()
+                .map(|o| o.trace_index.filter(|_| same_trace))
+                .collect(),
+            trace: pm.trace.clone(),
+        });
+        if plan.is_some() {
             for o in &mut pm.ooms {
-                o.what_if = what_if_lines_of(
-                    &outcomes,
-                    capacity,
-                    &pm.trace,
-                    o.trace_index.filter(|_| same_trace),
-                );
-                o.what_if.extend(smallest.clone());
-                o.what_if.push(note.clone());
+                o.what_if = vec![WHAT_IFS_PENDING.to_string()];
             }
         }
-        pm
+        (pm, plan)
+    }
+
+    /// The OOMs of the file (every state shows them all).
+    pub fn ooms(&self) -> &[OomReport] {
+        &self.ooms
+    }
+
+    /// Gives the OOMs the what-if lines a [`WhatIfPlan`] computed (one list per OOM, in order).
+    pub fn set_what_ifs(&mut self, lines: Vec<Vec<String>>) {
+        for (o, l) in self.ooms.iter_mut().zip(lines) {
+            o.what_if = l;
+        }
     }
 
     /// Number of events (trace entries).
@@ -318,6 +341,38 @@ impl PostMortem {
     }
 }
 
+/// An OOM's what-if line while its file's replays run.
+pub const WHAT_IFS_PENDING: &str = "replaying the trace under other settings…";
+
+/// The what-if replays of a file's OOMs, to run once over the file's snapshot
+/// ([`PostMortem::without_what_ifs`]).
+#[derive(Debug, Clone)]
+pub struct WhatIfPlan {
+    capacity: WhatIfCapacity,
+    /// Per OOM, the index of its entry in the replayed trace (`None`: not in it).
+    ooms: Vec<Option<usize>>,
+    trace: Arc<[TraceEntry]>,
+}
+
+impl WhatIfPlan {
+    /// Replays `snapshot` (the file the plan was made from) under the usual cures and bisects
+    /// for the smallest device: the what-if lines of each OOM, in order.
+    pub fn run(&self, snapshot: &Snapshot) -> Vec<Vec<String>> {
+        let outcomes = what_if_avoided(snapshot, self.capacity.bytes);
+        let smallest = smallest_device_line(snapshot, self.capacity);
+        let note = settings_note(snapshot);
+        self.ooms
+            .iter()
+            .map(|&oom| {
+                let mut lines = what_if_lines_of(&outcomes, self.capacity, &self.trace, oom);
+                lines.extend(smallest.clone());
+                lines.push(note.clone());
+                lines
+            })
+            .collect()
+    }
+}
+
 /// The memory what-if replays run on: the recording's device, or, for a file that does not
 /// record the device's size, what the allocator could reach at the first OOM (its reserved
 /// bytes plus the device's free bytes then).
@@ -380,7 +435,7 @@ pub fn what_if_lines(
     lines
 }
 
-/// The what-if line of the smallest device (or, on a device of unknown size, the least
+/// The what-if line of the smallest device (or, on a device of unknown size, the smallest
 /// reachable memory) on which the trace replays without an OOM under the recorded settings,
 /// bisected from `capacity` (`allocview_agent::replay::smallest_device`); none when the trace
 /// fits `capacity` or no size near it does.
@@ -393,7 +448,7 @@ pub fn smallest_device_line(snapshot: &Snapshot, capacity: WhatIfCapacity) -> Op
         )
     } else {
         (
-            "least reachable memory",
+            "smallest reachable memory",
             smallest_reachable_without_oom(snapshot, &config, capacity.bytes)?,
         )
     };

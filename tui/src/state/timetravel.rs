@@ -14,7 +14,9 @@
 //! 2. **Forward pass with checkpoints.** Replay from that initial state, cloning the state every
 //!    N = [`CHECKPOINT_EVERY`] events (more for traces so long that [`MAX_CHECKPOINTS`] would
 //!    not cover them). The state after event `i` is the nearest checkpoint at or before `i`
-//!    plus at most `N - 1` events: a seek costs O(N + state), not O(trace).
+//!    plus at most `N - 1` events: a seek costs O(N + state), not O(trace). Checkpoints share
+//!    the segments they have in common (copy on write), so each costs one entry per segment
+//!    plus the segments changed since the one before, not a copy of every block.
 //!
 //! Block sizes unknown to the file (blocks freed before the end and allocated before the trace
 //! began) follow the allocator's rules: the request rounded up to 512 bytes, extended to the
@@ -36,6 +38,7 @@
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
+use std::sync::Arc;
 
 use allocview_alloc::snapshot::{
     BlockInfo, BlockState, Frames, SegmentInfo, SegmentType, Snapshot, TraceAction, TraceEntry,
@@ -149,9 +152,12 @@ impl Totals {
 }
 
 /// The allocator state of one device at one point of the trace.
+///
+/// Segments are shared between copies (copy on write): a checkpoint costs one entry per
+/// segment, and the events between two checkpoints copy only the segments they change.
 #[derive(Debug, Clone, PartialEq)]
 struct Memory {
-    segments: BTreeMap<u64, Segment>,
+    segments: BTreeMap<u64, Arc<Segment>>,
     totals: Totals,
     /// Allocated bytes per stream (of the segment holding the block), with the highest each
     /// reached (the per-stream `peak_allocated`).
@@ -226,7 +232,7 @@ impl Memory {
                     },
                 );
             }
-            m.segments.insert(s.address, seg);
+            m.segments.insert(s.address, Arc::new(seg));
         }
         m.totals.bump_peaks();
         m
@@ -263,10 +269,20 @@ impl Memory {
         }
     }
 
-    /// The segment whose range holds `addr`.
+    /// The segment whose range holds `addr`, to change (its own copy first if it is shared).
     fn segment_at(&mut self, addr: u64) -> Option<(u64, &mut Segment)> {
         let (&start, seg) = self.segments.range_mut(..=addr).next_back()?;
-        (addr < start + seg.total_size).then_some((start, seg))
+        if addr < start + seg.total_size {
+            Some((start, Arc::make_mut(seg)))
+        } else {
+            None
+        }
+    }
+
+    /// The segment whose range holds `addr`, to read.
+    fn segment_ref(&self, addr: u64) -> Option<(u64, &Segment)> {
+        let (&start, seg) = self.segments.range(..=addr).next_back()?;
+        (addr < start + seg.total_size).then_some((start, &**seg))
     }
 
     /// Size a new block at `addr` would get.
@@ -288,10 +304,10 @@ impl Memory {
         state: BlockState,
         frames: &Frames,
     ) -> Option<u64> {
-        let (start, seg) = self.segment_at(addr)?;
-        if seg.blocks.contains_key(&addr) {
+        if self.segment_ref(addr)?.1.blocks.contains_key(&addr) {
             return None;
         }
+        let (start, seg) = self.segment_at(addr)?;
         let size = size.unwrap_or_else(|| Memory::rule_size(seg, start, addr, requested));
         let stream = seg.stream;
         seg.blocks.insert(
@@ -312,6 +328,9 @@ impl Memory {
 
     /// Removes an active block; returns it.
     fn remove_block(&mut self, addr: u64) -> Option<Block> {
+        if !self.segment_ref(addr)?.1.blocks.contains_key(&addr) {
+            return None;
+        }
         let (_, seg) = self.segment_at(addr)?;
         let b = seg.blocks.remove(&addr)?;
         let stream = seg.stream;
@@ -324,6 +343,12 @@ impl Memory {
 
     /// Changes a block's state; returns whether it existed.
     fn set_state(&mut self, addr: u64, state: BlockState) -> bool {
+        if !self
+            .segment_ref(addr)
+            .is_some_and(|(_, seg)| seg.blocks.contains_key(&addr))
+        {
+            return false;
+        }
         let Some((_, seg)) = self.segment_at(addr) else {
             return false;
         };
@@ -364,8 +389,10 @@ impl Memory {
         } else {
             SegmentType::Large
         };
-        self.segments
-            .insert(addr, Segment::new(size, stream, segment_type, false));
+        self.segments.insert(
+            addr,
+            Arc::new(Segment::new(size, stream, segment_type, false)),
+        );
         self.totals.reserved += size;
         true
     }
@@ -407,20 +434,24 @@ impl Memory {
         match (before, after) {
             // The run before grows over the range (and the run after, when there is one).
             (Some((_, seg)), after) => {
+                let seg = Arc::make_mut(seg);
                 seg.total_size += size;
                 if let Some(next) = after {
+                    let next = Arc::unwrap_or_clone(next);
                     seg.total_size += next.total_size;
                     seg.blocks.extend(next.blocks);
                 }
             }
             // The run after grows down over the range: it now starts at `addr`.
             (None, Some(mut next)) => {
-                next.total_size += size;
+                Arc::make_mut(&mut next).total_size += size;
                 self.segments.insert(addr, next);
             }
             (None, None) => {
-                self.segments
-                    .insert(addr, Segment::new(size, stream, segment_type, true));
+                self.segments.insert(
+                    addr,
+                    Arc::new(Segment::new(size, stream, segment_type, true)),
+                );
             }
         }
         self.totals.reserved += size;
@@ -430,7 +461,7 @@ impl Memory {
     /// Unmaps `[addr, addr+size)` from the segment holding it (its tail, its head, all of it,
     /// or the middle, splitting it in two).
     fn unmap(&mut self, addr: u64, size: u64) -> bool {
-        let Some((start, seg)) = self.segment_at(addr) else {
+        let Some((start, seg)) = self.segment_ref(addr) else {
             return false;
         };
         let end = start + seg.total_size;
@@ -449,7 +480,8 @@ impl Memory {
         if addr == start && size == seg.total_size {
             return self.remove_segment(start);
         }
-        let mut seg = self.segments.remove(&start).expect("segment found above");
+        let mut seg =
+            Arc::unwrap_or_clone(self.segments.remove(&start).expect("segment found above"));
         let tail_blocks = seg.blocks.split_off(&addr);
         // The run after the range: the segment's own facts, without its frames or the head's
         // blocks (not cloned only to be replaced).
@@ -468,10 +500,10 @@ impl Memory {
         seg.total_size = addr - start;
         self.totals.reserved -= size;
         if seg.total_size > 0 {
-            self.segments.insert(start, seg);
+            self.segments.insert(start, Arc::new(seg));
         }
         if tail.total_size > 0 {
-            self.segments.insert(addr + size, tail);
+            self.segments.insert(addr + size, Arc::new(tail));
         }
         true
     }
@@ -619,7 +651,7 @@ impl Memory {
 #[derive(Debug, Clone)]
 pub struct TimeTravel {
     device: i32,
-    trace: Vec<TraceEntry>,
+    trace: Arc<[TraceEntry]>,
     /// Exact block size of each `alloc` entry, from the backward walk.
     alloc_sizes: Vec<Option<u64>>,
     /// State after `k * interval` events.
@@ -661,7 +693,7 @@ impl TimeTravel {
         }
         TimeTravel {
             device,
-            trace,
+            trace: Arc::from(trace),
             alloc_sizes,
             checkpoints,
             interval,
@@ -682,6 +714,11 @@ impl TimeTravel {
     /// The trace.
     pub fn trace(&self) -> &[TraceEntry] {
         &self.trace
+    }
+
+    /// The trace, shared (a reference-count bump, not a copy).
+    pub fn shared_trace(&self) -> Arc<[TraceEntry]> {
+        Arc::clone(&self.trace)
     }
 
     /// The device shown.

@@ -1,3 +1,5 @@
+//! `snapshot.load` and `snapshot.large_load`.
+//!
 //! `snapshot.load`: decoding the largest PyTorch snapshot fixture with
 //! `allocview_agent::snapshot_file::from_bytes` against Python's own `pickle.loads` of the same
 //! bytes (the C unpickler), each timed in its own process on the same machine in the same run.
@@ -6,15 +8,23 @@
 //! repeatedly (at least `MIN_BATCHES` times, for about the time
 //! budget) and prints the median in nanoseconds, so neither interpreter start-up nor file I/O
 //! is counted on either side.
+//!
+//! `snapshot.large_load`: the same comparison on a large snapshot made here, so it needs no
+//! fixture: [`large::generate`] of [`LargeSpec::BENCH`] (allocview's caching allocator on the
+//! simulated device, history on, deep stacks, ending in an OOM), written as PyTorch writes it
+//! (`to_pickle_pytorch_layout`: every traceback a list of its own), handed to Python on its
+//! standard input.
 
 use std::hint::black_box;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 
-use allocview_agent::snapshot_file;
+use allocview_agent::{pytorch, snapshot_file};
 use anyhow::Context;
 
 use super::harness::{MAX_BATCHES, MIN_BATCHES, each, single};
+use super::large::{self, LargeSpec};
 use super::outcome::Outcome;
 
 /// Environment variable naming the folder of PyTorch snapshot fixtures.
@@ -29,11 +39,11 @@ pub const LARGEST_FIXTURE: &str = "cs336-ctx256-forward-mixed.pickle";
 /// The Python interpreter the baseline runs.
 const PYTHON: &str = "python3";
 
-/// The baseline: `argv[1]` the file, `argv[2]` seconds, `argv[3]`/`argv[4]` the fewest and
-/// most loads; prints the median nanoseconds of one `pickle.loads`.
+/// The baseline: `argv[1]` the file (`-`: standard input), `argv[2]` seconds, `argv[3]`/`argv[4]`
+/// the fewest and most loads; prints the median nanoseconds of one `pickle.loads`.
 const PYTHON_BASELINE: &str = r#"
 import pickle, sys, time
-data = open(sys.argv[1], "rb").read()
+data = sys.stdin.buffer.read() if sys.argv[1] == "-" else open(sys.argv[1], "rb").read()
 budget, least, most = float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 pickle.loads(data)
 times = []
@@ -77,17 +87,36 @@ pub fn read_fixture() -> Result<(PathBuf, Vec<u8>), String> {
         })
 }
 
-/// Runs the Python baseline on `path` for about `seconds`: its median nanoseconds, or why not.
-fn python_median(path: &Path, seconds: f64) -> Result<f64, String> {
-    let output = Command::new(PYTHON)
-        .arg("-c")
-        .arg(PYTHON_BASELINE)
-        .arg(path)
+/// What the Python baseline loads: a file, or bytes given on its standard input.
+enum PythonInput<'a> {
+    File(&'a Path),
+    Bytes(&'a [u8]),
+}
+
+/// Runs the Python baseline on `input` for about `seconds`: its median nanoseconds, or why
+/// not.
+fn python_median(input: PythonInput<'_>, seconds: f64) -> Result<f64, String> {
+    let mut cmd = Command::new(PYTHON);
+    cmd.arg("-c").arg(PYTHON_BASELINE);
+    match input {
+        PythonInput::File(path) => cmd.arg(path).stdin(Stdio::null()),
+        PythonInput::Bytes(_) => cmd.arg("-").stdin(Stdio::piped()),
+    };
+    let mut child = cmd
         .arg(seconds.to_string())
         .arg(MIN_BATCHES.to_string())
         .arg(MAX_BATCHES.to_string())
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .map_err(|e| format!("baseline skipped: cannot run {PYTHON} ({e})"))?;
+    if let (PythonInput::Bytes(bytes), Some(mut stdin)) = (input, child.stdin.take()) {
+        // A failed write shows as Python's own error below.
+        let _ = stdin.write_all(bytes);
+    }
+    let output = child
+        .wait_with_output()
+        .map_err(|e| format!("baseline skipped: {PYTHON} did not finish ({e})"))?;
     if !output.status.success() {
         let err = String::from_utf8_lossy(&output.stderr);
         let last = err.lines().last().unwrap_or("no message");
@@ -127,7 +156,45 @@ pub fn load(seconds: f64, mut out: Outcome) -> anyhow::Result<Outcome> {
         path.display(),
         crate::units::bytes(bytes.len() as u64)
     ));
-    match python_median(&path, seconds) {
+    match python_median(PythonInput::File(&path), seconds) {
+        Ok(ns) => out.baseline_ns = Some(ns),
+        Err(why) => out = out.note(why),
+    }
+    Ok(out)
+}
+
+/// `snapshot.large_load`: `from_bytes` of a large generated snapshot in PyTorch's layout vs
+/// Python's `pickle.loads` of the same bytes.
+pub fn load_large(seconds: f64, mut out: Outcome) -> anyhow::Result<Outcome> {
+    let snapshot = large::generate(&LargeSpec::BENCH).context("generating the snapshot")?;
+    let bytes = pytorch::to_pickle_pytorch_layout(&snapshot);
+    let decoded = snapshot_file::from_bytes(&bytes).context("decoding the generated snapshot")?;
+    if decoded != snapshot {
+        anyhow::bail!("the generated snapshot does not read back as written");
+    }
+    let entries: usize = snapshot.device_traces.iter().map(Vec::len).sum();
+    let depth = snapshot
+        .device_traces
+        .iter()
+        .flatten()
+        .map(|e| e.frames.len())
+        .max()
+        .unwrap_or(0);
+    let segments = snapshot.segments.len();
+    drop((snapshot, decoded));
+    let timing = single(
+        seconds,
+        &mut each(|| {
+            let _ = black_box(snapshot_file::from_bytes(black_box(&bytes)));
+        }),
+    );
+    out.allocview_ns = Some(timing.median_ns);
+    out = out.note(format!(
+        "generated: {} in PyTorch's layout, {segments} segments, {entries} trace entries, \
+         stacks of up to {depth} frames",
+        crate::units::bytes(bytes.len() as u64),
+    ));
+    match python_median(PythonInput::Bytes(&bytes), seconds) {
         Ok(ns) => out.baseline_ns = Some(ns),
         Err(why) => out = out.note(why),
     }

@@ -1,0 +1,89 @@
+//! Hash-consing of container contents: a list or tuple whose items equal those of one read
+//! before keeps one copy of them in the [`PickleDoc`](super::PickleDoc), however many containers
+//! hold them. PyTorch's snapshots write every traceback as a list object of its own, while most
+//! tracebacks repeat (each iteration of a training loop allocates from the same lines), so a
+//! snapshot with 10^6 trace entries holds 10^6 frame lists of 30 to 60 items but only thousands
+//! of distinct ones; keeping their items once is most of the reader's memory. The containers
+//! stay distinct objects ([`ContainerId`](super::ContainerId)s differ): only their storage is
+//! shared, and a container whose items change later (`APPEND`) first gets its own copy.
+//!
+//! One table slot per content hash (the multiply-rotate word hash of rustc's `FxHasher` over
+//! one word per value, its bits with its tag in the top bits): a second content with the same hash is simply not shared, so
+//! crafted collisions cost nothing but the sharing. Equality is bitwise per value (`0.0` and
+//! `-0.0` differ, a NaN equals the same NaN), so sharing never changes a value.
+
+use std::collections::HashMap;
+
+use super::value::PickleValue;
+
+/// Identifies one shared run of items in a [`PickleDoc`](super::PickleDoc).
+pub type SharedId = u32;
+
+/// `FxHasher`'s multiplier.
+const FX_SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+
+/// Where a value's tag goes in its hash word: the top four bits.
+const TAG_SHIFT: u32 = 4;
+
+/// A value as two words: its tag and its bits. Equal words mean the same Python value.
+#[inline]
+fn words(v: &PickleValue) -> (u64, u64) {
+    match *v {
+        PickleValue::None => (0, 0),
+        PickleValue::Bool(b) => (1, b as u64),
+        PickleValue::Int(i) => (2, i as u64),
+        PickleValue::BigInt(b) => (3, b.0 as u64),
+        PickleValue::Float(f) => (4, f.to_bits()),
+        PickleValue::Str(s) => (5, s.0 as u64),
+        PickleValue::Bytes(b) => (6, b.0 as u64),
+        PickleValue::List(c) => (7, c.0 as u64),
+        PickleValue::Tuple(c) => (8, c.0 as u64),
+        PickleValue::Dict(c) => (9, c.0 as u64),
+        PickleValue::Set(c) => (10, c.0 as u64),
+        PickleValue::FrozenSet(c) => (11, c.0 as u64),
+    }
+}
+
+/// The content hash of `items`.
+fn hash(items: &[PickleValue]) -> u64 {
+    let mut h = items.len() as u64;
+    let mut add = |w: u64| h = (h.rotate_left(5) ^ w).wrapping_mul(FX_SEED);
+    for v in items {
+        let (tag, bits) = words(v);
+        // One word per value: the tag in the top bits (a collision only costs sharing).
+        add(bits ^ tag.rotate_right(TAG_SHIFT));
+    }
+    h
+}
+
+/// Whether `a` and `b` hold the same values, bit for bit.
+pub(crate) fn same(a: &[PickleValue], b: &[PickleValue]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| words(x) == words(y))
+}
+
+/// The shared runs of items and the table that finds them by content.
+#[derive(Debug, Default)]
+pub(crate) struct Interner {
+    by_hash: HashMap<u64, SharedId>,
+}
+
+impl Interner {
+    /// The shared run equal to `items` in `shared`, adding `items` as a new one when there is
+    /// none and its hash is free; `None` (nothing shared) when another content has its hash.
+    pub(crate) fn intern(
+        &mut self,
+        shared: &mut Vec<Box<[PickleValue]>>,
+        items: &[PickleValue],
+    ) -> Option<SharedId> {
+        let h = hash(items);
+        match self.by_hash.get(&h) {
+            Some(&id) => same(&shared[id as usize], items).then_some(id),
+            None => {
+                let id = SharedId::try_from(shared.len()).ok()?;
+                shared.push(items.into());
+                self.by_hash.insert(h, id);
+                Some(id)
+            }
+        }
+    }
+}
