@@ -212,7 +212,7 @@ impl AttachSource {
     }
 
     /// The interval the agent sends updates at, by its clock: the median of the last
-    /// [`INTERVALS_KEPT`] (`None` before two updates).
+    /// [`INTERVALS_KEPT`] (`None` before the first update after connecting).
     fn interval(&self) -> Option<Duration> {
         let mut v: Vec<u64> = self.intervals.iter().copied().collect();
         v.sort_unstable();
