@@ -200,7 +200,9 @@ impl AgentBuilder {
         self
     }
 
-    /// Folder for OOM dumps (default: `ALLOCVIEW_DUMP_DIR`, else `./allocview-dumps`). It is
+    /// Folder for OOM dumps (default: `ALLOCVIEW_DUMP_DIR`, else `./allocview-dumps`); a
+    /// relative path is taken from the working folder at [`spawn`](Self::spawn), so the dumps'
+    /// paths in OOM records are absolute. It is
     /// created at the first OOM, not before, so a process that never runs out of memory leaves
     /// no folder behind; [`spawn`](Self::spawn) refuses a path that names something other than
     /// a folder, and a folder that cannot be created or written then is counted in
@@ -362,6 +364,10 @@ impl AgentBuilder {
             return Err(AgentError::DuplicateDevice(w[0]));
         }
         let dump_dir = self.dump_dir.unwrap_or_else(aggregator::default_dump_dir);
+        // Made absolute now, against the folder the process is in at spawn: the dumps' paths
+        // (in OOM records, sent to attach clients) then name the same files from any folder,
+        // even after the process changes its own.
+        let dump_dir = std::path::absolute(&dump_dir).unwrap_or(dump_dir);
         if std::fs::metadata(&dump_dir).is_ok_and(|m| !m.is_dir()) {
             return Err(AgentError::DumpDirNotAFolder(dump_dir));
         }

@@ -140,8 +140,6 @@ pub struct AttachClient {
     state: AgentState,
     pid: u32,
     process: String,
-    /// The agent's working folder, from its hello: relative dump paths are resolved against it.
-    cwd: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for AttachClient {
@@ -188,14 +186,13 @@ impl AttachClient {
             .set_read_timeout(Some(CONNECT_TIMEOUT))
             .map_err(connect_err)?;
         let mut out = input.try_clone().map_err(connect_err)?;
-        let (pid, process, cwd) =
+        let (pid, process) =
             match protocol::read_frame::<_, ServerFrame>(&mut input, MAX_SERVER_FRAME) {
                 Ok(ServerFrame::Hello {
                     magic,
                     version,
                     pid,
                     process,
-                    cwd,
                     ..
                 }) => {
                     if magic != MAGIC {
@@ -207,7 +204,7 @@ impl AttachClient {
                             client: PROTOCOL_VERSION,
                         });
                     }
-                    (pid, process, cwd)
+                    (pid, process)
                 }
                 // An agent that refuses before its hello (too many connections waiting).
                 Ok(ServerFrame::Error { message, .. }) => {
@@ -227,7 +224,7 @@ impl AttachClient {
             },
         )?;
         let full = protocol::read_frame::<_, ServerFrame>(&mut input, MAX_SERVER_FRAME);
-        let mut state = match full.map_err(|e| silent_or(e, &addr))? {
+        let state = match full.map_err(|e| silent_or(e, &addr))? {
             ServerFrame::Full { state } => *state,
             ServerFrame::Error { message, .. } => return Err(ClientError::Refused(message)),
             ServerFrame::Goodbye { reason } => return Err(ClientError::Disconnected(reason)),
@@ -238,7 +235,6 @@ impl AttachClient {
             }
         };
         input.set_read_timeout(None).map_err(connect_err)?;
-        resolve_dump_paths(&mut state, cwd.as_deref());
         let (tx, frames) = crossbeam_channel::bounded(READ_AHEAD);
         thread::Builder::new()
             .name("allocview-attach-reader".into())
@@ -259,7 +255,6 @@ impl AttachClient {
             state,
             pid,
             process,
-            cwd,
         })
     }
 
@@ -298,14 +293,10 @@ impl AttachClient {
                 let paused = self.state.pipeline.paused;
                 self.state = *state;
                 self.state.pipeline.paused = paused;
-                resolve_dump_paths(&mut self.state, self.cwd.as_deref());
                 Ok(ClientUpdate::Full)
             }
             ServerFrame::Update { update } => {
                 protocol::apply_update(&mut self.state, &update);
-                if !update.new_ooms.is_empty() {
-                    resolve_dump_paths(&mut self.state, self.cwd.as_deref());
-                }
                 Ok(ClientUpdate::Update)
             }
             ServerFrame::Snapshot { snapshot } => Ok(ClientUpdate::Snapshot(snapshot)),
@@ -351,21 +342,6 @@ impl AttachClient {
     pub fn pause(&mut self, paused: bool) -> Result<(), ClientError> {
         self.state.pipeline.paused = paused;
         self.send(&ClientFrame::Pause { paused })
-    }
-}
-
-/// Makes the OOM records' relative dump paths (an agent whose dump folder is relative, the
-/// default `./allocview-dumps`) absolute under the agent's working folder `cwd`, so that a
-/// client in another folder can read them and the paths it shows can be pasted anywhere. Paths
-/// stay as they are where the agent did not say its folder (an older agent).
-fn resolve_dump_paths(state: &mut AgentState, cwd: Option<&Path>) {
-    let Some(cwd) = cwd else { return };
-    for rec in &mut state.ooms {
-        for p in &mut rec.dump_paths {
-            if p.is_relative() {
-                *p = cwd.join(&*p);
-            }
-        }
     }
 }
 
@@ -491,36 +467,4 @@ fn liveness(path: &Path) -> Liveness {
 /// Whether process `pid` exists (true where `/proc` cannot tell).
 fn process_exists(pid: u32) -> bool {
     !Path::new("/proc/self").exists() || Path::new("/proc").join(pid.to_string()).exists()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::state::OomRecord;
-
-    #[test]
-    fn relative_dump_paths_are_resolved_against_the_agents_folder_absolute_ones_kept() {
-        let mut state = AgentState {
-            ooms: vec![OomRecord {
-                index: 1,
-                dump_paths: vec![
-                    "allocview-dumps/oom-0001-pid7.pickle".into(),
-                    "/var/dumps/oom-0001-pid7.json".into(),
-                ],
-                ..OomRecord::default()
-            }],
-            ..AgentState::default()
-        };
-        let before = state.clone();
-        resolve_dump_paths(&mut state, None);
-        assert_eq!(state, before, "an older agent's paths stay as sent");
-        resolve_dump_paths(&mut state, Some(Path::new("/srv/train")));
-        assert_eq!(
-            state.ooms[0].dump_paths,
-            vec![
-                PathBuf::from("/srv/train/allocview-dumps/oom-0001-pid7.pickle"),
-                PathBuf::from("/var/dumps/oom-0001-pid7.json"),
-            ]
-        );
-    }
 }

@@ -15,7 +15,6 @@
 
 use std::collections::HashSet;
 use std::io::{self, Read, Write};
-use std::path::PathBuf;
 
 use allocview_alloc::caching::stats::DeviceStats;
 use allocview_alloc::snapshot::{SegmentInfo, Snapshot};
@@ -68,11 +67,6 @@ pub enum ServerFrame {
         process: String,
         /// Whether the client must send a token.
         token_required: bool,
-        /// The agent's working folder when it said hello: the base of the relative paths
-        /// it sends (an OOM record's `dump_paths` under a relative dump folder), which a
-        /// client in another folder resolves against it. Missing from older agents.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        cwd: Option<PathBuf>,
     },
     /// The whole state (after the hello, and after a resume).
     Full {

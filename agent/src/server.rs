@@ -787,7 +787,6 @@ fn serve_client(
         pid: cfg.process.pid,
         process: cfg.process.name.clone(),
         token_required: cfg.token.is_some(),
-        cwd: std::env::current_dir().ok(),
     };
     if send(&out, &hello).is_err() {
         input.shutdown();

@@ -66,7 +66,6 @@ fn every_frame() -> (Vec<ServerFrame>, Vec<ClientFrame>) {
             pid: 42,
             process: "train.py".into(),
             token_required: true,
-            cwd: Some("/srv/train".into()),
         },
         ServerFrame::Full {
             state: Box::default(),
@@ -966,7 +965,6 @@ fn a_connection_that_closes_without_a_goodbye_is_lost_not_a_shutdown() {
             pid: 1,
             process: "gone".into(),
             token_required: false,
-            cwd: None,
         };
         protocol::write_frame(&mut s, &hello).unwrap();
         let _ = protocol::read_frame::<_, ClientFrame>(&mut s, protocol::MAX_CLIENT_FRAME);
@@ -986,4 +984,46 @@ fn a_connection_that_closes_without_a_goodbye_is_lost_not_a_shutdown() {
     assert!(matches!(end, ClientError::ConnectionLost), "{end:?}");
     assert!(!end.is_agent_shutdown());
     assert!(end.to_string().contains("without a goodbye"), "{end}");
+}
+
+#[test]
+fn a_relative_dump_folder_gives_absolute_dump_paths_that_any_folder_can_open() {
+    let dir = tempfile::tempdir().unwrap();
+    // The temporary folder named from this test's working folder: `..` up to the root.
+    let cwd = std::env::current_dir().unwrap();
+    let mut relative = std::path::PathBuf::new();
+    for _ in cwd.components().skip(1) {
+        relative.push("..");
+    }
+    relative.push(dir.path().strip_prefix("/").unwrap());
+    relative.push("dumps");
+    assert!(relative.is_relative(), "{}", relative.display());
+    let sock = dir.path().join("agent.sock");
+    let toy = toy::Toy::new();
+    let agent = Agent::builder()
+        .listen(format!("unix:{}", sock.display()))
+        .dump_dir(&relative)
+        .provider(toy.clone())
+        .tick(Duration::from_millis(5))
+        .spawn()
+        .unwrap();
+    toy.set_sink(agent.sink());
+    let mut client = AttachClient::connect(&format!("unix:{}", sock.display()), None).unwrap();
+    toy.oom(1 << 30);
+    agent.flush();
+    wait_for(&mut client, |s| {
+        s.ooms.first().is_some_and(|o| !o.dump_paths.is_empty())
+    });
+    // In the agent's own records and as sent to a client: absolute, naming the files written.
+    let paths = client.state().ooms[0].dump_paths.clone();
+    assert_eq!(agent.state().ooms[0].dump_paths, paths);
+    for p in &paths {
+        assert!(p.is_absolute(), "{}", p.display());
+        assert!(p.is_file(), "{}", p.display());
+        assert_eq!(
+            p.parent().unwrap().canonicalize().unwrap(),
+            dir.path().join("dumps").canonicalize().unwrap()
+        );
+    }
+    agent.shutdown();
 }

@@ -39,6 +39,9 @@ pub struct App {
     next_draw: Option<Instant>,
     /// Live: the newest OOM whose dump's path the status line said (its number).
     dumps_said: u64,
+    /// Live: the process id of the last state polled, to notice another process (a restarted
+    /// service reached by a reconnect) whose OOMs are numbered from 1 again.
+    pid_seen: Option<u32>,
 }
 
 /// A draw that took longer than this held the loop up: the terminal takes its output slowly
@@ -66,11 +69,12 @@ pub const NO_DEVICE_TO_SAVE: &str = "nothing to save: this process has no device
 
 /// A time-travel key pressed live (the placeholder is the key).
 pub const FILE_ONLY_KEY: &str = "`{key}` steps through a snapshot file's trace (allocview open FILE); live, the \
-     dashboard follows the process: p pauses, s saves a snapshot to open";
+     dashboard follows the process: Space pauses, s saves a snapshot to open";
 
-/// Live: the selected trace row's event left the window of recent events the agent sends.
-pub const TRACE_ROW_LEFT: &str =
-    "the selected event left the live window of recent events (End follows the newest; p pauses)";
+/// Live: the selected trace row's event left the window of recent events the agent sends (the
+/// trace follows the newest event again).
+pub const TRACE_ROW_LEFT: &str = "the selected event left the live window of recent events: following the \
+     newest again (Space pauses to look)";
 
 /// What identifies a trace entry across live updates (entries carry no sequence number):
 /// its time, action, address and size.
@@ -120,11 +124,13 @@ impl App {
             ooms_seen: 0,
             next_draw: None,
             dumps_said: 0,
+            pid_seen: None,
         };
         app.source.poll(&mut app.state)?;
         // OOMs from before the dashboard opened are on the OOM tab, not news.
         app.ooms_seen = ooms_count(&app.state);
         app.dumps_said = app.ooms_seen;
+        app.pid_seen = app.state.source.pid;
         Ok(app)
     }
 
@@ -146,12 +152,16 @@ impl App {
         } else {
             let selected = self.selected_live_trace_entry();
             let segment = self.selected_live_segment();
+            let status = self.state.status.clone();
             if self.source.poll(&mut self.state)? {
                 self.dirty = true;
+                self.notice_another_process();
                 self.announce_new_ooms();
                 self.announce_dumps();
+                // A message of this tick (an OOM, a dump, the source's) is not replaced.
+                let said = self.state.status.is_some() && self.state.status != status;
                 if let Some(key) = selected {
-                    self.keep_trace_selection(key);
+                    self.keep_trace_selection(key, !said);
                 }
                 if let Some(at) = segment {
                     self.keep_segment_selection(at);
@@ -190,9 +200,11 @@ impl App {
         Some(TraceKey::of(&self.state.trace[i]))
     }
 
-    /// After a live update: the selected trace row moves to where its entry is now; an entry
-    /// that left the window of recent events leaves the selection on the oldest row, and says so.
-    fn keep_trace_selection(&mut self, key: TraceKey) {
+    /// After a live update: the selected trace row moves to where its entry is now; once the
+    /// entry left the window of recent events, the trace follows the newest again (a row on
+    /// the oldest would leave it the next one out) and says so, once, where `say` (no other
+    /// message came this tick).
+    fn keep_trace_selection(&mut self, key: TraceKey, say: bool) {
         let rows = self.state.trace_rows(&self.ui.trace_filter);
         let at = rows
             .iter()
@@ -200,8 +212,8 @@ impl App {
         match at {
             Some(row) => self.ui.trace_row = Some(row),
             None => {
-                self.ui.trace_row = Some(0);
-                if self.ui.view == View::Trace {
+                self.ui.trace_row = None;
+                if say && self.ui.view == View::Trace {
                     self.status(TRACE_ROW_LEFT);
                 }
             }
@@ -289,6 +301,25 @@ impl App {
         self.state
             .selected_segment(&self.ui)
             .map_or(0, |i| self.state.segments[i].blocks.len())
+    }
+
+    /// Live: another process than before (its pid changed, or its OOM count went down: a
+    /// restarted service reached by a reconnect) starts the OOMs and dumps said over; its OOMs
+    /// so far are on the OOM tab, not news.
+    fn notice_another_process(&mut self) {
+        if self.file_mode() {
+            return;
+        }
+        let count = ooms_count(&self.state);
+        let pid = self.state.source.pid;
+        let other_pid = pid.is_some() && self.pid_seen.is_some() && pid != self.pid_seen;
+        if other_pid || count < self.ooms_seen {
+            self.ooms_seen = count;
+            self.dumps_said = count;
+        }
+        if pid.is_some() {
+            self.pid_seen = pid;
+        }
     }
 
     /// Live: a status line for OOMs that happened since the last poll, once each

@@ -36,6 +36,9 @@ pub const HUMAN_PACE: Duration = Duration::from_millis(4);
 /// OOM dumps the demo's agent writes: the OOM scenario fails again every few steps, and each
 /// dump is a few MiB; the later OOMs' records say the limit was reached.
 pub const DEMO_MAX_DUMPS: u64 = 4;
+/// The process name the demo's agent gives attach clients and the dashboard's header (the
+/// OOM view knows the demo by it and says how to drive it into an OOM).
+pub const DEMO_PROGRAM: &str = "allocview demo";
 
 /// How to run the demo.
 #[derive(Debug, Clone)]
@@ -163,7 +166,7 @@ impl Demo {
         alloc.set_context_provider(Some(Arc::new(move || ctx.frames())));
         let mut builder = Agent::builder()
             .provider(alloc.clone())
-            .process_name("allocview demo")
+            .process_name(DEMO_PROGRAM)
             .tick(AGENT_TICK)
             .max_dumps(DEMO_MAX_DUMPS)
             .sample_interval(cfg.sample_interval);

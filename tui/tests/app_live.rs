@@ -165,10 +165,105 @@ fn a_selected_live_trace_row_stays_on_its_event_while_new_events_arrive() {
     app.tick().unwrap();
     assert_eq!(selected_time(&app), Some(94));
     assert_eq!(app.state.status, None);
-    // The event left the window: the oldest row, and the user is told.
+    // The event left the window: the trace follows the newest again, and the user is told.
     app.tick().unwrap();
-    assert_eq!(selected_time(&app), Some(200));
+    assert_eq!(app.ui.trace_row, None);
     assert_eq!(app.state.status.as_deref(), Some(app::TRACE_ROW_LEFT));
+}
+
+#[test]
+fn a_selected_live_trace_event_that_leaves_the_window_is_said_once_not_every_update() {
+    // A busy process: every update pushes the window along by 50 events.
+    let (mut app, _) = live((0..6).map(|i| with_trace(i * 50, 100)).collect());
+    app.apply(Action::ShowView(View::Trace)).unwrap();
+    app.apply(Action::Move(-5)).unwrap();
+    assert_eq!(selected_time(&app), Some(94));
+    app.tick().unwrap();
+    assert_eq!(selected_time(&app), Some(94));
+    app.tick().unwrap();
+    assert_eq!(app.state.status.as_deref(), Some(app::TRACE_ROW_LEFT));
+    // Following the newest: nothing more leaves the selection, nothing is said again.
+    for _ in 0..3 {
+        app.state.status = None;
+        app.tick().unwrap();
+        assert_eq!(app.state.status, None);
+        assert_eq!(app.ui.trace_row, None);
+    }
+}
+
+#[test]
+fn an_oom_announced_in_the_tick_the_selected_trace_event_leaves_is_not_hidden() {
+    let mut first = with_trace(0, 100);
+    first.ooms = with_ooms(1).ooms;
+    first.ooms_total = 1;
+    let mut second = with_trace(200, 100);
+    second.ooms = with_ooms(2).ooms;
+    second.ooms_total = 2;
+    let (mut app, _) = live(vec![first, second]);
+    app.apply(Action::ShowView(View::Trace)).unwrap();
+    app.apply(Action::Move(-5)).unwrap();
+    app.tick().unwrap();
+    let status = app.state.status.clone().unwrap_or_default();
+    assert!(status.starts_with("OOM #2: tried to allocate"), "{status}");
+    assert_eq!(app.ui.trace_row, None, "the trace follows the newest");
+}
+
+#[test]
+fn the_first_oom_dump_of_a_restarted_process_is_announced() {
+    // The old process had 3 OOMs; the one reached after a reconnect has none yet.
+    let mut fresh = with_ooms(0);
+    fresh.source.pid = Some(9999);
+    let mut pending = with_ooms(1);
+    pending.source.pid = Some(9999);
+    pending.ooms[0].dump_pending = true;
+    pending.ooms[0].dump_path = None;
+    let mut landed = with_ooms(1);
+    landed.source.pid = Some(9999);
+    landed.ooms[0].dump_path = Some("/srv/run/allocview-dumps/oom-0001-pid9999.pickle".into());
+    let (mut app, _) = live(vec![with_ooms(3), fresh, pending, landed]);
+    app.tick().unwrap();
+    app.tick().unwrap();
+    assert_eq!(
+        app.state.status.as_deref(),
+        Some("OOM #1: tried to allocate 1.00 GiB — press 7")
+    );
+    app.tick().unwrap();
+    assert_eq!(
+        app.state.status.as_deref(),
+        Some(
+            "OOM #1's snapshot: /srv/run/allocview-dumps/oom-0001-pid9999.pickle (allocview \
+             open /srv/run/allocview-dumps/oom-0001-pid9999.pickle; 7 shows the OOM)"
+        )
+    );
+}
+
+#[test]
+fn the_ooms_a_restarted_process_had_before_the_reconnect_are_not_news() {
+    // A restarted service (another pid) that had 2 OOMs of its own when the dashboard reached
+    // it: they are on the OOM tab; its next one is announced, and its dump.
+    let mut other = with_ooms(2);
+    other.source.pid = Some(9999);
+    let mut pending = with_ooms(3);
+    pending.source.pid = Some(9999);
+    pending.ooms[2].dump_pending = true;
+    pending.ooms[2].dump_path = None;
+    let mut landed = with_ooms(3);
+    landed.source.pid = Some(9999);
+    landed.ooms[2].dump_path = Some("/d/oom-0003-pid9999.pickle".into());
+    let (mut app, _) = live(vec![with_ooms(1), other, pending, landed]);
+    app.tick().unwrap();
+    assert_eq!(app.state.status, None);
+    app.tick().unwrap();
+    assert_eq!(
+        app.state.status.as_deref(),
+        Some("OOM #3: tried to allocate 3.00 GiB — press 7")
+    );
+    app.tick().unwrap();
+    let status = app.state.status.clone().unwrap_or_default();
+    assert!(
+        status.starts_with("OOM #3's snapshot: /d/oom-0003-pid9999.pickle"),
+        "{status}"
+    );
 }
 
 #[test]
@@ -285,6 +380,11 @@ fn a_time_travel_key_pressed_live_says_where_it_works_instead_of_doing_nothing()
         assert!(
             status.starts_with(&format!("`{c}` steps through a snapshot file's trace"))
                 && status.contains("allocview open FILE"),
+            "{status}"
+        );
+        // Space pauses on every view (`p` groups the histograms).
+        assert!(
+            status.contains("Space pauses") && !status.contains(" p pauses"),
             "{status}"
         );
     }

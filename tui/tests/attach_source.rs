@@ -83,3 +83,106 @@ fn an_agent_started_again_with_the_same_pid_is_a_new_process() {
     );
     second.shutdown();
 }
+
+#[test]
+fn an_agent_that_ticks_slower_than_the_stall_wait_is_not_said_stalled_between_its_ticks() {
+    // An agent ticking every 300 ms watched by a source that would say a stall after 100 ms:
+    // once its interval is measured, the quiet between its ticks is no stall, update after
+    // update (the measure is not dropped when a stall ends).
+    let slow = Duration::from_millis(300);
+    let dir = tempfile::tempdir().unwrap();
+    let addr = format!("unix:{}", dir.path().join("agent.sock").display());
+    let agent = Agent::builder()
+        .listen(addr.clone())
+        .dump_dir(dir.path().join("dumps"))
+        .tick(slow)
+        .spawn()
+        .unwrap();
+    let mut src = AttachSource::connect(&addr, None)
+        .unwrap()
+        .with_stall_after(Duration::from_millis(100));
+    let mut state = State::default();
+    let poll_for = |src: &mut AttachSource, state: &mut State, ticks: u32| {
+        let mut stalls = 0;
+        let mut stalled = matches!(state.mode, Mode::Stalled(_));
+        let end = Instant::now() + slow * ticks;
+        while Instant::now() < end {
+            src.poll(state).unwrap();
+            let now_stalled = matches!(state.mode, Mode::Stalled(_));
+            if now_stalled && !stalled {
+                stalls += 1;
+            }
+            stalled = now_stalled;
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        stalls
+    };
+    // Before a few intervals are measured, the quiet may read as a stall.
+    poll_for(&mut src, &mut state, 6);
+    assert_eq!(poll_for(&mut src, &mut state, 12), 0, "{:?}", state.status);
+    assert_eq!(state.mode, Mode::Live);
+    let hz = state.source.rate_hz.expect("the agent's rate");
+    assert!(hz <= 1.5 / slow.as_secs_f64(), "{hz} Hz");
+    agent.shutdown();
+}
+
+#[test]
+fn paused_a_reconnect_to_a_restarted_process_leaves_the_figures_shown_until_the_resume() {
+    use allocview_alloc::caching::backend::StreamId;
+    use allocview_alloc::caching::sim::SimBackend;
+    use allocview_alloc::caching::{AllocatorConfig, CachingAllocator};
+    use std::sync::Arc;
+    const MIB: u64 = 1 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let addr = format!("unix:{}", dir.path().join("agent.sock").display());
+    let agent_with = |used: u64| {
+        let alloc = Arc::new(CachingAllocator::new(
+            Arc::new(SimBackend::new(1024 * MIB)),
+            AllocatorConfig::default(),
+        ));
+        if used > 0 {
+            alloc.malloc(used, StreamId(0)).unwrap();
+        }
+        let agent = Agent::builder()
+            .listen(addr.clone())
+            .dump_dir(dir.path().join("dumps"))
+            .provider(alloc.clone())
+            .tick(TICK)
+            .spawn()
+            .unwrap();
+        (agent, alloc)
+    };
+    let allocated = |s: &State| s.stats.allocated_bytes.0[0].current;
+    let (first, _a) = agent_with(8 * MIB);
+    let mut src = AttachSource::connect(&addr, None).unwrap();
+    let mut state = State::default();
+    poll_until(&mut src, &mut state, |s| allocated(s) == (8 * MIB) as i64);
+    src.set_paused(true).unwrap();
+    first.shutdown();
+    let (second, _b) = agent_with(0);
+    // Paused, the connection is watched: the restart is found and named...
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !state
+        .status
+        .as_deref()
+        .is_some_and(|m| m.contains("reconnected to a new process"))
+    {
+        assert!(Instant::now() < deadline, "no reconnect: {state:?}");
+        src.watch_while_paused(&mut state).unwrap();
+        std::thread::sleep(TICK);
+    }
+    // ...while the figures shown stay those of the pause.
+    assert_eq!(state.mode, Mode::Paused);
+    assert_eq!(allocated(&state), (8 * MIB) as i64);
+    for _ in 0..5 {
+        src.watch_while_paused(&mut state).unwrap();
+        std::thread::sleep(TICK);
+    }
+    assert_eq!(allocated(&state), (8 * MIB) as i64);
+    // Resumed, the new process's.
+    src.set_paused(false).unwrap();
+    poll_until(&mut src, &mut state, |s| {
+        allocated(s) == 0 && s.mode == Mode::Live
+    });
+    second.shutdown();
+}

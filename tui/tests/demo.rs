@@ -306,3 +306,36 @@ fn the_live_trace_carries_the_workloads_context_tags() {
         "{contexts:?}"
     );
 }
+
+#[test]
+fn the_demos_empty_oom_view_knows_the_demo_by_its_process_name() {
+    use allocview::app::App;
+    use allocview::source::embedded::EmbeddedSource;
+    use allocview::state::View;
+    let dir = tempfile::tempdir().unwrap();
+    let demo = run(Scenario::Train, 1, dir.path());
+    assert_eq!(
+        demo.agent.state().process.name,
+        allocview::demo::DEMO_PROGRAM
+    );
+    let mut app = App::new(Box::new(EmbeddedSource::new(demo)), dir.path().into()).unwrap();
+    assert_eq!(
+        app.state.source.program.as_deref(),
+        Some(allocview::demo::DEMO_PROGRAM)
+    );
+    app.apply(allocview::input::Action::ShowView(View::Oom))
+        .unwrap();
+    let mut term = ratatui::Terminal::new(ratatui::backend::TestBackend::new(120, 30)).unwrap();
+    app.draw(&mut term).unwrap();
+    let screen: String = term
+        .backend()
+        .buffer()
+        .content()
+        .iter()
+        .map(|c| c.symbol())
+        .collect();
+    assert!(
+        screen.contains("allocview demo --scenario oom drives a run into one"),
+        "{screen}"
+    );
+}

@@ -102,9 +102,12 @@ fn quitting_the_demo_after_ooms_prints_where_the_dumps_went() {
     assert!(screen.contains("EXIT=0"), "{screen}");
     assert_eq!(t.display("#{alternate_on}").trim(), "0");
     assert!(screen.contains("OOM dumps written:"), "{screen}");
+    // The relative dump folder was made absolute when the agent started: paths to paste
+    // anywhere.
+    let dumps = dumps.display();
     assert!(
-        screen.contains("allocview open dumps/oom-0001-pid")
-            && screen.contains("allocview summary dumps/oom-0001-pid"),
+        screen.contains(&format!("allocview open {dumps}/oom-0001-pid"))
+            && screen.contains(&format!("allocview summary {dumps}/oom-0001-pid")),
         "{screen}"
     );
 }

@@ -11,6 +11,7 @@
 //! the connection gone starts a reconnect instead of ending the dashboard. A reconnect that
 //! reaches another process (the service was restarted) says so and starts its figures over.
 
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -31,16 +32,22 @@ pub const RECONNECT_EVERY: Duration = Duration::from_secs(1);
 pub const FRAMES_EVERY: Duration = Duration::from_secs(5);
 /// How long `s` waits for the agent's snapshot.
 pub const SAVE_TIMEOUT: Duration = Duration::from_secs(5);
-/// Nanoseconds in a second.
-const NS_PER_S: f64 = 1e9;
 /// Updates applied per poll at most (the rest wait for the next tick, so input stays fast).
 const MAX_UPDATES_PER_POLL: usize = 256;
 /// How long without an update before the header says updates stopped (the agent sends one
 /// every tick, at most 10 Hz): at least this, or `STALL_TICKS` (5) of the agent's observed
 /// interval where it ticks slower.
 pub const STALL_AFTER: Duration = Duration::from_secs(3);
-/// Missed ticks, at the observed update rate, that count as a stall on a slow-ticking agent.
+/// Missed ticks, at the observed update interval, that count as a stall on a slow-ticking
+/// agent.
 const STALL_TICKS: f64 = 5.0;
+/// The longest wait before a stall is said, however slowly the agent ticks.
+const MAX_STALL_AFTER: Duration = Duration::from_secs(3600);
+/// Intervals between updates (by the agent's clock) the observed interval is the median of:
+/// one stretch without updates (a stopped process) among them does not move it, and an agent
+/// that ticks slower than [`STALL_AFTER`] is measured within a few updates, after which its
+/// quiet between ticks is no stall.
+const INTERVALS_KEPT: usize = 7;
 /// How long the source's own passing messages (`reconnected to ...`, `updates resumed ...`)
 /// stay in the status line.
 pub const SOURCE_NOTE_SHOWN: Duration = Duration::from_secs(6);
@@ -60,7 +67,10 @@ pub struct AttachSource {
     /// The frames of the last snapshot received.
     frames: Option<SnapshotFrames>,
     next_frames: Instant,
-    rate_hz: Option<f64>,
+    /// The last [`INTERVALS_KEPT`] intervals between updates, by the agent's clock, in ns.
+    intervals: VecDeque<u64>,
+    /// The least [`Self::stall_after`] ([`STALL_AFTER`] unless set).
+    stall_floor: Duration,
     last_update: Option<Instant>,
     saved: u32,
     what_if: WhatIfJobs,
@@ -131,6 +141,12 @@ fn retry_detail(e: &ClientError) -> String {
     }
 }
 
+/// The agent's clock in the state a client has (from the full state it got on connecting);
+/// `None` where the agent has not said it yet.
+fn agent_clock(c: &AttachClient) -> Option<u64> {
+    Some(c.state().time_ns).filter(|&t| t > 0)
+}
+
 /// The process a client is connected to: its pid and when it started (by the agent's clock).
 fn process_of(c: &AttachClient) -> (u32, u64) {
     (c.process().0, c.state().process.started_ns)
@@ -153,6 +169,7 @@ impl AttachSource {
     pub fn connect(addr: &str, token: Option<String>) -> Result<AttachSource, ClientError> {
         let client = AttachClient::connect(addr, token.clone())?;
         let process = process_of(&client);
+        let last_agent_ns = agent_clock(&client);
         Ok(AttachSource {
             addr: addr.to_string(),
             token,
@@ -163,12 +180,13 @@ impl AttachSource {
             ended: None,
             frames: None,
             next_frames: Instant::now(),
-            rate_hz: None,
+            intervals: VecDeque::with_capacity(INTERVALS_KEPT),
+            stall_floor: STALL_AFTER,
             last_update: None,
             saved: 0,
             what_if: WhatIfJobs::new(),
             refused_said: 0,
-            last_agent_ns: None,
+            last_agent_ns,
             paused: false,
             stalled_since: None,
             process,
@@ -182,9 +200,36 @@ impl AttachSource {
         self.attempts = self.attempts.max(1);
         self.next_retry = Instant::now() + RECONNECT_EVERY;
         self.stalled_since = None;
-        self.rate_hz = None;
         self.last_update = None;
         self.last_agent_ns = None;
+    }
+
+    /// Says a stall only after `floor` at least without an update (default [`STALL_AFTER`]);
+    /// an agent seen to tick slower still gets [`STALL_TICKS`] of its interval.
+    pub fn with_stall_after(mut self, floor: Duration) -> AttachSource {
+        self.stall_floor = floor;
+        self
+    }
+
+    /// The interval the agent sends updates at, by its clock: the median of the last
+    /// [`INTERVALS_KEPT`] (`None` before the first update after connecting).
+    fn interval(&self) -> Option<Duration> {
+        let mut v: Vec<u64> = self.intervals.iter().copied().collect();
+        v.sort_unstable();
+        v.get(v.len() / 2).map(|&ns| Duration::from_nanos(ns))
+    }
+
+    /// An update at `t` by the agent's clock: the interval since the previous one is kept.
+    fn note_update_at(&mut self, t: u64) {
+        if let Some(prev) = self.last_agent_ns
+            && t > prev
+        {
+            if self.intervals.len() == INTERVALS_KEPT {
+                self.intervals.pop_front();
+            }
+            self.intervals.push_back(t - prev);
+        }
+        self.last_agent_ns = Some(t);
     }
 
     /// A request could not be sent: the connection is gone. Reconnecting starts; the message
@@ -219,16 +264,13 @@ impl AttachSource {
         cleared
     }
 
-    /// How long without an update counts as a stall: [`STALL_AFTER`], or longer for an agent
-    /// seen to tick slower.
+    /// How long without an update counts as a stall: [`STALL_AFTER`], or [`STALL_TICKS`] of
+    /// the observed interval for an agent seen to tick slower.
     fn stall_after(&self) -> Duration {
-        let slow = self
-            .rate_hz
-            .filter(|hz| *hz > 0.0)
-            .map_or(Duration::ZERO, |hz| {
-                Duration::from_secs_f64((STALL_TICKS / hz).min(3600.0))
-            });
-        STALL_AFTER.max(slow)
+        let slow = self.interval().map_or(Duration::ZERO, |i| {
+            i.mul_f64(STALL_TICKS).min(MAX_STALL_AFTER)
+        });
+        self.stall_floor.max(slow)
     }
 
     /// Live and not paused: when no update came for [`Self::stall_after`], the header says
@@ -278,7 +320,9 @@ impl AttachSource {
             self.frames = None;
             self.what_if = WhatIfJobs::new();
             self.refused_said = 0;
+            self.intervals.clear();
         }
+        self.last_agent_ns = agent_clock(&c);
         self.process = process;
         self.client = Some(c);
         self.attempts = 0;
@@ -299,7 +343,12 @@ impl AttachSource {
                 }
             }
         }
-        self.refresh(state);
+        // Paused, the figures shown stay (the new connection's come with the resume).
+        if self.paused {
+            state.mode = Mode::Paused;
+        } else {
+            self.refresh(state);
+        }
         self.say(state, msg);
     }
 
@@ -307,7 +356,10 @@ impl AttachSource {
         let Some(c) = &self.client else { return };
         let info = LiveInfo {
             device_name: None,
-            rate_hz: self.rate_hz,
+            rate_hz: self
+                .interval()
+                .filter(|i| !i.is_zero())
+                .map(|i| 1.0 / i.as_secs_f64()),
             mode: None,
             device_free: None,
         };
@@ -374,15 +426,11 @@ impl Source for AttachSource {
             let Some(c) = &mut self.client else { break };
             match c.next_update(Duration::ZERO) {
                 Ok(ClientUpdate::Full) | Ok(ClientUpdate::Update) => {
-                    // The rate the agent sends at, by its clock: updates read in a burst (a
-                    // dashboard held up by a slow terminal) arrive close together here.
+                    // The interval the agent sends at, by its clock: updates read in a burst
+                    // (a dashboard held up by a slow terminal) arrive close together here. The
+                    // one over a stall is kept too: the median leaves it out.
                     let t = c.state().time_ns;
-                    if let Some(prev) = self.last_agent_ns
-                        && t > prev
-                    {
-                        self.rate_hz = Some(NS_PER_S / (t - prev) as f64);
-                    }
-                    self.last_agent_ns = Some(t);
+                    self.note_update_at(t);
                     self.last_update = Some(Instant::now());
                     if let Some(since) = self.stalled_since.take() {
                         let msg = format!(
@@ -390,8 +438,6 @@ impl Source for AttachSource {
                             since.elapsed().as_secs_f64()
                         );
                         self.say(state, msg);
-                        // The rate over the stall says nothing of the agent's tick.
-                        self.rate_hz = None;
                     }
                     changed = true;
                 }
@@ -422,7 +468,9 @@ impl Source for AttachSource {
             state.mode = Mode::Reconnecting(self.attempts);
             return Ok(true);
         }
-        if changed {
+        // Paused, the figures shown stay (updates sent before the pause took effect wait in
+        // the client's state for the resume).
+        if changed && !self.paused {
             self.refresh(state);
         }
         if self.watch_stall(state) {
@@ -432,6 +480,7 @@ impl Source for AttachSource {
     }
 
     fn watch_while_paused(&mut self, state: &mut State) -> anyhow::Result<bool> {
+        // Paused, a poll reads the connection and the source's notes but rebuilds no figures.
         self.poll(state)
     }
 
@@ -450,9 +499,9 @@ impl Source for AttachSource {
             let what = if paused { "pause" } else { "resume" };
             return Ok(self.request_failed(what, e));
         }
-        // The agent's full state comes first after a resume: no stall before then.
+        // The agent's full state comes first after a resume: no stall before then, and no
+        // interval measured over the pause (the agent's tick is kept).
         self.last_update = Some(Instant::now());
-        self.rate_hz = None;
         self.last_agent_ns = None;
         Ok(if paused {
             "paused (Space resumes)"

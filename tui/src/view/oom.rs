@@ -9,6 +9,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Widget};
 
 use super::{put, theme, wrap};
+use crate::demo::DEMO_PROGRAM;
 use crate::state::oom::MEMORY_SEPARATOR;
 use crate::state::{OomReport, State, UiState};
 use crate::units;
@@ -175,10 +176,6 @@ fn visible_lines(area: Rect) -> usize {
 fn max_scroll(area: Rect, body: usize) -> usize {
     body.saturating_sub(visible_lines(area))
 }
-
-/// The process name of the demo's agent (`allocview demo`): its empty OOM view says how to
-/// drive a run into one, where another process's says what will show.
-pub const DEMO_PROGRAM: &str = "allocview demo";
 
 /// Draws the OOM list, the selected one first.
 pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
