@@ -205,7 +205,7 @@ impl AttachSource {
     }
 
     /// Says a stall only after `floor` at least without an update (default [`STALL_AFTER`]);
-    /// an agent seen to tick slower still gets [`STALL_TICKS`] of its interval.
+    /// an agent seen to tick slower still gets `STALL_TICKS` (5) of its interval.
     pub fn with_stall_after(mut self, floor: Duration) -> AttachSource {
         self.stall_floor = floor;
         self
@@ -264,7 +264,7 @@ impl AttachSource {
         cleared
     }
 
-    /// How long without an update counts as a stall: [`STALL_AFTER`], or [`STALL_TICKS`] of
+    /// How long without an update counts as a stall: [`STALL_AFTER`], or `STALL_TICKS` (5) of
     /// the observed interval for an agent seen to tick slower.
     fn stall_after(&self) -> Duration {
         let slow = self.interval().map_or(Duration::ZERO, |i| {
