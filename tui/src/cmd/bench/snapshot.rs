@@ -144,13 +144,7 @@ pub fn load(seconds: f64, mut out: Outcome) -> anyhow::Result<Outcome> {
     let snapshot = snapshot_file::from_bytes(&bytes)
         .with_context(|| format!("decoding {}", path.display()))?;
     let segments = snapshot.segments.len();
-    let timing = single(
-        seconds,
-        &mut each(|| {
-            let _ = black_box(snapshot_file::from_bytes(black_box(&bytes)));
-        }),
-    );
-    out.allocview_ns = Some(timing.median_ns);
+    out.allocview_ns = Some(decode_median_ns(seconds, &bytes));
     out = out.note(format!(
         "{} ({}, {segments} segments)",
         path.display(),
@@ -161,6 +155,17 @@ pub fn load(seconds: f64, mut out: Outcome) -> anyhow::Result<Outcome> {
         Err(why) => out = out.note(why),
     }
     Ok(out)
+}
+
+/// The median nanoseconds of [`snapshot_file::from_bytes`] of `bytes`, timed for `seconds`.
+fn decode_median_ns(seconds: f64, bytes: &[u8]) -> f64 {
+    single(
+        seconds,
+        &mut each(|| {
+            let _ = black_box(snapshot_file::from_bytes(black_box(bytes)));
+        }),
+    )
+    .median_ns
 }
 
 /// `snapshot.large_load`: `from_bytes` of a large generated snapshot in PyTorch's layout vs
@@ -182,13 +187,7 @@ pub fn load_large(seconds: f64, mut out: Outcome) -> anyhow::Result<Outcome> {
         .unwrap_or(0);
     let segments = snapshot.segments.len();
     drop((snapshot, decoded));
-    let timing = single(
-        seconds,
-        &mut each(|| {
-            let _ = black_box(snapshot_file::from_bytes(black_box(&bytes)));
-        }),
-    );
-    out.allocview_ns = Some(timing.median_ns);
+    out.allocview_ns = Some(decode_median_ns(seconds, &bytes));
     out = out.note(format!(
         "generated: {} in PyTorch's layout, {segments} segments, {entries} trace entries, \
          stacks of up to {depth} frames",
