@@ -351,7 +351,7 @@ impl App {
             && !o.dump_pending
             && let Some(path) = &o.dump_path
         {
-            msg.push_str(&format!(" · snapshot {path}"));
+            msg.push_str(&format!(" · snapshot {}", crate::output::shown_path(path)));
             self.dumps_said = self.dumps_said.max(o.number);
         }
         self.status(msg);
@@ -378,7 +378,8 @@ impl App {
             .rev()
             .find(|o| o.number > self.dumps_said && !o.dump_pending && o.dump_path.is_some());
         let Some(o) = landed else { return };
-        let (number, path) = (o.number, o.dump_path.clone().unwrap_or_default());
+        let number = o.number;
+        let path = crate::output::shown_path(o.dump_path.as_deref().unwrap_or_default());
         self.dumps_said = number;
         self.status(format!(
             "OOM #{number}'s snapshot: {path} (allocview open {path}; 7 shows the OOM)"

@@ -93,6 +93,18 @@ pub fn is_stdout_closed(e: &anyhow::Error) -> bool {
     e.chain().any(|c| c.is::<StdoutClosed>())
 }
 
+/// `path` as the user best types it here: relative to the current folder when it lies inside
+/// it (`allocview-dumps/oom-0001-pid42.pickle`), else as given. Agents report absolute dump
+/// paths, which are long and cut at 80 columns.
+pub fn shown_path(path: &str) -> String {
+    let p = std::path::Path::new(path);
+    std::env::current_dir()
+        .ok()
+        .and_then(|cwd| p.strip_prefix(cwd).ok().map(|r| r.display().to_string()))
+        .filter(|r| !r.is_empty())
+        .unwrap_or_else(|| path.to_string())
+}
+
 /// Whether `a` and `b` name one existing file (the same path, a link, or another spelling of
 /// it): what a command that writes a file checks so that it never writes over its input.
 pub fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {

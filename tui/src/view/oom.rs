@@ -98,7 +98,9 @@ pub fn lines(o: &OomReport, width: usize, in_file: bool) -> Vec<Line<'static>> {
             v.push(Line::styled(" snapshot: being written…", theme::dim()))
         }
         // The command on a line of its own: beside the path it was cut off at 120 columns.
+        // Relative to the dashboard's folder where it lies there: what the user types here.
         (Some(p), _) => {
+            let p = crate::output::shown_path(p);
             v.push(Line::from(vec![
                 Span::raw(" snapshot: "),
                 Span::styled(p.clone(), Style::new().fg(theme::ACCENT)),
@@ -391,6 +393,38 @@ mod tests {
             .map(|l| l.to_string())
             .collect();
         assert!(wide.contains(&format!("{WHAT_IF_HEAD}{long}")), "{wide:#?}");
+    }
+
+    #[test]
+    fn a_dump_in_the_current_folder_is_shown_relative_to_it_so_its_command_fits_80_columns() {
+        let cwd = std::env::current_dir().unwrap();
+        let inside = cwd.join("allocview-dumps").join("oom-0001-pid42.pickle");
+        let o = OomReport {
+            dump_path: Some(inside.display().to_string()),
+            ..OomReport::example(1)
+        };
+        let lines: Vec<String> = lines(&o, 80, false).iter().map(|l| l.to_string()).collect();
+        assert!(
+            lines.contains(&" snapshot: allocview-dumps/oom-0001-pid42.pickle".to_string())
+                && lines.contains(
+                    &"   open with: allocview open allocview-dumps/oom-0001-pid42.pickle"
+                        .to_string()
+                ),
+            "{lines:#?}"
+        );
+        // Elsewhere, the path as the agent gave it.
+        let o = OomReport {
+            dump_path: Some("/elsewhere/oom-0001-pid42.pickle".into()),
+            ..OomReport::example(1)
+        };
+        let elsewhere: Vec<String> = super::lines(&o, 80, false)
+            .iter()
+            .map(|l| l.to_string())
+            .collect();
+        assert!(
+            elsewhere.contains(&" snapshot: /elsewhere/oom-0001-pid42.pickle".to_string()),
+            "{elsewhere:#?}"
+        );
     }
 
     #[test]
