@@ -41,7 +41,7 @@ pub struct App {
     dumps_said: u64,
     /// Live: the process id of the last state polled, to notice another process (a restarted
     /// service reached by a reconnect) whose OOMs are numbered from 1 again.
-    pid_seen: Option<u32>,
+    process_seen: Option<(u32, Option<u64>)>,
 }
 
 /// A draw that took longer than this held the loop up: the terminal takes its output slowly
@@ -124,13 +124,13 @@ impl App {
             ooms_seen: 0,
             next_draw: None,
             dumps_said: 0,
-            pid_seen: None,
+            process_seen: None,
         };
         app.source.poll(&mut app.state)?;
         // OOMs from before the dashboard opened are on the OOM tab, not news.
         app.ooms_seen = ooms_count(&app.state);
         app.dumps_said = app.ooms_seen;
-        app.pid_seen = app.state.source.pid;
+        app.process_seen = app.process();
         Ok(app)
     }
 
@@ -311,15 +311,25 @@ impl App {
             return;
         }
         let count = ooms_count(&self.state);
-        let pid = self.state.source.pid;
-        let other_pid = pid.is_some() && self.pid_seen.is_some() && pid != self.pid_seen;
-        if other_pid || count < self.ooms_seen {
+        let process = self.process();
+        let other =
+            process.is_some() && self.process_seen.is_some() && process != self.process_seen;
+        if other || count < self.ooms_seen {
             self.ooms_seen = count;
             self.dumps_said = count;
         }
-        if pid.is_some() {
-            self.pid_seen = pid;
+        if process.is_some() {
+            self.process_seen = process;
         }
+    }
+
+    /// The watched process: its pid and its agent's start time (a restarted process in a
+    /// container keeps its pid, not its start time).
+    fn process(&self) -> Option<(u32, Option<u64>)> {
+        self.state
+            .source
+            .pid
+            .map(|pid| (pid, self.state.source.started_ns))
     }
 
     /// Live: a status line for OOMs that happened since the last poll, once each

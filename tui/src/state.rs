@@ -65,6 +65,9 @@ pub enum Mode {
 pub struct Source {
     /// Process id of the watched program, when known.
     pub pid: Option<u32>,
+    /// When the watched program's agent started (ns since the Unix epoch), when known: with
+    /// the pid, which process this is (a restarted one in a container keeps its pid).
+    pub started_ns: Option<u64>,
     /// Program name (`train.py`, `allocview demo`), when known.
     pub program: Option<String>,
     /// Device index.

@@ -395,3 +395,31 @@ fn a_time_travel_key_pressed_live_says_where_it_works_instead_of_doing_nothing()
         Some(Action::Seek(_))
     ));
 }
+
+#[test]
+fn a_process_restarted_with_the_same_pid_is_told_by_its_start_time() {
+    // A container restart keeps pid 1. The new process had 3 OOMs when the dashboard
+    // reconnected, one more than the old one: not news (they were before the reconnect); its
+    // next one is.
+    let old = |n| {
+        let mut s = with_ooms(n);
+        s.source.pid = Some(1);
+        s.source.started_ns = Some(1_000);
+        s
+    };
+    let new = |n| {
+        let mut s = old(n);
+        s.source.started_ns = Some(2_000);
+        s
+    };
+    let (mut app, _) = live(vec![old(2), new(3), new(4)]);
+    app.state.status = None;
+    app.tick().unwrap();
+    assert_eq!(
+        app.state.status, None,
+        "the new process's earlier OOMs are not news"
+    );
+    app.tick().unwrap();
+    let status = app.state.status.clone().unwrap_or_default();
+    assert!(status.starts_with("OOM #4"), "{status}");
+}

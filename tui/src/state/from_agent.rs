@@ -426,6 +426,7 @@ impl AgentAdapter {
             }),
             source: Source {
                 pid: Some(agent.process.pid),
+                started_ns: Some(agent.process.started_ns).filter(|&t| t > 0),
                 program: Some(agent.process.name.clone()).filter(|n| !n.is_empty()),
                 device: d.device,
                 device_name: info.device_name.clone(),

@@ -221,6 +221,7 @@ pub fn live_state() -> State {
         mode: Mode::Live,
         source: Source {
             pid: Some(4242),
+            started_ns: None,
             program: Some("train.py".into()),
             device: 0,
             device_name: Some("simulated".into()),
