@@ -267,7 +267,7 @@ impl AgentBuilder {
     /// [`DEFAULT_WRITE_TIMEOUT`](crate::prometheus::DEFAULT_WRITE_TIMEOUT)), or has not read
     /// whole within [`RESPONSE_DEADLINE_WRITES`](crate::prometheus::RESPONSE_DEADLINE_WRITES)
     /// times `timeout`, so that a stalled or slow client holds the listener's thread and the
-    /// others' scrapes up for at most that long.
+    /// others' scrapes up for at most about one more `timeout` than that.
     pub fn metrics_write_timeout(mut self, timeout: Duration) -> Self {
         self.metrics_write_timeout = timeout;
         self

@@ -529,6 +529,7 @@ fn a_plain_scrape_gets_the_classic_text_format_and_prometheus_gets_openmetrics()
     // classic parsers read it, and no `# EOF`.
     let (status, head, text) = get_with(addr, "");
     assert_eq!(status, 200);
+
     assert_eq!(
         content_type(&head),
         "text/plain; version=0.0.4; charset=utf-8"
@@ -959,4 +960,34 @@ fn the_series_counts_docs_metrics_md_gives_are_the_pages() {
         .filter(|l| !l.contains("device=\"0\""))
         .collect();
     assert_eq!(process.len(), per_process, "{process:#?}");
+}
+
+#[test]
+fn a_large_page_is_sent_with_its_length_never_chunked() {
+    // Four devices make a page larger than tiny_http's 32 KiB chunking threshold. A page cut
+    // at the response's deadline must fail the scrape (short of its Content-Length), not end
+    // with a well-formed last chunk and pass for a whole one.
+    let dir = tempfile::tempdir().unwrap();
+    let agent = toy::quiet_agent(dir.path(), 1 << 12)
+        .metrics("127.0.0.1:0".parse().unwrap())
+        .spawn()
+        .unwrap();
+    for device in 0..4i16 {
+        agent.sink().publish(&Event::new(
+            EventAction::SegmentAlloc,
+            device,
+            EventPool::Large,
+            0x1000_0000,
+            2 << 20,
+        ));
+    }
+    agent.flush();
+    let (status, head, text) = get_with(agent.metrics_addr().unwrap(), "");
+    assert_eq!(status, 200);
+    assert!(text.len() > 32 * 1024, "{} bytes", text.len());
+    let head = head.to_ascii_lowercase();
+    assert!(
+        head.contains(&format!("content-length: {}", text.len())) && !head.contains("chunked"),
+        "{head}"
+    );
 }
