@@ -989,13 +989,15 @@ fn a_connection_that_closes_without_a_goodbye_is_lost_not_a_shutdown() {
 #[test]
 fn a_relative_dump_folder_gives_absolute_dump_paths_that_any_folder_can_open() {
     let dir = tempfile::tempdir().unwrap();
-    // The temporary folder named from this test's working folder: `..` up to the root.
-    let cwd = std::env::current_dir().unwrap();
+    // The temporary folder named from this test's working folder: `..` up to the root. The
+    // kernel resolves `..` through the physical path, so both are counted without links.
+    let cwd = std::env::current_dir().unwrap().canonicalize().unwrap();
     let mut relative = std::path::PathBuf::new();
     for _ in cwd.components().skip(1) {
         relative.push("..");
     }
-    relative.push(dir.path().strip_prefix("/").unwrap());
+    let target = dir.path().canonicalize().unwrap();
+    relative.push(target.strip_prefix("/").unwrap());
     relative.push("dumps");
     assert!(relative.is_relative(), "{}", relative.display());
     let sock = dir.path().join("agent.sock");
