@@ -13,11 +13,14 @@
 //!    `expandable_segments:True`, or a `max_split_size_mb` that keeps large blocks whole);
 //! 2. **memory outside the allocator**: the device's used memory is mostly not reserved by this
 //!    allocator (another process, another allocator, the CUDA context);
-//! 3. **fragmentation** too when the memory left beyond the live allocations (free bytes in the
+//! 3. **exhaustion at the segment size**: the request fits the device's free memory, but the
+//!    segment the allocator asks for it (2 MiB, 20 MiB, or the request rounded to 2 MiB), or
+//!    with expandable segments its whole 2 MiB or 20 MiB pages, do not;
+//! 4. **fragmentation** too when the memory left beyond the live allocations (free bytes in the
 //!    segments plus the device's free bytes) would hold the request but no piece of it is
 //!    large enough: the free bytes of split segments cannot be given back to the device to
 //!    join its free bytes;
-//! 4. **exhaustion**: the program's live tensors fill the memory it may use.
+//! 5. **exhaustion**: the program's live tensors fill the memory it may use.
 //!
 //! A fragmentation whose live allocations and request fill [`NEAR_FULL_SHARE`] of that memory
 //! says so: a setting that cures the fragmentation fits this request but leaves no room to grow.
@@ -224,6 +227,29 @@ pub struct Diagnosis {
     pub capacity: u64,
 }
 
+/// The page an expandable segment maps for a request of `requested` bytes: 2 MiB in the small
+/// pool, 20 MiB in the large one (PyTorch's `kSmallBuffer` / `kLargeBuffer`).
+fn expandable_page(requested: u64) -> u64 {
+    use allocview_alloc::caching::config::{LARGE_BUFFER, SMALL_BUFFER, SMALL_SIZE};
+    if requested <= SMALL_SIZE {
+        SMALL_BUFFER
+    } else {
+        LARGE_BUFFER
+    }
+}
+
+/// How much the allocator takes from the device at once for a request of `requested` bytes:
+/// a segment of [`segment_size`], or with expandable segments whole pages (at most; free
+/// bytes at the end of the mapped range count towards it).
+fn device_grain(requested: u64, expandable_segments: bool) -> u64 {
+    if expandable_segments {
+        let page = expandable_page(requested);
+        requested.div_ceil(page).saturating_mul(page)
+    } else {
+        segment_size(requested)
+    }
+}
+
 /// Classifies an OOM (see the module documentation for the rules).
 pub fn diagnose(f: &OomFacts) -> Diagnosis {
     diagnose_under(f, false)
@@ -277,24 +303,35 @@ pub fn diagnose_under(f: &OomFacts, expandable_segments: bool) -> Diagnosis {
                 human_bytes(f.device_free)
             ),
         )
-    } else if !expandable_segments
-        && room_on_device >= f.requested
-        && segment_size(f.requested) > room_on_device
+    } else if room_on_device >= f.requested
+        && device_grain(f.requested, expandable_segments) > room_on_device
     {
         // The request itself fits in the device's free memory, but the allocator asks the
-        // device for a whole segment (PyTorch's `get_allocation_size`), which does not.
-        // Expandable segments map the large pool in pages of the same 20 MiB: no cure.
+        // device for a whole segment (PyTorch's `get_allocation_size`), or with expandable
+        // segments maps whole pages of the same sizes, which do not.
+        let grain = device_grain(f.requested, expandable_segments);
+        let what = if expandable_segments {
+            format!(
+                "maps {} of pages of {} at a time (expandable segments map the small pool in \
+                 2 MiB pages and the large pool in 20 MiB ones)",
+                human_bytes(grain),
+                human_bytes(expandable_page(f.requested))
+            )
+        } else {
+            format!(
+                "asks the device for a whole segment of {} (PyTorch's caching allocator serves \
+                 requests up to 1 MiB from 2 MiB segments and those below 10 MiB from 20 MiB \
+                 ones, and rounds larger ones up to 2 MiB)",
+                human_bytes(grain)
+            )
+        };
         (
             DiagnosisKind::Exhaustion,
             format!(
                 "exhaustion at the segment size: the {req} asked for would fit in the {} the \
-                 device has free for this allocator, but the allocator asks the device for a \
-                 whole segment of {} (PyTorch's caching allocator serves requests up to 1 MiB \
-                 from 2 MiB segments and up to 10 MiB from 20 MiB ones, and rounds larger \
-                 ones up to 2 MiB); no allocator setting makes the segment smaller: a smaller \
-                 request or more free device memory do",
+                 device has free for this allocator, but the allocator {what}; no allocator \
+                 setting makes that smaller: a smaller request or more free device memory do",
                 human_bytes(room_on_device),
-                human_bytes(segment_size(f.requested)),
             ),
         )
     } else if free_for_allocator >= f.requested {
@@ -578,6 +615,16 @@ mod tests {
         });
         assert!(
             d.explanation.contains("segment of 12.0 MiB"),
+            "{}",
+            d.explanation
+        );
+        // With expandable segments: the 8 MiB maps a 20 MiB page, which does not fit either;
+        // not "scattered pages".
+        let d = diagnose_under(&f, true);
+        assert_eq!(d.kind, DiagnosisKind::Exhaustion, "{}", d.explanation);
+        assert!(
+            d.explanation.contains("maps 20.0 MiB of pages of 20.0 MiB")
+                && !d.explanation.contains("scattered"),
             "{}",
             d.explanation
         );
