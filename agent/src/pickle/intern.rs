@@ -7,9 +7,9 @@
 //! stay distinct objects ([`ContainerId`](super::ContainerId)s differ): only their storage is
 //! shared, and a container whose items change later (`APPEND`) first gets its own copy.
 //!
-//! One table slot per content hash (the multiply-rotate word hash of rustc's `FxHasher` over
-//! one word per value, its bits with its tag in the top bits): a second content with the same hash is simply not shared, so
-//! crafted collisions cost nothing but the sharing. Equality is bitwise per value (`0.0` and
+//! One table slot per content hash (rustc's `FxHasher`, from the `rustc-hash` crate, over one
+//! word per value, its bits with its tag in the top bits): a second content with the same
+//! hash is simply not shared, so crafted collisions cost nothing but the sharing. Equality is bitwise per value (`0.0` and
 //! `-0.0` differ, a NaN equals the same NaN), so sharing never changes a value.
 
 use std::collections::HashMap;
@@ -18,9 +18,6 @@ use super::value::PickleValue;
 
 /// Identifies one shared run of items in a [`PickleDoc`](super::PickleDoc).
 pub type SharedId = u32;
-
-/// `FxHasher`'s multiplier.
-const FX_SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
 
 /// Where a value's tag goes in its hash word: the top four bits.
 const TAG_SHIFT: u32 = 4;
@@ -46,14 +43,15 @@ fn words(v: &PickleValue) -> (u64, u64) {
 
 /// The content hash of `items`.
 fn hash(items: &[PickleValue]) -> u64 {
-    let mut h = items.len() as u64;
-    let mut add = |w: u64| h = (h.rotate_left(5) ^ w).wrapping_mul(FX_SEED);
+    use std::hash::Hasher as _;
+    let mut h = rustc_hash::FxHasher::default();
+    h.write_usize(items.len());
     for v in items {
         let (tag, bits) = words(v);
         // One word per value: the tag in the top bits (a collision only costs sharing).
-        add(bits ^ tag.rotate_right(TAG_SHIFT));
+        h.write_u64(bits ^ tag.rotate_right(TAG_SHIFT));
     }
-    h
+    h.finish()
 }
 
 /// Whether `a` and `b` hold the same values, bit for bit.

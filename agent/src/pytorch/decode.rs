@@ -10,6 +10,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::hash::Hasher as _;
 use std::sync::Arc;
 
 use allocview_alloc::snapshot::{
@@ -20,6 +21,7 @@ use allocview_alloc::snapshot::{
 use super::error::PytorchError;
 use super::keys;
 use crate::pickle::{ContainerId, PickleDoc, PickleValue};
+use rustc_hash::FxHasher;
 
 /// Deepest nesting of loose values (`allocator_settings`, `external_annotations`) accepted.
 pub const MAX_VALUE_DEPTH: usize = 64;
@@ -108,60 +110,9 @@ pub fn decode(doc: &PickleDoc<'_>, input_len: usize) -> Result<Snapshot, Pytorch
     d.snapshot()
 }
 
-/// A fast non-cryptographic hasher (the multiply-rotate scheme of rustc's `FxHasher`) for the
-/// decoder's content caches: keys are frame ids and short strings from the file, and a hash
-/// flood costs at most time bounded by the input.
-#[derive(Default, Clone, Copy)]
-struct FxHasher(u64);
-
-/// `FxHasher`'s multiplier.
-const FX_SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
-
-impl FxHasher {
-    #[inline]
-    fn add(&mut self, word: u64) {
-        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(FX_SEED);
-    }
-}
-
-impl std::hash::Hasher for FxHasher {
-    #[inline]
-    fn write(&mut self, bytes: &[u8]) {
-        let mut chunks = bytes.chunks_exact(8);
-        for c in &mut chunks {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(c);
-            self.add(u64::from_le_bytes(w));
-        }
-        let rest = chunks.remainder();
-        if !rest.is_empty() {
-            let mut w = [0u8; 8];
-            w[..rest.len()].copy_from_slice(rest);
-            self.add(u64::from_le_bytes(w));
-        }
-    }
-
-    #[inline]
-    fn write_u32(&mut self, i: u32) {
-        self.add(i as u64);
-    }
-
-    #[inline]
-    fn write_u64(&mut self, i: u64) {
-        self.add(i);
-    }
-
-    #[inline]
-    fn write_usize(&mut self, i: usize) {
-        self.add(i as u64);
-    }
-
-    #[inline]
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
+/// The decoder's content caches hash with rustc's `FxHasher` (multiply-rotate, fast, not
+/// cryptographic): keys are frame ids and short strings from the file, and a hash flood costs
+/// at most time bounded by the input.
 type FxMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<FxHasher>>;
 
 /// Most frame lists kept per hash in [`Decoder::lists_by_items`].
@@ -747,9 +698,9 @@ impl<'d, 'a> Decoder<'d, 'a> {
         // A list of the same frame dict objects as one decoded before is the same stack.
         let mut h = FxHasher::default();
         for it in items {
-            h.add(it.container().map_or(u64::MAX, |c| c.0 as u64));
+            h.write_u64(it.container().map_or(u64::MAX, |c| c.0 as u64));
         }
-        let key = std::hash::Hasher::finish(&h);
+        let key = h.finish();
         if let Some(bucket) = self.lists_by_items.get(&key)
             && let Some((_, f)) = bucket.iter().find(|(other, _)| doc.items(*other) == items)
         {
