@@ -362,22 +362,16 @@ pub fn render_as(state: &AgentState, format: Format) -> String {
         "Events the aggregator folded in",
         p.events_ingested,
     );
-    // Every action, zeros included: a series that appears only once an action drops would be
-    // absent to an alert pinned to it until then.
-    for action in (0..EventAction::COUNT as u8).filter_map(EventAction::from_u8) {
-        let name = action.as_str();
-        let n = p
-            .dropped_by_action
-            .iter()
-            .find(|(a, _)| a == name)
-            .map_or(0, |(_, n)| *n);
-        b.counter(
-            "allocview_events_dropped",
-            "Events dropped because the channel was full",
-            labels(&[("action", name)]),
-            n,
-        );
-    }
+    labelled_counters(
+        &mut b,
+        "allocview_events_dropped",
+        "Events dropped because the channel was full",
+        "action",
+        (0..EventAction::COUNT as u8)
+            .filter_map(EventAction::from_u8)
+            .map(EventAction::as_str),
+        &p.dropped_by_action,
+    );
     b.plain_counter(
         "allocview_resyncs",
         "Resynchronisations from the allocator after drops",
@@ -408,21 +402,15 @@ pub fn render_as(state: &AgentState, format: Format) -> String {
         "Attach clients connected",
         p.clients as i64,
     );
-    // Every reason, zeros included, so a rate over any of them exists from the first scrape.
-    for reason in RefusalReason::ALL.map(RefusalReason::as_str) {
-        let n = p
-            .refused_clients
-            .iter()
-            .find(|(r, _)| r == reason)
-            .map_or(0, |(_, n)| *n);
-        b.counter(
-            "allocview_attach_refused",
-            "Attach clients refused, by reason (hello_cap: too many connections waiting for \
-             their hello)",
-            labels(&[("reason", reason)]),
-            n,
-        );
-    }
+    labelled_counters(
+        &mut b,
+        "allocview_attach_refused",
+        "Attach clients refused, by reason (hello_cap: too many connections waiting for their \
+         hello)",
+        "reason",
+        RefusalReason::ALL.map(RefusalReason::as_str),
+        &p.refused_clients,
+    );
     b.plain_gauge(
         "allocview_channel_capacity",
         "Capacity of the event channel",
@@ -455,6 +443,26 @@ struct HistogramSummaryTriple {
     size: HistogramSummary,
     lifetime: HistogramSummary,
     latency: HistogramSummary,
+}
+
+/// One counter series per value of `label` in `values`, zeros included, from the `(value,
+/// count)` pairs the state keeps for the non-zero ones: a series that appeared only at its
+/// first count would be absent to a rate or an alert pinned to it until then.
+fn labelled_counters<'a>(
+    b: &mut Page,
+    name: &str,
+    help: &str,
+    label: &str,
+    values: impl IntoIterator<Item = &'a str>,
+    counts: &[(String, u64)],
+) {
+    for value in values {
+        let n = counts
+            .iter()
+            .find(|(v, _)| v == value)
+            .map_or(0, |(_, n)| *n);
+        b.counter(name, help, labels(&[(label, value)]), n);
+    }
 }
 
 /// The HTTP listener serving [`render_as`] at [`METRICS_PATH`].

@@ -799,7 +799,7 @@ fn every_metric_the_docs_and_rules_name_is_on_the_page() {
         let mut named = 0;
         for word in text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':')) {
             // Metric names; recording rules' (`level:metric`), the crates' names and the
-            // docs' placeholders (`allocview_X...`, `allocview_<stat>`) are not.
+            // docs' name patterns (`allocview_X...`, `allocview_<stat>`) are not.
             if !word.starts_with("allocview_")
                 || [
                     "allocview_alloc",

@@ -67,9 +67,13 @@ pub const DETAIL_ALWAYS_SHOWN: &str =
 /// `s` for a process with a host heap only.
 pub const NO_DEVICE_TO_SAVE: &str = "nothing to save: this process has no device allocator to snapshot (its host heap is on the Overview)";
 
-/// A time-travel key pressed live (the placeholder is the key).
-pub const FILE_ONLY_KEY: &str = "`{key}` steps through a snapshot file's trace (allocview open FILE); live, the \
-     dashboard follows the process: Space pauses, s saves a snapshot to open";
+/// What the status line says of a time-travel key pressed live.
+pub fn file_only_key(key: char) -> String {
+    format!(
+        "`{key}` steps through a snapshot file's trace (allocview open FILE); live, the \
+         dashboard follows the process: Space pauses, s saves a snapshot to open"
+    )
+}
 
 /// Live: the selected trace row's event left the window of recent events the agent sends (the
 /// trace follows the newest event again).
@@ -549,7 +553,7 @@ impl App {
                 self.status(msg);
             }
             Action::FileOnly(key) => {
-                self.status(FILE_ONLY_KEY.replace("{key}", &key.to_string()));
+                self.status(file_only_key(key));
             }
             Action::Save if self.state.is_host_only() => self.status(NO_DEVICE_TO_SAVE),
             Action::Save => {

@@ -97,9 +97,11 @@ pub fn is_stdout_closed(e: &anyhow::Error) -> bool {
 /// it (`allocview-dumps/oom-0001-pid42.pickle`), else as given. Agents report absolute dump
 /// paths, which are long and cut at 80 columns.
 pub fn shown_path(path: &str) -> String {
+    // Read once: the dashboard draws this every frame, and never changes its folder.
+    static CWD: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
     let p = std::path::Path::new(path);
-    std::env::current_dir()
-        .ok()
+    CWD.get_or_init(|| std::env::current_dir().ok())
+        .as_ref()
         .and_then(|cwd| p.strip_prefix(cwd).ok().map(|r| r.display().to_string()))
         .filter(|r| !r.is_empty())
         .unwrap_or_else(|| path.to_string())
