@@ -39,8 +39,9 @@ pub struct App {
     next_draw: Option<Instant>,
     /// Live: the newest OOM whose dump's path the status line said (its number).
     dumps_said: u64,
-    /// Live: the process id of the last state polled, to notice another process (a restarted
-    /// service reached by a reconnect) whose OOMs are numbered from 1 again.
+    /// Live: the process of the last state polled (pid and agent start time), to notice
+    /// another process (a restarted service reached by a reconnect) whose OOMs are numbered
+    /// from 1 again.
     process_seen: Option<(u32, Option<u64>)>,
 }
 
@@ -307,8 +308,8 @@ impl App {
             .map_or(0, |i| self.state.segments[i].blocks.len())
     }
 
-    /// Live: another process than before (its pid changed, or its OOM count went down: a
-    /// restarted service reached by a reconnect) starts the OOMs and dumps said over; its OOMs
+    /// Live: another process than before (its pid or start time changed, or its OOM count went
+    /// down: a restarted service reached by a reconnect) starts the OOMs and dumps said over; its OOMs
     /// so far are on the OOM tab, not news.
     fn notice_another_process(&mut self) {
         if self.file_mode() {
