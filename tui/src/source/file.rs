@@ -26,6 +26,11 @@ pub struct FileSource {
 /// An OOM's what-if line when the thread replaying the file stopped without an answer.
 pub const WHAT_IFS_FAILED: &str = "the what-if replays stopped without a result";
 
+/// [`WHAT_IFS_FAILED`] as the what-if lines of every OOM of `pm`.
+fn failed_what_ifs(pm: &PostMortem) -> Vec<Vec<String>> {
+    vec![vec![WHAT_IFS_FAILED.to_string()]; pm.ooms().len()]
+}
+
 impl FileSource {
     /// Prepares `snapshot` (read from `path`), positioned after the last event, with the
     /// what-if replays of its OOMs done.
@@ -51,7 +56,7 @@ impl FileSource {
             Ok(_) => FileSource::ready(pm, Some(rx)),
             Err(_) => {
                 let mut pm = pm;
-                pm.set_what_ifs(vec![vec![WHAT_IFS_FAILED.to_string()]; pm.ooms().len()]);
+                pm.set_what_ifs(failed_what_ifs(&pm));
                 FileSource::ready(pm, None)
             }
         }
@@ -75,9 +80,7 @@ impl FileSource {
         let lines = match rx.try_recv() {
             Ok(lines) => lines,
             Err(TryRecvError::Empty) => return false,
-            Err(TryRecvError::Disconnected) => {
-                vec![vec![WHAT_IFS_FAILED.to_string()]; self.pm.ooms().len()]
-            }
+            Err(TryRecvError::Disconnected) => failed_what_ifs(&self.pm),
         };
         self.pm.set_what_ifs(lines);
         self.what_ifs = None;
