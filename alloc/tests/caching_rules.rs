@@ -328,6 +328,36 @@ fn empty_cache_waits_for_pending_frees_and_returns_every_whole_segment() {
 }
 
 #[test]
+fn a_pending_free_survives_a_failed_synchronize_and_completes_at_the_next_empty_cache() {
+    let (a, dev) = allocator();
+    let p = a.malloc(4096, S0).unwrap();
+    let q = a.malloc(8192, S0).unwrap();
+    a.record_stream(p, S1).unwrap();
+    a.record_stream(q, S2).unwrap();
+    dev.submit_work(S1);
+    dev.submit_work(S2);
+    a.free(p).unwrap();
+    a.free(q).unwrap();
+    // The wait fails (a device error): the frees stay pending rather than being lost.
+    dev.set_events_never_complete(true);
+    assert!(a.empty_cache().is_err());
+    assert_eq!(cur(&a.device_stats().active), 2, "both frees still pending");
+    dev.set_events_never_complete(false);
+    a.empty_cache().unwrap();
+    let s = a.device_stats();
+    assert_eq!(cur(&s.active), 0);
+    assert_eq!(cur(&s.reserved_bytes), 0);
+    assert_eq!(dev.used(), 0, "the segment went back to the device");
+    check_consistent(&a);
+    drop(a);
+    assert_eq!(
+        dev.live_events(),
+        0,
+        "every event was pooled, and destroyed with the allocator"
+    );
+}
+
+#[test]
 fn a_memory_fraction_refuses_a_segment_without_asking_the_device() {
     let (a, dev) = allocator_with(100 * MIB, "");
     a.set_memory_fraction(0.5).unwrap();

@@ -1655,6 +1655,10 @@ impl DeviceCachingAllocator {
     }
 
     /// PyTorch's `synchronize_and_free_events`: wait for every outstanding event.
+    ///
+    /// An event leaves its queue only once waited for: when a wait fails, it and the events
+    /// after it stay pending (their blocks are not lost), for the next `malloc`, `empty_cache`
+    /// or retry.
     fn synchronize_and_free_events<B: DeviceBackend>(
         &mut self,
         be: &B,
@@ -1663,17 +1667,24 @@ impl DeviceCachingAllocator {
         self.stats.num_sync_all_streams += 1;
         self.emit_plain(EventAction::SyncAllStreams, StreamId::DEFAULT);
         self.insert_events_deferred_until_no_capture(be, context)?;
-        let events = std::mem::take(&mut self.events);
-        for (_, queue) in events {
-            for (ev, id) in queue {
-                be.synchronize_event(ev)?;
-                self.pending_events -= 1;
-                self.event_pool.push(ev);
-                let b = &mut self.arena[id];
-                b.event_count -= 1;
-                if b.event_count == 0 {
-                    self.free_block(id, EventAction::FreeCompleted, context);
+        while let Some((stream, ev, id)) = self
+            .events
+            .iter()
+            .find_map(|(s, q)| q.front().map(|&(ev, id)| (*s, ev, id)))
+        {
+            be.synchronize_event(ev)?;
+            if let Some(queue) = self.events.get_mut(&stream) {
+                queue.pop_front();
+                if queue.is_empty() {
+                    self.events.remove(&stream);
                 }
+            }
+            self.pending_events -= 1;
+            self.event_pool.push(ev);
+            let b = &mut self.arena[id];
+            b.event_count -= 1;
+            if b.event_count == 0 {
+                self.free_block(id, EventAction::FreeCompleted, context);
             }
         }
         Ok(())
