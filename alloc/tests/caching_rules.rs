@@ -467,6 +467,65 @@ fn oom_message_names_the_fragmentation_and_the_config_variable() {
 }
 
 #[test]
+fn an_oom_message_names_the_segment_a_small_request_needed() {
+    let (a, _) = allocator_with(100 * MIB, "");
+    a.set_memory_fraction(0.01).unwrap();
+    // 100 bytes round to 512 and need a 2 MiB segment, beyond the 1 MiB the fraction allows:
+    // PyTorch says "Tried to allocate 2.00 MiB".
+    let msg = a.malloc(100, S0).unwrap_err().to_string();
+    assert!(
+        msg.contains("could not allocate 512 bytes (100 bytes requested), which needed a new segment of 2.00 MiB"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn an_oom_beyond_the_device_says_no_setting_helps_rather_than_blaming_fragmentation() {
+    let (a, _) = allocator_with(GIB, "");
+    let _p = a.malloc(100, S0).unwrap();
+    let e = a.malloc(2 * GIB, S0).unwrap_err();
+    let oom = e.out_of_memory().unwrap();
+
+    assert!(!oom.fits_beside_allocated());
+    assert!(!oom.reserved_unallocated_is_large());
+    let msg = e.to_string();
+    assert!(!msg.contains("fragmentation"), "{msg}");
+    assert!(
+        msg.contains("no allocator setting avoids this OOM"),
+        "{msg}"
+    );
+    assert!(msg.contains("or use a larger device"), "{msg}");
+}
+
+#[test]
+fn expandable_segments_are_not_promised_to_help_past_the_memory_fraction() {
+    let (a, _) = allocator_with(100 * MIB, "");
+    // Ten 9 MiB blocks, two per 20 MiB segment; every other one freed: 45 MiB allocated,
+    // 55 MiB cached in 11 MiB pieces.
+    let ps: Vec<_> = (0..10).map(|_| a.malloc(9 * MIB, S0).unwrap()).collect();
+    for p in ps.iter().step_by(2) {
+        a.free(*p).unwrap();
+    }
+    a.set_memory_fraction(0.5).unwrap();
+    // 40 MiB would fit in the 55 MiB cached, but not beside the 45 MiB allocated within 50 MiB.
+    let e = a.malloc(40 * MIB, S0).unwrap_err();
+    let oom = e.out_of_memory().unwrap();
+    assert_eq!(oom.reserved_unallocated, 55 * MIB);
+    assert!(!oom.expandable_segments_would_help());
+    let msg = e.to_string();
+    assert!(!msg.contains("would likely have avoided"), "{msg}");
+    assert!(msg.contains("or raise the memory fraction"), "{msg}");
+    // A request that does fit beside the allocated blocks still gets the hint.
+    let oom = a.malloc(3 * MIB, S1).unwrap_err();
+    assert!(
+        oom.out_of_memory()
+            .unwrap()
+            .expandable_segments_would_help(),
+        "{oom}"
+    );
+}
+
+#[test]
 fn free_memory_callbacks_run_before_a_new_segment() {
     let (a, _) = allocator();
     let runs = Arc::new(AtomicUsize::new(0));

@@ -69,18 +69,36 @@ pub struct OutOfMemory {
 
 impl OutOfMemory {
     /// Whether `reserved - allocated` is large enough to be worth a fragmentation hint: at least
-    /// the rounded request, or a quarter of everything reserved.
+    /// the rounded request, or a quarter of everything reserved; and the request could fit at
+    /// all (see [`fits_beside_allocated`](Self::fits_beside_allocated)).
     pub fn reserved_unallocated_is_large(&self) -> bool {
         self.reserved_unallocated > 0
+            && self.fits_beside_allocated()
             && (self.reserved_unallocated >= self.rounded
                 || self.reserved_unallocated >= self.reserved / LARGE_UNALLOCATED_FRACTION)
     }
 
     /// Whether the memory cached but unallocated would have covered the request had it been one
-    /// contiguous range: then expandable segments (which map pages into one growing range and
-    /// unmap free pages) would likely have avoided this OOM.
+    /// contiguous range, within the memory fraction's limit: then expandable segments (which
+    /// map pages into one growing range and unmap free pages) would likely have avoided this
+    /// OOM.
     pub fn expandable_segments_would_help(&self) -> bool {
-        !self.expandable_segments && self.reserved_unallocated >= self.rounded
+        !self.expandable_segments
+            && self.reserved_unallocated >= self.rounded
+            && self.fits_beside_allocated()
+    }
+
+    /// What this allocator may hold at most: the memory fraction's limit when one is set, else
+    /// the device's total memory.
+    pub fn limit(&self) -> u64 {
+        self.allowed_max.unwrap_or(self.device_total)
+    }
+
+    /// Whether the request fits beside the allocated blocks within [`limit`](Self::limit). When
+    /// it does not, no arrangement of the cache avoids the OOM: blocks must be freed, or the
+    /// limit raised.
+    pub fn fits_beside_allocated(&self) -> bool {
+        self.allocated.saturating_add(self.rounded) <= self.limit()
     }
 }
 
@@ -91,11 +109,22 @@ impl fmt::Display for OutOfMemory {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "out of device memory: could not allocate {} ({} {} requested) on device {} \
-             stream {}. The device holds {} in total and reports {} free",
+            "out of device memory: could not allocate {} ({} {} requested)",
             format_size(self.rounded),
             self.requested,
             if self.requested == 1 { "byte" } else { "bytes" },
+        )?;
+        // PyTorch's "Tried to allocate" figure: the segment a request needs from the device.
+        if self.segment_size != self.rounded {
+            write!(
+                f,
+                ", which needed a new segment of {}",
+                format_size(self.segment_size)
+            )?;
+        }
+        write!(
+            f,
+            " on device {} stream {}. The device holds {} in total and reports {} free",
             self.device,
             self.stream.0,
             format_size(self.device_total),
@@ -119,7 +148,25 @@ impl fmt::Display for OutOfMemory {
             format_size(self.largest_free_block),
             format_size(self.stranded_in_split_segments),
         )?;
-        if self.reserved_unallocated_is_large() && !self.expandable_segments {
+        if !self.fits_beside_allocated() {
+            write!(
+                f,
+                " The request does not fit beside the allocated blocks in the {} {} \
+                 ({} left): no allocator setting avoids this OOM; free memory{}.",
+                format_size(self.limit()),
+                if self.allowed_max.is_some() {
+                    "the memory fraction allows"
+                } else {
+                    "of the device"
+                },
+                format_size(self.limit().saturating_sub(self.allocated)),
+                if self.allowed_max.is_some() {
+                    " or raise the memory fraction"
+                } else {
+                    " or use a larger device"
+                },
+            )?;
+        } else if self.reserved_unallocated_is_large() && !self.expandable_segments {
             write!(
                 f,
                 " Much reserved memory is unallocated, a sign of fragmentation: try \
