@@ -3,7 +3,8 @@
 //!
 //! [`CachingAllocator`] is the allocator; [`AllocatorConfig`] its settings (PyTorch's
 //! `PYTORCH_CUDA_ALLOC_CONF` syntax); [`format_memory_summary`] renders `DeviceStats` as
-//! `torch.cuda.memory_summary()` does. The names a program needs to allocate are re-exported
+//! `torch.cuda.memory_summary()` does; [`DeviceBlock`] is a block that frees itself when
+//! dropped ([`CachingAllocator::malloc_owned`]). The names a program needs to allocate are re-exported
 //! here: the backend's [`StreamId`], [`DevicePtr`], [`DeviceBackend`] and [`DeviceError`], the
 //! simulated device [`SimBackend`] (and `CudaBackend` with feature `cuda`), and [`DeviceStats`].
 //!
@@ -30,6 +31,7 @@ mod context_table;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 mod device_allocator;
+pub mod device_block;
 pub mod error;
 mod expandable;
 mod free_set;
@@ -46,6 +48,7 @@ pub use config::{AllocatorConfig, AllocatorConfigBuilder, ConfigError};
 pub use context_table::CONTEXT_TABLE_CAPACITY;
 #[cfg(feature = "cuda")]
 pub use cuda::CudaBackend;
+pub use device_block::DeviceBlock;
 pub use error::{AllocError, OomInfo, OutOfMemory};
 pub use history::{ContextLevel, HistoryOptions};
 pub use pool::PoolId;
