@@ -416,6 +416,12 @@ impl<B: DeviceBackend> CachingAllocator<B> {
     /// The segments (sorted by address), this device's trace, the settings, and the device's
     /// total memory and trace overflow. Records a `snapshot` trace entry (seen in the next
     /// snapshot's trace, as in PyTorch).
+    ///
+    /// To write it as a file that `allocview open` / `summary` and PyTorch's own viewers read,
+    /// use the agent crate's `allocview_agent::snapshot_file::save(path, &snapshot, format)`
+    /// (`FileFormat::Pickle`, as `torch.cuda.memory._dump_snapshot` writes, or
+    /// `FileFormat::Json`). The serde form of [`Snapshot`] is the data model, not that file
+    /// format: `allocview` refuses it ("not an allocview snapshot").
     pub fn snapshot(&self) -> Snapshot {
         self.snapshot_and(|_| ()).0
     }
