@@ -692,3 +692,37 @@ fn with_no_single_oversize_block_large_enough_the_largest_are_freed_until_enough
     assert_eq!(dev.used(), 90 * MIB);
     check_consistent(&a);
 }
+
+#[test]
+fn dropping_the_allocator_gives_its_cache_back_to_the_device_and_keeps_live_blocks() {
+    for conf in ["", "expandable_segments:True"] {
+        let (a, dev) = allocator_with(GIB, conf);
+        let cached = a.malloc(5 * MIB, S0).unwrap();
+        let pending = a.malloc(100, S0).unwrap();
+        a.free(cached).unwrap();
+        a.record_stream(pending, S1).unwrap();
+        dev.submit_work(S1);
+        a.free(pending).unwrap();
+        drop(a);
+        assert_eq!(dev.used(), 0, "{conf}: cached and pending blocks went back");
+        assert_eq!(
+            dev.live_reservations(),
+            vec![],
+            "{conf}: address ranges released"
+        );
+        assert_eq!(dev.live_events(), 0, "{conf}: events destroyed");
+
+        // A block the program never freed keeps its segment: device work may still use it.
+        let (a, dev) = allocator_with(GIB, conf);
+        let live = a.malloc(30 * MIB, S0).unwrap();
+        let held = a.base_allocation(live).unwrap().1;
+        let p = a.malloc(100, S0).unwrap();
+        a.free(p).unwrap();
+        drop(a);
+        assert_eq!(
+            dev.used(),
+            held,
+            "{conf}: only the live block's memory stays"
+        );
+    }
+}

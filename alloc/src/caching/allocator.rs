@@ -597,10 +597,28 @@ impl<B: DeviceBackend> CachingAllocator<B> {
     }
 }
 
+/// Dropping the allocator publishes the events it gathered, then gives the device back what
+/// no block holds: it completes pending frees (waiting for their streams), returns every cached
+/// segment and unmaps free pages ([`empty_cache`](CachingAllocator::empty_cache), unpublished:
+/// the sink is let go first), releases the address ranges of expandable segments left with
+/// nothing mapped, and destroys its events. Segments that still hold blocks the program never
+/// freed stay on the device (work queued on it may still use them), as does everything while a
+/// graph capture is under way. A device error on the way is logged, not raised.
 impl<B: DeviceBackend> Drop for CachingAllocator<B> {
     fn drop(&mut self) {
         let st = self.state.get_mut();
-        st.flush_batch();
+        st.set_sink(None);
+        if st.captures.is_empty() {
+            st.begin_call(None);
+            let released = st.release_cached_blocks(&self.backend, None);
+            st.end_call();
+            if let Err(e) = released {
+                tracing::warn!(error = %e, "dropping a caching allocator: releasing its cache failed");
+            }
+            if let Err(e) = st.release_unmapped_address_ranges(&self.backend) {
+                tracing::warn!(error = %e, "dropping a caching allocator: releasing an address range failed");
+            }
+        }
         st.destroy_events(&self.backend);
     }
 }
