@@ -852,6 +852,8 @@ impl DeviceCachingAllocator {
             largest_free_block: self.largest_free_block(),
             stranded_in_split_segments: all_current(&self.stats.inactive_split_bytes).max(0) as u64,
             expandable_segments: self.config.expandable_segments(),
+            private_pool: self.pools[p.pool as usize].owner,
+            during_capture: !self.captures.is_empty(),
         };
         let info = OomInfo {
             device: self.device,

@@ -3,6 +3,7 @@
 use std::fmt;
 
 use crate::caching::backend::{DeviceError, DevicePtr, StreamId};
+use crate::caching::pool::PoolId;
 
 /// Why an allocator call failed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -65,6 +66,13 @@ pub struct OutOfMemory {
     pub stranded_in_split_segments: u64,
     /// Whether the allocator already uses expandable segments.
     pub expandable_segments: bool,
+    /// The private pool the request went to (a graph capture's,
+    /// [`begin_allocate_to_pool`](crate::caching::CachingAllocator::begin_allocate_to_pool)):
+    /// only that pool's cached blocks could serve it.
+    pub private_pool: Option<PoolId>,
+    /// Whether a graph capture was under way: the allocator then does not free its cache and
+    /// retry (PyTorch's rule), so memory cached for other pools stayed out of reach.
+    pub during_capture: bool,
 }
 
 impl OutOfMemory {
@@ -73,6 +81,7 @@ impl OutOfMemory {
     /// all (see [`fits_beside_allocated`](Self::fits_beside_allocated)).
     pub fn reserved_unallocated_is_large(&self) -> bool {
         self.reserved_unallocated > 0
+            && !self.during_capture
             && self.fits_beside_allocated()
             && (self.reserved_unallocated >= self.rounded
                 || self.reserved_unallocated >= self.reserved / LARGE_UNALLOCATED_FRACTION)
@@ -84,6 +93,7 @@ impl OutOfMemory {
     /// OOM.
     pub fn expandable_segments_would_help(&self) -> bool {
         !self.expandable_segments
+            && !self.during_capture
             && self.reserved_unallocated >= self.rounded
             && self.fits_beside_allocated()
     }
@@ -124,9 +134,13 @@ impl fmt::Display for OutOfMemory {
         }
         write!(
             f,
-            " on device {} stream {}. The device holds {} in total and reports {} free",
+            " on device {} stream {}{}. The device holds {} in total and reports {} free",
             self.device,
             self.stream.0,
+            match self.private_pool {
+                Some(pool) => format!(" in private pool {pool}"),
+                None => String::new(),
+            },
             format_size(self.device_total),
             format_size(self.device_free),
         )?;
@@ -165,6 +179,13 @@ impl fmt::Display for OutOfMemory {
                 } else {
                     " or use a larger device"
                 },
+            )?;
+        } else if self.during_capture {
+            write!(
+                f,
+                " A graph capture is under way (begin_allocate_to_pool), so the allocator did not \
+                 free its cache and retry: memory cached for other pools stayed out of reach. \
+                 Call empty_cache() before the capture to give it back to the device."
             )?;
         } else if self.reserved_unallocated_is_large() && !self.expandable_segments {
             write!(
