@@ -108,6 +108,8 @@
 //! - Cross-stream events are processed per stream in stream order (PyTorch walks a hash map).
 //! - `empty_cache` also gives back expandable address ranges left wholly unmapped by a failed
 //!   expansion (PyTorch keeps them for reuse).
+//! - Dropping a `CachingAllocator` gives its cache back to the device (see its `Drop`);
+//!   PyTorch's allocator lives as long as the process.
 //! - `begin_allocate_to_pool` on a pool already recording replaces its stream filter, and
 //!   `end_allocate_to_pool` / `release_pool` on unknown pools are ignored with a warning,
 //!   where PyTorch raises.
@@ -298,6 +300,10 @@ impl<B: DeviceBackend> CachingAllocator<B> {
     }
 
     /// Notes that `stream` uses the block at `ptr`: its free will wait for the stream's work.
+    ///
+    /// The stream is not checked here: the free records an event on it, and a stream the
+    /// device does not know fails that free with [`AllocError::Device`], leaving the block
+    /// neither allocated nor cached (as in PyTorch, where the free throws).
     ///
     /// # Errors
     /// [`AllocError::InvalidPointer`] when `ptr` is not an allocated block.
