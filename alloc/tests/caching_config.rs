@@ -3,8 +3,8 @@
 
 use allocview_alloc::caching::CachingAllocator;
 use allocview_alloc::caching::config::{
-    AllocatorConfig, ConfigError, LARGE_BUFFER, ROUNDUP_BUCKETS, SMALL_BUFFER, VALID_KEYS,
-    roundup_bucket, segment_size,
+    AllocatorConfig, AllocatorConfigBuilder, ConfigError, LARGE_BUFFER, ROUNDUP_BUCKETS,
+    SMALL_BUFFER, VALID_KEYS, roundup_bucket, segment_size,
 };
 use allocview_alloc::caching::sim::SimBackend;
 use allocview_alloc::snapshot::Value;
@@ -209,6 +209,10 @@ fn the_builder_sets_every_key_the_string_can() {
             .pinned_num_register_threads(3)
             .build()
             .is_err()
+    );
+    assert_eq!(
+        AllocatorConfigBuilder::default().build().unwrap(),
+        AllocatorConfig::default()
     );
 }
 

@@ -912,6 +912,13 @@ pub struct AllocatorConfigBuilder {
     max_non_split_rounding_mb: Option<u64>,
 }
 
+/// The builder from PyTorch's defaults, as [`AllocatorConfig::builder`].
+impl Default for AllocatorConfigBuilder {
+    fn default() -> Self {
+        AllocatorConfig::builder()
+    }
+}
+
 impl AllocatorConfigBuilder {
     /// `max_split_size_mb` (at least 20, at most [`MAX_SPLIT_SIZE_MB`]).
     pub fn max_split_size_mb(mut self, mb: u64) -> Self {
