@@ -6,7 +6,7 @@ mod builders;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use allocview_alloc::caching::AllocError;
+use allocview_alloc::caching::{AllocError, StreamId};
 use builders::*;
 
 #[test]
@@ -725,4 +725,20 @@ fn dropping_the_allocator_gives_its_cache_back_to_the_device_and_keeps_live_bloc
             "{conf}: only the live block's memory stays"
         );
     }
+}
+
+#[test]
+fn a_free_that_cannot_record_its_stream_event_says_so_and_leaks_no_event() {
+    let (a, dev) = allocator();
+    let p = a.malloc(4096, S0).unwrap();
+    // A stream the device never created: recording the free's event on it fails.
+    a.record_stream(p, StreamId(777)).unwrap();
+    let e = a.free(p).unwrap_err();
+    assert!(e.to_string().contains("unknown stream s777"), "{e}");
+    drop(a);
+    assert_eq!(
+        dev.live_events(),
+        0,
+        "the unrecorded event was pooled and destroyed"
+    );
 }

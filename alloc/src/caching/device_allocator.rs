@@ -1568,7 +1568,11 @@ impl DeviceCachingAllocator {
         let streams = std::mem::take(&mut self.arena[id].stream_uses);
         for s in streams {
             let ev = self.get_event(be)?;
-            be.record_event(ev, s)?;
+            if let Err(e) = be.record_event(ev, s) {
+                // Not recorded: the event goes back to the pool rather than being lost.
+                self.event_pool.push(ev);
+                return Err(e.into());
+            }
             self.arena[id].event_count += 1;
             self.events.entry(s).or_default().push_back((ev, id));
             self.pending_events += 1;
