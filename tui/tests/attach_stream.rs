@@ -5,14 +5,11 @@
 use std::collections::HashSet;
 use std::io::{BufRead as _, BufReader};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
 /// Lines read from the stream.
 const LINES: usize = 4;
-/// How long the demo may take to serve its first state.
-const ATTACH_WAIT: Duration = Duration::from_secs(30);
 
 /// The `seq`s of a line's events (one device: the demo's first).
 fn seqs(line: &Value) -> Vec<u64> {
@@ -27,21 +24,12 @@ fn seqs(line: &Value) -> Vec<u64> {
 #[test]
 fn each_stream_line_after_the_first_carries_only_what_came_since_the_previous_line() {
     let dir = tempfile::tempdir().unwrap();
-    let addr = format!("unix:{}", dir.path().join("demo.sock").display());
-    let mut demo = Command::new(env!("CARGO_BIN_EXE_allocview"))
-        .current_dir(dir.path())
-        .args(["demo", "--headless", "--seconds", "60", "--listen", &addr])
-        .env("ALLOCVIEW_DUMP_DIR", dir.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + ATTACH_WAIT;
-    while !dir.path().join("demo.sock").exists() {
-        assert!(Instant::now() < deadline, "the demo never listened");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let (demo, addr) = allocview_tests::cli::listening_demo(
+        env!("CARGO_BIN_EXE_allocview"),
+        dir.path(),
+        "60",
+        &[],
+    );
     let mut stream = Command::new(env!("CARGO_BIN_EXE_allocview"))
         .args(["--attach", &addr, "--headless", "--json"])
         .stdin(Stdio::null())
@@ -57,8 +45,7 @@ fn each_stream_line_after_the_first_carries_only_what_came_since_the_previous_li
         .collect();
     let _ = stream.kill();
     let _ = stream.wait();
-    let _ = demo.kill();
-    let _ = demo.wait();
+    drop(demo);
     assert_eq!(lines.len(), LINES, "the stream ended early");
 
     assert!(lines[0]["since_ns"].is_null(), "{}", lines[0]["since_ns"]);
