@@ -244,6 +244,11 @@ impl<B: DeviceBackend> CachingAllocator<B> {
 
     /// Allocates `size` bytes for use on `stream`.
     ///
+    /// A request of 0 bytes gets a 512-byte block, as every request below 512 does (PyTorch's
+    /// front end answers 0 bytes with a null pointer without calling its allocator, so its
+    /// traces hold no such request). [`malloc_owned`](Self::malloc_owned) returns a block
+    /// that frees itself.
+    ///
     /// # Errors
     /// [`AllocError::OutOfMemory`] when no cached block fits and the device has no room even
     /// after the cache is freed (OOM observers have been called); [`AllocError::Device`] for
