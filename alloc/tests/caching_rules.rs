@@ -485,7 +485,6 @@ fn an_oom_beyond_the_device_says_no_setting_helps_rather_than_blaming_fragmentat
     let _p = a.malloc(100, S0).unwrap();
     let e = a.malloc(2 * GIB, S0).unwrap_err();
     let oom = e.out_of_memory().unwrap();
-
     assert!(!oom.fits_beside_allocated());
     assert!(!oom.reserved_unallocated_is_large());
     let msg = e.to_string();
