@@ -24,7 +24,7 @@ use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use allocview_alloc::snapshot::Snapshot;
 
@@ -737,6 +737,34 @@ impl Drop for AwaitingHello {
     }
 }
 
+/// Reads from a connection until a deadline: each read waits at most the time left, so a
+/// peer that trickles its bytes (each within a read's timeout, slowloris) still runs out of
+/// time, and a hello costs its connection's slot for at most [`HELLO_TIMEOUT`] in all.
+struct ReadBefore<'a> {
+    conn: &'a mut Conn,
+    deadline: Instant,
+}
+
+impl<'a> ReadBefore<'a> {
+    fn new(conn: &'a mut Conn, within: Duration) -> ReadBefore<'a> {
+        ReadBefore {
+            conn,
+            deadline: Instant::now() + within,
+        }
+    }
+}
+
+impl Read for ReadBefore<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "deadline passed"));
+        }
+        self.conn.set_read_timeout(Some(left))?;
+        self.conn.read(buf)
+    }
+}
+
 /// Compares tokens in time independent of where they differ.
 fn token_matches(expected: &str, given: Option<&str>) -> bool {
     let Some(given) = given else {
@@ -792,7 +820,11 @@ fn serve_client(
         input.shutdown();
         return;
     }
-    let accepted = match protocol::read_frame::<_, ClientFrame>(&mut input, MAX_CLIENT_FRAME) {
+    let first = protocol::read_frame::<_, ClientFrame>(
+        &mut ReadBefore::new(&mut input, HELLO_TIMEOUT),
+        MAX_CLIENT_FRAME,
+    );
+    let accepted = match first {
         Ok(ClientFrame::Hello {
             magic,
             version,
@@ -834,6 +866,10 @@ fn serve_client(
             input.shutdown();
             return;
         }
+        Err(e) if e.is_timeout() => Err((
+            RefusalReason::HelloTimeout,
+            format!("no hello within {} s", HELLO_TIMEOUT.as_secs()),
+        )),
         Err(e) => Err((
             RefusalReason::of_error(&e, RefusalReason::BadHello),
             format!("bad hello: {e}"),

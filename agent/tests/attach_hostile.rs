@@ -1,0 +1,111 @@
+//! Hostile and careless attach clients: a hello trickled one byte at a time (slowloris), and
+//! what the agent's host must keep doing meanwhile.
+
+#[path = "support/raw_client.rs"]
+mod raw_client;
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
+
+use allocview_agent::agent::Agent;
+use allocview_agent::client::AttachClient;
+use allocview_agent::protocol::{
+    self, ClientFrame, MAGIC, MAX_SERVER_FRAME, PROTOCOL_VERSION, ServerFrame,
+};
+use allocview_agent::server::{HELLO_TIMEOUT, MAX_AWAITING_HELLO};
+use raw_client::raw_hello;
+
+fn unix_agent(dir: &std::path::Path) -> (Agent, String) {
+    let sock = dir.join("agent.sock");
+    let agent = Agent::builder()
+        .listen(format!("unix:{}", sock.display()))
+        .dump_dir(dir.join("dumps"))
+        .tick(Duration::from_millis(5))
+        .spawn()
+        .unwrap();
+    (agent, format!("unix:{}", sock.display()))
+}
+
+/// A valid client hello, as bytes on the wire.
+fn hello_bytes() -> Vec<u8> {
+    protocol::encode_frame(&ClientFrame::Hello {
+        magic: MAGIC.into(),
+        version: PROTOCOL_VERSION,
+        token: None,
+    })
+    .unwrap()
+}
+
+/// Writes `bytes` to `s` one at a time, `pause` apart, until done or the agent hangs up.
+fn trickle(mut s: UnixStream, bytes: Vec<u8>, pause: Duration) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        for b in bytes {
+            if s.write_all(&[b]).is_err() {
+                return;
+            }
+            std::thread::sleep(pause);
+        }
+    })
+}
+
+#[test]
+fn a_hello_trickled_a_byte_at_a_time_is_cut_off_at_the_hello_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let (agent, _) = unix_agent(dir.path());
+    let sock = dir.path().join("agent.sock");
+    let mut s = raw_hello(&sock);
+    // Each byte well within the timeout of one read, the whole hello far beyond it.
+    let pause = HELLO_TIMEOUT / 5;
+    let bytes = hello_bytes();
+    assert!(pause * bytes.len() as u32 > HELLO_TIMEOUT * 4);
+    let writer = trickle(s.try_clone().unwrap(), bytes, pause);
+    match protocol::read_frame::<_, ServerFrame>(&mut s, MAX_SERVER_FRAME) {
+        Ok(ServerFrame::Error { message, fatal }) => {
+            assert!(fatal);
+            assert!(message.contains("no hello within"), "{message}");
+        }
+        other => panic!("expected the hello timeout's error frame, got {other:?}"),
+    }
+    let mut rest = Vec::new();
+    s.read_to_end(&mut rest).unwrap();
+    assert!(rest.is_empty(), "closed after the error");
+    let _ = s.shutdown(std::net::Shutdown::Both);
+    writer.join().unwrap();
+    let refused = &agent.state().pipeline.refused_clients;
+    assert!(
+        refused.iter().any(|(r, n)| r == "hello_timeout" && *n == 1),
+        "{refused:?}"
+    );
+    agent.shutdown();
+}
+
+#[test]
+fn trickling_connections_cannot_hold_the_hello_slots_for_ever() {
+    let dir = tempfile::tempdir().unwrap();
+    let (agent, addr) = unix_agent(dir.path());
+    let sock = dir.path().join("agent.sock");
+    let pause = HELLO_TIMEOUT / 5;
+    let writers: Vec<_> = (0..MAX_AWAITING_HELLO)
+        .map(|_| {
+            let s = raw_hello(&sock);
+            trickle(s, hello_bytes(), pause)
+        })
+        .collect();
+    // Once the slow hellos have had their time, a real client gets in while they still trickle.
+    let deadline = std::time::Instant::now() + raw_client::WAIT;
+    loop {
+        match AttachClient::connect(&addr, None) {
+            Ok(_) => break,
+            Err(e) => assert!(
+                std::time::Instant::now() < deadline,
+                "no client got in while slow hellos trickled: {e}"
+            ),
+        }
+        std::thread::sleep(pause);
+    }
+    for w in writers {
+        w.join().unwrap();
+    }
+    agent.shutdown();
+}
