@@ -152,7 +152,10 @@ fn appending_later_to_a_batched_list_changes_that_list_only() {
     };
     assert_eq!(b, c, "the memo get is the same object");
     assert_eq!(doc.items(a), as_values(&items).as_slice());
-    assert!(doc.shared_items(a).is_some(), "the first list is still shared");
+    assert!(
+        doc.shared_items(a).is_some(),
+        "the first list is still shared"
+    );
     let mut longer = items.clone();
     longer.push(-1);
     assert_eq!(doc.items(b), as_values(&longer).as_slice());
