@@ -372,6 +372,10 @@ pub struct SocketDiscovery {
     /// Stale sockets (nobody listening: their agents died without removing them) that the look
     /// removed.
     pub stale_removed: usize,
+    /// Why the folder was not looked in, when it is not private to this user (another user's,
+    /// writable by others, a symbolic link): whoever could put a socket there could pose as an
+    /// agent and read the token a client presents ([`untrusted_socket_dir`]).
+    pub untrusted: Option<String>,
 }
 
 impl SocketDiscovery {
@@ -414,6 +418,10 @@ pub fn find_sockets_in(dir: &Path) -> SocketDiscovery {
         dir: dir.to_path_buf(),
         ..SocketDiscovery::default()
     };
+    if let Some(why) = untrusted_socket_dir(dir) {
+        found.untrusted = Some(why);
+        return found;
+    }
     let Ok(entries) = std::fs::read_dir(dir) else {
         return found;
     };
@@ -437,6 +445,36 @@ pub fn find_sockets_in(dir: &Path) -> SocketDiscovery {
     found.sockets = socks.into_iter().map(|(_, p)| p).collect();
     found
 }
+
+/// Why `dir` (a folder of agents' sockets) is not private to this user, or `None` when it is
+/// (or does not exist). The agent makes its default folder ours with mode 0700 and refuses
+/// one of another user; a client must not trust one either: a socket in a folder someone else
+/// owns or can write to may be theirs, posing as an agent to read the client's token.
+pub fn untrusted_socket_dir(dir: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt as _;
+    let meta = std::fs::symlink_metadata(dir).ok()?;
+    let what = if meta.file_type().is_symlink() {
+        "is a symbolic link".to_string()
+    } else if !meta.is_dir() {
+        "is not a folder".to_string()
+    } else if let Some(me) = crate::server::current_uid().filter(|&me| me != meta.uid()) {
+        format!("belongs to another user (uid {}, you are {me})", meta.uid())
+    } else if meta.mode() & GROUP_OTHER_WRITE != 0 {
+        format!(
+            "is writable by other users (mode {:o}, expected 700)",
+            meta.mode() & 0o7777
+        )
+    } else {
+        return None;
+    };
+    Some(format!(
+        "not looking for agents in {}: it {what}, so a socket there may not be an agent's;          remove it (an agent makes it again, private) or give the address (allocview --attach          unix:PATH)",
+        dir.display()
+    ))
+}
+
+/// Mode bits that let users other than the owner add files to a folder.
+const GROUP_OTHER_WRITE: u32 = 0o022;
 
 /// What [`liveness`] makes of a `.sock` entry.
 enum Liveness {

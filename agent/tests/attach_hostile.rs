@@ -109,3 +109,68 @@ fn trickling_connections_cannot_hold_the_hello_slots_for_ever() {
     }
     agent.shutdown();
 }
+
+/// A folder of sockets holding a live agent's, with `mode`.
+fn socket_dir_with_agent(mode: u32) -> (tempfile::TempDir, std::path::PathBuf, Agent) {
+    use std::os::unix::fs::PermissionsExt as _;
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("allocview");
+    std::fs::create_dir(&dir).unwrap();
+    let agent = Agent::builder()
+        .listen(format!("unix:{}", dir.join("1234.sock").display()))
+        .dump_dir(root.path().join("dumps"))
+        .spawn()
+        .unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).unwrap();
+    (root, dir, agent)
+}
+
+#[test]
+fn discovery_does_not_trust_a_socket_folder_others_can_write_to() {
+    let (_root, dir, agent) = socket_dir_with_agent(0o777);
+    let found = allocview_agent::client::find_sockets_in(&dir);
+    assert!(found.sockets.is_empty(), "{:?}", found.sockets);
+    let why = found.untrusted.expect("the folder is refused");
+    assert!(why.contains("writable by other users"), "{why}");
+    assert!(why.contains("777"), "{why}");
+    assert!(why.contains("--attach"), "{why}");
+    // Private again: the agent is found.
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let found = allocview_agent::client::find_sockets_in(&dir);
+    assert_eq!(found.sockets.len(), 1);
+    assert_eq!(found.untrusted, None);
+    agent.shutdown();
+}
+
+#[test]
+fn discovery_does_not_trust_a_socket_folder_of_another_user() {
+    let (_root, dir, agent) = socket_dir_with_agent(0o700);
+    // `nobody`; only root may give a folder away.
+    let given = std::process::Command::new("chown")
+        .args(["65534", dir.to_str().unwrap()])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !given {
+        println!("skipped: cannot give a folder to another user (not root)");
+        agent.shutdown();
+        return;
+    }
+    let found = allocview_agent::client::find_sockets_in(&dir);
+    assert!(found.sockets.is_empty(), "{:?}", found.sockets);
+    let why = found.untrusted.expect("the folder is refused");
+    assert!(why.contains("belongs to another user (uid 65534"), "{why}");
+    agent.shutdown();
+}
+
+#[test]
+fn discovery_does_not_follow_a_symbolic_link_for_the_socket_folder() {
+    let (root, dir, agent) = socket_dir_with_agent(0o700);
+    let link = root.path().join("link");
+    std::os::unix::fs::symlink(&dir, &link).unwrap();
+    let found = allocview_agent::client::find_sockets_in(&link);
+    assert!(found.sockets.is_empty(), "{:?}", found.sockets);
+    let why = found.untrusted.expect("the link is refused");
+    assert!(why.contains("symbolic link"), "{why}");
+    agent.shutdown();
+}
