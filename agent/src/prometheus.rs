@@ -406,7 +406,7 @@ pub fn render_as(state: &AgentState, format: Format) -> String {
         &mut b,
         "allocview_attach_refused",
         "Attach clients refused, by reason (hello_cap: too many connections waiting for their \
-         hello)",
+         hello; client_cap: too many clients attached)",
         "reason",
         RefusalReason::ALL.map(RefusalReason::as_str),
         &p.refused_clients,

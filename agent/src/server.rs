@@ -65,6 +65,12 @@ pub const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 /// counted ([`RefusalReason::HelloCap`]).
 pub const MAX_AWAITING_HELLO: usize = 64;
 
+/// Clients attached (past their hello) at most. Each costs two threads and a queue of
+/// frames the aggregator fills every tick, and any local user may connect to a loopback TCP
+/// listener without a token, so their number is bounded too: a client over the cap gets a
+/// fatal error frame in place of the full state and is closed ([`RefusalReason::ClientCap`]).
+pub const MAX_CLIENTS: usize = 64;
+
 /// Why the attach server refused a client: the `reason` label of the refusal counter
 /// (`allocview_attach_refused_total`) and the key of
 /// [`PipelineStats::refused_clients`](crate::state::PipelineStats::refused_clients).
@@ -72,6 +78,8 @@ pub const MAX_AWAITING_HELLO: usize = 64;
 pub enum RefusalReason {
     /// Over [`MAX_AWAITING_HELLO`] connections were already waiting for their hello.
     HelloCap,
+    /// Over [`MAX_CLIENTS`] clients were already attached.
+    ClientCap,
     /// No hello within [`HELLO_TIMEOUT`].
     HelloTimeout,
     /// The first frame was not an allocview client's hello (another frame, a wrong magic, not
@@ -89,8 +97,9 @@ pub enum RefusalReason {
 
 impl RefusalReason {
     /// Every reason, in the order metrics and state list them.
-    pub const ALL: [RefusalReason; 7] = [
+    pub const ALL: [RefusalReason; 8] = [
         RefusalReason::HelloCap,
+        RefusalReason::ClientCap,
         RefusalReason::HelloTimeout,
         RefusalReason::BadHello,
         RefusalReason::Version,
@@ -103,6 +112,7 @@ impl RefusalReason {
     pub fn as_str(self) -> &'static str {
         match self {
             RefusalReason::HelloCap => "hello_cap",
+            RefusalReason::ClientCap => "client_cap",
             RefusalReason::HelloTimeout => "hello_timeout",
             RefusalReason::BadHello => "bad_hello",
             RefusalReason::Version => "version",
@@ -671,6 +681,7 @@ fn accept_loop(
     clients: ClientThreads,
 ) {
     let awaiting_hello = Arc::new(AtomicUsize::new(0));
+    let attached = Arc::new(AtomicUsize::new(0));
     loop {
         let conn = listener.accept();
         if stop.load(Ordering::Acquire) {
@@ -685,7 +696,7 @@ fn accept_loop(
             }
         };
         let id = NEXT_CLIENT.fetch_add(1, Ordering::Relaxed);
-        let Some(awaiting) = AwaitingHello::enter(&awaiting_hello) else {
+        let Some(awaiting) = Slot::enter(&awaiting_hello, MAX_AWAITING_HELLO) else {
             let _ = conn.set_write_timeout(Some(REFUSE_WRITE_TIMEOUT));
             let message = format!(
                 "too many connections waiting for their hello ({MAX_AWAITING_HELLO}): try again \
@@ -703,9 +714,9 @@ fn accept_loop(
         let Ok(handle_conn) = conn.try_clone() else {
             continue;
         };
-        let (cfg, agg) = (cfg.clone(), agg.clone());
+        let (cfg, agg, attached) = (cfg.clone(), agg.clone(), attached.clone());
         let spawned = agent_thread::spawn(format!("allocview-client-{id}"), move || {
-            serve_client(id, conn, awaiting, &cfg, &agg)
+            serve_client(id, conn, awaiting, &attached, &cfg, &agg)
         });
         let mut list = clients.lock().unwrap_or_else(|p| p.into_inner());
         list.retain(|(_, h)| !h.is_finished());
@@ -716,22 +727,23 @@ fn accept_loop(
     }
 }
 
-/// One accepted connection counted against [`MAX_AWAITING_HELLO`] until dropped.
-struct AwaitingHello(Arc<AtomicUsize>);
+/// One connection counted against a cap ([`MAX_AWAITING_HELLO`], [`MAX_CLIENTS`]) until
+/// dropped.
+struct Slot(Arc<AtomicUsize>);
 
-impl AwaitingHello {
-    /// Counts one more connection awaiting its hello, unless the cap is reached.
-    fn enter(count: &Arc<AtomicUsize>) -> Option<AwaitingHello> {
+impl Slot {
+    /// Counts one more connection, unless `cap` are counted already.
+    fn enter(count: &Arc<AtomicUsize>, cap: usize) -> Option<Slot> {
         count
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < MAX_AWAITING_HELLO).then_some(n + 1)
+                (n < cap).then_some(n + 1)
             })
             .ok()
-            .map(|_| AwaitingHello(Arc::clone(count)))
+            .map(|_| Slot(Arc::clone(count)))
     }
 }
 
-impl Drop for AwaitingHello {
+impl Drop for Slot {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
     }
@@ -799,7 +811,8 @@ fn refuse(out: &Mutex<Conn>, id: u64, message: String, why: RefusalReason, agg: 
 fn serve_client(
     id: u64,
     mut input: Conn,
-    awaiting: AwaitingHello,
+    awaiting: Slot,
+    attached: &Arc<AtomicUsize>,
     cfg: &ServerConfig,
     agg: &AggregatorHandle,
 ) {
@@ -876,11 +889,22 @@ fn serve_client(
         )),
     };
     drop(awaiting);
-    if let Err((why, message)) = accepted {
-        refuse(&out, id, message, why, agg);
-        input.shutdown();
-        return;
-    }
+    let accepted = accepted.and_then(|()| {
+        Slot::enter(attached, MAX_CLIENTS).ok_or_else(|| {
+            (
+                RefusalReason::ClientCap,
+                format!("too many clients attached ({MAX_CLIENTS}): try again later"),
+            )
+        })
+    });
+    let _attached = match accepted {
+        Ok(slot) => slot,
+        Err((why, message)) => {
+            refuse(&out, id, message, why, agg);
+            input.shutdown();
+            return;
+        }
+    };
     let _ = input.set_read_timeout(None);
 
     let (tx, rx) = crossbeam_channel::bounded::<Encoded>(cfg.client_queue.max(1));

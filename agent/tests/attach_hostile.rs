@@ -174,3 +174,59 @@ fn discovery_does_not_follow_a_symbolic_link_for_the_socket_folder() {
     assert!(why.contains("symbolic link"), "{why}");
     agent.shutdown();
 }
+
+/// A raw client past its hello: the agent's `full` read.
+fn attached_raw(sock: &std::path::Path) -> UnixStream {
+    let mut s = raw_hello(sock);
+    raw_client::send_hello(&mut s);
+    match protocol::read_frame::<_, ServerFrame>(&mut s, MAX_SERVER_FRAME).unwrap() {
+        ServerFrame::Full { .. } => s,
+        other => panic!("expected the full state, got {other:?}"),
+    }
+}
+
+#[test]
+fn attached_clients_are_capped_and_one_over_the_cap_is_told_why() {
+    use allocview_agent::server::MAX_CLIENTS;
+    let dir = tempfile::tempdir().unwrap();
+    let (agent, addr) = unix_agent(dir.path());
+    let sock = dir.path().join("agent.sock");
+    // Clients that never read: each would cost two threads, without a cap.
+    let mut attached: Vec<UnixStream> = (0..MAX_CLIENTS).map(|_| attached_raw(&sock)).collect();
+    let mut over = raw_hello(&sock);
+    raw_client::send_hello(&mut over);
+    loop {
+        match protocol::read_frame::<_, ServerFrame>(&mut over, MAX_SERVER_FRAME) {
+            Ok(ServerFrame::Error { message, fatal }) => {
+                assert!(fatal);
+                assert!(message.contains("too many clients attached"), "{message}");
+                break;
+            }
+            other => panic!("expected an error frame, got {other:?}"),
+        }
+    }
+    let mut rest = Vec::new();
+    over.read_to_end(&mut rest).unwrap();
+    assert!(rest.is_empty(), "closed after the error");
+    // A real client is told why, too.
+    match AttachClient::connect(&addr, None) {
+        Err(allocview_agent::client::ClientError::Refused(m)) => {
+            assert!(m.contains("too many clients attached"), "{m}")
+        }
+        other => panic!("expected a refusal, got {:?}", other.map(|_| ())),
+    }
+    let refused = agent.state().pipeline.refused_clients;
+    assert!(
+        refused.iter().any(|(r, n)| r == "client_cap" && *n == 2),
+        "{refused:?}"
+    );
+    // One leaves: another gets in.
+    attached.pop();
+    let deadline = std::time::Instant::now() + raw_client::WAIT;
+    while AttachClient::connect(&addr, None).is_err() {
+        assert!(std::time::Instant::now() < deadline, "no room freed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(attached);
+    agent.shutdown();
+}
