@@ -33,7 +33,7 @@ use crate::protocol::{
     ServerFrame,
 };
 use crate::server::{
-    BadAddress, Conn, ListenAddr, SocketProbe, default_socket_pid, probe_unix_socket,
+    BadAddress, Conn, ListenAddr, ReadBefore, SocketProbe, default_socket_pid, probe_unix_socket,
 };
 use crate::state::AgentState;
 
@@ -186,35 +186,42 @@ impl AttachClient {
             .set_read_timeout(Some(CONNECT_TIMEOUT))
             .map_err(connect_err)?;
         let mut out = input.try_clone().map_err(connect_err)?;
-        let (pid, process) =
-            match protocol::read_frame::<_, ServerFrame>(&mut input, MAX_SERVER_FRAME) {
-                Ok(ServerFrame::Hello {
-                    magic,
-                    version,
-                    pid,
-                    process,
-                    ..
-                }) => {
-                    if magic != MAGIC {
-                        return Err(ClientError::NotAnAgent(addr.to_string()));
-                    }
-                    if version != PROTOCOL_VERSION {
-                        return Err(ClientError::VersionMismatch {
-                            agent: version,
-                            client: PROTOCOL_VERSION,
-                        });
-                    }
-                    (pid, process)
-                }
-                // An agent that refuses before its hello (too many connections waiting).
-                Ok(ServerFrame::Error { message, .. }) => {
-                    return Err(ClientError::Refused(message));
-                }
-                Ok(_) | Err(ProtocolError::Malformed(_)) | Err(ProtocolError::TooLarge { .. }) => {
+        // The hello within the timeout in all, however the peer splits it.
+        let hello = protocol::read_frame::<_, ServerFrame>(
+            &mut ReadBefore::new(&mut input, CONNECT_TIMEOUT),
+            MAX_SERVER_FRAME,
+        );
+        input
+            .set_read_timeout(Some(CONNECT_TIMEOUT))
+            .map_err(connect_err)?;
+        let (pid, process) = match hello {
+            Ok(ServerFrame::Hello {
+                magic,
+                version,
+                pid,
+                process,
+                ..
+            }) => {
+                if magic != MAGIC {
                     return Err(ClientError::NotAnAgent(addr.to_string()));
                 }
-                Err(e) => return Err(silent_or(e, &addr)),
-            };
+                if version != PROTOCOL_VERSION {
+                    return Err(ClientError::VersionMismatch {
+                        agent: version,
+                        client: PROTOCOL_VERSION,
+                    });
+                }
+                (pid, process)
+            }
+            // An agent that refuses before its hello (too many connections waiting).
+            Ok(ServerFrame::Error { message, .. }) => {
+                return Err(ClientError::Refused(message));
+            }
+            Ok(_) | Err(ProtocolError::Malformed(_)) | Err(ProtocolError::TooLarge { .. }) => {
+                return Err(ClientError::NotAnAgent(addr.to_string()));
+            }
+            Err(e) => return Err(silent_or(e, &addr)),
+        };
         protocol::write_frame(
             &mut out,
             &ClientFrame::Hello {

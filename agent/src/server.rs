@@ -751,14 +751,16 @@ impl Drop for Slot {
 
 /// Reads from a connection until a deadline: each read waits at most the time left, so a
 /// peer that trickles its bytes (each within a read's timeout, slowloris) still runs out of
-/// time, and a hello costs its connection's slot for at most [`HELLO_TIMEOUT`] in all.
-struct ReadBefore<'a> {
+/// time: a hello costs its connection's slot for at most [`HELLO_TIMEOUT`] in all, and an
+/// attaching client waits at most its connect timeout for the agent's hello.
+pub(crate) struct ReadBefore<'a> {
     conn: &'a mut Conn,
     deadline: Instant,
 }
 
 impl<'a> ReadBefore<'a> {
-    fn new(conn: &'a mut Conn, within: Duration) -> ReadBefore<'a> {
+    /// Reads from `conn` until `within` from now.
+    pub(crate) fn new(conn: &'a mut Conn, within: Duration) -> ReadBefore<'a> {
         ReadBefore {
             conn,
             deadline: Instant::now() + within,

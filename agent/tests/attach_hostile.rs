@@ -230,3 +230,39 @@ fn attached_clients_are_capped_and_one_over_the_cap_is_told_why() {
     drop(attached);
     agent.shutdown();
 }
+
+#[test]
+fn attaching_to_a_peer_that_trickles_its_hello_gives_up_at_the_connect_timeout() {
+    use allocview_agent::client::{CONNECT_TIMEOUT, ClientError};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let hello = protocol::encode_frame(&ServerFrame::Hello {
+        magic: MAGIC.into(),
+        version: PROTOCOL_VERSION,
+        pid: 1,
+        process: "slow".into(),
+        token_required: false,
+    })
+    .unwrap();
+    let pause = CONNECT_TIMEOUT / 5;
+    assert!(pause * hello.len() as u32 > CONNECT_TIMEOUT * 4);
+    let peer = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        for b in hello {
+            if s.write_all(&[b]).is_err() {
+                return;
+            }
+            std::thread::sleep(pause);
+        }
+    });
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(AttachClient::connect(&addr, None).map(|_| ()));
+    });
+    match rx.recv_timeout(raw_client::WAIT) {
+        Ok(Err(ClientError::Silent { .. })) => {}
+        Ok(other) => panic!("expected the peer to count as silent, got {other:?}"),
+        Err(_) => panic!("connect still waiting for a hello trickled a byte at a time"),
+    }
+    peer.join().unwrap();
+}
