@@ -195,15 +195,12 @@ fn attached_clients_are_capped_and_one_over_the_cap_is_told_why() {
     let mut attached: Vec<UnixStream> = (0..MAX_CLIENTS).map(|_| attached_raw(&sock)).collect();
     let mut over = raw_hello(&sock);
     raw_client::send_hello(&mut over);
-    loop {
-        match protocol::read_frame::<_, ServerFrame>(&mut over, MAX_SERVER_FRAME) {
-            Ok(ServerFrame::Error { message, fatal }) => {
-                assert!(fatal);
-                assert!(message.contains("too many clients attached"), "{message}");
-                break;
-            }
-            other => panic!("expected an error frame, got {other:?}"),
+    match protocol::read_frame::<_, ServerFrame>(&mut over, MAX_SERVER_FRAME) {
+        Ok(ServerFrame::Error { message, fatal }) => {
+            assert!(fatal);
+            assert!(message.contains("too many clients attached"), "{message}");
         }
+        other => panic!("expected an error frame, got {other:?}"),
     }
     let mut rest = Vec::new();
     over.read_to_end(&mut rest).unwrap();
