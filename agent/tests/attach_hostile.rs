@@ -239,6 +239,7 @@ fn attaching_to_a_peer_that_trickles_its_hello_gives_up_at_the_connect_timeout()
         pid: 1,
         process: "slow".into(),
         token_required: false,
+        update_interval_ms: 100,
     })
     .unwrap();
     let pause = CONNECT_TIMEOUT / 5;
