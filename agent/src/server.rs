@@ -286,6 +286,10 @@ pub fn default_socket_dir() -> PathBuf {
     }
 }
 
+/// What to do about a default socket folder that cannot be used.
+const UNTRUSTED_DIR_ADVICE: &str =
+    "remove it (the agent then makes it, private), or choose the address with ALLOCVIEW_ADDR";
+
 /// Creates (or checks) a private folder: ours, mode 0700.
 pub(crate) fn ensure_private_dir(dir: &Path) -> io::Result<()> {
     match std::fs::DirBuilder::new().mode(SOCKET_DIR_MODE).create(dir) {
@@ -302,16 +306,30 @@ pub(crate) fn ensure_private_dir(dir: &Path) -> io::Result<()> {
         Err(e) => return Err(e),
     }
     let meta = std::fs::symlink_metadata(dir)?;
-    if !meta.is_dir() {
+    if meta.file_type().is_symlink() {
         return Err(io::Error::other(format!(
-            "{} exists and is not a folder",
-            dir.display()
+            "{} is a symbolic link, which an agent does not follow for its sockets: {}",
+            dir.display(),
+            UNTRUSTED_DIR_ADVICE
         )));
     }
-    if current_uid().is_some_and(|u| u != meta.uid()) {
+    if !meta.is_dir() {
+        return Err(io::Error::other(format!(
+            "{} exists and is not a folder: {}",
+            dir.display(),
+            UNTRUSTED_DIR_ADVICE
+        )));
+    }
+    if let Some(me) = current_uid().filter(|&u| u != meta.uid()) {
         return Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
-            format!("{} belongs to another user", dir.display()),
+            format!(
+                "{} belongs to another user (uid {}, this process runs as {me}), who could \
+                 read or replace the sockets in it: {}",
+                dir.display(),
+                meta.uid(),
+                UNTRUSTED_DIR_ADVICE
+            ),
         ));
     }
     if meta.mode() & 0o777 != SOCKET_DIR_MODE {

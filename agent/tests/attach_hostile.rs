@@ -264,3 +264,78 @@ fn attaching_to_a_peer_that_trickles_its_hello_gives_up_at_the_connect_timeout()
     }
     peer.join().unwrap();
 }
+
+/// Set in a child run of the test below: spawn an agent at the default address and print
+/// what came of it.
+const SPAWN_DEFAULT_CHILD: &str = "ALLOCVIEW_TEST_SPAWN_DEFAULT_CHILD";
+
+/// Runs this test binary's `test` again with `XDG_RUNTIME_DIR` set to `runtime`, and returns
+/// what its child branch printed.
+fn spawn_default_in_child(test: &str, runtime: &std::path::Path) -> String {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env(SPAWN_DEFAULT_CHILD, runtime.join("dumps"))
+        .env("XDG_RUNTIME_DIR", runtime)
+        .env_remove("ALLOCVIEW_ADDR")
+        .env_remove("ALLOCVIEW_TOKEN")
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn an_agent_refuses_a_default_socket_folder_it_cannot_trust_and_says_what_to_do() {
+    const TEST: &str =
+        "an_agent_refuses_a_default_socket_folder_it_cannot_trust_and_says_what_to_do";
+    if let Some(dumps) = std::env::var_os(SPAWN_DEFAULT_CHILD) {
+        match Agent::builder().dump_dir(dumps).spawn() {
+            Ok(agent) => {
+                println!("SPAWNED");
+                agent.shutdown();
+            }
+            Err(e) => println!("REFUSED: {e}"),
+        }
+        return;
+    }
+    // A symbolic link to a folder elsewhere: not followed, nothing created there.
+    let runtime = tempfile::tempdir().unwrap();
+    let elsewhere = runtime.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, runtime.path().join("allocview")).unwrap();
+    let said = spawn_default_in_child(TEST, runtime.path());
+    assert!(said.contains("REFUSED"), "{said}");
+    assert!(said.contains("is a symbolic link"), "{said}");
+    assert!(said.contains("ALLOCVIEW_ADDR"), "{said}");
+    assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+    // A file.
+    let runtime = tempfile::tempdir().unwrap();
+    std::fs::write(runtime.path().join("allocview"), b"").unwrap();
+    let said = spawn_default_in_child(TEST, runtime.path());
+    assert!(said.contains("exists and is not a folder"), "{said}");
+    assert!(said.contains("ALLOCVIEW_ADDR"), "{said}");
+    // Pre-created by us with mode 0777: made private, and used.
+    use std::os::unix::fs::PermissionsExt as _;
+    let runtime = tempfile::tempdir().unwrap();
+    let dir = runtime.path().join("allocview");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let said = spawn_default_in_child(TEST, runtime.path());
+    assert!(said.contains("SPAWNED"), "{said}");
+    let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700);
+    // Another user's (only root can make one).
+    let given = std::process::Command::new("chown")
+        .args(["65534", dir.to_str().unwrap()])
+        .status()
+        .is_ok_and(|s| s.success());
+    if given {
+        let said = spawn_default_in_child(TEST, runtime.path());
+        assert!(
+            said.contains("belongs to another user (uid 65534"),
+            "{said}"
+        );
+        assert!(said.contains("ALLOCVIEW_ADDR"), "{said}");
+    } else {
+        println!("skipped the other user's folder: not root");
+    }
+}
