@@ -503,8 +503,18 @@ enum Liveness {
     Other,
 }
 
-/// Whether `path` is a socket an agent listens on; a stale one (connection refused) is removed.
+/// Whether `path` is a socket an agent listens on (one of this user's); a stale one
+/// (connection refused) is removed.
 fn liveness(path: &Path) -> Liveness {
+    // Another user's socket in our folder (put there before the folder was made private) may
+    // pose as an agent: never connected to, never removed.
+    use std::os::unix::fs::MetadataExt as _;
+    let owner = std::fs::symlink_metadata(path).map(|m| m.uid());
+    if let (Ok(owner), Some(me)) = (owner, crate::server::current_uid())
+        && owner != me
+    {
+        return Liveness::Other;
+    }
     let pid_alive = || default_socket_pid(path).map(process_exists) != Some(false);
     let live = |yes: bool| if yes { Liveness::Live } else { Liveness::Other };
     match probe_unix_socket(path) {

@@ -339,3 +339,25 @@ fn an_agent_refuses_a_default_socket_folder_it_cannot_trust_and_says_what_to_do(
         println!("skipped the other user's folder: not root");
     }
 }
+
+#[test]
+fn discovery_leaves_out_a_socket_of_another_user_in_a_private_folder() {
+    let (_root, dir, agent) = socket_dir_with_agent(0o700);
+    let sock = dir.join("1234.sock");
+    // Given to `nobody` (only root can): as a socket another user put there before the
+    // folder was made private would be.
+    let given = std::process::Command::new("chown")
+        .args(["65534", sock.to_str().unwrap()])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !given {
+        println!("skipped: cannot give a socket to another user (not root)");
+        agent.shutdown();
+        return;
+    }
+    let found = allocview_agent::client::find_sockets_in(&dir);
+    assert!(found.sockets.is_empty(), "{:?}", found.sockets);
+    assert_eq!(found.untrusted, None);
+    assert!(sock.exists(), "left alone");
+    agent.shutdown();
+}
