@@ -183,3 +183,75 @@ fn different_batched_lists_stay_different() {
     assert_eq!(doc.shared_items(lists[0]), doc.shared_items(lists[2]));
     assert_ne!(doc.shared_items(lists[0]), doc.shared_items(lists[1]));
 }
+
+mod property {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Lengths around the batch size, and any up to three batches.
+    fn length() -> impl Strategy<Value = usize> {
+        prop_oneof![
+            Just(0),
+            Just(1),
+            Just(2),
+            Just(CPYTHON_BATCH - 1),
+            Just(CPYTHON_BATCH),
+            Just(CPYTHON_BATCH + 1),
+            0..3 * CPYTHON_BATCH,
+        ]
+    }
+
+    /// A list: one of three prototypes cut to a length (so that equal lists are common).
+    fn list() -> impl Strategy<Value = Vec<i32>> {
+        (0..3i32, length()).prop_map(|(proto, n)| (0..n as i32).map(|i| i * (proto + 1)).collect())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        #[test]
+        fn batched_lists_read_back_exactly_and_equal_untouched_ones_share(
+            protos in proptest::collection::vec(list(), 1..3),
+            picks in proptest::collection::vec(0..2usize, 1..6),
+            touched in proptest::collection::vec(any::<bool>(), 6),
+        ) {
+            // Copies of one or two lists, so that most pairs are equal.
+            let lists: Vec<Vec<i32>> = picks.iter().map(|&p| protos[p % protos.len()].clone()).collect();
+            // `[l0, l1, ...]`, then `root.append(li)` after `li.append(-1)` for touched lists
+            // (memo: root 0, lists 1, 2, ... in order).
+            let mut o = Ops::new();
+            o.0.extend_from_slice(&[EMPTY_LIST, MEMOIZE, MARK]);
+            for l in &lists {
+                o.list(l);
+            }
+            o.0.push(APPENDS);
+            let mut model: Vec<Vec<i32>> = lists.clone();
+            for (i, _) in lists.iter().enumerate().filter(|(i, _)| touched[*i]) {
+                o.0.extend_from_slice(&[BINGET, (i + 1) as u8]);
+                o.int(-1);
+                o.0.push(APPEND);
+                o.0.push(APPEND);
+                model[i].push(-1);
+            }
+            let bytes = o.finish();
+            let doc = pickle::parse(&bytes).unwrap();
+            let read = root_lists(&doc);
+            for (i, want) in model.iter().enumerate() {
+                let want = as_values(want);
+                prop_assert_eq!(doc.items(read[i]), want.as_slice(), "list {}", i);
+            }
+            for (j, &id) in read[lists.len()..].iter().enumerate() {
+                let i = (0..lists.len()).filter(|i| touched[*i]).nth(j).unwrap();
+                prop_assert_eq!(id, read[i], "the memo get is the same list");
+            }
+            for a in 0..lists.len() {
+                for b in a + 1..lists.len() {
+                    if !touched[a] && !touched[b] && !model[a].is_empty() && model[a] == model[b] {
+                        prop_assert!(doc.shared_items(read[a]).is_some(), "list {} shared", a);
+                        prop_assert_eq!(doc.shared_items(read[a]), doc.shared_items(read[b]));
+                    }
+                }
+            }
+        }
+    }
+}
