@@ -250,8 +250,52 @@ pub fn to_bytes(snapshot: &Snapshot, format: FileFormat) -> Vec<u8> {
     }
 }
 
+/// Symbolic links followed at most by [`save`] (Linux's own limit, `MAXSYMLINKS`).
+const MAX_SYMLINKS: usize = 40;
+
+/// The file [`save`] replaces for `path`: `path` itself, or the file its symbolic links lead
+/// to (so that the link stays a link); an error when that is not a regular file (a device
+/// such as `/dev/full`, a FIFO, a socket, a folder), which a rename would replace.
+fn save_target(path: &Path) -> io::Result<PathBuf> {
+    let mut target = path.to_path_buf();
+    for _ in 0..MAX_SYMLINKS {
+        let meta = match fs::symlink_metadata(&target) {
+            Ok(m) => m,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(target),
+            Err(e) => return Err(e),
+        };
+        if meta.file_type().is_symlink() {
+            let link = fs::read_link(&target)?;
+            target = match target.parent() {
+                Some(dir) if link.is_relative() => dir.join(link),
+                _ => link,
+            };
+            continue;
+        }
+        if meta.is_file() {
+            return Ok(target);
+        }
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "{} is not a regular file (a folder, device, FIFO or socket), which saving would \
+                 replace; give the name of a file",
+                target.display()
+            ),
+        ));
+    }
+    Err(io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!(
+            "more than {MAX_SYMLINKS} symbolic links lead from {}",
+            path.display()
+        ),
+    ))
+}
+
 /// Writes a snapshot file atomically: a temporary file in the same folder, flushed to disk,
-/// then renamed over `path`.
+/// then renamed over `path` (over the file it links to when `path` is a symbolic link). A
+/// `path` that is not a regular file (a device, a FIFO) is refused, never replaced.
 ///
 /// # Errors
 /// An I/O error naming the file; the temporary file is removed.
@@ -261,6 +305,8 @@ pub fn save(path: &Path, snapshot: &Snapshot, format: FileFormat) -> Result<(), 
         path: path.to_path_buf(),
         error,
     };
+    let target = save_target(path).map_err(io_err)?;
+    let path = target.as_path();
     let bytes = to_bytes(snapshot, format);
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),

@@ -84,3 +84,56 @@ fn a_snapshot_read_through_a_fifo_still_loads() {
     feeder.join().unwrap();
     assert_eq!(loaded.segments.len(), 0);
 }
+
+#[test]
+fn saving_over_something_that_is_not_a_regular_file_is_refused_and_leaves_it_alone() {
+    use std::os::unix::fs::FileTypeExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let snap = allocview_alloc::snapshot::Snapshot::default();
+    // A FIFO stands for any special file (a device such as /dev/full, a socket): the
+    // atomic rename would replace it with a regular file.
+    let fifo = dir.path().join("out.json");
+    if std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .is_ok_and(|s| s.success())
+    {
+        let err = snapshot_file::save(&fifo, &snap, snapshot_file::FileFormat::Json).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("not a regular file"), "{text}");
+        assert!(
+            std::fs::symlink_metadata(&fifo)
+                .unwrap()
+                .file_type()
+                .is_fifo(),
+            "the FIFO was replaced"
+        );
+    } else {
+        println!("skipped the FIFO: mkfifo is not available");
+    }
+    // A folder.
+    let sub = dir.path().join("sub.json");
+    std::fs::create_dir(&sub).unwrap();
+    let err = snapshot_file::save(&sub, &snap, snapshot_file::FileFormat::Json).unwrap_err();
+    assert!(err.to_string().contains("not a regular file"), "{err}");
+    assert!(sub.is_dir());
+}
+
+#[test]
+fn saving_through_a_symbolic_link_writes_the_file_it_names_and_keeps_the_link() {
+    let dir = tempfile::tempdir().unwrap();
+    let real = dir.path().join("real.json");
+    std::fs::write(&real, b"old").unwrap();
+    let link = dir.path().join("link.json");
+    std::os::unix::fs::symlink("real.json", &link).unwrap();
+    let snap = allocview_alloc::snapshot::Snapshot::default();
+    snapshot_file::save(&link, &snap, snapshot_file::FileFormat::Json).unwrap();
+    assert!(
+        std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink(),
+        "the link was replaced by a file"
+    );
+    assert_eq!(snapshot_file::load(&real).unwrap(), snap);
+}
