@@ -13,7 +13,7 @@
 //! - memo gets copy an index, never an object, so shared objects stay shared however often the
 //!   pickle refers back to them.
 //!
-//! Lists and tuples of equal contents share their items ([`super::intern`]). A list filled by
+//! Lists and tuples of equal contents share their items (the `intern` module). A list filled by
 //! one `APPENDS` is interned at once; one that may be filled further (CPython's pickler writes
 //! a list of over [`CPYTHON_BATCH`] items as several `MARK ... APPENDS` batches, and a list
 //! of one item as `APPEND`) keeps its own items while it is filled and is interned once it

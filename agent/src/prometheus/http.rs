@@ -14,7 +14,7 @@
 //! of the declared length (one request declaring 100 GB aborted the process on a failed
 //! allocation), drains it on the thread that answers every scrape (a client declaring a body
 //! it never sent held up all scrapes), and reads connections on threads without bound or
-//! timeout. Every thread here is an agent thread ([`crate::agent_thread`]): what it allocates
+//! timeout. Every thread here is an agent thread (`crate::agent_thread`): what it allocates
 //! is counted by an instrumented heap but never published, so a scrape does not show in the
 //! figures it reads.
 
