@@ -140,10 +140,15 @@ pub enum LoadError {
 /// # Errors
 /// [`LoadError`] naming the file and the problem.
 pub fn load(path: &Path) -> Result<Snapshot, LoadError> {
-    let bytes = std::fs::read(path).map_err(|why| LoadError::Io {
-        path: path.display().to_string(),
-        why,
-    })?;
+    use crate::snapshot_file::SnapshotFileError;
+    let bytes = crate::snapshot_file::read_input(path, &rmm::may_be_rmm_log, &mut |_, _| {})
+        .map_err(|e| match e {
+            SnapshotFileError::Io { error, .. } => LoadError::Io {
+                path: path.display().to_string(),
+                why: error,
+            },
+            e => LoadError::Snapshot(e.to_string()),
+        })?;
     if is_rmm_log(&bytes) {
         let text = String::from_utf8_lossy(&bytes);
         return parse_rmm_log(&text).map_err(|error| LoadError::Rmm {

@@ -194,6 +194,32 @@ pub fn load_with_progress(
     path: &Path,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Snapshot, SnapshotFileError> {
+    let bytes = read_input(path, &|_| false, progress)?;
+    let read = bytes.len() as u64;
+    let total = read.saturating_mul(2);
+    let result = from_bytes_with_progress(&bytes, &mut |pos| progress(read + pos as u64, total))
+        .map_err(|e| SnapshotFileError::InFile {
+            path: path.to_path_buf(),
+            error: Box::new(e),
+        });
+    progress(total, total);
+    result
+}
+
+/// Reads the file at `path` whole, for a snapshot (or, where `also` accepts its start, another
+/// input such as an RMM log), calling `progress(done, total)` with `total` twice the file size.
+/// A file over [`MAX_FILE_BYTES`] is refused by its size, or once that much is read (a device,
+/// which has no size); one whose first bytes start neither a snapshot nor what `also` accepts
+/// (a binary file named by mistake, `/dev/zero`) is refused at once instead of read to its end.
+///
+/// # Errors
+/// [`SnapshotFileError::Io`] for a failed read or a file too large,
+/// [`SnapshotFileError::InFile`] for a start that is no snapshot; each names the file.
+pub(crate) fn read_input(
+    path: &Path,
+    also: &dyn Fn(&[u8]) -> bool,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Vec<u8>, SnapshotFileError> {
     let io_err = |error| SnapshotFileError::Io {
         path: path.to_path_buf(),
         error,
@@ -222,7 +248,7 @@ pub fn load_with_progress(
             return Err(io_err(too_large(bytes.len() as u64, true)));
         }
         if !format_known && bytes.len() >= 2 && bytes.iter().any(|b| !b.is_ascii_whitespace()) {
-            if detect(&bytes).is_none() {
+            if detect(&bytes).is_none() && !also(&bytes) {
                 return Err(SnapshotFileError::InFile {
                     path: path.to_path_buf(),
                     error: Box::new(unknown_format(&bytes)),
@@ -232,14 +258,7 @@ pub fn load_with_progress(
         }
         progress((bytes.len() as u64).min(len), total);
     }
-    let read = bytes.len() as u64;
-    let result = from_bytes_with_progress(&bytes, &mut |pos| progress(read + pos as u64, total))
-        .map_err(|e| SnapshotFileError::InFile {
-            path: path.to_path_buf(),
-            error: Box::new(e),
-        });
-    progress(total, total);
-    result
+    Ok(bytes)
 }
 
 /// Encodes a snapshot in a format.

@@ -1,5 +1,5 @@
-//! `summary`, `export` and `open` given files that are not what they seem: a FIFO no one
-//! writes to yet (said, not a silent hang), `/dev/zero` (refused, not read without end).
+//! `summary`, `export`, `open` and `replay` given files that are not what they seem: a FIFO no
+//! one writes to yet (said, not a silent hang), `/dev/zero` (refused, not read without end).
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
@@ -76,22 +76,24 @@ fn summary_of_a_fifo_says_it_waits_for_a_writer_then_reads_it() {
 }
 
 #[test]
-fn summary_of_dev_zero_is_refused_at_once_not_read_for_ever() {
+fn summary_and_replay_of_dev_zero_are_refused_at_once_not_read_for_ever() {
     if !std::path::Path::new("/dev/zero").exists() {
         println!("skipped: no /dev/zero");
         return;
     }
-    let mut child = Command::new(BIN)
-        .args(["summary", "/dev/zero"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let status = wait_or_kill(&mut child).expect("summary /dev/zero hung");
-    let mut err = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
-    assert_eq!(status.code(), Some(1), "{err}");
-    assert!(err.contains("/dev/zero"), "{err}");
-    assert!(err.contains("not a snapshot file"), "{err}");
-    assert!(!err.contains("panicked"), "{err}");
+    for command in ["summary", "replay"] {
+        let mut child = Command::new(BIN)
+            .args([command, "/dev/zero"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let status = wait_or_kill(&mut child).unwrap_or_else(|| panic!("{command} /dev/zero hung"));
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+        assert_eq!(status.code(), Some(1), "{command}: {err}");
+        assert!(err.contains("/dev/zero"), "{command}: {err}");
+        assert!(err.contains("not a snapshot file"), "{command}: {err}");
+        assert!(!err.contains("panicked"), "{command}: {err}");
+    }
 }
