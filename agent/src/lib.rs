@@ -21,6 +21,7 @@ pub mod pytorch;
 pub mod replay;
 pub mod server;
 pub mod sink;
+pub mod size;
 pub mod snapshot_file;
 pub mod state;
 pub mod summary;

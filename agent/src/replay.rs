@@ -48,7 +48,6 @@
 //! entries are attempted again (a success is given back at once: the program never had that
 //! block).
 
-pub mod bytes;
 pub mod engine;
 pub mod initial;
 pub mod plan;
@@ -64,7 +63,6 @@ use std::path::Path;
 use allocview_alloc::caching::AllocatorConfig;
 use allocview_alloc::snapshot::{Snapshot, TraceAction};
 
-pub use bytes::{BytesError, parse_bytes};
 pub use engine::{Placement, ReplayError, RunOptions, RunResult, carried_start, recorded_config};
 pub use initial::{InitialBlock, InitialSegment, InitialState};
 pub use pool_routes::PoolRoutes;

@@ -119,33 +119,14 @@ impl Settings {
     }
 }
 
-/// Binary unit suffixes accepted in sizes (case-insensitive; `K`, `KB` and `KiB` all mean
-/// 1024).
-const SIZE_UNITS: [(&str, u32); 4] = [("k", 10), ("m", 20), ("g", 30), ("t", 40)];
-
-/// A byte count: digits with an optional `K`/`M`/`G`/`T` suffix (with optional `B`/`iB`).
+/// A byte count (`17179869184`, `64MiB`, `16GiB`: [`allocview_agent::size::parse_size`]).
 fn parse_bytes(var: &'static str, value: &str) -> Result<u64, SettingsError> {
     let bad = |why: &str| SettingsError::BadNumber {
         var,
         value: value.to_string(),
         why: why.to_string(),
     };
-    let lower = value.trim().to_ascii_lowercase();
-    let unitless = lower
-        .strip_suffix("ib")
-        .or_else(|| lower.strip_suffix('b'))
-        .unwrap_or(&lower);
-    let (digits, shift) = SIZE_UNITS
-        .iter()
-        .find_map(|(suffix, shift)| unitless.strip_suffix(suffix).map(|d| (d, *shift)))
-        .unwrap_or((unitless, 0));
-    let n: u64 = digits
-        .trim()
-        .parse()
-        .map_err(|_| bad("expected a byte count such as 17179869184, 64MiB or 16GiB"))?;
-    let bytes = n
-        .checked_mul(1u64 << shift)
-        .ok_or_else(|| bad("too large"))?;
+    let bytes = allocview_agent::size::parse_size(value).map_err(|e| bad(&e.to_string()))?;
     if bytes == 0 {
         return Err(bad("a device needs some memory"));
     }
@@ -199,7 +180,8 @@ mod tests {
         for (text, bytes) in [
             ("1048576", 1u64 << 20),
             ("16G", 16 << 30),
-            ("3kb", 3 << 10),
+            ("3kib", 3 << 10),
+            ("3kb", 3000),
             (" 2 GiB ", 2 << 30),
         ] {
             assert_eq!(parse_bytes(SIM_MEMORY_ENV, text).unwrap(), bytes, "{text}");

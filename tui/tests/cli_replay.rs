@@ -112,7 +112,15 @@ fn replay_of_a_missing_file_or_bad_size_fails_with_a_clear_message() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("--device-memory") && err.contains("`lots`"),
+        err.contains("--device-memory") && err.contains("bad size \"lots\""),
+        "{err}"
+    );
+    // Zero, as `demo` says it.
+    let out = allocview(&["replay", log.to_str().unwrap(), "--device-memory", "0"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--device-memory must be more than 0 bytes"),
         "{err}"
     );
 

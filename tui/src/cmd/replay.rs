@@ -18,6 +18,7 @@ use allocview_alloc::snapshot::Snapshot;
 
 use crate::cli::ReplayArgs;
 use crate::output::{self, Versioned};
+use crate::units;
 
 /// Replays shorter than this many events (over all runs) get no progress bar.
 const PROGRESS_MIN_EVENTS: usize = 100_000;
@@ -48,9 +49,11 @@ pub fn run(args: &ReplayArgs) -> anyhow::Result<()> {
     let device_memory = args
         .device_memory
         .as_deref()
-        .map(replay::parse_bytes)
-        .transpose()
-        .context("--device-memory")?;
+        .map(|s| units::parse_size(s).with_context(|| format!("--device-memory {s:?}")))
+        .transpose()?;
+    if device_memory == Some(0) {
+        anyhow::bail!("--device-memory must be more than 0 bytes");
+    }
     let settings = ReplaySettings {
         configs: args.config.clone(),
         device_memory,
