@@ -727,6 +727,42 @@ fn dropping_the_allocator_gives_its_cache_back_to_the_device_and_keeps_live_bloc
 }
 
 #[test]
+fn dropping_the_allocator_calls_no_trace_tracker_and_destroys_events_still_queued() {
+    // A tracker whose receiver goes first (locals drop in reverse order) panics if called:
+    // the drop's release of the cache is not traced.
+    let (a, dev) = allocator();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let tx = std::sync::Mutex::new(tx);
+    a.attach_trace_tracker(move |e| tx.lock().unwrap().send(e.action).unwrap());
+    let p = a.malloc(4096, S0).unwrap();
+    a.free(p).unwrap();
+    assert_eq!(
+        rx.try_iter().count(),
+        4,
+        "segment_alloc, alloc, free_requested, free_completed"
+    );
+    drop(rx);
+    // Its cached segment goes back untraced (a call would panic here).
+    drop(a);
+    assert_eq!(dev.used(), 0);
+
+    // A free behind work on another stream whose event never completes: the drop's wait
+    // fails, and the event it queued is destroyed all the same.
+    let (a, dev) = allocator();
+    let q = a.malloc(4096, S0).unwrap();
+    a.record_stream(q, S1).unwrap();
+    dev.submit_work(S1);
+    a.free(q).unwrap();
+    dev.set_events_never_complete(true);
+    drop(a);
+    assert_eq!(
+        dev.live_events(),
+        0,
+        "a queued event outlived the allocator"
+    );
+}
+
+#[test]
 fn a_free_that_cannot_record_its_stream_event_says_so_and_leaks_no_event() {
     let (a, dev) = allocator();
     let p = a.malloc(4096, S0).unwrap();

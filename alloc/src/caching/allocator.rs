@@ -610,15 +610,19 @@ impl<B: DeviceBackend> CachingAllocator<B> {
 
 /// Dropping the allocator publishes the events it gathered, then gives the device back what
 /// no block holds: it completes pending frees (waiting for their streams), returns every cached
-/// segment and unmaps free pages ([`empty_cache`](CachingAllocator::empty_cache), unpublished:
-/// the sink is let go first), releases the address ranges of expandable segments left with
-/// nothing mapped, and destroys its events. Segments that still hold blocks the program never
-/// freed stay on the device (work queued on it may still use them), as does everything while a
-/// graph capture is under way. A device error on the way is logged, not raised.
+/// segment of the default pools and of private pools no longer in use and unmaps free pages
+/// ([`empty_cache`](CachingAllocator::empty_cache), unpublished and untraced: the sink, the
+/// trace trackers and the history are let go first, so no user code runs from the
+/// destructor), releases the address ranges of expandable segments left with nothing mapped,
+/// and destroys its events. Segments that still hold blocks the program never freed stay on
+/// the device (work queued on it may still use them), as do the cached segments of a private
+/// pool still in use (a graph not released may replay into them) and everything while a graph
+/// capture is under way. A device error on the way is logged, not raised.
 impl<B: DeviceBackend> Drop for CachingAllocator<B> {
     fn drop(&mut self) {
         let st = self.state.get_mut();
         st.set_sink(None);
+        st.stop_tracing();
         if st.captures.is_empty() {
             st.begin_call(None);
             let released = st.release_cached_blocks(&self.backend, None);

@@ -1696,10 +1696,25 @@ impl DeviceCachingAllocator {
         Ok(())
     }
 
-    /// Destroys pooled events (at drop).
+    /// Destroys every event (at drop): the pooled ones, and those still queued behind work on
+    /// their streams (a wait that failed left them there; their blocks stay allocated).
     pub(crate) fn destroy_events<B: DeviceBackend>(&mut self, be: &B) {
-        for ev in self.event_pool.drain(..) {
+        let queued = std::mem::take(&mut self.events)
+            .into_values()
+            .flatten()
+            .map(|(ev, _)| ev);
+        for ev in self.event_pool.drain(..).chain(queued) {
             let _ = be.destroy_event(ev);
         }
+        self.pending_events = 0;
+    }
+
+    /// Lets go of the trace trackers and stops the history (at drop): no user code runs from
+    /// a destructor, where a tracker's panic (its receiver dropped first) could abort a
+    /// process already unwinding.
+    pub(crate) fn stop_tracing(&mut self) {
+        self.trackers.clear();
+        self.record_history = false;
+        self.tracing_changed();
     }
 }
