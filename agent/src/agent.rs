@@ -35,7 +35,7 @@ use allocview_alloc::snapshot::Snapshot;
 
 use crate::aggregator::{
     self, AggregatorConfig, AggregatorHandle, Command, DEFAULT_MAX_DUMPS, DEFAULT_RECENT_EVENTS,
-    DEFAULT_TICK, MIN_UPDATE_INTERVAL,
+    DEFAULT_TICK,
 };
 use crate::dump::OomDumper;
 use crate::prometheus::MetricsServer;
@@ -223,7 +223,7 @@ impl AgentBuilder {
 
     /// The aggregation tick: how often drops are checked, usage is sampled and clients are
     /// updated (default 100 ms). A tick under 100 ms still updates clients at most 10 times a
-    /// second ([`MIN_UPDATE_INTERVAL`]).
+    /// second ([`MIN_UPDATE_INTERVAL`](crate::aggregator::MIN_UPDATE_INTERVAL)).
     pub fn tick(mut self, tick: Duration) -> Self {
         self.tick = tick.max(Duration::from_millis(1));
         self
@@ -421,7 +421,7 @@ impl AgentBuilder {
                 client_queue: self.client_queue,
                 write_timeout: self.write_timeout,
                 process,
-                update_interval: self.tick.max(MIN_UPDATE_INTERVAL),
+                update_interval: aggregator::update_interval(self.tick),
                 snapshot: Arc::new(move || merged_snapshot(&providers)),
                 reset_peaks: Arc::new(move || reset_peaks(&providers2, host.as_deref(), &handle)),
             };

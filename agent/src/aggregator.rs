@@ -49,6 +49,17 @@ pub const DEFAULT_TICK: Duration = Duration::from_millis(100);
 /// Clients get an update at most this often (10 Hz), whatever the tick.
 pub const MIN_UPDATE_INTERVAL: Duration = Duration::from_millis(100);
 
+/// How often clients get an update under a `tick`: updates go out on ticks, on the first tick
+/// at least [`MIN_UPDATE_INTERVAL`] after the previous update, so every tick from 100 ms up,
+/// and a faster tick's smallest multiple of at least 100 ms (every 2nd tick of 60 ms: 120 ms).
+pub fn update_interval(tick: Duration) -> Duration {
+    if tick.is_zero() || tick >= MIN_UPDATE_INTERVAL {
+        return tick.max(MIN_UPDATE_INTERVAL);
+    }
+    let ticks = MIN_UPDATE_INTERVAL.as_nanos().div_ceil(tick.as_nanos());
+    tick * u32::try_from(ticks).unwrap_or(u32::MAX)
+}
+
 /// Events kept per device for the trace view.
 pub const DEFAULT_RECENT_EVENTS: usize = 1024;
 
@@ -1325,6 +1336,17 @@ pub fn default_dump_dir() -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn updates_go_out_on_the_first_tick_at_least_100_ms_after_the_last() {
+        let ms = Duration::from_millis;
+        assert_eq!(update_interval(ms(100)), ms(100));
+        assert_eq!(update_interval(ms(300)), ms(300));
+        assert_eq!(update_interval(ms(60)), ms(120));
+        assert_eq!(update_interval(ms(50)), ms(100));
+        assert_eq!(update_interval(ms(1)), ms(100));
+        assert_eq!(update_interval(ms(0)), ms(100));
+    }
     use crate::protocol::{MAX_SERVER_FRAME, read_frame};
     use allocview_alloc::event::EventSink;
 

@@ -67,10 +67,10 @@ pub enum ServerFrame {
         process: String,
         /// Whether the client must send a token.
         token_required: bool,
-        /// How often the agent sends an update, in ms: its tick, or
-        /// [`MIN_UPDATE_INTERVAL`](crate::aggregator::MIN_UPDATE_INTERVAL) where it ticks
-        /// faster (0 from an agent that does not say). A client can tell a stopped process from
-        /// a slow-ticking agent from the first update.
+        /// How often the agent sends an update, in ms
+        /// ([`update_interval`](crate::aggregator::update_interval) of its tick: the tick, at
+        /// least 100 ms; 0 from an agent that does not say). A client can tell a stopped
+        /// process from a slow-ticking agent from the first update.
         #[serde(default)]
         update_interval_ms: u64,
     },

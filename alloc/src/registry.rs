@@ -11,6 +11,7 @@ use crate::allocator::Allocator;
 
 /// Why a registration was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum RegistryError {
     /// An allocator with this name and priority is already registered.
     #[error("an allocator named {name:?} with priority {priority} is already registered")]

@@ -148,31 +148,30 @@ fn max_split_size_below_20_mb_is_an_error() {
 }
 
 #[test]
-fn a_split_size_beyond_every_request_is_an_error_not_a_wrapped_figure() {
-    // 9e12 MiB is about 2^63 bytes: it wrapped to a negative `max_split_size` stat.
+fn a_split_size_beyond_every_request_is_clamped_as_pytorch_clamps_it_not_a_wrapped_figure() {
+    // 9e12 MiB is about 2^63 bytes: it wrapped to a negative `max_split_size` stat. PyTorch
+    // accepts such values (clamped), so a recording made with one must load.
     for s in [
         "max_split_size_mb:9000000000000",
         "max_split_size_mb:18446744073709551615",
-        "max_non_split_rounding_mb:17592186044416",
+        "max_split_size_mb:134217729",
     ] {
-        let m = err(s);
-        assert!(m.contains("at most 134217728 (128 TiB)"), "{s}: {m}");
+        let c = AllocatorConfig::parse(s).unwrap();
+        let a = CachingAllocator::new(SimBackend::new(1 << 30), c);
+        assert_eq!(a.memory_stats()["max_split_size"], 1 << 47, "{s}");
     }
-    let c = AllocatorConfig::parse("max_split_size_mb:134217728").unwrap();
-    let a = CachingAllocator::new(SimBackend::new(1 << 30), c);
-    assert_eq!(a.memory_stats()["max_split_size"], 1 << 47);
-    let e = AllocatorConfig::builder()
+    let c = AllocatorConfig::parse("max_non_split_rounding_mb:17592186044416").unwrap();
+    assert_eq!(c.to_conf_string(), "max_non_split_rounding_mb:134217728");
+    let c = AllocatorConfig::builder()
         .max_split_size_mb(u64::MAX)
         .build()
-        .unwrap_err();
-    assert!(
-        e.to_string()
-            .contains(&format!("\"{}\" for max_split_size_mb", u64::MAX)),
-        "{e}"
-    );
+        .unwrap();
+    let a = CachingAllocator::new(SimBackend::new(1 << 30), c);
+    assert_eq!(a.memory_stats()["max_split_size"], 1 << 47);
+    // Too small stays an error.
     assert!(
         AllocatorConfig::builder()
-            .max_non_split_rounding_mb(1 << 60)
+            .max_non_split_rounding_mb(19)
             .build()
             .is_err()
     );
@@ -337,7 +336,7 @@ const ITEM_FORMS: &str = "is not SIZE_MB:DIVISIONS (e.g. 256:2, or >:8 for every
 
 #[test]
 fn every_parse_error_names_the_setting_as_written_in_plain_words() {
-    let mib = "expected an integer number of MiB, at least 20 and at most 134217728 (128 TiB)";
+    let mib = "expected an integer number of MiB, at least 20";
     let table: Vec<(&str, String)> = vec![
         // No ':' after a name: the whole setting, and what is missing where.
         (

@@ -239,7 +239,10 @@ fn an_oom_during_a_capture_names_the_private_pool_and_promises_no_setting() {
     let msg = e.to_string();
     assert!(msg.contains("stream 1 in private pool (1, 0)"), "{msg}");
     assert!(
-        msg.contains("Call empty_cache() before the capture"),
+        msg.contains(
+            "60.00 MiB cached in whole segments of other pools stayed out of reach. \
+             Call empty_cache() before the capture"
+        ),
         "{msg}"
     );
     assert!(!msg.contains("expandable"), "{msg}");
@@ -247,4 +250,18 @@ fn an_oom_during_a_capture_names_the_private_pool_and_promises_no_setting() {
     // After the capture the same request frees the cache and succeeds.
     a.release_pool(PoolId(1, 0));
     assert!(a.malloc(50 * MIB, S0).is_ok());
+}
+
+#[test]
+fn an_oom_during_a_capture_with_nothing_cached_elsewhere_does_not_advise_empty_cache() {
+    let (a, dev) = allocator_with(100 * MIB, "");
+    // Another user of the device holds 60 MiB; this allocator caches nothing.
+    dev.set_external_usage(60 * MIB);
+    a.begin_allocate_to_pool(PoolId(1, 0), |s| s == S1);
+    let e = a.malloc(50 * MIB, S1).unwrap_err();
+    let oom = e.out_of_memory().unwrap();
+    assert_eq!(oom.releasable_in_other_pools, 0);
+    let msg = e.to_string();
+    assert!(!msg.contains("empty_cache"), "{msg}");
+    a.end_allocate_to_pool(PoolId(1, 0));
 }

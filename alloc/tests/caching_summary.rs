@@ -150,6 +150,7 @@ fn an_oom_message_for_one_byte_says_byte_not_bytes() {
         expandable_segments: false,
         private_pool: None,
         during_capture: false,
+        releasable_in_other_pools: 0,
     };
     let one = oom(1).to_string();
     assert!(one.contains("(1 byte requested)"), "{one}");

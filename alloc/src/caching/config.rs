@@ -40,9 +40,10 @@ const FIRST_BUCKET_LOG2: u32 = 20;
 const MIB: u64 = 1 << 20;
 /// Smallest accepted `max_split_size_mb` and `max_non_split_rounding_mb` (the large buffer, 20).
 pub const MIN_SPLIT_SIZE_MB: u64 = LARGE_BUFFER / MIB;
-/// Largest accepted `max_split_size_mb` and `max_non_split_rounding_mb`: [`MAX_REQUEST`]
-/// (128 TiB) in MiB. Every request is below it, so a larger value could change nothing, and
-/// its byte count still fits the `max_split_size` figure of `memory_stats()` (an `i64`).
+/// Largest `max_split_size_mb` and `max_non_split_rounding_mb` kept: [`MAX_REQUEST`] (128 TiB)
+/// in MiB. A larger value is clamped to it, as PyTorch clamps it (to `SIZE_MAX` / 1 MiB):
+/// every request is below it, so a larger value could change nothing, and its byte count
+/// still fits the `max_split_size` figure of `memory_stats()` (an `i64`).
 pub const MAX_SPLIT_SIZE_MB: u64 = MAX_REQUEST / MIB;
 /// Largest accepted `pinned_num_register_threads` (PyTorch's `pinned_max_register_threads`).
 pub const MAX_PINNED_REGISTER_THREADS: u64 = 128;
@@ -162,8 +163,7 @@ fn quoted_item(item: &str) -> String {
 }
 
 /// Expected forms, named once.
-const EXPECT_SPLIT_MB: &str =
-    "an integer number of MiB, at least 20 and at most 134217728 (128 TiB)";
+const EXPECT_SPLIT_MB: &str = "an integer number of MiB, at least 20";
 const EXPECT_THRESHOLD: &str = "a number strictly between 0 and 1";
 const EXPECT_BOOL: &str = "True or False";
 const EXPECT_DIVISIONS: &str = "0 or a power of two, either one value (roundup_power2_divisions:4) \
@@ -607,14 +607,13 @@ fn roundup_power2_next_division(size: u64, divisions: u64) -> u64 {
     }
 }
 
-/// A `max_split_size_mb` / `max_non_split_rounding_mb` value in bytes, once checked to be
-/// within [`MIN_SPLIT_SIZE_MB`]..=[`MAX_SPLIT_SIZE_MB`].
+/// A `max_split_size_mb` / `max_non_split_rounding_mb` value in bytes: at least
+/// [`MIN_SPLIT_SIZE_MB`], else an error; above [`MAX_SPLIT_SIZE_MB`], clamped to it.
 fn split_mb_to_bytes(key: &str, mb: u64) -> Result<u64, ConfigError> {
-    if (MIN_SPLIT_SIZE_MB..=MAX_SPLIT_SIZE_MB).contains(&mb) {
-        Ok(mb * MIB)
-    } else {
-        Err(invalid(key, mb.to_string(), EXPECT_SPLIT_MB))
+    if mb < MIN_SPLIT_SIZE_MB {
+        return Err(invalid(key, mb.to_string(), EXPECT_SPLIT_MB));
     }
+    Ok(mb.min(MAX_SPLIT_SIZE_MB) * MIB)
 }
 
 fn invalid(key: &str, value: String, expected: &'static str) -> ConfigError {
@@ -920,13 +919,13 @@ impl Default for AllocatorConfigBuilder {
 }
 
 impl AllocatorConfigBuilder {
-    /// `max_split_size_mb` (at least 20, at most [`MAX_SPLIT_SIZE_MB`]).
+    /// `max_split_size_mb` (at least 20; above [`MAX_SPLIT_SIZE_MB`] counts as it).
     pub fn max_split_size_mb(mut self, mb: u64) -> Self {
         self.max_split_size_mb = Some(mb);
         self
     }
 
-    /// `max_non_split_rounding_mb` (at least 20, at most [`MAX_SPLIT_SIZE_MB`]).
+    /// `max_non_split_rounding_mb` (at least 20; above [`MAX_SPLIT_SIZE_MB`] counts as it).
     pub fn max_non_split_rounding_mb(mut self, mb: u64) -> Self {
         self.max_non_split_rounding_mb = Some(mb);
         self

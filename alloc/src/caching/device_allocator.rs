@@ -854,6 +854,7 @@ impl DeviceCachingAllocator {
             expandable_segments: self.config.expandable_segments(),
             private_pool: self.pools[p.pool as usize].owner,
             during_capture: !self.captures.is_empty(),
+            releasable_in_other_pools: self.releasable_outside(self.pools[p.pool as usize].owner),
         };
         let info = OomInfo {
             device: self.device,
@@ -872,6 +873,20 @@ impl DeviceCachingAllocator {
     }
 
     /// The largest free cached block over every pool.
+    /// Bytes of whole cached segments (free, unsplit, not in an expandable segment) in pools
+    /// other than those of `owner`: what `empty_cache` could give back that a request routed
+    /// to `owner`'s pools cannot use.
+    fn releasable_outside(&self, owner: Option<PoolId>) -> u64 {
+        self.pools
+            .iter()
+            .filter(|p| p.owner != owner)
+            .flat_map(|p| p.blocks.iter())
+            .map(|(_, id)| &self.arena[id])
+            .filter(|b| !b.is_split() && b.expandable == NIL)
+            .map(|b| b.size)
+            .sum()
+    }
+
     pub(crate) fn largest_free_block(&self) -> u64 {
         self.pools
             .iter()

@@ -73,6 +73,9 @@ pub struct OutOfMemory {
     /// Whether a graph capture was under way: the allocator then does not free its cache and
     /// retry (PyTorch's rule), so memory cached for other pools stayed out of reach.
     pub during_capture: bool,
+    /// Bytes of whole cached segments in pools other than the request's: what `empty_cache`
+    /// would give back to the device, out of this request's reach.
+    pub releasable_in_other_pools: u64,
 }
 
 impl OutOfMemory {
@@ -128,7 +131,12 @@ impl fmt::Display for OutOfMemory {
         if self.segment_size != self.rounded {
             write!(
                 f,
-                ", which needed a new segment of {}",
+                ", which needed {} {}",
+                if self.expandable_segments {
+                    "more pages mapped in an expandable segment:"
+                } else {
+                    "a new segment of"
+                },
                 format_size(self.segment_size)
             )?;
         }
@@ -180,12 +188,13 @@ impl fmt::Display for OutOfMemory {
                     " or use a larger device"
                 },
             )?;
-        } else if self.during_capture {
+        } else if self.during_capture && self.releasable_in_other_pools > 0 {
             write!(
                 f,
                 " A graph capture is under way (begin_allocate_to_pool), so the allocator did not \
-                 free its cache and retry: memory cached for other pools stayed out of reach. \
-                 Call empty_cache() before the capture to give it back to the device."
+                 free its cache and retry: {} cached in whole segments of other pools stayed out \
+                 of reach. Call empty_cache() before the capture to give it back to the device.",
+                format_size(self.releasable_in_other_pools)
             )?;
         } else if self.reserved_unallocated_is_large() && !self.expandable_segments {
             write!(
