@@ -43,6 +43,9 @@ pub struct App {
     /// another process (a restarted service reached by a reconnect) whose OOMs are numbered
     /// from 1 again.
     process_seen: Option<(u32, Option<u64>)>,
+    /// Background threads' panics already shown in the status line
+    /// ([`crate::terminal::background_panics`]).
+    panics_seen: usize,
 }
 
 /// A draw that took longer than this held the loop up: the terminal takes its output slowly
@@ -74,6 +77,12 @@ pub fn file_only_key(key: char) -> String {
         "`{key}` steps through a snapshot file's trace (allocview open FILE); live, the \
          dashboard follows the process: Space pauses, s saves a snapshot to open"
     )
+}
+
+/// What the status line says of a background thread's panic (`message` is the panic's one
+/// line: `thread 'NAME' panicked at FILE:LINE:COL: MESSAGE`).
+pub fn background_panic_line(message: &str) -> String {
+    format!("error: {message} (the dashboard carries on; the message is printed again on exit)")
 }
 
 /// Live: the selected trace row's event left the window of recent events the agent sends (the
@@ -130,6 +139,7 @@ impl App {
             next_draw: None,
             dumps_said: 0,
             process_seen: None,
+            panics_seen: 0,
         };
         app.source.poll(&mut app.state)?;
         // OOMs from before the dashboard opened are on the OOM tab, not news.
@@ -173,8 +183,27 @@ impl App {
                 }
             }
         }
+        self.show_background_panics();
         self.expire_notice(Instant::now());
         Ok(())
+    }
+
+    /// Puts the newest panic of a background thread (a file's what-if replays, the demo's
+    /// workload) that the terminal's panic hook kept instead of printing over the screen in
+    /// the status line, where it stays until another message replaces it; the terminal's
+    /// restore prints them all again on exit.
+    pub fn show_background_panics(&mut self) {
+        let panics = crate::terminal::background_panics();
+        if panics.len() <= self.panics_seen {
+            return;
+        }
+        self.panics_seen = panics.len();
+        if let Some(newest) = panics.last() {
+            self.state.status = Some(background_panic_line(&newest.message));
+            // An error stays: it is not a notice that expires.
+            self.notice = None;
+            self.dirty = true;
+        }
     }
 
     /// Clears the app's last message from the status line once it has been shown

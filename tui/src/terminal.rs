@@ -13,8 +13,11 @@
 //!
 //! Restoring happens once: leaving the alternate screen a second time would move the cursor
 //! back to where the dashboard started, and the shell would then write over the panic message.
-//! Only a panic on the thread that drives the dashboard restores: a background thread's panic
-//! (the demo's workload) is reported by the dashboard itself, which keeps the screen.
+//! Only a panic on the thread that drives the dashboard restores. A panic on any other thread
+//! (the demo's workload, a file's what-if replays) while the dashboard holds the terminal is
+//! not printed over the screen, where raw stderr would garble the alternate screen: the hook
+//! keeps its message, the dashboard shows it in its status line ([`background_panics`]), and
+//! [`restore`] prints it once the terminal is back to normal.
 
 use std::io::{self, IsTerminal as _, Stdout};
 use std::sync::Once;
@@ -33,6 +36,12 @@ use ratatui::crossterm::terminal::{
 static HELD: AtomicBool = AtomicBool::new(false);
 /// The panic hook is installed once per process.
 static HOOK: Once = Once::new();
+/// Panics of threads other than the dashboard's while it held the terminal, in order: kept
+/// instead of printed over the screen (see the module's docs). Locked while [`HELD`] is read
+/// by the hook and cleared by [`restore`], so that a message is either kept and printed by
+/// the restore, or printed by the hook itself, never lost between the two.
+static BACKGROUND_PANICS: std::sync::Mutex<Vec<BackgroundPanic>> =
+    std::sync::Mutex::new(Vec::new());
 /// The signal thread is started once per process.
 #[cfg(unix)]
 static SIGNAL_THREAD: Once = Once::new();
@@ -62,6 +71,58 @@ pub const ENDING_SIGNALS: [i32; 3] = [
 thread_local! {
     /// Whether this thread entered the terminal (its panics restore it).
     static DRIVES_DASHBOARD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// A panic of a background thread while the dashboard held the terminal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackgroundPanic {
+    /// One line: `thread 'NAME' panicked at FILE:LINE:COL: MESSAGE`.
+    pub message: String,
+    /// The backtrace, when `RUST_BACKTRACE` asked for one (printed after the restore only).
+    pub backtrace: Option<String>,
+}
+
+impl BackgroundPanic {
+    /// The panic as the hook saw it (`std`'s own wording, on one line).
+    fn of(info: &std::panic::PanicHookInfo<'_>) -> BackgroundPanic {
+        let thread = std::thread::current();
+        let name = thread.name().unwrap_or("<unnamed>");
+        let payload = info
+            .payload()
+            .downcast_ref::<&str>()
+            .copied()
+            .or_else(|| info.payload().downcast_ref::<String>().map(String::as_str))
+            .unwrap_or("Box<dyn Any>")
+            .replace('\n', " ");
+        let at = info
+            .location()
+            .map(|l| format!(" at {}:{}:{}", l.file(), l.line(), l.column()))
+            .unwrap_or_default();
+        let backtrace = std::backtrace::Backtrace::capture();
+        BackgroundPanic {
+            message: format!("thread '{name}' panicked{at}: {payload}"),
+            backtrace: (backtrace.status() == std::backtrace::BacktraceStatus::Captured)
+                .then(|| backtrace.to_string()),
+        }
+    }
+}
+
+/// Whether the dashboard holds the terminal now (between [`TerminalGuard::enter`] and the
+/// first [`restore`]).
+pub fn held() -> bool {
+    HELD.load(Ordering::SeqCst)
+}
+
+/// Every background thread's panic kept while the dashboard held the terminal, oldest first
+/// (the dashboard shows the ones it has not shown yet).
+pub fn background_panics() -> Vec<BackgroundPanic> {
+    lock_panics().clone()
+}
+
+fn lock_panics() -> std::sync::MutexGuard<'static, Vec<BackgroundPanic>> {
+    BACKGROUND_PANICS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// `ENXIO` (os error 6): opening `/dev/tty` without a controlling terminal.
@@ -118,8 +179,10 @@ pub struct TerminalGuard {
 }
 
 /// Gives the terminal back, once: raw mode off, mouse released, alternate screen left, cursor
-/// shown. Later calls (the guard's drop after the panic hook ran) do nothing.
+/// shown; then prints the background threads' panics kept meanwhile (on stderr, on the normal
+/// screen). Later calls (the guard's drop after the panic hook ran) do nothing.
 pub fn restore() {
+    let panics = lock_panics();
     if !HELD.swap(false, Ordering::SeqCst) {
         return;
     }
@@ -130,16 +193,31 @@ pub fn restore() {
         LeaveAlternateScreen,
         Show
     );
+    for p in panics.iter() {
+        eprintln!("allocview: while the dashboard ran, {}", p.message);
+        if let Some(backtrace) = &p.backtrace {
+            eprintln!("{backtrace}");
+        }
+    }
 }
 
-/// Installs (once) the panic hook that [`restore`]s the terminal, then runs the hook that was
-/// there before (which prints the panic message).
+/// Installs (once) the panic hook. On the dashboard's thread it [`restore`]s the terminal,
+/// then runs the hook that was there before (which prints the panic message). On another
+/// thread while the dashboard holds the terminal, it keeps the message for the dashboard and
+/// the restore ([`background_panics`]) instead of printing it over the screen; otherwise it
+/// runs the previous hook.
 pub fn install_panic_hook() {
     HOOK.call_once(|| {
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
             if DRIVES_DASHBOARD.with(std::cell::Cell::get) {
                 restore();
+            } else {
+                let mut panics = lock_panics();
+                if HELD.load(Ordering::SeqCst) {
+                    panics.push(BackgroundPanic::of(info));
+                    return;
+                }
             }
             previous(info);
         }));
@@ -226,6 +304,12 @@ mod tests {
         assert!(
             HELD.load(Ordering::SeqCst),
             "a background panic kept the screen"
+        );
+        let kept = background_panics();
+        assert!(
+            kept.iter().any(|p| p.message.contains("panicked at")
+                && p.message.ends_with(": a background thread panics")),
+            "its message was kept for the dashboard: {kept:?}"
         );
         let dashboard = std::thread::spawn(|| {
             DRIVES_DASHBOARD.with(|d| d.set(true));
