@@ -445,7 +445,22 @@ impl App {
         self.dirty = true;
         match action {
             Action::Quit => self.ui.quit = true,
-            Action::ToggleHelp => self.ui.help = !self.ui.help,
+            // The loop ([`run`]) suspends: it holds the terminal.
+            Action::Suspend => {}
+            Action::ToggleHelp => {
+                self.ui.help = !self.ui.help;
+                self.ui.help_scroll = 0;
+            }
+            // The open help overlay takes the moves: it scrolls.
+            Action::Move(d) if self.ui.help => {
+                let max = view::help::scroll_max(self.area);
+                self.ui.help_scroll =
+                    (self.ui.help_scroll.min(max) as i64 + d).clamp(0, max as i64) as usize;
+            }
+            Action::Top if self.ui.help => self.ui.help_scroll = 0,
+            Action::Bottom if self.ui.help => {
+                self.ui.help_scroll = view::help::scroll_max(self.area)
+            }
             Action::NextView => self.show(self.ui.view.next()),
             Action::PrevView => self.show(self.ui.view.prev()),
             Action::ShowView(v) => self.show(v),
@@ -814,8 +829,15 @@ where
         let timeout = tick.saturating_sub(last_tick.elapsed());
         if event::poll(timeout)? {
             let e = event::read()?;
-            if let Some(a) = input::event(&e, &app.ui, app.file_mode()) {
-                app.apply(a)?;
+            match input::event(&e, &app.ui, app.file_mode()) {
+                // Back from `fg`: the screen is the shell's; draw all of it.
+                Some(Action::Suspend) if crate::terminal::suspend()? => {
+                    terminal.clear()?;
+                    app.dirty = true;
+                }
+                Some(Action::Suspend) => {}
+                Some(a) => app.apply(a)?,
+                None => {}
             }
         }
         if app.ui.quit {

@@ -42,6 +42,8 @@ static HOOK: Once = Once::new();
 /// the restore, or printed by the hook itself, never lost between the two.
 static BACKGROUND_PANICS: std::sync::Mutex<Vec<BackgroundPanic>> =
     std::sync::Mutex::new(Vec::new());
+/// How many of [`BACKGROUND_PANICS`] a restore printed already (a suspend restores too).
+static PANICS_PRINTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 /// The signal thread is started once per process.
 #[cfg(unix)]
 static SIGNAL_THREAD: Once = Once::new();
@@ -193,7 +195,8 @@ pub fn restore() {
         LeaveAlternateScreen,
         Show
     );
-    for p in panics.iter() {
+    let printed = PANICS_PRINTED.swap(panics.len(), Ordering::SeqCst);
+    for p in panics.iter().skip(printed) {
         eprintln!("allocview: while the dashboard ran, {}", p.message);
         if let Some(backtrace) = &p.backtrace {
             eprintln!("{backtrace}");
@@ -257,6 +260,37 @@ pub fn install_signal_handler() {
             tracing::warn!("cannot start the signal thread: {e}");
         }
     });
+}
+
+/// Ctrl-Z (which raw mode delivers as a key, not as the terminal's SIGTSTP): gives the
+/// terminal back as on exit, stops the process as a shell's job control expects (SIGTSTP),
+/// and once `fg` continues it takes the terminal again; the caller then redraws the whole
+/// screen. Where no shell does job control (an orphaned process group, where the kernel
+/// discards SIGTSTP) the process does not stop and the dashboard simply comes back.
+///
+/// Returns whether the terminal was given back and taken again: `false` where the dashboard
+/// does not hold it (a test's backend) or on a platform without job control.
+///
+/// # Errors
+/// When the terminal cannot be taken again (raw mode, the alternate screen).
+pub fn suspend() -> io::Result<bool> {
+    #[cfg(unix)]
+    {
+        if !held() {
+            return Ok(false);
+        }
+        restore();
+        if let Err(e) = signal_hook::low_level::raise(signal_hook::consts::SIGTSTP) {
+            tracing::warn!("cannot stop for Ctrl-Z: {e}");
+        }
+        // Continued (`fg`): the terminal is the dashboard's again.
+        enable_raw_mode()?;
+        HELD.store(true, Ordering::SeqCst);
+        execute!(io::stdout(), EnterAlternateScreen, EnableMouseCapture)?;
+        Ok(true)
+    }
+    #[cfg(not(unix))]
+    Ok(false)
 }
 
 impl TerminalGuard {

@@ -100,7 +100,7 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
             footer::render_long_status(two, buf, status);
         }
         if ui.help {
-            help::render(area, buf, state);
+            help::render(area, buf, state, ui.help_scroll);
         }
     }
     // Whatever was drawn, once.

@@ -223,6 +223,9 @@ pub struct UiState {
     pub view: View,
     /// The help overlay is open.
     pub help: bool,
+    /// Rows of the help overlay scrolled past (↑↓ PgUp PgDn while it is open), for a terminal
+    /// too short to show it whole.
+    pub help_scroll: usize,
     /// The detail pane is open (segments: block facts; OOM: frames).
     pub detail: bool,
     /// Selected row of the segment list (index into the filtered list).
