@@ -376,6 +376,12 @@ impl App {
         }
         let new = count - self.ooms_seen;
         self.ooms_seen = count;
+        // `press 7` shows the OOM the line names (the view opened on the first OOM); one
+        // already reading the OOM view keeps their place.
+        if self.ui.view != View::Oom && !self.state.ooms.is_empty() {
+            self.ui.oom = self.state.ooms.len() - 1;
+            self.ui.oom_scroll = 0;
+        }
         let newest = match self.state.ooms.last() {
             Some(o) if o.event_lost => format!("OOM #{} (its request was lost)", o.number),
             Some(o) => format!(
