@@ -271,7 +271,8 @@ pub fn render_chart(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
     };
     // A span longer than the data shows all of it: the title says how much that is.
     let (x0, x1) = t.x_range();
-    let mut label = span.label(t.x_is_events, file);
+    let short_label = span.label(t.x_is_events, file);
+    let mut label = short_label.clone();
     if !t.samples.is_empty() && span.width(t.x_is_events).is_some_and(|w| w >= x1 - x0) {
         let all = if t.x_is_events {
             format!("{} events", units::count((x1 - x0).max(0.0) as u64))
@@ -284,18 +285,32 @@ pub fn render_chart(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
             format!("{label}: all {all} so far")
         };
     }
-    let mut title = Line::from(vec![
-        Span::styled(" Over time ", theme::title()),
-        Span::styled(format!("({label}) "), theme::dim()),
+    let (lo, hi) = t.window(span.width(t.x_is_events));
+    let in_view = |x: &f64| (lo..=hi).contains(x);
+    let mut keys = vec![
         key(Series::Reserved),
         key(Series::Allocated),
         key(Series::Active),
-    ]);
-    let (lo, hi) = t.window(span.width(t.x_is_events));
-    let in_view = |x: &f64| (lo..=hi).contains(x);
+    ];
     if t.ooms.iter().any(in_view) {
-        title.push_span(key(Series::Oom));
+        keys.push(key(Series::Oom));
     }
+    // The legend whole (it says what the colours and the OOM mark are): where the title does
+    // not fit inside the borders, the span's label loses its `all ... so far`, then goes.
+    let titled = |label: Option<&str>| {
+        let mut spans = vec![Span::styled(" Over time ", theme::title())];
+        if let Some(label) = label {
+            spans.push(Span::styled(format!("({label}) "), theme::dim()));
+        }
+        spans.extend(keys.iter().cloned());
+        Line::from(spans)
+    };
+    let room = area.width.saturating_sub(2) as usize;
+    let title = [Some(label.as_str()), Some(short_label.as_str())]
+        .into_iter()
+        .map(titled)
+        .find(|l| l.width() <= room)
+        .unwrap_or_else(|| titled(None));
     let block = Block::bordered().title(title);
     if area.height < 3 || area.width < 10 {
         block.render(area, buf);
