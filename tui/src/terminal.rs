@@ -139,6 +139,10 @@ pub enum TerminalError {
     /// The process has no controlling terminal (started by a service, `setsid`, ...).
     #[error("the process has no controlling terminal")]
     NoControllingTerminal,
+    /// `TERM=dumb` (an editor's shell buffer, a CI log viewer): the terminal moves no cursor
+    /// and draws no colours, so the dashboard's escape codes would land on it as text.
+    #[error("the terminal is a dumb one (TERM=dumb): it cannot draw a dashboard")]
+    DumbTerminal,
     /// Another failure setting the terminal up.
     #[error("cannot set up the terminal: {0}")]
     Io(io::Error),
@@ -154,16 +158,24 @@ impl From<io::Error> for TerminalError {
     }
 }
 
+/// The environment variable that names the terminal's type.
+pub const TERM_VAR: &str = "TERM";
+/// [`TERM_VAR`]'s value for a terminal without cursor movement or colours.
+pub const DUMB_TERM: &str = "dumb";
+
 /// Checks that stdout is a terminal the dashboard can draw on (call it before any other work,
 /// so a redirected run fails at once).
 ///
 /// # Errors
-/// [`TerminalError::StdoutNotATerminal`].
+/// [`TerminalError::StdoutNotATerminal`]; [`TerminalError::DumbTerminal`] where `TERM` is
+/// `dumb`.
 pub fn check_stdout() -> Result<(), TerminalError> {
-    if io::stdout().is_terminal() {
-        Ok(())
-    } else {
+    if !io::stdout().is_terminal() {
         Err(TerminalError::StdoutNotATerminal)
+    } else if std::env::var_os(TERM_VAR).is_some_and(|t| t == DUMB_TERM) {
+        Err(TerminalError::DumbTerminal)
+    } else {
+        Ok(())
     }
 }
 
