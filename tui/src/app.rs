@@ -43,6 +43,10 @@ pub struct App {
     /// another process (a restarted service reached by a reconnect) whose OOMs are numbered
     /// from 1 again.
     process_seen: Option<(u32, Option<u64>)>,
+    /// Live: the user picked a segment or block (moved, clicked, zoomed, or came from a trace
+    /// row): the selection then follows that segment as the list reorders; until then it stays
+    /// on the top row, whose block the detail pane describes.
+    segment_picked: bool,
     /// Background threads' panics already shown in the status line
     /// ([`crate::terminal::background_panics`]).
     panics_seen: usize,
@@ -140,6 +144,7 @@ impl App {
             dumps_said: 0,
             process_seen: None,
             panics_seen: 0,
+            segment_picked: false,
         };
         app.source.poll(&mut app.state)?;
         // OOMs from before the dashboard opened are on the OOM tab, not news.
@@ -178,7 +183,7 @@ impl App {
                 if let Some(key) = selected {
                     self.keep_trace_selection(key, !said);
                 }
-                if let Some(at) = segment {
+                if let Some(at) = segment.filter(|_| self.segment_picked) {
                     self.keep_segment_selection(at);
                 }
             }
@@ -316,6 +321,7 @@ impl App {
                     self.ui.block = 0;
                 }
                 self.ui.segment_row = row;
+                self.segment_picked = true;
             }
             View::Streams => self.ui.stream_row = row,
             // Live, the last row follows the newest event; another stays on its event.
@@ -484,7 +490,10 @@ impl App {
             Action::Top => self.set_row(0),
             Action::Bottom => self.set_row(usize::MAX),
             Action::Left => match self.ui.view {
-                View::Segments => self.ui.block = self.ui.block.saturating_sub(1),
+                View::Segments => {
+                    self.ui.block = self.ui.block.saturating_sub(1);
+                    self.segment_picked = true;
+                }
                 View::Histograms => {
                     let n = view::histograms::groups(&self.state, self.ui.histogram_by)
                         .len()
@@ -497,6 +506,7 @@ impl App {
                 View::Segments => {
                     let n = self.selected_segment_blocks();
                     self.ui.block = (self.ui.block + 1).min(n.saturating_sub(1));
+                    self.segment_picked = true;
                 }
                 View::Histograms => {
                     let n = view::histograms::groups(&self.state, self.ui.histogram_by)
@@ -576,8 +586,12 @@ impl App {
                 self.ui.segment_filter = self.ui.segment_filter.next();
                 self.ui.segment_row = 0;
                 self.ui.block = 0;
+                self.segment_picked = false;
             }
-            Action::ToggleZoom => self.ui.zoom = !self.ui.zoom,
+            Action::ToggleZoom => {
+                self.ui.zoom = !self.ui.zoom;
+                self.segment_picked = true;
+            }
             Action::CycleChartSpan => {
                 let file = self.file_mode();
                 self.ui.cycle_chart_span(file);
@@ -710,6 +724,7 @@ impl App {
                 let order = self.state.segment_order(self.ui.segment_filter);
                 self.ui.segment_row = order.iter().position(|&s| s == seg).unwrap_or(0);
                 self.ui.block = block;
+                self.segment_picked = true;
                 self.ui.view = View::Segments;
                 self.ui.detail = true;
             }
@@ -770,6 +785,7 @@ impl App {
             (y - inner.y) as usize,
         ) {
             self.ui.block = b;
+            self.segment_picked = true;
         }
     }
 
