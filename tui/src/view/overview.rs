@@ -539,7 +539,8 @@ impl Series {
             Series::Allocated => theme::ALLOCATED,
             Series::Active => theme::ACTIVE,
             Series::Oom => theme::ALERT,
-            Series::Cursor => Color::White,
+            // The terminal's text colour: white vanished on a light background.
+            Series::Cursor => Color::Reset,
         }
     }
 }
