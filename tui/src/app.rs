@@ -132,6 +132,7 @@ impl App {
                 no_color: theme::no_color_requested(
                     std::env::var_os(theme::NO_COLOR_VAR).as_deref(),
                 ),
+                ascii: crate::view::ascii::ascii_requested_by_env(),
                 ..UiState::default()
             },
             dirty: true,

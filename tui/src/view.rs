@@ -11,6 +11,7 @@
 //! A process watched for its host heap only (no device allocator) has its heap on the
 //! overview; the device views say so rather than draw empty tables.
 
+pub mod ascii;
 pub mod footer;
 pub mod header;
 pub mod help;
@@ -106,6 +107,9 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
     // Whatever was drawn, once.
     if ui.no_color {
         theme::strip_colors(buf, area);
+    }
+    if ui.ascii {
+        ascii::to_ascii(buf, area);
     }
 }
 

@@ -263,6 +263,9 @@ pub struct UiState {
     /// No colours (the `NO_COLOR` convention, <https://no-color.org>): the screen is drawn
     /// without colours, its cues kept as modifiers (reverse, bold, underline) and symbols.
     pub no_color: bool,
+    /// ASCII only: the locale names another character set than UTF-8, where box drawing,
+    /// blocks and braille would be garbage ([`crate::view::ascii`]).
+    pub ascii: bool,
 }
 
 impl UiState {
