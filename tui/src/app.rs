@@ -199,10 +199,10 @@ impl App {
     /// the status line, where it stays until another message replaces it; the terminal's
     /// restore prints them all again on exit.
     pub fn show_background_panics(&mut self) {
-        let panics = crate::terminal::background_panics();
-        if panics.len() <= self.panics_seen {
+        if crate::terminal::background_panic_count() <= self.panics_seen {
             return;
         }
+        let panics = crate::terminal::background_panics();
         self.panics_seen = panics.len();
         if let Some(newest) = panics.last() {
             self.state.status = Some(background_panic_line(&newest.message));

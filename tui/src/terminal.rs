@@ -121,6 +121,12 @@ pub fn background_panics() -> Vec<BackgroundPanic> {
     lock_panics().clone()
 }
 
+/// How many background threads' panics were kept (what the dashboard checks on each tick,
+/// before it asks for them).
+pub fn background_panic_count() -> usize {
+    lock_panics().len()
+}
+
 fn lock_panics() -> std::sync::MutexGuard<'static, Vec<BackgroundPanic>> {
     BACKGROUND_PANICS
         .lock()
