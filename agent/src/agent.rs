@@ -35,7 +35,7 @@ use allocview_alloc::snapshot::Snapshot;
 
 use crate::aggregator::{
     self, AggregatorConfig, AggregatorHandle, Command, DEFAULT_MAX_DUMPS, DEFAULT_RECENT_EVENTS,
-    DEFAULT_TICK,
+    DEFAULT_TICK, MIN_UPDATE_INTERVAL,
 };
 use crate::dump::OomDumper;
 use crate::prometheus::MetricsServer;
@@ -421,6 +421,7 @@ impl AgentBuilder {
                 client_queue: self.client_queue,
                 write_timeout: self.write_timeout,
                 process,
+                update_interval: self.tick.max(MIN_UPDATE_INTERVAL),
                 snapshot: Arc::new(move || merged_snapshot(&providers)),
                 reset_peaks: Arc::new(move || reset_peaks(&providers2, host.as_deref(), &handle)),
             };

@@ -140,6 +140,7 @@ pub struct AttachClient {
     state: AgentState,
     pid: u32,
     process: String,
+    update_interval: Option<Duration>,
 }
 
 impl std::fmt::Debug for AttachClient {
@@ -186,13 +187,14 @@ impl AttachClient {
             .set_read_timeout(Some(CONNECT_TIMEOUT))
             .map_err(connect_err)?;
         let mut out = input.try_clone().map_err(connect_err)?;
-        let (pid, process) =
+        let (pid, process, update_interval_ms) =
             match protocol::read_frame::<_, ServerFrame>(&mut input, MAX_SERVER_FRAME) {
                 Ok(ServerFrame::Hello {
                     magic,
                     version,
                     pid,
                     process,
+                    update_interval_ms,
                     ..
                 }) => {
                     if magic != MAGIC {
@@ -204,7 +206,7 @@ impl AttachClient {
                             client: PROTOCOL_VERSION,
                         });
                     }
-                    (pid, process)
+                    (pid, process, update_interval_ms)
                 }
                 // An agent that refuses before its hello (too many connections waiting).
                 Ok(ServerFrame::Error { message, .. }) => {
@@ -255,6 +257,8 @@ impl AttachClient {
             state,
             pid,
             process,
+            update_interval: (update_interval_ms > 0)
+                .then(|| Duration::from_millis(update_interval_ms)),
         })
     }
 
@@ -266,6 +270,12 @@ impl AttachClient {
     /// The agent's process id and name.
     pub fn process(&self) -> (u32, &str) {
         (self.pid, &self.process)
+    }
+
+    /// How often the agent said it sends updates (its hello's `update_interval_ms`); `None`
+    /// from an agent that did not say.
+    pub fn update_interval(&self) -> Option<Duration> {
+        self.update_interval
     }
 
     /// Where this client is connected.

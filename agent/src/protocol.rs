@@ -67,6 +67,12 @@ pub enum ServerFrame {
         process: String,
         /// Whether the client must send a token.
         token_required: bool,
+        /// How often the agent sends an update, in ms: its tick, or
+        /// [`MIN_UPDATE_INTERVAL`](crate::aggregator::MIN_UPDATE_INTERVAL) where it ticks
+        /// faster (0 from an agent that does not say). A client can tell a stopped process from
+        /// a slow-ticking agent from the first update.
+        #[serde(default)]
+        update_interval_ms: u64,
     },
     /// The whole state (after the hello, and after a resume).
     Full {

@@ -434,6 +434,8 @@ pub(crate) struct ServerConfig {
     pub client_queue: usize,
     pub write_timeout: Duration,
     pub process: ProcessInfo,
+    /// How often clients get an update (said in the hello).
+    pub update_interval: Duration,
     pub snapshot: Arc<dyn Fn() -> Snapshot + Send + Sync>,
     pub reset_peaks: Arc<dyn Fn() + Send + Sync>,
 }
@@ -787,6 +789,7 @@ fn serve_client(
         pid: cfg.process.pid,
         process: cfg.process.name.clone(),
         token_required: cfg.token.is_some(),
+        update_interval_ms: u64::try_from(cfg.update_interval.as_millis()).unwrap_or(u64::MAX),
     };
     if send(&out, &hello).is_err() {
         input.shutdown();

@@ -66,6 +66,7 @@ fn every_frame() -> (Vec<ServerFrame>, Vec<ClientFrame>) {
             pid: 42,
             process: "train.py".into(),
             token_required: true,
+            update_interval_ms: 100,
         },
         ServerFrame::Full {
             state: Box::default(),
@@ -965,6 +966,7 @@ fn a_connection_that_closes_without_a_goodbye_is_lost_not_a_shutdown() {
             pid: 1,
             process: "gone".into(),
             token_required: false,
+            update_interval_ms: 0,
         };
         protocol::write_frame(&mut s, &hello).unwrap();
         let _ = protocol::read_frame::<_, ClientFrame>(&mut s, protocol::MAX_CLIENT_FRAME);

@@ -67,7 +67,9 @@ pub enum AllocError {
 /// Implementations are shared between threads (`Send + Sync`) and use interior mutability for
 /// their bookkeeping.
 pub trait Allocator: Send + Sync {
-    /// A short name for logs and registries (`"cpu"`, `"tracking(cpu)"`).
+    /// A short name for logs and registries (`"cpu"`; a wrapper such as
+    /// [`TrackingAllocator`](crate::tracking::TrackingAllocator) answers its inner allocator's
+    /// name, as TensorFlow's does).
     fn name(&self) -> &str;
 
     /// Allocates `num_bytes` bytes aligned to `alignment` (a power of two).

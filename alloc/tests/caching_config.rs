@@ -1,10 +1,12 @@
 //! `AllocatorConfig`: parsing PyTorch's syntax, its errors, and the rounding rule, with numbers
 //! worked out by hand.
 
+use allocview_alloc::caching::CachingAllocator;
 use allocview_alloc::caching::config::{
-    AllocatorConfig, ConfigError, LARGE_BUFFER, ROUNDUP_BUCKETS, SMALL_BUFFER, VALID_KEYS,
-    roundup_bucket, segment_size,
+    AllocatorConfig, AllocatorConfigBuilder, ConfigError, LARGE_BUFFER, ROUNDUP_BUCKETS,
+    SMALL_BUFFER, VALID_KEYS, roundup_bucket, segment_size,
 };
+use allocview_alloc::caching::sim::SimBackend;
 use allocview_alloc::snapshot::Value;
 
 const KIB: u64 = 1 << 10;
@@ -146,6 +148,75 @@ fn max_split_size_below_20_mb_is_an_error() {
 }
 
 #[test]
+fn a_split_size_beyond_every_request_is_an_error_not_a_wrapped_figure() {
+    // 9e12 MiB is about 2^63 bytes: it wrapped to a negative `max_split_size` stat.
+    for s in [
+        "max_split_size_mb:9000000000000",
+        "max_split_size_mb:18446744073709551615",
+        "max_non_split_rounding_mb:17592186044416",
+    ] {
+        let m = err(s);
+        assert!(m.contains("at most 134217728 (128 TiB)"), "{s}: {m}");
+    }
+    let c = AllocatorConfig::parse("max_split_size_mb:134217728").unwrap();
+    let a = CachingAllocator::new(SimBackend::new(1 << 30), c);
+    assert_eq!(a.memory_stats()["max_split_size"], 1 << 47);
+    let e = AllocatorConfig::builder()
+        .max_split_size_mb(u64::MAX)
+        .build()
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains(&format!("\"{}\" for max_split_size_mb", u64::MAX)),
+        "{e}"
+    );
+    assert!(
+        AllocatorConfig::builder()
+            .max_non_split_rounding_mb(1 << 60)
+            .build()
+            .is_err()
+    );
+}
+
+#[test]
+fn the_builder_sets_every_key_the_string_can() {
+    let c = AllocatorConfig::builder()
+        .max_non_split_rounding_mb(40)
+        .release_lock_on_cudamalloc(true)
+        .pinned_num_register_threads(8)
+        .pinned_use_cuda_host_register(true)
+        .pinned_use_background_threads(true)
+        .pinned_reserve_segment_size_mb(64)
+        .graph_capture_record_stream_reuse(true)
+        .build()
+        .unwrap();
+    let s = "max_non_split_rounding_mb:40,release_lock_on_cudamalloc:True,\
+             pinned_num_register_threads:8,pinned_use_cuda_host_register:True,\
+             pinned_use_background_threads:True,pinned_reserve_segment_size_mb:64,\
+             graph_capture_record_stream_reuse:True";
+    assert_eq!(c.source(), s);
+    assert_eq!(AllocatorConfig::parse(s).unwrap(), c);
+    assert!(c.pinned_use_background_threads());
+    assert_eq!(c.pinned_reserve_segment_size_mb(), 64);
+    assert!(c.graph_capture_record_stream_reuse());
+    // The device-only rendering leaves the host keys out.
+    assert_eq!(
+        c.to_conf_string(),
+        "max_non_split_rounding_mb:40,release_lock_on_cudamalloc:True"
+    );
+    assert!(
+        AllocatorConfig::builder()
+            .pinned_num_register_threads(3)
+            .build()
+            .is_err()
+    );
+    assert_eq!(
+        AllocatorConfigBuilder::default().build().unwrap(),
+        AllocatorConfig::default()
+    );
+}
+
+#[test]
 fn threshold_outside_zero_one_is_an_error() {
     for bad in ["0", "1", "1.5", "-0.1", "x"] {
         let m = err(&format!("garbage_collection_threshold:{bad}"));
@@ -266,7 +337,7 @@ const ITEM_FORMS: &str = "is not SIZE_MB:DIVISIONS (e.g. 256:2, or >:8 for every
 
 #[test]
 fn every_parse_error_names_the_setting_as_written_in_plain_words() {
-    let mib = "expected an integer number of MiB, at least 20";
+    let mib = "expected an integer number of MiB, at least 20 and at most 134217728 (128 TiB)";
     let table: Vec<(&str, String)> = vec![
         // No ':' after a name: the whole setting, and what is missing where.
         (

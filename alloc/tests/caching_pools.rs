@@ -223,3 +223,28 @@ fn a_snapshot_shows_one_segment_per_contiguous_mapped_range() {
     assert_eq!(snap.segments.len(), 1);
     assert_eq!(snap.segments[0].total_size, 80 * MIB);
 }
+
+#[test]
+fn an_oom_during_a_capture_names_the_private_pool_and_promises_no_setting() {
+    let (a, _) = allocator_with(100 * MIB, "");
+    // 60 MiB cached in the default large pool; a capture cannot use it, nor free it for a retry.
+    let big = a.malloc(60 * MIB, S0).unwrap();
+    a.free(big).unwrap();
+    a.begin_allocate_to_pool(PoolId(1, 0), |s| s == S1);
+    let e = a.malloc(50 * MIB, S1).unwrap_err();
+    let oom = e.out_of_memory().unwrap();
+    assert_eq!(oom.private_pool, Some(PoolId(1, 0)));
+    assert!(oom.during_capture);
+    assert!(!oom.expandable_segments_would_help());
+    let msg = e.to_string();
+    assert!(msg.contains("stream 1 in private pool (1, 0)"), "{msg}");
+    assert!(
+        msg.contains("Call empty_cache() before the capture"),
+        "{msg}"
+    );
+    assert!(!msg.contains("expandable"), "{msg}");
+    a.end_allocate_to_pool(PoolId(1, 0));
+    // After the capture the same request frees the cache and succeeds.
+    a.release_pool(PoolId(1, 0));
+    assert!(a.malloc(50 * MIB, S0).is_ok());
+}

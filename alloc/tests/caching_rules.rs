@@ -6,7 +6,7 @@ mod builders;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use allocview_alloc::caching::AllocError;
+use allocview_alloc::caching::{AllocError, StreamId};
 use builders::*;
 
 #[test]
@@ -328,6 +328,36 @@ fn empty_cache_waits_for_pending_frees_and_returns_every_whole_segment() {
 }
 
 #[test]
+fn a_pending_free_survives_a_failed_synchronize_and_completes_at_the_next_empty_cache() {
+    let (a, dev) = allocator();
+    let p = a.malloc(4096, S0).unwrap();
+    let q = a.malloc(8192, S0).unwrap();
+    a.record_stream(p, S1).unwrap();
+    a.record_stream(q, S2).unwrap();
+    dev.submit_work(S1);
+    dev.submit_work(S2);
+    a.free(p).unwrap();
+    a.free(q).unwrap();
+    // The wait fails (a device error): the frees stay pending rather than being lost.
+    dev.set_events_never_complete(true);
+    assert!(a.empty_cache().is_err());
+    assert_eq!(cur(&a.device_stats().active), 2, "both frees still pending");
+    dev.set_events_never_complete(false);
+    a.empty_cache().unwrap();
+    let s = a.device_stats();
+    assert_eq!(cur(&s.active), 0);
+    assert_eq!(cur(&s.reserved_bytes), 0);
+    assert_eq!(dev.used(), 0, "the segment went back to the device");
+    check_consistent(&a);
+    drop(a);
+    assert_eq!(
+        dev.live_events(),
+        0,
+        "every event was pooled, and destroyed with the allocator"
+    );
+}
+
+#[test]
 fn a_memory_fraction_refuses_a_segment_without_asking_the_device() {
     let (a, dev) = allocator_with(100 * MIB, "");
     a.set_memory_fraction(0.5).unwrap();
@@ -433,6 +463,64 @@ fn oom_message_names_the_fragmentation_and_the_config_variable() {
     assert!(
         msg.contains("ALLOCVIEW_ALLOC_CONF=expandable_segments:True"),
         "{msg}"
+    );
+}
+
+#[test]
+fn an_oom_message_names_the_segment_a_small_request_needed() {
+    let (a, _) = allocator_with(100 * MIB, "");
+    a.set_memory_fraction(0.01).unwrap();
+    // 100 bytes round to 512 and need a 2 MiB segment, beyond the 1 MiB the fraction allows:
+    // PyTorch says "Tried to allocate 2.00 MiB".
+    let msg = a.malloc(100, S0).unwrap_err().to_string();
+    assert!(
+        msg.contains("could not allocate 512 bytes (100 bytes requested), which needed a new segment of 2.00 MiB"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn an_oom_beyond_the_device_says_no_setting_helps_rather_than_blaming_fragmentation() {
+    let (a, _) = allocator_with(GIB, "");
+    let _p = a.malloc(100, S0).unwrap();
+    let e = a.malloc(2 * GIB, S0).unwrap_err();
+    let oom = e.out_of_memory().unwrap();
+    assert!(!oom.fits_beside_allocated());
+    assert!(!oom.reserved_unallocated_is_large());
+    let msg = e.to_string();
+    assert!(!msg.contains("fragmentation"), "{msg}");
+    assert!(
+        msg.contains("no allocator setting avoids this OOM"),
+        "{msg}"
+    );
+    assert!(msg.contains("or use a larger device"), "{msg}");
+}
+
+#[test]
+fn expandable_segments_are_not_promised_to_help_past_the_memory_fraction() {
+    let (a, _) = allocator_with(100 * MIB, "");
+    // Ten 9 MiB blocks, two per 20 MiB segment; every other one freed: 45 MiB allocated,
+    // 55 MiB cached in 11 MiB pieces.
+    let ps: Vec<_> = (0..10).map(|_| a.malloc(9 * MIB, S0).unwrap()).collect();
+    for p in ps.iter().step_by(2) {
+        a.free(*p).unwrap();
+    }
+    a.set_memory_fraction(0.5).unwrap();
+    // 40 MiB would fit in the 55 MiB cached, but not beside the 45 MiB allocated within 50 MiB.
+    let e = a.malloc(40 * MIB, S0).unwrap_err();
+    let oom = e.out_of_memory().unwrap();
+    assert_eq!(oom.reserved_unallocated, 55 * MIB);
+    assert!(!oom.expandable_segments_would_help());
+    let msg = e.to_string();
+    assert!(!msg.contains("would likely have avoided"), "{msg}");
+    assert!(msg.contains("or raise the memory fraction"), "{msg}");
+    // A request that does fit beside the allocated blocks still gets the hint.
+    let oom = a.malloc(3 * MIB, S1).unwrap_err();
+    assert!(
+        oom.out_of_memory()
+            .unwrap()
+            .expandable_segments_would_help(),
+        "{oom}"
     );
 }
 
@@ -602,4 +690,54 @@ fn with_no_single_oversize_block_large_enough_the_largest_are_freed_until_enough
     assert_eq!((s.num_device_free, s.num_alloc_retries), (2, 0));
     assert_eq!(dev.used(), 90 * MIB);
     check_consistent(&a);
+}
+
+#[test]
+fn dropping_the_allocator_gives_its_cache_back_to_the_device_and_keeps_live_blocks() {
+    for conf in ["", "expandable_segments:True"] {
+        let (a, dev) = allocator_with(GIB, conf);
+        let cached = a.malloc(5 * MIB, S0).unwrap();
+        let pending = a.malloc(100, S0).unwrap();
+        a.free(cached).unwrap();
+        a.record_stream(pending, S1).unwrap();
+        dev.submit_work(S1);
+        a.free(pending).unwrap();
+        drop(a);
+        assert_eq!(dev.used(), 0, "{conf}: cached and pending blocks went back");
+        assert_eq!(
+            dev.live_reservations(),
+            vec![],
+            "{conf}: address ranges released"
+        );
+        assert_eq!(dev.live_events(), 0, "{conf}: events destroyed");
+
+        // A block the program never freed keeps its segment: device work may still use it.
+        let (a, dev) = allocator_with(GIB, conf);
+        let live = a.malloc(30 * MIB, S0).unwrap();
+        let held = a.base_allocation(live).unwrap().1;
+        let p = a.malloc(100, S0).unwrap();
+        a.free(p).unwrap();
+        drop(a);
+        assert_eq!(
+            dev.used(),
+            held,
+            "{conf}: only the live block's memory stays"
+        );
+    }
+}
+
+#[test]
+fn a_free_that_cannot_record_its_stream_event_says_so_and_leaks_no_event() {
+    let (a, dev) = allocator();
+    let p = a.malloc(4096, S0).unwrap();
+    // A stream the device never created: recording the free's event on it fails.
+    a.record_stream(p, StreamId(777)).unwrap();
+    let e = a.free(p).unwrap_err();
+    assert!(e.to_string().contains("unknown stream s777"), "{e}");
+    drop(a);
+    assert_eq!(
+        dev.live_events(),
+        0,
+        "the unrecorded event was pooled and destroyed"
+    );
 }

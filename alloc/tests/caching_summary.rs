@@ -148,6 +148,8 @@ fn an_oom_message_for_one_byte_says_byte_not_bytes() {
         largest_free_block: 0,
         stranded_in_split_segments: 0,
         expandable_segments: false,
+        private_pool: None,
+        during_capture: false,
     };
     let one = oom(1).to_string();
     assert!(one.contains("(1 byte requested)"), "{one}");

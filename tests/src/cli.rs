@@ -18,6 +18,38 @@ pub fn headless_demo(bin: &str, dir: &Path) -> Command {
     c
 }
 
+/// How long [`listening_demo`] waits for the demo's socket.
+pub const LISTEN_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// A headless demo ([`headless_demo`]) in `dir` for `seconds`, serving attach clients on
+/// `dir/demo.sock`, with `extra` arguments too; returned (killed when dropped) once the socket
+/// is there, with the address to attach to.
+///
+/// # Panics
+/// The demo does not start, or opens no socket within [`LISTEN_WAIT`].
+pub fn listening_demo(
+    bin: &str,
+    dir: &Path,
+    seconds: &str,
+    extra: &[&str],
+) -> (crate::tmux::Child, String) {
+    let sock = dir.join("demo.sock");
+    let addr = format!("unix:{}", sock.display());
+    let child = headless_demo(bin, dir)
+        .args(["--seconds", seconds, "--listen", &addr])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the demo");
+    let child = crate::tmux::Child(child);
+    assert!(
+        wait_for_path(&sock, LISTEN_WAIT),
+        "the demo opened no socket"
+    );
+    (child, addr)
+}
+
 /// The JSON document `out` printed on stdout, after checking that the command succeeded (its
 /// stderr, or stdout that does not parse, is the failure's message).
 pub fn json_of_success(out: &Output) -> serde_json::Value {

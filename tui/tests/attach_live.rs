@@ -21,21 +21,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_allocview");
 /// A headless demo in `dir` serving attach clients on `dir/demo.sock`, running `extra` too;
 /// returns it once the socket is there, and the address.
 fn demo(dir: &Path, extra: &[&str]) -> (Child, String) {
-    let sock = dir.join("demo.sock");
-    let addr = format!("unix:{}", sock.display());
-    let child = allocview_tests::cli::headless_demo(BIN, dir)
-        .args(["--seconds", "300", "--listen", &addr])
-        .args(extra)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start the demo");
-    let child = Child(child);
-    assert!(
-        allocview_tests::cli::wait_for_path(&sock, WAIT),
-        "the demo opened no socket"
-    );
-    (child, addr)
+    allocview_tests::cli::listening_demo(BIN, dir, "300", extra)
 }
 
 /// The dashboard attached to `addr`, at 80x24, once it shows the live state.

@@ -134,6 +134,47 @@ fn an_agent_that_ticks_slower_than_the_stall_wait_is_not_said_stalled_between_it
 }
 
 #[test]
+fn a_restarted_slow_ticking_agent_is_not_said_stalled_before_its_updates_are_measured() {
+    // A new process at the same address: the old process's intervals are no measure of the
+    // new one's, but its hello says how often updates come, so the quiet before its first
+    // updates (300 ms, over this source's 100 ms stall wait) is no stall.
+    let slow = Duration::from_millis(300);
+    let dir = tempfile::tempdir().unwrap();
+    let addr = format!("unix:{}", dir.path().join("agent.sock").display());
+    let start = || {
+        Agent::builder()
+            .listen(addr.clone())
+            .dump_dir(dir.path().join("dumps"))
+            .tick(slow)
+            .spawn()
+            .unwrap()
+    };
+    let first = start();
+    let mut src = AttachSource::connect(&addr, None)
+        .unwrap()
+        .with_stall_after(Duration::from_millis(100));
+    let mut state = State::default();
+    src.poll(&mut state).unwrap();
+    first.shutdown();
+    poll_until(&mut src, &mut state, |s| {
+        matches!(s.mode, Mode::Reconnecting(_))
+    });
+    let second = start();
+    poll_until(&mut src, &mut state, |s| s.mode == Mode::Live);
+    let end = Instant::now() + slow * 4;
+    while Instant::now() < end {
+        src.poll(&mut state).unwrap();
+        assert!(
+            !matches!(state.mode, Mode::Stalled(_)),
+            "said stalled between the new process's first ticks: {:?}",
+            state.status
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    second.shutdown();
+}
+
+#[test]
 fn paused_a_reconnect_to_a_restarted_process_leaves_the_figures_shown_until_the_resume() {
     use allocview_alloc::caching::backend::StreamId;
     use allocview_alloc::caching::sim::SimBackend;

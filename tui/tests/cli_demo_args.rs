@@ -164,16 +164,11 @@ fn the_headless_demo_reports_oom_dumps_that_could_not_be_written() {
 #[test]
 fn the_headless_attach_line_counts_dropped_events_and_resyncs() {
     let dir = tempfile::tempdir().unwrap();
-    let sock = dir.path().join("demo.sock");
-    let addr = format!("unix:{}", sock.display());
-    // Killed when dropped, whether the test passes or not.
-    let _demo = allocview_tests::tmux::Child(
-        headless_demo(env!("CARGO_BIN_EXE_allocview"), dir.path())
-            .args(["--seconds", "30", "--listen", &addr])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
+    let (_demo, addr) = allocview_tests::cli::listening_demo(
+        env!("CARGO_BIN_EXE_allocview"),
+        dir.path(),
+        "30",
+        &[],
     );
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     let line = loop {

@@ -488,28 +488,23 @@ fn demo_report_and_attach_state_json_name_their_format_and_version_first() {
     // `stats`: keyed by stat name.
     keys_match_docs(&report, &["## `demo --headless --json`"], &["stats"]);
 
-    let sock = dir.path().join("demo.sock");
-    let addr = format!("unix:{}", sock.display());
-    let mut demo = Command::new(env!("CARGO_BIN_EXE_allocview"))
-        .current_dir(dir.path())
-        .args(["demo", "--headless", "--seconds", "60", "--listen", &addr])
-        .env("ALLOCVIEW_DUMP_DIR", dir.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let (demo, addr) = allocview_tests::cli::listening_demo(
+        env!("CARGO_BIN_EXE_allocview"),
+        dir.path(),
+        "60",
+        &[],
+    );
     let deadline = Instant::now() + ATTACH_WAIT;
     let once = loop {
         let o = allocview(&["--attach", &addr, "--headless", "--once", "--json"]);
         if o.status.success() {
             break o;
         }
-        if Instant::now() >= deadline {
-            let _ = demo.kill();
-            let _ = demo.wait();
-            panic!("the demo never served: {}", stderr(&o));
-        }
+        assert!(
+            Instant::now() < deadline,
+            "the demo never served: {}",
+            stderr(&o)
+        );
         std::thread::sleep(Duration::from_millis(100));
     };
     // The stream: one compact state per line, the two fields first.
@@ -527,8 +522,7 @@ fn demo_report_and_attach_state_json_name_their_format_and_version_first() {
     );
     let _ = stream.kill();
     let _ = stream.wait();
-    let _ = demo.kill();
-    let _ = demo.wait();
+    drop(demo);
     read.unwrap();
     let protocol = allocview_agent::protocol::PROTOCOL_VERSION;
     assert!(

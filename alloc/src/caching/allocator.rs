@@ -108,6 +108,8 @@
 //! - Cross-stream events are processed per stream in stream order (PyTorch walks a hash map).
 //! - `empty_cache` also gives back expandable address ranges left wholly unmapped by a failed
 //!   expansion (PyTorch keeps them for reuse).
+//! - Dropping a `CachingAllocator` gives its cache back to the device (see its `Drop`);
+//!   PyTorch's allocator lives as long as the process.
 //! - `begin_allocate_to_pool` on a pool already recording replaces its stream filter, and
 //!   `end_allocate_to_pool` / `release_pool` on unknown pools are ignored with a warning,
 //!   where PyTorch raises.
@@ -242,6 +244,11 @@ impl<B: DeviceBackend> CachingAllocator<B> {
 
     /// Allocates `size` bytes for use on `stream`.
     ///
+    /// A request of 0 bytes gets a 512-byte block, as every request below 512 does (PyTorch's
+    /// front end answers 0 bytes with a null pointer without calling its allocator, so its
+    /// traces hold no such request). [`malloc_owned`](Self::malloc_owned) returns a block
+    /// that frees itself.
+    ///
     /// # Errors
     /// [`AllocError::OutOfMemory`] when no cached block fits and the device has no room even
     /// after the cache is freed (OOM observers have been called); [`AllocError::Device`] for
@@ -298,6 +305,10 @@ impl<B: DeviceBackend> CachingAllocator<B> {
     }
 
     /// Notes that `stream` uses the block at `ptr`: its free will wait for the stream's work.
+    ///
+    /// The stream is not checked here: the free records an event on it, and a stream the
+    /// device does not know fails that free with [`AllocError::Device`], leaving the block
+    /// neither allocated nor cached (as in PyTorch, where the free throws).
     ///
     /// # Errors
     /// [`AllocError::InvalidPointer`] when `ptr` is not an allocated block.
@@ -416,6 +427,12 @@ impl<B: DeviceBackend> CachingAllocator<B> {
     /// The segments (sorted by address), this device's trace, the settings, and the device's
     /// total memory and trace overflow. Records a `snapshot` trace entry (seen in the next
     /// snapshot's trace, as in PyTorch).
+    ///
+    /// To write it as a file that `allocview open` / `summary` and PyTorch's own viewers read,
+    /// use the agent crate's `allocview_agent::snapshot_file::save(path, &snapshot, format)`
+    /// (`FileFormat::Pickle`, as `torch.cuda.memory._dump_snapshot` writes, or
+    /// `FileFormat::Json`). The serde form of [`Snapshot`] is the data model, not that file
+    /// format: `allocview` refuses it ("not an allocview snapshot").
     pub fn snapshot(&self) -> Snapshot {
         self.snapshot_and(|_| ()).0
     }
@@ -591,10 +608,28 @@ impl<B: DeviceBackend> CachingAllocator<B> {
     }
 }
 
+/// Dropping the allocator publishes the events it gathered, then gives the device back what
+/// no block holds: it completes pending frees (waiting for their streams), returns every cached
+/// segment and unmaps free pages ([`empty_cache`](CachingAllocator::empty_cache), unpublished:
+/// the sink is let go first), releases the address ranges of expandable segments left with
+/// nothing mapped, and destroys its events. Segments that still hold blocks the program never
+/// freed stay on the device (work queued on it may still use them), as does everything while a
+/// graph capture is under way. A device error on the way is logged, not raised.
 impl<B: DeviceBackend> Drop for CachingAllocator<B> {
     fn drop(&mut self) {
         let st = self.state.get_mut();
-        st.flush_batch();
+        st.set_sink(None);
+        if st.captures.is_empty() {
+            st.begin_call(None);
+            let released = st.release_cached_blocks(&self.backend, None);
+            st.end_call();
+            if let Err(e) = released {
+                tracing::warn!(error = %e, "dropping a caching allocator: releasing its cache failed");
+            }
+            if let Err(e) = st.release_unmapped_address_ranges(&self.backend) {
+                tracing::warn!(error = %e, "dropping a caching allocator: releasing an address range failed");
+            }
+        }
         st.destroy_events(&self.backend);
     }
 }

@@ -15,6 +15,7 @@
 
 use std::fmt;
 
+use crate::caching::allocator::MAX_REQUEST;
 use crate::snapshot::Value;
 
 /// Smallest block: every request rounds up to a multiple of this (PyTorch's `kMinBlockSize`).
@@ -39,6 +40,10 @@ const FIRST_BUCKET_LOG2: u32 = 20;
 const MIB: u64 = 1 << 20;
 /// Smallest accepted `max_split_size_mb` and `max_non_split_rounding_mb` (the large buffer, 20).
 pub const MIN_SPLIT_SIZE_MB: u64 = LARGE_BUFFER / MIB;
+/// Largest accepted `max_split_size_mb` and `max_non_split_rounding_mb`: [`MAX_REQUEST`]
+/// (128 TiB) in MiB. Every request is below it, so a larger value could change nothing, and
+/// its byte count still fits the `max_split_size` figure of `memory_stats()` (an `i64`).
+pub const MAX_SPLIT_SIZE_MB: u64 = MAX_REQUEST / MIB;
 /// Largest accepted `pinned_num_register_threads` (PyTorch's `pinned_max_register_threads`).
 pub const MAX_PINNED_REGISTER_THREADS: u64 = 128;
 /// Environment variable read first by [`AllocatorConfig::from_env`].
@@ -157,7 +162,8 @@ fn quoted_item(item: &str) -> String {
 }
 
 /// Expected forms, named once.
-const EXPECT_SPLIT_MB: &str = "an integer number of MiB, at least 20";
+const EXPECT_SPLIT_MB: &str =
+    "an integer number of MiB, at least 20 and at most 134217728 (128 TiB)";
 const EXPECT_THRESHOLD: &str = "a number strictly between 0 and 1";
 const EXPECT_BOOL: &str = "True or False";
 const EXPECT_DIVISIONS: &str = "0 or a power of two, either one value (roundup_power2_divisions:4) \
@@ -231,6 +237,8 @@ impl AllocatorConfig {
     pub fn builder() -> AllocatorConfigBuilder {
         AllocatorConfigBuilder {
             config: AllocatorConfig::default(),
+            max_split_size_mb: None,
+            max_non_split_rounding_mb: None,
         }
     }
 
@@ -271,17 +279,11 @@ impl AllocatorConfig {
             match key.as_str() {
                 "max_split_size_mb" => {
                     let mb = p.integer(&key, EXPECT_SPLIT_MB)?;
-                    if mb < MIN_SPLIT_SIZE_MB {
-                        return Err(invalid(&key, mb.to_string(), EXPECT_SPLIT_MB));
-                    }
-                    c.max_split_size = Some(mb_to_bytes(mb));
+                    c.max_split_size = Some(split_mb_to_bytes(&key, mb)?);
                 }
                 "max_non_split_rounding_mb" => {
                     let mb = p.integer(&key, EXPECT_SPLIT_MB)?;
-                    if mb < MIN_SPLIT_SIZE_MB {
-                        return Err(invalid(&key, mb.to_string(), EXPECT_SPLIT_MB));
-                    }
-                    c.max_non_split_rounding = mb_to_bytes(mb);
+                    c.max_non_split_rounding = split_mb_to_bytes(&key, mb)?;
                 }
                 "garbage_collection_threshold" => {
                     let word = p.value(&key, EXPECT_THRESHOLD)?;
@@ -423,6 +425,21 @@ impl AllocatorConfig {
         self.pinned_use_cuda_host_register
     }
 
+    /// `pinned_use_background_threads` (host allocator setting; no effect here).
+    pub fn pinned_use_background_threads(&self) -> bool {
+        self.pinned_use_background_threads
+    }
+
+    /// `pinned_reserve_segment_size_mb` (host allocator setting, 0 when unset; no effect here).
+    pub fn pinned_reserve_segment_size_mb(&self) -> u64 {
+        self.pinned_reserve_segment_size_mb
+    }
+
+    /// `graph_capture_record_stream_reuse` (accepted and reported; no effect here).
+    pub fn graph_capture_record_stream_reuse(&self) -> bool {
+        self.graph_capture_record_stream_reuse
+    }
+
     /// The string this config was parsed from (or rendered from the builder's settings).
     pub fn source(&self) -> &str {
         &self.source
@@ -474,8 +491,29 @@ impl AllocatorConfig {
         ]
     }
 
-    /// Renders the non-default settings in PyTorch's syntax (parsing it gives this config back).
+    /// Renders the non-default settings that drive the device allocator in PyTorch's syntax:
+    /// parsing it gives a config that allocates the same way. The host allocator's `pinned_*`
+    /// keys and `graph_capture_record_stream_reuse`, which change nothing here, are left out,
+    /// so two configs that behave alike render alike; [`source`](Self::source) keeps the
+    /// string as given. (`==` compares every setting and the source text too.)
+    ///
+    /// # Examples
+    /// ```
+    /// use allocview_alloc::caching::AllocatorConfig;
+    ///
+    /// let c = AllocatorConfig::parse(" expandable_segments : True, pinned_num_register_threads:8")
+    ///     .unwrap();
+    /// assert_eq!(c.to_conf_string(), "expandable_segments:True");
+    /// assert_eq!(c.pinned_num_register_threads(), 8);
+    /// let again = AllocatorConfig::parse(&c.to_conf_string()).unwrap();
+    /// assert_eq!(again.to_conf_string(), c.to_conf_string());
+    /// ```
     pub fn to_conf_string(&self) -> String {
+        self.device_conf_parts().join(",")
+    }
+
+    /// The `KEY:VALUE` items of [`to_conf_string`](Self::to_conf_string).
+    fn device_conf_parts(&self) -> Vec<String> {
         let mut parts: Vec<String> = Vec::new();
         if let Some(m) = self.max_split_size {
             parts.push(format!("max_split_size_mb:{}", m / MIB));
@@ -504,7 +542,43 @@ impl AllocatorConfig {
         if self.release_lock_on_cudamalloc {
             parts.push("release_lock_on_cudamalloc:True".into());
         }
-        parts.join(",")
+        parts
+    }
+
+    /// The non-default settings [`to_conf_string`](Self::to_conf_string) leaves out, as
+    /// `KEY:VALUE` items.
+    fn host_conf_parts(&self) -> Vec<String> {
+        let d = AllocatorConfig::default();
+        let flag = |key: &str, on: bool| on.then(|| format!("{key}:True"));
+        [
+            (self.pinned_num_register_threads != d.pinned_num_register_threads).then(|| {
+                format!(
+                    "pinned_num_register_threads:{}",
+                    self.pinned_num_register_threads
+                )
+            }),
+            flag(
+                "pinned_use_cuda_host_register",
+                self.pinned_use_cuda_host_register,
+            ),
+            flag(
+                "pinned_use_background_threads",
+                self.pinned_use_background_threads,
+            ),
+            (self.pinned_reserve_segment_size_mb != d.pinned_reserve_segment_size_mb).then(|| {
+                format!(
+                    "pinned_reserve_segment_size_mb:{}",
+                    self.pinned_reserve_segment_size_mb
+                )
+            }),
+            flag(
+                "graph_capture_record_stream_reuse",
+                self.graph_capture_record_stream_reuse,
+            ),
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
     }
 }
 
@@ -533,8 +607,14 @@ fn roundup_power2_next_division(size: u64, divisions: u64) -> u64 {
     }
 }
 
-fn mb_to_bytes(mb: u64) -> u64 {
-    mb.saturating_mul(MIB)
+/// A `max_split_size_mb` / `max_non_split_rounding_mb` value in bytes, once checked to be
+/// within [`MIN_SPLIT_SIZE_MB`]..=[`MAX_SPLIT_SIZE_MB`].
+fn split_mb_to_bytes(key: &str, mb: u64) -> Result<u64, ConfigError> {
+    if (MIN_SPLIT_SIZE_MB..=MAX_SPLIT_SIZE_MB).contains(&mb) {
+        Ok(mb * MIB)
+    } else {
+        Err(invalid(key, mb.to_string(), EXPECT_SPLIT_MB))
+    }
 }
 
 fn invalid(key: &str, value: String, expected: &'static str) -> ConfigError {
@@ -802,23 +882,53 @@ impl Parser<'_> {
     }
 }
 
-/// Typed setters for an [`AllocatorConfig`]; [`build`](Self::build) checks the same rules as
-/// [`AllocatorConfig::parse`].
+/// Typed setters for an [`AllocatorConfig`], one per key of the settings string;
+/// [`build`](Self::build) checks the same rules as [`AllocatorConfig::parse`].
+///
+/// # Examples
+/// ```
+/// use allocview_alloc::caching::AllocatorConfig;
+///
+/// let c = AllocatorConfig::builder()
+///     .max_split_size_mb(256)
+///     .expandable_segments(true)
+///     .pinned_num_register_threads(8)
+///     .build()
+///     .unwrap();
+/// assert_eq!(c.max_split_size(), Some(256 << 20));
+/// assert_eq!(c.source(), "max_split_size_mb:256,expandable_segments:True,pinned_num_register_threads:8");
+/// // The same settings as the string, which also parses back to them.
+/// assert_eq!(AllocatorConfig::parse(c.source()).unwrap(), c);
+/// // Out-of-range values are the same errors as in a string.
+/// let e = AllocatorConfig::builder().max_split_size_mb(10).build().unwrap_err();
+/// assert!(e.to_string().contains("max_split_size_mb"));
+/// ```
 #[derive(Debug, Clone)]
 pub struct AllocatorConfigBuilder {
     config: AllocatorConfig,
+    /// `max_split_size_mb` as given (checked, then turned into bytes, by `build`).
+    max_split_size_mb: Option<u64>,
+    /// `max_non_split_rounding_mb` as given.
+    max_non_split_rounding_mb: Option<u64>,
+}
+
+/// The builder from PyTorch's defaults, as [`AllocatorConfig::builder`].
+impl Default for AllocatorConfigBuilder {
+    fn default() -> Self {
+        AllocatorConfig::builder()
+    }
 }
 
 impl AllocatorConfigBuilder {
-    /// `max_split_size_mb` (at least 20).
+    /// `max_split_size_mb` (at least 20, at most [`MAX_SPLIT_SIZE_MB`]).
     pub fn max_split_size_mb(mut self, mb: u64) -> Self {
-        self.config.max_split_size = Some(mb_to_bytes(mb));
+        self.max_split_size_mb = Some(mb);
         self
     }
 
-    /// `max_non_split_rounding_mb` (at least 20).
+    /// `max_non_split_rounding_mb` (at least 20, at most [`MAX_SPLIT_SIZE_MB`]).
     pub fn max_non_split_rounding_mb(mut self, mb: u64) -> Self {
-        self.config.max_non_split_rounding = mb_to_bytes(mb);
+        self.max_non_split_rounding_mb = Some(mb);
         self
     }
 
@@ -852,27 +962,50 @@ impl AllocatorConfigBuilder {
         self
     }
 
-    /// Checks the settings and returns the config.
+    /// `pinned_num_register_threads` (a power of two, at most
+    /// [`MAX_PINNED_REGISTER_THREADS`]; host allocator setting, no effect here).
+    pub fn pinned_num_register_threads(mut self, n: u64) -> Self {
+        self.config.pinned_num_register_threads = n;
+        self
+    }
+
+    /// `pinned_use_cuda_host_register` (host allocator setting, no effect here).
+    pub fn pinned_use_cuda_host_register(mut self, on: bool) -> Self {
+        self.config.pinned_use_cuda_host_register = on;
+        self
+    }
+
+    /// `pinned_use_background_threads` (host allocator setting, no effect here).
+    pub fn pinned_use_background_threads(mut self, on: bool) -> Self {
+        self.config.pinned_use_background_threads = on;
+        self
+    }
+
+    /// `pinned_reserve_segment_size_mb` (0, the default, leaves it unset; host allocator
+    /// setting, no effect here).
+    pub fn pinned_reserve_segment_size_mb(mut self, mb: u64) -> Self {
+        self.config.pinned_reserve_segment_size_mb = mb;
+        self
+    }
+
+    /// `graph_capture_record_stream_reuse` (accepted and reported; no effect here).
+    pub fn graph_capture_record_stream_reuse(mut self, on: bool) -> Self {
+        self.config.graph_capture_record_stream_reuse = on;
+        self
+    }
+
+    /// Checks the settings and returns the config, whose [`source`](AllocatorConfig::source)
+    /// is the settings in PyTorch's syntax.
     ///
     /// # Errors
     /// [`ConfigError::InvalidValue`] naming the first setting out of range.
     pub fn build(self) -> Result<AllocatorConfig, ConfigError> {
         let mut c = self.config;
-        if let Some(m) = c.max_split_size
-            && m < LARGE_BUFFER
-        {
-            return Err(invalid(
-                "max_split_size_mb",
-                (m / MIB).to_string(),
-                EXPECT_SPLIT_MB,
-            ));
+        if let Some(mb) = self.max_split_size_mb {
+            c.max_split_size = Some(split_mb_to_bytes("max_split_size_mb", mb)?);
         }
-        if c.max_non_split_rounding < LARGE_BUFFER {
-            return Err(invalid(
-                "max_non_split_rounding_mb",
-                (c.max_non_split_rounding / MIB).to_string(),
-                EXPECT_SPLIT_MB,
-            ));
+        if let Some(mb) = self.max_non_split_rounding_mb {
+            c.max_non_split_rounding = split_mb_to_bytes("max_non_split_rounding_mb", mb)?;
         }
         let t = c.garbage_collection_threshold;
         if t != 0.0 && !(t > 0.0 && t < 1.0) {
@@ -893,7 +1026,17 @@ impl AllocatorConfigBuilder {
                 EXPECT_DIVISIONS,
             ));
         }
-        c.source = c.to_conf_string();
+        let n = c.pinned_num_register_threads;
+        if !n.is_power_of_two() || n > MAX_PINNED_REGISTER_THREADS {
+            return Err(invalid(
+                "pinned_num_register_threads",
+                n.to_string(),
+                EXPECT_THREADS,
+            ));
+        }
+        let mut parts = c.device_conf_parts();
+        parts.extend(c.host_conf_parts());
+        c.source = parts.join(",");
         Ok(c)
     }
 }

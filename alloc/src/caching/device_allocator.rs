@@ -852,6 +852,8 @@ impl DeviceCachingAllocator {
             largest_free_block: self.largest_free_block(),
             stranded_in_split_segments: all_current(&self.stats.inactive_split_bytes).max(0) as u64,
             expandable_segments: self.config.expandable_segments(),
+            private_pool: self.pools[p.pool as usize].owner,
+            during_capture: !self.captures.is_empty(),
         };
         let info = OomInfo {
             device: self.device,
@@ -1566,7 +1568,11 @@ impl DeviceCachingAllocator {
         let streams = std::mem::take(&mut self.arena[id].stream_uses);
         for s in streams {
             let ev = self.get_event(be)?;
-            be.record_event(ev, s)?;
+            if let Err(e) = be.record_event(ev, s) {
+                // Not recorded: the event goes back to the pool rather than being lost.
+                self.event_pool.push(ev);
+                return Err(e.into());
+            }
             self.arena[id].event_count += 1;
             self.events.entry(s).or_default().push_back((ev, id));
             self.pending_events += 1;
@@ -1655,6 +1661,10 @@ impl DeviceCachingAllocator {
     }
 
     /// PyTorch's `synchronize_and_free_events`: wait for every outstanding event.
+    ///
+    /// An event leaves its queue only once waited for: when a wait fails, it and the events
+    /// after it stay pending (their blocks are not lost), for the next `malloc`, `empty_cache`
+    /// or retry.
     fn synchronize_and_free_events<B: DeviceBackend>(
         &mut self,
         be: &B,
@@ -1663,17 +1673,24 @@ impl DeviceCachingAllocator {
         self.stats.num_sync_all_streams += 1;
         self.emit_plain(EventAction::SyncAllStreams, StreamId::DEFAULT);
         self.insert_events_deferred_until_no_capture(be, context)?;
-        let events = std::mem::take(&mut self.events);
-        for (_, queue) in events {
-            for (ev, id) in queue {
-                be.synchronize_event(ev)?;
-                self.pending_events -= 1;
-                self.event_pool.push(ev);
-                let b = &mut self.arena[id];
-                b.event_count -= 1;
-                if b.event_count == 0 {
-                    self.free_block(id, EventAction::FreeCompleted, context);
+        while let Some((stream, ev, id)) = self
+            .events
+            .iter()
+            .find_map(|(s, q)| q.front().map(|&(ev, id)| (*s, ev, id)))
+        {
+            be.synchronize_event(ev)?;
+            if let Some(queue) = self.events.get_mut(&stream) {
+                queue.pop_front();
+                if queue.is_empty() {
+                    self.events.remove(&stream);
                 }
+            }
+            self.pending_events -= 1;
+            self.event_pool.push(ev);
+            let b = &mut self.arena[id];
+            b.event_count -= 1;
+            if b.event_count == 0 {
+                self.free_block(id, EventAction::FreeCompleted, context);
             }
         }
         Ok(())

@@ -3,6 +3,7 @@
 use std::fmt;
 
 use crate::caching::backend::{DeviceError, DevicePtr, StreamId};
+use crate::caching::pool::PoolId;
 
 /// Why an allocator call failed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -65,22 +66,49 @@ pub struct OutOfMemory {
     pub stranded_in_split_segments: u64,
     /// Whether the allocator already uses expandable segments.
     pub expandable_segments: bool,
+    /// The private pool the request went to (a graph capture's,
+    /// [`begin_allocate_to_pool`](crate::caching::CachingAllocator::begin_allocate_to_pool)):
+    /// only that pool's cached blocks could serve it.
+    pub private_pool: Option<PoolId>,
+    /// Whether a graph capture was under way: the allocator then does not free its cache and
+    /// retry (PyTorch's rule), so memory cached for other pools stayed out of reach.
+    pub during_capture: bool,
 }
 
 impl OutOfMemory {
     /// Whether `reserved - allocated` is large enough to be worth a fragmentation hint: at least
-    /// the rounded request, or a quarter of everything reserved.
+    /// the rounded request, or a quarter of everything reserved; and the request could fit at
+    /// all (see [`fits_beside_allocated`](Self::fits_beside_allocated)).
     pub fn reserved_unallocated_is_large(&self) -> bool {
         self.reserved_unallocated > 0
+            && !self.during_capture
+            && self.fits_beside_allocated()
             && (self.reserved_unallocated >= self.rounded
                 || self.reserved_unallocated >= self.reserved / LARGE_UNALLOCATED_FRACTION)
     }
 
     /// Whether the memory cached but unallocated would have covered the request had it been one
-    /// contiguous range: then expandable segments (which map pages into one growing range and
-    /// unmap free pages) would likely have avoided this OOM.
+    /// contiguous range, within the memory fraction's limit: then expandable segments (which
+    /// map pages into one growing range and unmap free pages) would likely have avoided this
+    /// OOM.
     pub fn expandable_segments_would_help(&self) -> bool {
-        !self.expandable_segments && self.reserved_unallocated >= self.rounded
+        !self.expandable_segments
+            && !self.during_capture
+            && self.reserved_unallocated >= self.rounded
+            && self.fits_beside_allocated()
+    }
+
+    /// What this allocator may hold at most: the memory fraction's limit when one is set, else
+    /// the device's total memory.
+    pub fn limit(&self) -> u64 {
+        self.allowed_max.unwrap_or(self.device_total)
+    }
+
+    /// Whether the request fits beside the allocated blocks within [`limit`](Self::limit). When
+    /// it does not, no arrangement of the cache avoids the OOM: blocks must be freed, or the
+    /// limit raised.
+    pub fn fits_beside_allocated(&self) -> bool {
+        self.allocated.saturating_add(self.rounded) <= self.limit()
     }
 }
 
@@ -91,13 +119,28 @@ impl fmt::Display for OutOfMemory {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "out of device memory: could not allocate {} ({} {} requested) on device {} \
-             stream {}. The device holds {} in total and reports {} free",
+            "out of device memory: could not allocate {} ({} {} requested)",
             format_size(self.rounded),
             self.requested,
             if self.requested == 1 { "byte" } else { "bytes" },
+        )?;
+        // PyTorch's "Tried to allocate" figure: the segment a request needs from the device.
+        if self.segment_size != self.rounded {
+            write!(
+                f,
+                ", which needed a new segment of {}",
+                format_size(self.segment_size)
+            )?;
+        }
+        write!(
+            f,
+            " on device {} stream {}{}. The device holds {} in total and reports {} free",
             self.device,
             self.stream.0,
+            match self.private_pool {
+                Some(pool) => format!(" in private pool {pool}"),
+                None => String::new(),
+            },
             format_size(self.device_total),
             format_size(self.device_free),
         )?;
@@ -119,7 +162,32 @@ impl fmt::Display for OutOfMemory {
             format_size(self.largest_free_block),
             format_size(self.stranded_in_split_segments),
         )?;
-        if self.reserved_unallocated_is_large() && !self.expandable_segments {
+        if !self.fits_beside_allocated() {
+            write!(
+                f,
+                " The request does not fit beside the allocated blocks in the {} {} \
+                 ({} left): no allocator setting avoids this OOM; free memory{}.",
+                format_size(self.limit()),
+                if self.allowed_max.is_some() {
+                    "the memory fraction allows"
+                } else {
+                    "of the device"
+                },
+                format_size(self.limit().saturating_sub(self.allocated)),
+                if self.allowed_max.is_some() {
+                    " or raise the memory fraction"
+                } else {
+                    " or use a larger device"
+                },
+            )?;
+        } else if self.during_capture {
+            write!(
+                f,
+                " A graph capture is under way (begin_allocate_to_pool), so the allocator did not \
+                 free its cache and retry: memory cached for other pools stayed out of reach. \
+                 Call empty_cache() before the capture to give it back to the device."
+            )?;
+        } else if self.reserved_unallocated_is_large() && !self.expandable_segments {
             write!(
                 f,
                 " Much reserved memory is unallocated, a sign of fragmentation: try \

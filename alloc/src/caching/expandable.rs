@@ -43,6 +43,11 @@ impl ExpandableSegment {
         })
     }
 
+    /// Whether no page is mapped.
+    pub(crate) fn is_unmapped(&self) -> bool {
+        self.mapped.is_empty()
+    }
+
     /// Size of the reserved range.
     pub(crate) fn size(&self) -> u64 {
         self.max_pages * self.page

@@ -2,12 +2,13 @@
 //! `--headless --once --json`, the first full state received, as JSON (text: a line per device
 //! and one for the host heap).
 
+use std::collections::{HashMap, HashSet};
 use std::io::{IsTerminal as _, Write as _};
 use std::time::{Duration, Instant};
 
 use allocview_agent::client::{self, AttachClient, ClientError, ClientUpdate, SocketDiscovery};
 use allocview_agent::server::{ADDR_ENV, TOKEN_ENV, default_socket_dir};
-use allocview_agent::state::{HostState, PipelineStats};
+use allocview_agent::state::{AgentState, HostState, PipelineStats};
 use anyhow::Context as _;
 
 use crate::app::{self, App};
@@ -188,6 +189,7 @@ fn headless(addr: &str, token: Option<String>, cli: &Cli) -> anyhow::Result<()> 
     }
     let mut last = Instant::now() - HEADLESS_LINE_EVERY;
     let mut stall = StallWatch::new();
+    let mut cursor = StreamCursor::default();
     loop {
         match c.next_update(HEADLESS_LINE_EVERY) {
             Ok(ClientUpdate::Full) | Ok(ClientUpdate::Update) => {
@@ -197,9 +199,8 @@ fn headless(addr: &str, token: Option<String>, cli: &Cli) -> anyhow::Result<()> 
                 if last.elapsed() >= HEADLESS_LINE_EVERY {
                     last = Instant::now();
                     if cli.json {
-                        output::print(
-                            &Versioned::new(JSON_FORMAT, JSON_VERSION, c.state()).line()?,
-                        )?;
+                        let line = cursor.next_line(c.state());
+                        output::print(&Versioned::new(JSON_FORMAT, JSON_VERSION, &line).line()?)?;
                     } else {
                         print_line(&c)?;
                     }
@@ -216,6 +217,54 @@ fn headless(addr: &str, token: Option<String>, cli: &Cli) -> anyhow::Result<()> 
             }
             Err(e) => return Err(e.into()),
         }
+    }
+}
+
+/// One line of the `--attach --headless --json` stream: the state, with `since_ns`.
+#[derive(Debug, serde::Serialize)]
+struct StreamLine {
+    /// The previous line's `time_ns` (`None` on the first line): `recent`, `contexts` and
+    /// `timeline` hold only what came after it.
+    since_ns: Option<u64>,
+    #[serde(flatten)]
+    state: AgentState,
+}
+
+/// What the stream has printed, so that each line carries the events and usage samples that
+/// came since the previous one rather than the client's whole window again (the demo's state
+/// is about 250 KB, 190 KB of it the last 1,024 events: a line a second repeated them).
+#[derive(Debug, Default)]
+struct StreamCursor {
+    /// The previous line's `time_ns`.
+    since_ns: Option<u64>,
+    /// Per device: the last event printed (its `seq`), and the time of the last usage sample
+    /// printed (that sample is printed again: a window's figures rise until it closes).
+    printed: HashMap<i32, (Option<u64>, Option<u64>)>,
+}
+
+impl StreamCursor {
+    /// The next line for `state`: the first is the whole state.
+    fn next_line(&mut self, state: &AgentState) -> StreamLine {
+        let mut state = state.clone();
+        for d in &mut state.devices {
+            let (seq, sample) = self.printed.entry(d.device).or_default();
+            if let Some(seq) = *seq {
+                d.recent.retain(|e| e.seq > seq);
+            }
+            if let Some(t) = *sample {
+                d.timeline.retain(|s| s.time_ns >= t);
+            }
+            let used: HashSet<u32> = d.recent.iter().map(|e| e.context).collect();
+            d.contexts.retain(|c| used.contains(&c.id));
+            *seq = d.recent.last().map(|e| e.seq).or(*seq);
+            *sample = d.timeline.last().map(|s| s.time_ns).or(*sample);
+        }
+        let line = StreamLine {
+            since_ns: self.since_ns,
+            state,
+        };
+        self.since_ns = Some(line.state.time_ns);
+        line
     }
 }
 

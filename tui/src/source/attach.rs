@@ -265,9 +265,11 @@ impl AttachSource {
     }
 
     /// How long without an update counts as a stall: [`STALL_AFTER`], or `STALL_TICKS` (5) of
-    /// the observed interval for an agent seen to tick slower.
+    /// the agent's update interval where it ticks slower: the interval its hello said, or the
+    /// one observed where that is longer.
     fn stall_after(&self) -> Duration {
-        let slow = self.interval().map_or(Duration::ZERO, |i| {
+        let said = self.client.as_ref().and_then(AttachClient::update_interval);
+        let slow = self.interval().max(said).map_or(Duration::ZERO, |i| {
             i.mul_f64(STALL_TICKS).min(MAX_STALL_AFTER)
         });
         self.stall_floor.max(slow)

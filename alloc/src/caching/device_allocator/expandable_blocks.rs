@@ -280,6 +280,20 @@ impl DeviceCachingAllocator {
         self.insert_into_blocks(pid);
     }
 
+    /// Gives back the address ranges of every expandable segment with nothing mapped (when
+    /// the allocator is dropped: the blocks that describe them are dropped with it).
+    pub(crate) fn release_unmapped_address_ranges<B: DeviceBackend>(
+        &mut self,
+        be: &B,
+    ) -> Result<(), AllocError> {
+        for slot in &mut self.expandable {
+            if let Some(seg) = slot.take_if(|seg| seg.is_unmapped()) {
+                be.vm_release(seg.va, seg.size())?;
+            }
+        }
+        Ok(())
+    }
+
     /// Gives back the address range of an expandable segment with nothing mapped.
     pub(super) fn release_expandable_segment<B: DeviceBackend>(
         &mut self,
