@@ -121,12 +121,21 @@ fn memory_lines(state: &State, width: usize) -> Vec<Line<'static>> {
             let fraction = src.memory_fraction.unwrap_or(1.0);
             let limit = units::bytes((total as f64 * fraction) as u64);
             let free = src.device_free.map(units::bytes);
-            let (long_free, short_free) = free.map_or((String::new(), String::new()), |f| {
-                (format!("   device free {f}"), format!(" · device free {f}"))
-            });
+            let (long_free, short_free) =
+                free.as_ref().map_or((String::new(), String::new()), |f| {
+                    (format!("   device free {f}"), format!(" · device free {f}"))
+                });
+            // Short, a fraction of the device is said in words where one is set (a bare
+            // `×1.00` read as a figure without a name); the whole device needs no word.
+            let short = if fraction < 1.0 {
+                let free = free.map(|f| format!(" · free {f}")).unwrap_or_default();
+                format!(" limit {limit} (fraction {fraction:.2}){free}")
+            } else {
+                format!(" limit {limit}{short_free}")
+            };
             fit(
                 format!(" limit     {limit} (fraction {fraction:.2}){long_free}"),
-                format!(" limit {limit} ×{fraction:.2}{short_free}"),
+                short,
             )
         }
         None => Line::raw(" limit     device size not recorded"),
