@@ -47,6 +47,14 @@ static PANICS_PRINTED: std::sync::atomic::AtomicUsize = std::sync::atomic::Atomi
 /// The signal thread is started once per process.
 #[cfg(unix)]
 static SIGNAL_THREAD: Once = Once::new();
+/// The hang-up watch is started once per process.
+#[cfg(unix)]
+static HANGUP_WATCH: Once = Once::new();
+/// How often the hang-up watch looks at the terminal.
+pub const HANGUP_CHECK: std::time::Duration = std::time::Duration::from_millis(250);
+/// `EIO` (os error 5): what writing to a terminal that hung up gets.
+#[cfg(unix)]
+const HUNG_UP: i32 = 5;
 
 /// Files the process removes when a signal ends it (an agent's socket: its shutdown, which
 /// would remove it, does not run then).
@@ -311,9 +319,56 @@ pub fn suspend() -> io::Result<bool> {
     Ok(false)
 }
 
+/// Starts (once) the thread that notices the terminal going away without a SIGHUP: a window
+/// closed on a dashboard with no controlling terminal (`setsid`) or one that ignores SIGHUP
+/// (`nohup`). Reads of a terminal that hung up return nothing at once, and the input library
+/// then reads in a loop that never returns: the dashboard spun at a full core forever. Every
+/// [`HANGUP_CHECK`] the thread writes nothing to stdout; a hung-up terminal answers `EIO`, and
+/// the process ends as a SIGHUP would end it (files given to [`remove_at_signal`] removed,
+/// status [`SIGNAL_EXIT_BASE`](crate::exit::SIGNAL_EXIT_BASE) + SIGHUP).
+pub fn install_hangup_watch() {
+    #[cfg(unix)]
+    HANGUP_WATCH.call_once(|| {
+        use std::io::Write as _;
+        use std::os::fd::AsFd as _;
+        let out = match io::stdout().as_fd().try_clone_to_owned() {
+            Ok(fd) => std::fs::File::from(fd),
+            Err(e) => {
+                tracing::warn!("cannot watch the terminal for a hang-up: {e}");
+                return;
+            }
+        };
+        let spawned = std::thread::Builder::new()
+            .name("allocview-hangup".into())
+            .spawn(move || {
+                loop {
+                    std::thread::sleep(HANGUP_CHECK);
+                    // An empty write reaches the terminal's driver without showing anything.
+                    let hung_up = (&out)
+                        .write(&[])
+                        .is_err_and(|e| e.raw_os_error() == Some(HUNG_UP));
+                    if hung_up && held() {
+                        let paths = REMOVE_AT_SIGNAL
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner);
+                        for p in paths.iter() {
+                            let _ = std::fs::remove_file(p);
+                        }
+                        std::process::exit(
+                            crate::exit::SIGNAL_EXIT_BASE + signal_hook::consts::SIGHUP,
+                        );
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!("cannot start the hang-up watch: {e}");
+        }
+    });
+}
+
 impl TerminalGuard {
-    /// Takes over the terminal (raw mode, alternate screen, mouse) and installs the panic hook
-    /// and the signal handler.
+    /// Takes over the terminal (raw mode, alternate screen, mouse) and installs the panic hook,
+    /// the signal handler and the hang-up watch.
     ///
     /// # Errors
     /// When stdout is not a terminal, or the terminal cannot be put in raw mode.
@@ -321,6 +376,7 @@ impl TerminalGuard {
         check_stdout()?;
         install_panic_hook();
         install_signal_handler();
+        install_hangup_watch();
         enable_raw_mode()?;
         HELD.store(true, Ordering::SeqCst);
         DRIVES_DASHBOARD.with(|d| d.set(true));
