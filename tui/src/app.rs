@@ -637,6 +637,9 @@ impl App {
                     self.select_oom_at_cursor();
                 }
             }
+            // A click while the help covers the screen closes it (it chose a tab or row
+            // under the overlay, unseen).
+            Action::Click { .. } if self.ui.help => self.ui.help = false,
             Action::Click { x, y } => self.click(x, y),
             Action::Resize => {}
         }

@@ -87,3 +87,31 @@ fn the_help_explains_each_word_in_full_where_there_is_room() {
     press(&mut app, KeyCode::PageDown);
     assert_eq!(app.ui.help_scroll, 0);
 }
+
+#[test]
+fn a_click_closes_the_help_instead_of_choosing_what_it_hides() {
+    let (mut app, _d) = support::file_app("/tmp/run.pickle", &support::traced_snapshot(2));
+    // Where the "7 OOM" tab is, which the overlay covers.
+    let tabs = screen_of(&mut app, 120, 36);
+    let row = tabs.lines().nth(1).unwrap();
+    let x = row[..row.find("7 OOM").unwrap()].chars().count() as u16;
+    press(&mut app, KeyCode::Char('?'));
+    let covered = screen_of(&mut app, 120, 36);
+    assert!(!covered.lines().nth(1).unwrap().contains("7 OOM"), "{covered}");
+    app.apply(allocview::input::Action::Click { x, y: 1 })
+        .unwrap();
+    assert!(!app.ui.help);
+    assert_eq!(app.ui.view, allocview::state::View::Overview);
+    // The wheel scrolls the help while it is open (a short terminal).
+    press(&mut app, KeyCode::Char('?'));
+    screen_of(&mut app, 80, 24);
+    let wheel = input::mouse(ratatui::crossterm::event::MouseEvent {
+        kind: ratatui::crossterm::event::MouseEventKind::ScrollDown,
+        column: 10,
+        row: 10,
+        modifiers: ratatui::crossterm::event::KeyModifiers::NONE,
+    })
+    .unwrap();
+    app.apply(wheel).unwrap();
+    assert_eq!(app.ui.help_scroll, 1);
+}
