@@ -97,7 +97,10 @@ fn a_click_closes_the_help_instead_of_choosing_what_it_hides() {
     let x = row[..row.find("7 OOM").unwrap()].chars().count() as u16;
     press(&mut app, KeyCode::Char('?'));
     let covered = screen_of(&mut app, 120, 36);
-    assert!(!covered.lines().nth(1).unwrap().contains("7 OOM"), "{covered}");
+    assert!(
+        !covered.lines().nth(1).unwrap().contains("7 OOM"),
+        "{covered}"
+    );
     app.apply(allocview::input::Action::Click { x, y: 1 })
         .unwrap();
     assert!(!app.ui.help);
