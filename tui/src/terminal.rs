@@ -9,9 +9,12 @@
 //! the terminal still in raw mode, on the alternate screen, with the cursor hidden and mouse
 //! tracking on. While the dashboard holds the terminal, a thread waits for them
 //! (`signal_hook::iterator::Signals`, which needs no `unsafe` here), restores the terminal and
-//! exits with status 128 + the signal's number, as a shell reports a death by that signal.
+//! exits with status 128 + the signal's number, as a shell reports a death by that signal. A
+//! terminal that goes away without a SIGHUP (no controlling terminal) is noticed by
+//! [`install_hangup_watch`] and ends the process the same way. Ctrl-Z, also a key in raw mode,
+//! [`suspend`]s: the terminal is given back, the process stops, and `fg` takes it again.
 //!
-//! Restoring happens once: leaving the alternate screen a second time would move the cursor
+//! Restoring happens once (until a [`suspend`] takes the terminal again): leaving the alternate screen a second time would move the cursor
 //! back to where the dashboard started, and the shell would then write over the panic message.
 //! Only a panic on the thread that drives the dashboard restores. A panic on any other thread
 //! (the demo's workload, a file's what-if replays) while the dashboard holds the terminal is
