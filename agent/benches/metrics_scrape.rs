@@ -10,7 +10,7 @@
 //!
 //! CPU time, not wall time (on a shared, overloaded machine wall time mostly measures the
 //! other tenants): `render` the measuring thread's, `scrape` the whole process's (the client,
-//! the listener, tiny_http's and the aggregator's threads).
+//! the listener's, its connection threads' and the aggregator's).
 
 use std::hint::black_box;
 use std::io::{Read, Write};

@@ -223,7 +223,7 @@ impl AgentBuilder {
 
     /// The aggregation tick: how often drops are checked, usage is sampled and clients are
     /// updated (default 100 ms). A tick under 100 ms still updates clients at most 10 times a
-    /// second ([`MIN_UPDATE_INTERVAL`](crate::aggregator::MIN_UPDATE_INTERVAL)).
+    /// second ([`MIN_UPDATE_INTERVAL`]).
     pub fn tick(mut self, tick: Duration) -> Self {
         self.tick = tick.max(Duration::from_millis(1));
         self

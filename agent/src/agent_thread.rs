@@ -15,11 +15,7 @@
 //! Memory handed between an agent thread and an application thread (a state copy a caller
 //! asks for, a command it sends) is allocated on one side and freed on the other, so the host
 //! counters folded from events can drift by those few small blocks; the next resync from the
-//! heap's own counters corrects them. The metrics listener's HTTP library reads requests on
-//! threads it starts itself, which cannot be marked: they are started from the listener's
-//! thread, named `allocview:metrics`, whose name they inherit on Linux, and the heap publishes
-//! nothing from threads whose name starts with
-//! [`UNPUBLISHED_THREAD_PREFIX`](allocview_alloc::global::UNPUBLISHED_THREAD_PREFIX).
+//! heap's own counters corrects them.
 
 use std::io;
 use std::thread::{Builder, JoinHandle};

@@ -33,7 +33,7 @@ use crate::protocol::{
     ServerFrame,
 };
 use crate::server::{
-    BadAddress, Conn, ListenAddr, SocketProbe, default_socket_pid, probe_unix_socket,
+    BadAddress, Conn, ListenAddr, ReadBefore, SocketProbe, default_socket_pid, probe_unix_socket,
 };
 use crate::state::AgentState;
 
@@ -187,36 +187,43 @@ impl AttachClient {
             .set_read_timeout(Some(CONNECT_TIMEOUT))
             .map_err(connect_err)?;
         let mut out = input.try_clone().map_err(connect_err)?;
-        let (pid, process, update_interval_ms) =
-            match protocol::read_frame::<_, ServerFrame>(&mut input, MAX_SERVER_FRAME) {
-                Ok(ServerFrame::Hello {
-                    magic,
-                    version,
-                    pid,
-                    process,
-                    update_interval_ms,
-                    ..
-                }) => {
-                    if magic != MAGIC {
-                        return Err(ClientError::NotAnAgent(addr.to_string()));
-                    }
-                    if version != PROTOCOL_VERSION {
-                        return Err(ClientError::VersionMismatch {
-                            agent: version,
-                            client: PROTOCOL_VERSION,
-                        });
-                    }
-                    (pid, process, update_interval_ms)
-                }
-                // An agent that refuses before its hello (too many connections waiting).
-                Ok(ServerFrame::Error { message, .. }) => {
-                    return Err(ClientError::Refused(message));
-                }
-                Ok(_) | Err(ProtocolError::Malformed(_)) | Err(ProtocolError::TooLarge { .. }) => {
+        // The hello within the timeout in all, however the peer splits it.
+        let hello = protocol::read_frame::<_, ServerFrame>(
+            &mut ReadBefore::new(&mut input, CONNECT_TIMEOUT),
+            MAX_SERVER_FRAME,
+        );
+        input
+            .set_read_timeout(Some(CONNECT_TIMEOUT))
+            .map_err(connect_err)?;
+        let (pid, process, update_interval_ms) = match hello {
+            Ok(ServerFrame::Hello {
+                magic,
+                version,
+                pid,
+                process,
+                update_interval_ms,
+                ..
+            }) => {
+                if magic != MAGIC {
                     return Err(ClientError::NotAnAgent(addr.to_string()));
                 }
-                Err(e) => return Err(silent_or(e, &addr)),
-            };
+                if version != PROTOCOL_VERSION {
+                    return Err(ClientError::VersionMismatch {
+                        agent: version,
+                        client: PROTOCOL_VERSION,
+                    });
+                }
+                (pid, process, update_interval_ms)
+            }
+            // An agent that refuses before its hello (too many connections waiting).
+            Ok(ServerFrame::Error { message, .. }) => {
+                return Err(ClientError::Refused(message));
+            }
+            Ok(_) | Err(ProtocolError::Malformed(_)) | Err(ProtocolError::TooLarge { .. }) => {
+                return Err(ClientError::NotAnAgent(addr.to_string()));
+            }
+            Err(e) => return Err(silent_or(e, &addr)),
+        };
         protocol::write_frame(
             &mut out,
             &ClientFrame::Hello {
@@ -382,6 +389,10 @@ pub struct SocketDiscovery {
     /// Stale sockets (nobody listening: their agents died without removing them) that the look
     /// removed.
     pub stale_removed: usize,
+    /// Why the folder was not looked in, when it is not private to this user (another user's,
+    /// writable by others, a symbolic link): whoever could put a socket there could pose as an
+    /// agent and read the token a client presents ([`untrusted_socket_dir`]).
+    pub untrusted: Option<String>,
 }
 
 impl SocketDiscovery {
@@ -424,6 +435,10 @@ pub fn find_sockets_in(dir: &Path) -> SocketDiscovery {
         dir: dir.to_path_buf(),
         ..SocketDiscovery::default()
     };
+    if let Some(why) = untrusted_socket_dir(dir) {
+        found.untrusted = Some(why);
+        return found;
+    }
     let Ok(entries) = std::fs::read_dir(dir) else {
         return found;
     };
@@ -448,6 +463,36 @@ pub fn find_sockets_in(dir: &Path) -> SocketDiscovery {
     found
 }
 
+/// Why `dir` (a folder of agents' sockets) is not private to this user, or `None` when it is
+/// (or does not exist). The agent makes its default folder ours with mode 0700 and refuses
+/// one of another user; a client must not trust one either: a socket in a folder someone else
+/// owns or can write to may be theirs, posing as an agent to read the client's token.
+pub fn untrusted_socket_dir(dir: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt as _;
+    let meta = std::fs::symlink_metadata(dir).ok()?;
+    let what = if meta.file_type().is_symlink() {
+        "is a symbolic link".to_string()
+    } else if !meta.is_dir() {
+        "is not a folder".to_string()
+    } else if let Some(me) = crate::server::current_uid().filter(|&me| me != meta.uid()) {
+        format!("belongs to another user (uid {}, you are {me})", meta.uid())
+    } else if meta.mode() & GROUP_OTHER_WRITE != 0 {
+        format!(
+            "is writable by other users (mode {:o}, expected 700)",
+            meta.mode() & 0o7777
+        )
+    } else {
+        return None;
+    };
+    Some(format!(
+        "not looking for agents in {}: it {what}, so a socket there may not be an agent's;          remove it (an agent makes it again, private) or give the address (allocview --attach          unix:PATH)",
+        dir.display()
+    ))
+}
+
+/// Mode bits that let users other than the owner add files to a folder.
+const GROUP_OTHER_WRITE: u32 = 0o022;
+
 /// What [`liveness`] makes of a `.sock` entry.
 enum Liveness {
     /// An agent listens there.
@@ -458,8 +503,18 @@ enum Liveness {
     Other,
 }
 
-/// Whether `path` is a socket an agent listens on; a stale one (connection refused) is removed.
+/// Whether `path` is a socket an agent listens on (one of this user's); a stale one
+/// (connection refused) is removed.
 fn liveness(path: &Path) -> Liveness {
+    // Another user's socket in our folder (put there before the folder was made private) may
+    // pose as an agent: never connected to, never removed.
+    use std::os::unix::fs::MetadataExt as _;
+    let owner = std::fs::symlink_metadata(path).map(|m| m.uid());
+    if let (Ok(owner), Some(me)) = (owner, crate::server::current_uid())
+        && owner != me
+    {
+        return Liveness::Other;
+    }
     let pid_alive = || default_socket_pid(path).map(process_exists) != Some(false);
     let live = |yes: bool| if yes { Liveness::Live } else { Liveness::Other };
     match probe_unix_socket(path) {

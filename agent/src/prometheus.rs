@@ -35,48 +35,35 @@
 //! `allocview_max_split_size_bytes` is the `max_split_size` setting, `-1` when unlimited (as
 //! `torch.cuda.memory_stats()` reports it).
 //!
-//! The HTTP side is `tiny_http`, so services need no async runtime; `GET` and `HEAD` of
+//! The HTTP side is [`http`], as much HTTP/1.1 as a scrape needs: `GET` and `HEAD` of
 //! `/metrics` are answered, another method there gets `405 Method Not Allowed` with
-//! `Allow: GET, HEAD`, any other path a 404. Requests are answered one at a time on one thread
-//! (rendering takes about 0.2 µs of CPU per series: 4.3 ms for 64 devices, 22 000 series, in
-//! the `metrics_scrape` bench); a response the client
-//! does not read for [`DEFAULT_WRITE_TIMEOUT`], or has not read whole within
-//! [`RESPONSE_DEADLINE_WRITES`] times that, is abandoned (sent with its `Content-Length`, so
-//! a cut page fails the scrape rather than passing for a whole one), so a client that reads
-//! slowly or not at all holds the others' scrapes up for at most about one more write timeout
-//! than that. `tiny_http` reads each connection on a thread of its pool and has no
-//! read timeout: a client that connects and never sends holds one such thread until it closes,
-//! and a burst of such connections can leave a scrape queued behind them (the pool counts
-//! idle threads that are already taken); a receive timeout on the listening socket would bound
-//! them but also `accept`, whose first timeout ends `tiny_http`'s accept loop. The endpoint
-//! belongs on an address only Prometheus reaches (docs/metrics.md). There is no
+//! `Allow: GET, HEAD`, any other path a 404, a request with a body `413` (never read). Each
+//! connection has a thread of its own, at most [`MAX_CONNECTIONS`] (one over gets `503` at
+//! once), and [`REQUEST_TIMEOUT`] for each request head, so silent or trickling clients cost
+//! bounded threads for a bounded time and hold up no one else's scrape (rendering takes about
+//! 0.2 µs of CPU per series: 4.3 ms for 64 devices, 22 000 series, in the `metrics_scrape`
+//! bench). A response the client does not read for [`DEFAULT_WRITE_TIMEOUT`], or has not
+//! read whole within [`RESPONSE_DEADLINE_WRITES`] times that, is abandoned (sent with its
+//! `Content-Length`, so a cut page fails the scrape rather than passing for a whole one). The
+//! endpoint belongs on an address only Prometheus reaches (docs/metrics.md). There is no
 //! authentication (as usual for Prometheus targets): the page holds figures, not frames or
 //! snapshots.
 //!
 //! # The observer effect
 //!
 //! With [`Instrumented`](allocview_alloc::global::Instrumented) as the global allocator, a
-//! scrape's own allocations would show in the host figures it serves. The listener's thread
-//! is named for the agent, and `tiny_http` starts its accept and connection threads from it:
-//! on Linux they inherit the name, and the heap publishes nothing from threads so named
-//! ([`UNPUBLISHED_THREAD_PREFIX`](allocview_alloc::global::UNPUBLISHED_THREAD_PREFIX)), so a
-//! scrape publishes no event at all (before: some 40 allocations, 7 KiB, per scrape). Where
-//! names are not read, the state copy, the page and its body are still made and freed inside
-//! [`unpublished`] scopes, and the request (allocated on `tiny_http`'s threads, which then
-//! publish) is freed on the listener's thread with publishing on, so that every published
-//! allocation has its published free. Before, the request was freed unpublished, and the
-//! host's bytes in use crept up by each scrape's request (about 1.2 KiB), a leak that was not
-//! there.
+//! scrape's own allocations would show in the host figures it serves. Every thread of the
+//! listener is an agent thread (`allocview:metrics`, `allocview:metrics-conn`): the heap
+//! counts what they allocate but publishes none of it, and a request is read, answered and
+//! freed on one such thread, so a scrape publishes no event at all and leaves the host's bytes
+//! in use where they were.
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::fd::OwnedFd;
+use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use allocview_alloc::caching::stats::StatType;
 use allocview_alloc::event::EventAction;
-use allocview_alloc::global::unpublished;
 use prometheus_client::encoding::text::{encode, encode_registry};
 use prometheus_client::registry::Registry;
 
@@ -86,9 +73,11 @@ use crate::server::RefusalReason;
 use crate::state::{AgentState, HistogramSummary, PoolKey};
 
 mod format;
+pub mod http;
 mod page;
 
 pub use format::{Format, OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE};
+pub use http::{MAX_CONNECTIONS, MAX_HEAD_BYTES, REQUEST_TIMEOUT};
 use page::{HistogramMetric, Ladder, Page, Quantiles, labels};
 
 /// The path metrics are served at.
@@ -104,9 +93,9 @@ pub const CONTENT_TYPE: &str = OPENMETRICS_CONTENT_TYPE;
 /// (Prometheus' own scrape timeout is 10 s by default).
 pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The name of the listener's thread: the unpublished threads' prefix
-/// ([`UNPUBLISHED_THREAD_PREFIX`](allocview_alloc::global::UNPUBLISHED_THREAD_PREFIX)), so
-/// that it and the threads tiny_http starts from it publish nothing.
+/// The name of the listener's thread (its connections' threads add `-conn`): the unpublished
+/// threads' prefix
+/// ([`UNPUBLISHED_THREAD_PREFIX`](allocview_alloc::global::UNPUBLISHED_THREAD_PREFIX)).
 const METRICS_THREAD: &str = "allocview:metrics";
 
 /// The `pool` label of the histograms of every private pool, merged.
@@ -406,7 +395,7 @@ pub fn render_as(state: &AgentState, format: Format) -> String {
         &mut b,
         "allocview_attach_refused",
         "Attach clients refused, by reason (hello_cap: too many connections waiting for their \
-         hello)",
+         hello; client_cap: too many clients attached)",
         "reason",
         RefusalReason::ALL.map(RefusalReason::as_str),
         &p.refused_clients,
@@ -465,11 +454,10 @@ fn labelled_counters<'a>(
     }
 }
 
-/// The HTTP listener serving [`render_as`] at [`METRICS_PATH`].
+/// The HTTP listener serving [`render_as`] at [`METRICS_PATH`] (see [`http`]).
 pub struct MetricsServer {
     addr: SocketAddr,
-    server: Arc<tiny_http::Server>,
-    thread: Option<JoinHandle<()>>,
+    server: http::HttpServer,
 }
 
 impl MetricsServer {
@@ -482,42 +470,20 @@ impl MetricsServer {
     ) -> Result<MetricsServer, AgentError> {
         let error = |message: String| AgentError::Metrics { addr, message };
         let listener = TcpListener::bind(addr).map_err(|e| error(e.to_string()))?;
-        set_write_timeout(&listener, write_timeout).map_err(|e| error(e.to_string()))?;
         let bound = listener.local_addr().map_err(|e| error(e.to_string()))?;
-        // tiny_http starts its accept and connection threads on this thread, named for the
-        // agent, so that they inherit its name and publish nothing. Not an `agent_thread`
-        // (whose every allocation is unpublished): where thread names are not read, requests
-        // from tiny_http's threads must be freed with publishing on (see the module docs).
-        let (started, start) = std::sync::mpsc::sync_channel(1);
-        let thread = std::thread::Builder::new()
-            .name(METRICS_THREAD.into())
-            .spawn(
-                move || match tiny_http::Server::from_listener(listener, None) {
-                    Ok(server) => {
-                        let server = Arc::new(server);
-                        if started.send(Ok(server.clone())).is_ok() {
-                            serve(&server, &agg, write_timeout * RESPONSE_DEADLINE_WRITES);
-                        }
-                    }
-                    Err(e) => {
-                        let _ = started.send(Err(e.to_string()));
-                    }
-                },
-            )
-            .map_err(|error| AgentError::Thread {
-                what: "metrics",
-                error,
-            })?;
-        let server = match start.recv() {
-            Ok(Ok(server)) => server,
-            Ok(Err(message)) => return Err(error(message)),
-            Err(_) => return Err(error("the metrics thread ended at start".into())),
-        };
+        let handler: Arc<http::Handler> = Arc::new(move |req: &http::Request| answer(req, &agg));
+        let server = http::HttpServer::start(
+            listener,
+            METRICS_THREAD,
+            handler,
+            write_timeout,
+            write_timeout * RESPONSE_DEADLINE_WRITES,
+        )
+        .map_err(|e| error(e.to_string()))?;
         tracing::info!(addr = %bound, "allocview metrics at http://{bound}{METRICS_PATH}");
         Ok(MetricsServer {
             addr: bound,
             server,
-            thread: Some(thread),
         })
     }
 
@@ -526,44 +492,19 @@ impl MetricsServer {
         self.addr
     }
 
-    /// Stops the listener and joins its thread.
+    /// Stops the listener, closes its connections and joins its threads.
     pub fn stop(&mut self) {
-        self.server.unblock();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        self.server.stop();
     }
-}
-
-impl Drop for MetricsServer {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-/// Sets the send timeout of the listening socket, which the connections it accepts inherit
-/// (Linux copies it at `accept`): `tiny_http` sets none, so a client that asks for the page and
-/// never reads it would hold the thread that answers every scrape once the socket buffers are
-/// full. (A receive timeout would bound silent clients too, but on a listening socket it also
-/// bounds `accept`, whose first timeout ends `tiny_http`'s accept loop: a silent client holds
-/// one of `tiny_http`'s threads until it closes.) The option is set through a second handle of
-/// the same socket (`TcpListener` has no setter; `TcpStream`'s sets the same socket option).
-fn set_write_timeout(listener: &TcpListener, timeout: Duration) -> std::io::Result<()> {
-    TcpStream::from(OwnedFd::from(listener.try_clone()?)).set_write_timeout(Some(timeout))
-}
-
-/// A header from constants.
-fn header(name: &str, value: &str) -> tiny_http::Header {
-    tiny_http::Header::from_bytes(name, value).expect("a valid header")
 }
 
 /// A response takes at most this many write timeouts in all: a client that reads a little now
 /// and then (each write finishing within the timeout) is cut off all the same, so that it
-/// cannot hold the one thread that answers scrapes.
+/// cannot hold a connection's thread for long.
 pub const RESPONSE_DEADLINE_WRITES: u32 = 3;
 
 /// A response body that fails once `deadline` has passed, which ends the response: each read
-/// hands `tiny_http` the next piece of the page, and a write blocks at most the write timeout.
+/// hands the writer the next piece of the page, and a write blocks at most the write timeout.
 struct DeadlineBody<'a> {
     rest: &'a [u8],
     deadline: std::time::Instant,
@@ -581,65 +522,29 @@ impl std::io::Read for DeadlineBody<'_> {
     }
 }
 
-fn serve(server: &tiny_http::Server, agg: &AggregatorHandle, deadline: Duration) {
-    for req in server.incoming_requests() {
-        let is_metrics = req.url().split('?').next() == Some(METRICS_PATH);
-        // HEAD gets GET's headers without the body (tiny_http leaves it out).
-        let get_or_head = matches!(
-            req.method(),
-            tiny_http::Method::Get | tiny_http::Method::Head
+/// The answer to one request: the page at [`METRICS_PATH`] for `GET` and `HEAD`, `405` for
+/// another method there, `404` elsewhere.
+fn answer(req: &http::Request, agg: &AggregatorHandle) -> http::Response {
+    let is_metrics = req.target.split('?').next() == Some(METRICS_PATH);
+    if !is_metrics {
+        return http::Response::text(404, "not found: metrics are at /metrics\n");
+    }
+    if req.method != "GET" && req.method != "HEAD" {
+        let mut r = http::Response::text(
+            405,
+            format!("method not allowed: {METRICS_PATH} answers {ALLOWED_METHODS}\n"),
         );
-        let answered = if !is_metrics {
-            req.respond(
-                tiny_http::Response::from_string("not found: metrics are at /metrics\n")
-                    .with_status_code(404),
-            )
-        } else if !get_or_head {
-            req.respond(
-                tiny_http::Response::from_string(format!(
-                    "method not allowed: {METRICS_PATH} answers {ALLOWED_METHODS}\n"
-                ))
-                .with_header(header("Allow", ALLOWED_METHODS))
-                .with_status_code(405),
-            )
-        } else {
-            let accept = req
-                .headers()
-                .iter()
-                .find(|h| h.field.equiv("Accept"))
-                .map(|h| h.value.as_str());
-            let format = Format::negotiate(accept);
-            // The state copy and the page are the agent's own: made, and freed below, without
-            // publishing. The body is lent to the response, so tiny_http (which frees the
-            // request and the response with publishing on) never frees it.
-            let body = unpublished(|| agg.metrics_state().map(|s| render_as(&s, format)));
-            let answered = match &body {
-                Some(page) => req.respond(
-                    tiny_http::Response::new(
-                        tiny_http::StatusCode(200),
-                        vec![header("Content-Type", format.content_type())],
-                        DeadlineBody {
-                            rest: page.as_bytes(),
-                            deadline: std::time::Instant::now() + deadline,
-                        },
-                        Some(page.len()),
-                        None,
-                    )
-                    // Never chunked: a page cut at the deadline then ends short of its
-                    // Content-Length, which the scraper sees as a failed scrape, where a chunked
-                    // body would end with a well-formed last chunk and look whole.
-                    .with_chunked_threshold(usize::MAX),
-                ),
-                None => req.respond(
-                    tiny_http::Response::from_string("agent stopped\n").with_status_code(503),
-                ),
-            };
-            unpublished(|| drop(body));
-            answered
-        };
-        if let Err(e) = answered {
-            tracing::debug!(error = %e, "metrics client went away");
-        }
+        r.headers.push(("Allow", ALLOWED_METHODS.into()));
+        return r;
+    }
+    let format = Format::negotiate(req.accept.as_deref());
+    match agg.metrics_state().map(|s| render_as(&s, format)) {
+        Some(page) => http::Response {
+            status: 200,
+            headers: vec![("Content-Type", format.content_type().into())],
+            body: page.into_bytes(),
+        },
+        None => http::Response::text(503, "agent stopped\n"),
     }
 }
 

@@ -32,6 +32,12 @@
 //! warning in [`InitialSummary::warnings`]. The advantage: replay depends on nothing but the
 //! allocator's public contract, so it checks that contract rather than sharing its bugs.
 //!
+//! # Private pools
+//! Allocations the recording routed to a private pool (a CUDA graph capture, a
+//! `torch.cuda.MemPool`) are routed to the same pool in every run ([`PoolRoutes`]: found from
+//! the final snapshot's `segment_pool_id`, as PyTorch's trace entries do not name pools), and
+//! initial segments of a private pool are installed in it.
+//!
 //! # What-if runs
 //! A what-if run begins from the same recorded state as the fidelity run (cache included) and
 //! follows the same segment placement hints, with its own settings from the first trace entry
@@ -46,6 +52,7 @@ pub mod bytes;
 pub mod engine;
 pub mod initial;
 pub mod plan;
+pub mod pool_routes;
 pub mod report;
 pub mod rmm;
 pub mod settings;
@@ -60,6 +67,7 @@ use allocview_alloc::snapshot::{Snapshot, TraceAction};
 pub use bytes::{BytesError, parse_bytes};
 pub use engine::{Placement, ReplayError, RunOptions, RunResult, carried_start, recorded_config};
 pub use initial::{InitialBlock, InitialSegment, InitialState};
+pub use pool_routes::PoolRoutes;
 pub use report::{
     Divergence, Fidelity, InitialSummary, LIVE_BLOCKS_ONLY_MARK, OomEvent, ReplayReport,
     RunFigures, RunStart,
@@ -132,10 +140,15 @@ pub enum LoadError {
 /// # Errors
 /// [`LoadError`] naming the file and the problem.
 pub fn load(path: &Path) -> Result<Snapshot, LoadError> {
-    let bytes = std::fs::read(path).map_err(|why| LoadError::Io {
-        path: path.display().to_string(),
-        why,
-    })?;
+    use crate::snapshot_file::SnapshotFileError;
+    let bytes = crate::snapshot_file::read_input(path, &rmm::may_be_rmm_log, &mut |_, _| {})
+        .map_err(|e| match e {
+            SnapshotFileError::Io { error, .. } => LoadError::Io {
+                path: path.display().to_string(),
+                why: error,
+            },
+            e => LoadError::Snapshot(e.to_string()),
+        })?;
     if is_rmm_log(&bytes) {
         let text = String::from_utf8_lossy(&bytes);
         return parse_rmm_log(&text).map_err(|error| LoadError::Rmm {

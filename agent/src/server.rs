@@ -24,7 +24,7 @@ use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use allocview_alloc::snapshot::Snapshot;
 
@@ -65,6 +65,12 @@ pub const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 /// counted ([`RefusalReason::HelloCap`]).
 pub const MAX_AWAITING_HELLO: usize = 64;
 
+/// Clients attached (past their hello) at most. Each costs two threads and a queue of
+/// frames the aggregator fills every tick, and any local user may connect to a loopback TCP
+/// listener without a token, so their number is bounded too: a client over the cap gets a
+/// fatal error frame in place of the full state and is closed ([`RefusalReason::ClientCap`]).
+pub const MAX_CLIENTS: usize = 64;
+
 /// Why the attach server refused a client: the `reason` label of the refusal counter
 /// (`allocview_attach_refused_total`) and the key of
 /// [`PipelineStats::refused_clients`](crate::state::PipelineStats::refused_clients).
@@ -72,6 +78,8 @@ pub const MAX_AWAITING_HELLO: usize = 64;
 pub enum RefusalReason {
     /// Over [`MAX_AWAITING_HELLO`] connections were already waiting for their hello.
     HelloCap,
+    /// Over [`MAX_CLIENTS`] clients were already attached.
+    ClientCap,
     /// No hello within [`HELLO_TIMEOUT`].
     HelloTimeout,
     /// The first frame was not an allocview client's hello (another frame, a wrong magic, not
@@ -89,8 +97,9 @@ pub enum RefusalReason {
 
 impl RefusalReason {
     /// Every reason, in the order metrics and state list them.
-    pub const ALL: [RefusalReason; 7] = [
+    pub const ALL: [RefusalReason; 8] = [
         RefusalReason::HelloCap,
+        RefusalReason::ClientCap,
         RefusalReason::HelloTimeout,
         RefusalReason::BadHello,
         RefusalReason::Version,
@@ -103,6 +112,7 @@ impl RefusalReason {
     pub fn as_str(self) -> &'static str {
         match self {
             RefusalReason::HelloCap => "hello_cap",
+            RefusalReason::ClientCap => "client_cap",
             RefusalReason::HelloTimeout => "hello_timeout",
             RefusalReason::BadHello => "bad_hello",
             RefusalReason::Version => "version",
@@ -276,6 +286,10 @@ pub fn default_socket_dir() -> PathBuf {
     }
 }
 
+/// What to do about a default socket folder that cannot be used.
+const UNTRUSTED_DIR_ADVICE: &str =
+    "remove it (the agent then makes it, private), or choose the address with ALLOCVIEW_ADDR";
+
 /// Creates (or checks) a private folder: ours, mode 0700.
 pub(crate) fn ensure_private_dir(dir: &Path) -> io::Result<()> {
     match std::fs::DirBuilder::new().mode(SOCKET_DIR_MODE).create(dir) {
@@ -292,16 +306,30 @@ pub(crate) fn ensure_private_dir(dir: &Path) -> io::Result<()> {
         Err(e) => return Err(e),
     }
     let meta = std::fs::symlink_metadata(dir)?;
-    if !meta.is_dir() {
+    if meta.file_type().is_symlink() {
         return Err(io::Error::other(format!(
-            "{} exists and is not a folder",
-            dir.display()
+            "{} is a symbolic link, which an agent does not follow for its sockets: {}",
+            dir.display(),
+            UNTRUSTED_DIR_ADVICE
         )));
     }
-    if current_uid().is_some_and(|u| u != meta.uid()) {
+    if !meta.is_dir() {
+        return Err(io::Error::other(format!(
+            "{} exists and is not a folder: {}",
+            dir.display(),
+            UNTRUSTED_DIR_ADVICE
+        )));
+    }
+    if let Some(me) = current_uid().filter(|&u| u != meta.uid()) {
         return Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
-            format!("{} belongs to another user", dir.display()),
+            format!(
+                "{} belongs to another user (uid {}, this process runs as {me}), who could \
+                 read or replace the sockets in it: {}",
+                dir.display(),
+                meta.uid(),
+                UNTRUSTED_DIR_ADVICE
+            ),
         ));
     }
     if meta.mode() & 0o777 != SOCKET_DIR_MODE {
@@ -673,6 +701,7 @@ fn accept_loop(
     clients: ClientThreads,
 ) {
     let awaiting_hello = Arc::new(AtomicUsize::new(0));
+    let attached = Arc::new(AtomicUsize::new(0));
     loop {
         let conn = listener.accept();
         if stop.load(Ordering::Acquire) {
@@ -687,7 +716,7 @@ fn accept_loop(
             }
         };
         let id = NEXT_CLIENT.fetch_add(1, Ordering::Relaxed);
-        let Some(awaiting) = AwaitingHello::enter(&awaiting_hello) else {
+        let Some(awaiting) = Slot::enter(&awaiting_hello, MAX_AWAITING_HELLO) else {
             let _ = conn.set_write_timeout(Some(REFUSE_WRITE_TIMEOUT));
             let message = format!(
                 "too many connections waiting for their hello ({MAX_AWAITING_HELLO}): try again \
@@ -705,9 +734,9 @@ fn accept_loop(
         let Ok(handle_conn) = conn.try_clone() else {
             continue;
         };
-        let (cfg, agg) = (cfg.clone(), agg.clone());
+        let (cfg, agg, attached) = (cfg.clone(), agg.clone(), attached.clone());
         let spawned = agent_thread::spawn(format!("allocview-client-{id}"), move || {
-            serve_client(id, conn, awaiting, &cfg, &agg)
+            serve_client(id, conn, awaiting, &attached, &cfg, &agg)
         });
         let mut list = clients.lock().unwrap_or_else(|p| p.into_inner());
         list.retain(|(_, h)| !h.is_finished());
@@ -718,24 +747,55 @@ fn accept_loop(
     }
 }
 
-/// One accepted connection counted against [`MAX_AWAITING_HELLO`] until dropped.
-struct AwaitingHello(Arc<AtomicUsize>);
+/// One connection counted against a cap ([`MAX_AWAITING_HELLO`], [`MAX_CLIENTS`]) until
+/// dropped.
+struct Slot(Arc<AtomicUsize>);
 
-impl AwaitingHello {
-    /// Counts one more connection awaiting its hello, unless the cap is reached.
-    fn enter(count: &Arc<AtomicUsize>) -> Option<AwaitingHello> {
+impl Slot {
+    /// Counts one more connection, unless `cap` are counted already.
+    fn enter(count: &Arc<AtomicUsize>, cap: usize) -> Option<Slot> {
         count
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < MAX_AWAITING_HELLO).then_some(n + 1)
+                (n < cap).then_some(n + 1)
             })
             .ok()
-            .map(|_| AwaitingHello(Arc::clone(count)))
+            .map(|_| Slot(Arc::clone(count)))
     }
 }
 
-impl Drop for AwaitingHello {
+impl Drop for Slot {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Reads from a connection until a deadline: each read waits at most the time left, so a
+/// peer that trickles its bytes (each within a read's timeout, slowloris) still runs out of
+/// time: a hello costs its connection's slot for at most [`HELLO_TIMEOUT`] in all, and an
+/// attaching client waits at most its connect timeout for the agent's hello.
+pub(crate) struct ReadBefore<'a> {
+    conn: &'a mut Conn,
+    deadline: Instant,
+}
+
+impl<'a> ReadBefore<'a> {
+    /// Reads from `conn` until `within` from now.
+    pub(crate) fn new(conn: &'a mut Conn, within: Duration) -> ReadBefore<'a> {
+        ReadBefore {
+            conn,
+            deadline: Instant::now() + within,
+        }
+    }
+}
+
+impl Read for ReadBefore<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "deadline passed"));
+        }
+        self.conn.set_read_timeout(Some(left))?;
+        self.conn.read(buf)
     }
 }
 
@@ -773,7 +833,8 @@ fn refuse(out: &Mutex<Conn>, id: u64, message: String, why: RefusalReason, agg: 
 fn serve_client(
     id: u64,
     mut input: Conn,
-    awaiting: AwaitingHello,
+    awaiting: Slot,
+    attached: &Arc<AtomicUsize>,
     cfg: &ServerConfig,
     agg: &AggregatorHandle,
 ) {
@@ -795,7 +856,11 @@ fn serve_client(
         input.shutdown();
         return;
     }
-    let accepted = match protocol::read_frame::<_, ClientFrame>(&mut input, MAX_CLIENT_FRAME) {
+    let first = protocol::read_frame::<_, ClientFrame>(
+        &mut ReadBefore::new(&mut input, HELLO_TIMEOUT),
+        MAX_CLIENT_FRAME,
+    );
+    let accepted = match first {
         Ok(ClientFrame::Hello {
             magic,
             version,
@@ -837,17 +902,32 @@ fn serve_client(
             input.shutdown();
             return;
         }
+        Err(e) if e.is_timeout() => Err((
+            RefusalReason::HelloTimeout,
+            format!("no hello within {} s", HELLO_TIMEOUT.as_secs()),
+        )),
         Err(e) => Err((
             RefusalReason::of_error(&e, RefusalReason::BadHello),
             format!("bad hello: {e}"),
         )),
     };
     drop(awaiting);
-    if let Err((why, message)) = accepted {
-        refuse(&out, id, message, why, agg);
-        input.shutdown();
-        return;
-    }
+    let accepted = accepted.and_then(|()| {
+        Slot::enter(attached, MAX_CLIENTS).ok_or_else(|| {
+            (
+                RefusalReason::ClientCap,
+                format!("too many clients attached ({MAX_CLIENTS}): try again later"),
+            )
+        })
+    });
+    let _attached = match accepted {
+        Ok(slot) => slot,
+        Err((why, message)) => {
+            refuse(&out, id, message, why, agg);
+            input.shutdown();
+            return;
+        }
+    };
     let _ = input.set_read_timeout(None);
 
     let (tx, rx) = crossbeam_channel::bounded::<Encoded>(cfg.client_queue.max(1));

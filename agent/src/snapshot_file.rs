@@ -27,6 +27,43 @@ use crate::pytorch::{self, PytorchError};
 /// How much of a file [`load_with_progress`] reads between progress reports.
 pub const READ_CHUNK: usize = 1 << 20;
 
+/// Largest snapshot file [`load_with_progress`] reads: the pickle reader's limit (its offsets
+/// are 32-bit), far beyond any real snapshot. A larger file (or an endless stream such as a
+/// device or a pipe) is refused by its size, before or while it is read, never read whole.
+pub const MAX_FILE_BYTES: u64 = u32::MAX as u64;
+
+/// The error for a file over [`MAX_FILE_BYTES`] (`size`: its size, or what was read of a
+/// stream).
+fn too_large(size: u64, stream: bool) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::FileTooLarge,
+        format!(
+            "{} {size} bytes, over the {MAX_FILE_BYTES} bytes a snapshot file can have",
+            if stream {
+                "read more than"
+            } else {
+                "the file has"
+            }
+        ),
+    )
+}
+
+/// The [`SnapshotFileError::UnknownFormat`] of a file starting with `bytes`.
+fn unknown_format(bytes: &[u8]) -> SnapshotFileError {
+    SnapshotFileError::UnknownFormat {
+        found: if bytes.is_empty() {
+            "nothing (empty file)".into()
+        } else {
+            bytes
+                .iter()
+                .take(8)
+                .map(|b| format!("{b:02x}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        },
+    }
+}
+
 /// The formats of snapshot files.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FileFormat {
@@ -136,18 +173,7 @@ fn from_bytes_with_progress(
     match detect(bytes) {
         Some(FileFormat::Pickle) => Ok(pytorch::from_pickle_with_progress(bytes, progress)?),
         Some(FileFormat::Json) => Ok(json::from_json(bytes)?),
-        None => Err(SnapshotFileError::UnknownFormat {
-            found: if bytes.is_empty() {
-                "nothing (empty file)".into()
-            } else {
-                bytes
-                    .iter()
-                    .take(8)
-                    .map(|b| format!("{b:02x}"))
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            },
-        }),
+        None => Err(unknown_format(bytes)),
     }
 }
 
@@ -168,16 +194,48 @@ pub fn load_with_progress(
     path: &Path,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Snapshot, SnapshotFileError> {
+    let bytes = read_input(path, &|_| false, progress)?;
+    let read = bytes.len() as u64;
+    let total = read.saturating_mul(2);
+    let result = from_bytes_with_progress(&bytes, &mut |pos| progress(read + pos as u64, total))
+        .map_err(|e| SnapshotFileError::InFile {
+            path: path.to_path_buf(),
+            error: Box::new(e),
+        });
+    progress(total, total);
+    result
+}
+
+/// Reads the file at `path` whole, for a snapshot (or, where `also` accepts its start, another
+/// input such as an RMM log), calling `progress(done, total)` with `total` twice the file size.
+/// A file over [`MAX_FILE_BYTES`] is refused by its size, or once that much is read (a device,
+/// which has no size); one whose first bytes start neither a snapshot nor what `also` accepts
+/// (a binary file named by mistake, `/dev/zero`) is refused at once instead of read to its end.
+///
+/// # Errors
+/// [`SnapshotFileError::Io`] for a failed read or a file too large,
+/// [`SnapshotFileError::InFile`] for a start that is no snapshot; each names the file.
+pub(crate) fn read_input(
+    path: &Path,
+    also: &dyn Fn(&[u8]) -> bool,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<Vec<u8>, SnapshotFileError> {
     let io_err = |error| SnapshotFileError::Io {
         path: path.to_path_buf(),
         error,
     };
     let mut file = File::open(path).map_err(io_err)?;
     let len = file.metadata().map_err(io_err)?.len();
+    if len > MAX_FILE_BYTES {
+        return Err(io_err(too_large(len, false)));
+    }
     let total = len.saturating_mul(2);
     progress(0, total);
     let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
     let mut chunk = vec![0u8; READ_CHUNK];
+    // Whether the first bytes were seen to start a snapshot: what does not (a device, a
+    // binary file named by mistake) is refused at once instead of read to its end.
+    let mut format_known = false;
     loop {
         let n = match file.read(&mut chunk) {
             Ok(0) => break,
@@ -186,16 +244,21 @@ pub fn load_with_progress(
             Err(e) => return Err(io_err(e)),
         };
         bytes.extend_from_slice(&chunk[..n]);
+        if bytes.len() as u64 > MAX_FILE_BYTES {
+            return Err(io_err(too_large(bytes.len() as u64, true)));
+        }
+        if !format_known && bytes.len() >= 2 && bytes.iter().any(|b| !b.is_ascii_whitespace()) {
+            if detect(&bytes).is_none() && !also(&bytes) {
+                return Err(SnapshotFileError::InFile {
+                    path: path.to_path_buf(),
+                    error: Box::new(unknown_format(&bytes)),
+                });
+            }
+            format_known = true;
+        }
         progress((bytes.len() as u64).min(len), total);
     }
-    let read = bytes.len() as u64;
-    let result = from_bytes_with_progress(&bytes, &mut |pos| progress(read + pos as u64, total))
-        .map_err(|e| SnapshotFileError::InFile {
-            path: path.to_path_buf(),
-            error: Box::new(e),
-        });
-    progress(total, total);
-    result
+    Ok(bytes)
 }
 
 /// Encodes a snapshot in a format.
@@ -206,8 +269,52 @@ pub fn to_bytes(snapshot: &Snapshot, format: FileFormat) -> Vec<u8> {
     }
 }
 
+/// Symbolic links followed at most by [`save`] (Linux's own limit, `MAXSYMLINKS`).
+const MAX_SYMLINKS: usize = 40;
+
+/// The file [`save`] replaces for `path`: `path` itself, or the file its symbolic links lead
+/// to (so that the link stays a link); an error when that is not a regular file (a device
+/// such as `/dev/full`, a FIFO, a socket, a folder), which a rename would replace.
+fn save_target(path: &Path) -> io::Result<PathBuf> {
+    let mut target = path.to_path_buf();
+    for _ in 0..MAX_SYMLINKS {
+        let meta = match fs::symlink_metadata(&target) {
+            Ok(m) => m,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(target),
+            Err(e) => return Err(e),
+        };
+        if meta.file_type().is_symlink() {
+            let link = fs::read_link(&target)?;
+            target = match target.parent() {
+                Some(dir) if link.is_relative() => dir.join(link),
+                _ => link,
+            };
+            continue;
+        }
+        if meta.is_file() {
+            return Ok(target);
+        }
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "{} is not a regular file (a folder, device, FIFO or socket), which saving would \
+                 replace; give the name of a file",
+                target.display()
+            ),
+        ));
+    }
+    Err(io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!(
+            "more than {MAX_SYMLINKS} symbolic links lead from {}",
+            path.display()
+        ),
+    ))
+}
+
 /// Writes a snapshot file atomically: a temporary file in the same folder, flushed to disk,
-/// then renamed over `path`.
+/// then renamed over `path` (over the file it links to when `path` is a symbolic link). A
+/// `path` that is not a regular file (a device, a FIFO) is refused, never replaced.
 ///
 /// # Errors
 /// An I/O error naming the file; the temporary file is removed.
@@ -217,6 +324,8 @@ pub fn save(path: &Path, snapshot: &Snapshot, format: FileFormat) -> Result<(), 
         path: path.to_path_buf(),
         error,
     };
+    let target = save_target(path).map_err(io_err)?;
+    let path = target.as_path();
     let bytes = to_bytes(snapshot, format);
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),

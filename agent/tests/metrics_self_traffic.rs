@@ -1,9 +1,9 @@
 //! A Prometheus scrape does not show in the host figures it serves: with `Instrumented` as the
 //! global allocator and its events going to the agent, scraping `/metrics` again and again
-//! publishes no host event from any thread but the scraper's (on Linux, where tiny_http's
-//! threads inherit the listener's thread name) and leaves the agent's host bytes in use where
-//! they were, instead of creeping up by each scrape's request (allocated on tiny_http's
-//! threads, which published, and freed on an agent thread, which did not: a leak that was not
+//! publishes no host event from any thread but the scraper's (the listener's connection
+//! threads are agent threads) and leaves the agent's host bytes in use where
+//! they were, instead of creeping up by each scrape's request (allocated, with the HTTP library
+//! used before, on its threads, which published, and freed on an agent thread, which did not: a leak that was not
 //! there).
 //!
 //! One test in this binary (`#[global_allocator]` scenario), so no other test thread runs.
@@ -26,12 +26,11 @@ static HEAP: Instrumented<System> = Instrumented::new(System);
 /// Scrapes measured (each drift of the old code was one request's bytes).
 const SCRAPES: usize = 200;
 
-/// Scrapes before the baseline, so that what tiny_http sets up once (its threads, its queue)
-/// is in it.
+/// Scrapes before the baseline, so that what the listener sets up once is in it.
 const WARM_UP: usize = 20;
 
-/// How long the test waits for figures to settle (tiny_http's threads finish a connection
-/// after the client has its response).
+/// How long the test waits for figures to settle (a connection's thread finishes after the
+/// client has its response).
 const SETTLE: Duration = Duration::from_secs(20);
 
 thread_local! {
@@ -103,7 +102,7 @@ fn scraping_metrics_leaves_the_host_bytes_in_use_where_they_were() {
     for _ in 0..SCRAPES {
         page = scrape(addr);
     }
-    // What tiny_http's threads allocated for the last connections is freed when they finish
+    // What the connection threads allocated for the last connections is freed when they finish
     // with them, shortly after the client has the page; wait for the figure to come back.
     let deadline = std::time::Instant::now() + SETTLE;
     let mut after = host_bytes(&agent);
@@ -121,7 +120,7 @@ fn scraping_metrics_leaves_the_host_bytes_in_use_where_they_were() {
         after - before,
         (after - before) / SCRAPES as i64
     );
-    // tiny_http's threads inherit the listener thread's name, which the heap reads on Linux.
+    // The connection threads are agent threads: nothing they allocate is published.
     if cfg!(target_os = "linux") {
         assert_eq!(
             foreign, 0,

@@ -20,6 +20,13 @@ pub enum RegistryError {
         /// The priority.
         priority: i32,
     },
+    /// The name is empty (or only white space): the registry's entries are told apart and
+    /// reported by name.
+    #[error("an allocator's name must not be empty (priority {priority})")]
+    EmptyName {
+        /// The priority it was to have.
+        priority: i32,
+    },
 }
 
 /// One registered allocator.
@@ -90,7 +97,8 @@ impl AllocatorRegistry {
     ///
     /// # Errors
     ///
-    /// [`RegistryError::Duplicate`] if that name and priority are already taken.
+    /// [`RegistryError::Duplicate`] if that name and priority are already taken,
+    /// [`RegistryError::EmptyName`] if `name` is empty or white space.
     pub fn register(
         &self,
         name: impl Into<String>,
@@ -98,6 +106,9 @@ impl AllocatorRegistry {
         allocator: Arc<dyn Allocator>,
     ) -> Result<(), RegistryError> {
         let name = name.into();
+        if name.trim().is_empty() {
+            return Err(RegistryError::EmptyName { priority });
+        }
         let mut entries = self.write();
         if entries
             .iter()

@@ -128,3 +128,16 @@ fn concurrent_registrations_all_land() {
     assert_eq!(r.len(), 100);
     assert_eq!(r.get_entry().unwrap().1, 24);
 }
+
+#[test]
+fn an_empty_or_blank_name_is_refused() {
+    let r = AllocatorRegistry::new();
+    for name in ["", "  "] {
+        let err = r.register(name, 3, cpu()).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "an allocator's name must not be empty (priority 3)"
+        );
+    }
+    assert_eq!(r.len(), 0);
+}

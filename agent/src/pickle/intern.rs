@@ -84,4 +84,26 @@ impl Interner {
             }
         }
     }
+
+    /// As [`Self::intern`], taking the items: `Err(items)` back when another content has
+    /// their hash.
+    pub(crate) fn intern_owned(
+        &mut self,
+        shared: &mut Vec<Box<[PickleValue]>>,
+        items: Vec<PickleValue>,
+    ) -> Result<SharedId, Vec<PickleValue>> {
+        let h = hash(&items);
+        match self.by_hash.get(&h) {
+            Some(&id) if same(&shared[id as usize], &items) => Ok(id),
+            Some(_) => Err(items),
+            None => {
+                let Ok(id) = SharedId::try_from(shared.len()) else {
+                    return Err(items);
+                };
+                shared.push(items.into_boxed_slice());
+                self.by_hash.insert(h, id);
+                Ok(id)
+            }
+        }
+    }
 }

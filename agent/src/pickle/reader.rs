@@ -12,6 +12,12 @@
 //!   one entry per input byte;
 //! - memo gets copy an index, never an object, so shared objects stay shared however often the
 //!   pickle refers back to them.
+//!
+//! Lists and tuples of equal contents share their items (the `intern` module). A list filled by
+//! one `APPENDS` is interned at once; one that may be filled further (CPython's pickler writes
+//! a list of over [`CPYTHON_BATCH`] items as several `MARK ... APPENDS` batches, and a list
+//! of one item as `APPEND`) keeps its own items while it is filled and is interned once it
+//! leaves the stack (taken into its parent), when it can no longer be filled by its own batches.
 
 use std::collections::HashMap;
 
@@ -30,6 +36,10 @@ pub const HIGHEST_PROTOCOL: u8 = 5;
 
 /// Lowest protocol this reader understands (the first with a `PROTO` opcode).
 pub const LOWEST_PROTOCOL: u8 = 2;
+
+/// Items per `APPENDS` batch of CPython's pickler (`BATCHSIZE` in `_pickle.c`, `_BATCHSIZE` in
+/// `pickle.py`): a first batch this long may be followed by more for the same list.
+pub const CPYTHON_BATCH: usize = 1000;
 
 /// Decodes a pickle.
 ///
@@ -62,6 +72,7 @@ pub fn parse_with_progress<'a>(
         marks: Vec::new(),
         memo: Memo::default(),
         interner: Interner::default(),
+        filling: Vec::new(),
     };
     r.run(progress)?;
     Ok(r.doc)
@@ -128,6 +139,17 @@ struct Reader<'a> {
     marks: Vec<usize>,
     memo: Memo,
     interner: Interner,
+    /// Lists being filled batch by batch, with the stack index each was at when last filled:
+    /// interned once the stack is shorter than that (the list was taken off it).
+    filling: Vec<Filling>,
+}
+
+/// A list being filled by several opcodes (see the module docs).
+#[derive(Clone, Copy)]
+struct Filling {
+    list: ContainerId,
+    /// Where the list was on the stack.
+    at: usize,
 }
 
 type Res<T> = Result<T, PickleError>;
@@ -253,13 +275,15 @@ impl<'a> Reader<'a> {
     }
 
     /// `APPENDS`/`SETITEMS`/`ADDITEMS` of the stack above `mark` into container `id` (a list,
-    /// dict or set): a list that was empty takes them as shared items (one `APPENDS` fills
-    /// a whole traceback), anything else as its own.
+    /// dict or set): a list that was empty takes a batch shorter than [`CPYTHON_BATCH`] as
+    /// shared items (one `APPENDS` fills a whole traceback); a longer one, or later batches
+    /// while it is filled, as its own, to be interned when it leaves the stack; anything else
+    /// as its own.
     fn extend_from_stack(&mut self, id: ContainerId, mark: usize, list: bool) {
         let c = &self.doc.containers[id.0 as usize];
-        if list
-            && c.shared == NOT_SHARED
-            && c.items.is_empty()
+        let fresh = list && c.shared == NOT_SHARED && c.items.is_empty();
+        if fresh
+            && self.stack.len() - mark < CPYTHON_BATCH
             && mark < self.stack.len()
             && let Some(shared) = self
                 .interner
@@ -270,6 +294,39 @@ impl<'a> Reader<'a> {
             return;
         }
         own_items(&mut self.doc, id).extend(self.stack.drain(mark..));
+        if fresh {
+            // The list sits just below the mark.
+            self.start_filling(id, mark - 1);
+        }
+    }
+
+    /// Notes that list `id` (at stack index `at`) is being filled: it is interned once it
+    /// leaves the stack. Lists that left the stack before are interned first.
+    fn start_filling(&mut self, list: ContainerId, at: usize) {
+        self.settle_filled();
+        if self.filling.last().is_none_or(|f| f.list != list) {
+            self.filling.push(Filling { list, at });
+        }
+    }
+
+    /// Interns the lists being filled that have left the stack (it is shorter than where they
+    /// were): no batch of their own can follow.
+    #[inline]
+    fn settle_filled(&mut self) {
+        while let Some(&f) = self.filling.last()
+            && self.stack.len() <= f.at
+        {
+            self.filling.pop();
+            let c = &mut self.doc.containers[f.list.0 as usize];
+            if c.shared != NOT_SHARED {
+                continue;
+            }
+            let items = std::mem::take(&mut c.items);
+            match self.interner.intern_owned(&mut self.doc.shared, items) {
+                Ok(shared) => self.doc.containers[f.list.0 as usize].shared = shared,
+                Err(items) => self.doc.containers[f.list.0 as usize].items = items,
+            }
+        }
     }
 
     fn push_str(&mut self, bytes: &'a [u8], opcode: u8, at: usize) -> Res<()> {
@@ -394,6 +451,9 @@ impl<'a> Reader<'a> {
         }
         let mut next_report = PROGRESS_STEP;
         loop {
+            if !self.filling.is_empty() {
+                self.settle_filled();
+            }
             if self.pos >= next_report {
                 progress(self.pos);
                 next_report = self.pos + PROGRESS_STEP;
@@ -584,7 +644,13 @@ impl<'a> Reader<'a> {
                     let v = self.pop(code, at)?;
                     let t = self.top(code, at)?;
                     let id = self.target(t, as_list, "list", code, at)?;
+                    let c = &self.doc.containers[id.0 as usize];
+                    let fresh = c.shared == NOT_SHARED && c.items.is_empty();
                     self.items_mut(id).push(v);
+                    // CPython writes a list of one item as `EMPTY_LIST item APPEND`.
+                    if fresh {
+                        self.start_filling(id, self.stack.len() - 1);
+                    }
                 }
                 op::SETITEM => {
                     let v = self.pop(code, at)?;

@@ -50,7 +50,7 @@ use allocview_alloc::caching::backend::{DeviceBackend, DevicePtr, StreamId};
 use allocview_alloc::caching::sim::SimBackend;
 use allocview_alloc::caching::stats::DeviceStats;
 use allocview_alloc::caching::{
-    AllocError, AllocatorConfig, CachingAllocator, ContextLevel, HistoryOptions,
+    AllocError, AllocatorConfig, CachingAllocator, ContextLevel, HistoryOptions, PoolId,
 };
 use allocview_alloc::snapshot::{
     SegmentInfo, SegmentType, Snapshot, TraceAction, TraceEntry, Value,
@@ -62,6 +62,7 @@ use crate::addr_map::AddrMap;
 use crate::diagnosis::{OomFacts, diagnose_under};
 use crate::replay::initial::{InitialState, MIN_BLOCK_SIZE, SMALL_SIZE};
 use crate::replay::plan::{FreeRun, TracePlan, is_release};
+use crate::replay::pool_routes::PoolRoutes;
 use crate::replay::report::{Divergence, Fidelity, InitialSummary, OomEvent, RunFigures, RunStart};
 use crate::state::{all_current, all_peak};
 
@@ -332,6 +333,11 @@ pub struct Replayer<'a> {
     /// Trace entries the allocator has made so far (its tracker counts them): the history
     /// marks are differences of it.
     traced: Arc<AtomicU64>,
+    /// The private pool of each recorded allocation that went to one.
+    routes: PoolRoutes,
+    /// Private pools this run has made: one use each is kept, so that their cached segments
+    /// stay theirs, as the recording's graphs kept theirs.
+    held_pools: Vec<PoolId>,
 }
 
 impl<'a> Replayer<'a> {
@@ -350,6 +356,7 @@ impl<'a> Replayer<'a> {
         let initial =
             InitialState::reconstruct(snapshot, trace, device, &|s| recorded.round_size(s));
         let plan = TracePlan::new(entries, &recorded);
+        let routes = PoolRoutes::new(snapshot, device, entries, &initial);
 
         let capacity = opts.device_memory.unwrap_or(UNLIMITED_DEVICE_MEMORY);
         let sim = Arc::new(
@@ -414,6 +421,8 @@ impl<'a> Replayer<'a> {
             squeezed: false,
             last_segment: Arc::new(Mutex::new(Vec::new())),
             traced: Arc::new(AtomicU64::new(0)),
+            routes,
+            held_pools: Vec::new(),
         };
         let last_segment = Arc::clone(&r.last_segment);
         let traced = Arc::clone(&r.traced);
@@ -693,6 +702,7 @@ impl Replayer<'_> {
         for seg in &initial.segments {
             let stream = StreamId(seg.stream);
             let small = seg.pool == SegmentType::Small;
+            let pool = seg.private_pool;
             if !small
                 && !expandable
                 && let [only] = seg.blocks.as_slice()
@@ -700,7 +710,7 @@ impl Replayer<'_> {
                 && only.size == seg.size
             {
                 self.sim.hint_next_segment(seg.address);
-                match self.alloc.malloc(seg.size, stream) {
+                match self.malloc_in(pool, seg.size, stream) {
                     Ok(p) => {
                         if p != seg.address {
                             self.warn(format!(
@@ -723,7 +733,7 @@ impl Replayer<'_> {
             }
             self.sim.hint_next_segment(seg.address);
             let first = if small { MIN_BLOCK_SIZE } else { seg.size };
-            let p = match self.alloc.malloc(first, stream) {
+            let p = match self.malloc_in(pool, first, stream) {
                 Ok(p) => p,
                 Err(e) => {
                     self.warn(format!(
@@ -742,7 +752,7 @@ impl Replayer<'_> {
             self.free_or_warn(0, p);
             for b in &seg.blocks {
                 if b.live {
-                    match self.alloc.malloc(b.size, stream) {
+                    match self.malloc_in(pool, b.size, stream) {
                         Ok(q) => {
                             if q != b.address {
                                 self.warn(format!(
@@ -773,7 +783,7 @@ impl Replayer<'_> {
                 let mut off = 0;
                 while off < b.size {
                     let c = chunk.min(b.size - off);
-                    match self.alloc.malloc(c, stream) {
+                    match self.malloc_in(pool, c, stream) {
                         Ok(q) => placeholders.push(q),
                         Err(e) => {
                             self.warn(format!(
@@ -796,7 +806,7 @@ impl Replayer<'_> {
     fn install_free(&mut self, initial: &InitialState) {
         for seg in &initial.segments {
             for b in seg.blocks.iter().filter(|b| b.live) {
-                match self.alloc.malloc(b.requested.max(1), StreamId(seg.stream)) {
+                match self.malloc_in(seg.private_pool, b.requested.max(1), StreamId(seg.stream)) {
                     Ok(p) => {
                         self.map.insert(b.address, p);
                     }
@@ -818,7 +828,7 @@ impl Replayer<'_> {
             self.sim.hint_next_segment(addr);
         }
         self.take_last_segment();
-        let result = self.alloc.malloc(e.size, StreamId(e.stream));
+        let result = self.malloc_in(self.routes.pool_of(index), e.size, StreamId(e.stream));
         self.release_squeeze();
         self.sample();
         // The segments (or, for expandable segments, the mappings) this `malloc` made.
@@ -852,6 +862,29 @@ impl Replayer<'_> {
                 }
             }
         }
+    }
+
+    /// `malloc`, in the private pool `pool` where given (routed there as the recording's
+    /// capture did: `begin_allocate_to_pool` around it). The run keeps one use of each pool it
+    /// made, so that the pool is never released under it.
+    fn malloc_in(
+        &mut self,
+        pool: Option<PoolId>,
+        size: u64,
+        stream: StreamId,
+    ) -> Result<DevicePtr, AllocError> {
+        let Some(pool) = pool else {
+            return self.alloc.malloc(size, stream);
+        };
+        self.alloc.begin_allocate_to_pool(pool, |_| true);
+        let result = self.alloc.malloc(size, stream);
+        self.alloc.end_allocate_to_pool(pool);
+        if self.held_pools.contains(&pool) {
+            self.alloc.release_pool(pool);
+        } else {
+            self.held_pools.push(pool);
+        }
+        result
     }
 
     fn check_alloc(

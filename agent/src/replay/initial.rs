@@ -32,6 +32,7 @@ use std::collections::BTreeMap;
 
 use crate::addr_map::AddrSet;
 
+use allocview_alloc::caching::PoolId;
 use allocview_alloc::snapshot::{SegmentType, Snapshot, TraceAction, TraceEntry};
 
 pub use allocview_alloc::caching::config::{MIN_BLOCK_SIZE, SMALL_BUFFER, SMALL_SIZE};
@@ -67,6 +68,9 @@ pub struct InitialSegment {
     pub stream: u64,
     /// Small or large pool.
     pub pool: SegmentType,
+    /// The private pool the segment belongs to (a graph capture's, a `MemPool`'s), when the
+    /// final snapshot names one (`segment_pool_id`); `None` for the default pools.
+    pub private_pool: Option<PoolId>,
     /// Blocks in address order; they tile the segment.
     pub blocks: Vec<InitialBlock>,
 }
@@ -177,6 +181,7 @@ impl InitialState {
 
         // The final snapshot: segments and active blocks the trace did not create.
         let mut mapped = MappedRanges::default();
+        let mut private_pools: BTreeMap<u64, PoolId> = BTreeMap::new();
         for seg in snapshot.segments.iter().filter(|s| s.device == device) {
             let mut addr = seg.address;
             for b in &seg.blocks {
@@ -204,6 +209,10 @@ impl InitialState {
                     Some(seg.segment_type),
                 );
             } else if !created_segments.contains(&seg.address) {
+                if seg.segment_pool_id != (0, 0) {
+                    let (a, b) = seg.segment_pool_id;
+                    private_pools.insert(seg.address, PoolId(a, b));
+                }
                 start_segments.push((
                     seg.address,
                     (seg.total_size, seg.stream, Some(seg.segment_type)),
@@ -284,6 +293,7 @@ impl InitialState {
                 size,
                 stream,
                 pool,
+                private_pool: private_pools.get(&address).copied(),
                 blocks,
             });
         }

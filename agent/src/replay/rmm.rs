@@ -44,6 +44,19 @@ pub fn is_rmm_log(bytes: &[u8]) -> bool {
     bytes[start..].starts_with(RMM_HEADER.as_bytes())
 }
 
+/// Whether `bytes`, the first bytes read of a file, may start an RMM log: they are the start
+/// of its header, or hold the whole header (as [`is_rmm_log`]).
+pub fn may_be_rmm_log(bytes: &[u8]) -> bool {
+    let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
+    let start = bytes
+        .iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .unwrap_or(bytes.len());
+    let rest = &bytes[start..];
+    let n = rest.len().min(RMM_HEADER.len());
+    rest[..n] == RMM_HEADER.as_bytes()[..n]
+}
+
 /// Parses an RMM log into a snapshot holding its trace (device 0, no segments).
 ///
 /// # Errors
@@ -140,6 +153,16 @@ mod tests {
         140573312345856,1634567890.123456,allocate,0x7f8a40000000,1024,0x0\n\
         140573312345856,1634567890.234567,allocate failure,0x0,4096,0x0\n\
         140573312345856,15:21:42.5,free,0x7f8a40000000,1024,0x10\n";
+
+    #[test]
+    fn the_first_bytes_of_an_rmm_log_may_be_one_and_others_are_not() {
+        for prefix in ["Th", "  Thread,Ti", "\u{feff}Thread", LOG] {
+            assert!(may_be_rmm_log(prefix.as_bytes()), "{prefix:?}");
+        }
+        for other in ["Tx", "\0\0", "{\"format\"", "Thread;Time"] {
+            assert!(!may_be_rmm_log(other.as_bytes()), "{other:?}");
+        }
+    }
 
     #[test]
     fn an_rmm_log_becomes_alloc_free_and_oom_entries() {

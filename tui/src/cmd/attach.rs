@@ -59,6 +59,9 @@ pub fn resolve(
         return Ok(chosen(&a));
     }
     let found = sockets();
+    if let Some(why) = found.untrusted {
+        anyhow::bail!("{why}");
+    }
     let note = found.stale_note();
     let before = note.as_ref().map_or(String::new(), |n| format!("{n}\n"));
     match found.sockets.as_slice() {
@@ -379,6 +382,7 @@ mod tests {
             dir: PathBuf::from("/run/allocview"),
             sockets: live.iter().map(PathBuf::from).collect(),
             stale_removed: stale,
+            untrusted: None,
         }
     }
 

@@ -221,12 +221,20 @@ fn signal_name(signal: i32) -> String {
     format!("signal {signal}")
 }
 
+/// The longest `--seconds` is taken for (a century): `--seconds 1e30` runs until a signal.
+const HEADLESS_FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
+
 /// Lets the headless demo run: `--seconds`, else [`HEADLESS_SECONDS`] for training, else (the
 /// OOM scenario) until the first OOM and [`OOM_MARGIN`] more, at most [`OOM_MAX_SECONDS`].
 /// Stops early when the workload fails, or on a signal in [`Interrupts`] (returned).
 fn run_headless(demo: &Demo, args: &DemoArgs, interrupts: &mut Interrupts) -> Option<i32> {
     let start = Instant::now();
-    let fixed = args.seconds.map(Duration::from_secs_f64);
+    // Any longer is as good as for ever (and a longer `Duration` or deadline overflows).
+    let fixed = args.seconds.map(|s| {
+        Duration::try_from_secs_f64(s)
+            .unwrap_or(HEADLESS_FOREVER)
+            .min(HEADLESS_FOREVER)
+    });
     let mut deadline = match (fixed, args.scenario) {
         (Some(d), _) => start + d,
         (None, Scenario::Train) => start + HEADLESS_SECONDS,

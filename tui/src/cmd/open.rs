@@ -25,6 +25,7 @@ const PROGRESS_FROM_BYTES: u64 = 8 << 20;
 /// # Errors
 /// The file cannot be read or is not a snapshot (the error names the file and the problem).
 pub fn load(path: &std::path::Path) -> anyhow::Result<allocview_alloc::snapshot::Snapshot> {
+    super::summary::progress::say_if_fifo(path);
     let big = std::fs::metadata(path).is_ok_and(|m| m.len() >= PROGRESS_FROM_BYTES);
     if !big {
         // The error's message already names the file and the cause (its source chain would

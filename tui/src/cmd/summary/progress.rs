@@ -21,6 +21,7 @@ pub const BAR_DELAY: Duration = Duration::from_millis(200);
 /// # Errors
 /// The file's error, naming it.
 pub fn load_snapshot(path: &Path) -> anyhow::Result<Snapshot> {
+    say_if_fifo(path);
     let tty = std::io::stderr().is_terminal();
     let start = Instant::now();
     let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden());
@@ -43,4 +44,16 @@ pub fn load_snapshot(path: &Path) -> anyhow::Result<Snapshot> {
     bar.finish_and_clear();
     // The error names the file and the problem; its text is the whole message.
     result.map_err(|e| anyhow::anyhow!("cannot load {e}"))
+}
+
+/// Says on stderr that `path` is a FIFO whose reading waits for a writer: opening one blocks
+/// until a writer opens it, which a mistyped path may never get (a silent hang otherwise).
+pub fn say_if_fifo(path: &Path) {
+    use std::os::unix::fs::FileTypeExt as _;
+    if std::fs::metadata(path).is_ok_and(|m| m.file_type().is_fifo()) {
+        eprintln!(
+            "allocview: {} is a FIFO: waiting for a writer (Ctrl-C stops)",
+            path.display()
+        );
+    }
 }
