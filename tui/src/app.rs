@@ -43,6 +43,13 @@ pub struct App {
     /// another process (a restarted service reached by a reconnect) whose OOMs are numbered
     /// from 1 again.
     process_seen: Option<(u32, Option<u64>)>,
+    /// Live: the user picked a segment or block (moved, clicked, zoomed, or came from a trace
+    /// row): the selection then follows that segment as the list reorders; until then it stays
+    /// on the top row, whose block the detail pane describes.
+    segment_picked: bool,
+    /// Background threads' panics already shown in the status line
+    /// ([`crate::terminal::background_panics`]).
+    panics_seen: usize,
 }
 
 /// A draw that took longer than this held the loop up: the terminal takes its output slowly
@@ -74,6 +81,12 @@ pub fn file_only_key(key: char) -> String {
         "`{key}` steps through a snapshot file's trace (allocview open FILE); live, the \
          dashboard follows the process: Space pauses, s saves a snapshot to open"
     )
+}
+
+/// What the status line says of a background thread's panic (`message` is the panic's one
+/// line: `thread 'NAME' panicked at FILE:LINE:COL: MESSAGE`).
+pub fn background_panic_line(message: &str) -> String {
+    format!("error: {message} (the dashboard carries on; the message is printed again on exit)")
 }
 
 /// Live: the selected trace row's event left the window of recent events the agent sends (the
@@ -119,6 +132,7 @@ impl App {
                 no_color: theme::no_color_requested(
                     std::env::var_os(theme::NO_COLOR_VAR).as_deref(),
                 ),
+                ascii: crate::view::ascii::ascii_requested_by_env(),
                 ..UiState::default()
             },
             dirty: true,
@@ -130,6 +144,8 @@ impl App {
             next_draw: None,
             dumps_said: 0,
             process_seen: None,
+            panics_seen: 0,
+            segment_picked: false,
         };
         app.source.poll(&mut app.state)?;
         // OOMs from before the dashboard opened are on the OOM tab, not news.
@@ -168,13 +184,32 @@ impl App {
                 if let Some(key) = selected {
                     self.keep_trace_selection(key, !said);
                 }
-                if let Some(at) = segment {
+                if let Some(at) = segment.filter(|_| self.segment_picked) {
                     self.keep_segment_selection(at);
                 }
             }
         }
+        self.show_background_panics();
         self.expire_notice(Instant::now());
         Ok(())
+    }
+
+    /// Puts the newest panic of a background thread (a file's what-if replays, the demo's
+    /// workload) that the terminal's panic hook kept instead of printing over the screen in
+    /// the status line, where it stays until another message replaces it; the terminal's
+    /// restore prints them all again on exit.
+    pub fn show_background_panics(&mut self) {
+        if crate::terminal::background_panic_count() <= self.panics_seen {
+            return;
+        }
+        let panics = crate::terminal::background_panics();
+        self.panics_seen = panics.len();
+        if let Some(newest) = panics.last() {
+            self.state.status = Some(background_panic_line(&newest.message));
+            // An error stays: it is not a notice that expires.
+            self.notice = None;
+            self.dirty = true;
+        }
     }
 
     /// Clears the app's last message from the status line once it has been shown
@@ -287,6 +322,7 @@ impl App {
                     self.ui.block = 0;
                 }
                 self.ui.segment_row = row;
+                self.segment_picked = true;
             }
             View::Streams => self.ui.stream_row = row,
             // Live, the last row follows the newest event; another stays on its event.
@@ -347,6 +383,12 @@ impl App {
         }
         let new = count - self.ooms_seen;
         self.ooms_seen = count;
+        // `press 7` shows the OOM the line names (the view opened on the first OOM); one
+        // already reading the OOM view keeps their place.
+        if self.ui.view != View::Oom && !self.state.ooms.is_empty() {
+            self.ui.oom = self.state.ooms.len() - 1;
+            self.ui.oom_scroll = 0;
+        }
         let newest = match self.state.ooms.last() {
             Some(o) if o.event_lost => format!("OOM #{} (its request was lost)", o.number),
             Some(o) => format!(
@@ -416,7 +458,22 @@ impl App {
         self.dirty = true;
         match action {
             Action::Quit => self.ui.quit = true,
-            Action::ToggleHelp => self.ui.help = !self.ui.help,
+            // The loop ([`run`]) suspends: it holds the terminal.
+            Action::Suspend => {}
+            Action::ToggleHelp => {
+                self.ui.help = !self.ui.help;
+                self.ui.help_scroll = 0;
+            }
+            // The open help overlay takes the moves: it scrolls.
+            Action::Move(d) if self.ui.help => {
+                let max = view::help::scroll_max(self.area);
+                self.ui.help_scroll =
+                    (self.ui.help_scroll.min(max) as i64 + d).clamp(0, max as i64) as usize;
+            }
+            Action::Top if self.ui.help => self.ui.help_scroll = 0,
+            Action::Bottom if self.ui.help => {
+                self.ui.help_scroll = view::help::scroll_max(self.area)
+            }
             Action::NextView => self.show(self.ui.view.next()),
             Action::PrevView => self.show(self.ui.view.prev()),
             Action::ShowView(v) => self.show(v),
@@ -434,7 +491,10 @@ impl App {
             Action::Top => self.set_row(0),
             Action::Bottom => self.set_row(usize::MAX),
             Action::Left => match self.ui.view {
-                View::Segments => self.ui.block = self.ui.block.saturating_sub(1),
+                View::Segments => {
+                    self.ui.block = self.ui.block.saturating_sub(1);
+                    self.segment_picked = true;
+                }
                 View::Histograms => {
                     let n = view::histograms::groups(&self.state, self.ui.histogram_by)
                         .len()
@@ -447,6 +507,7 @@ impl App {
                 View::Segments => {
                     let n = self.selected_segment_blocks();
                     self.ui.block = (self.ui.block + 1).min(n.saturating_sub(1));
+                    self.segment_picked = true;
                 }
                 View::Histograms => {
                     let n = view::histograms::groups(&self.state, self.ui.histogram_by)
@@ -526,8 +587,12 @@ impl App {
                 self.ui.segment_filter = self.ui.segment_filter.next();
                 self.ui.segment_row = 0;
                 self.ui.block = 0;
+                self.segment_picked = false;
             }
-            Action::ToggleZoom => self.ui.zoom = !self.ui.zoom,
+            Action::ToggleZoom => {
+                self.ui.zoom = !self.ui.zoom;
+                self.segment_picked = true;
+            }
             Action::CycleChartSpan => {
                 let file = self.file_mode();
                 self.ui.cycle_chart_span(file);
@@ -572,6 +637,9 @@ impl App {
                     self.select_oom_at_cursor();
                 }
             }
+            // A click while the help covers the screen closes it (it chose a tab or row
+            // under the overlay, unseen).
+            Action::Click { .. } if self.ui.help => self.ui.help = false,
             Action::Click { x, y } => self.click(x, y),
             Action::Resize => {}
         }
@@ -660,6 +728,7 @@ impl App {
                 let order = self.state.segment_order(self.ui.segment_filter);
                 self.ui.segment_row = order.iter().position(|&s| s == seg).unwrap_or(0);
                 self.ui.block = block;
+                self.segment_picked = true;
                 self.ui.view = View::Segments;
                 self.ui.detail = true;
             }
@@ -720,6 +789,7 @@ impl App {
             (y - inner.y) as usize,
         ) {
             self.ui.block = b;
+            self.segment_picked = true;
         }
     }
 
@@ -785,8 +855,15 @@ where
         let timeout = tick.saturating_sub(last_tick.elapsed());
         if event::poll(timeout)? {
             let e = event::read()?;
-            if let Some(a) = input::event(&e, &app.ui, app.file_mode()) {
-                app.apply(a)?;
+            match input::event(&e, &app.ui, app.file_mode()) {
+                // Back from `fg`: the screen is the shell's; draw all of it.
+                Some(Action::Suspend) if crate::terminal::suspend()? => {
+                    terminal.clear()?;
+                    app.dirty = true;
+                }
+                Some(Action::Suspend) => {}
+                Some(a) => app.apply(a)?,
+                None => {}
             }
         }
         if app.ui.quit {

@@ -35,6 +35,9 @@ pub enum Seek {
 pub enum Action {
     /// Leave.
     Quit,
+    /// Ctrl-Z: give the terminal back and stop until `fg` (the loop does it: it needs the
+    /// terminal, see [`crate::terminal::suspend`]).
+    Suspend,
     /// A key that steps through a file's trace (`[ ] , . < > g`), pressed live: said, not
     /// silently ignored.
     FileOnly(char),
@@ -110,6 +113,9 @@ pub fn key(k: KeyEvent, ui: &UiState, file_mode: bool) -> Option<Action> {
     if ctrl && matches!(k.code, KeyCode::Char('c')) {
         return Some(Action::Quit);
     }
+    if ctrl && matches!(k.code, KeyCode::Char('z')) {
+        return Some(Action::Suspend);
+    }
     if ui.filter_input.is_some() {
         return match k.code {
             KeyCode::Enter => Some(Action::FilterApply),
@@ -126,6 +132,13 @@ pub fn key(k: KeyEvent, ui: &UiState, file_mode: bool) -> Option<Action> {
         return match k.code {
             KeyCode::Char('q') => Some(Action::Quit),
             KeyCode::Char('?') | KeyCode::Esc | KeyCode::Enter => Some(Action::ToggleHelp),
+            // A terminal too short for the whole overlay scrolls it.
+            KeyCode::Up | KeyCode::Char('k') => Some(Action::Move(-1)),
+            KeyCode::Down | KeyCode::Char('j') => Some(Action::Move(1)),
+            KeyCode::PageUp => Some(Action::Move(-PAGE)),
+            KeyCode::PageDown => Some(Action::Move(PAGE)),
+            KeyCode::Home => Some(Action::Top),
+            KeyCode::End => Some(Action::Bottom),
             _ => None,
         };
     }
@@ -239,6 +252,14 @@ mod tests {
                 false
             ),
             Some(Action::Quit)
+        );
+        assert_eq!(
+            key(
+                KeyEvent::new(KeyCode::Char('z'), KeyModifiers::CONTROL),
+                &ui,
+                false
+            ),
+            Some(Action::Suspend)
         );
         // Time-travel keys only in files.
         assert_eq!(key(press(KeyCode::Char('n')), &ui, false), None);

@@ -95,6 +95,10 @@ pub struct Look {
 pub fn look(cell: &Cell) -> Look {
     let mut fg = rgb(cell.fg).unwrap_or(DEFAULT_FG);
     let mut bg = rgb(cell.bg).unwrap_or(DEFAULT_BG);
+    // Faint text: halfway to the background, as terminals draw it.
+    if cell.modifier.contains(Modifier::DIM) {
+        fg = std::array::from_fn(|i| ((u16::from(fg[i]) + u16::from(bg[i])) / 2) as u8);
+    }
     if cell.modifier.contains(Modifier::REVERSED) {
         std::mem::swap(&mut fg, &mut bg);
     }

@@ -11,6 +11,7 @@
 //! A process watched for its host heap only (no device allocator) has its heap on the
 //! overview; the device views say so rather than draw empty tables.
 
+pub mod ascii;
 pub mod footer;
 pub mod header;
 pub mod help;
@@ -100,12 +101,15 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
             footer::render_long_status(two, buf, status);
         }
         if ui.help {
-            help::render(area, buf, state);
+            help::render(area, buf, state, ui.help_scroll);
         }
     }
     // Whatever was drawn, once.
     if ui.no_color {
         theme::strip_colors(buf, area);
+    }
+    if ui.ascii {
+        ascii::to_ascii(buf, area);
     }
 }
 
@@ -136,7 +140,25 @@ fn render_too_small(area: Rect, buf: &mut Buffer) {
     let pad = (area.width as usize).saturating_sub(msg.chars().count()) / 2;
     let line = Line::styled(format!("{}{msg}", " ".repeat(pad)), theme::alert());
     put(buf, area, area.height / 2, &line);
+    // The way out, under it where there is a row for it (the footer that says it is not drawn).
+    if area.height >= TOO_SMALL_HINT_ROWS {
+        let text = if TOO_SMALL_HINT.chars().count() <= area.width as usize {
+            TOO_SMALL_HINT
+        } else {
+            TOO_SMALL_HINT_SHORT
+        };
+        let pad = (area.width as usize).saturating_sub(text.chars().count()) / 2;
+        let hint = Line::styled(format!("{}{text}", " ".repeat(pad)), theme::dim());
+        put(buf, area, area.height / 2 + 1, &hint);
+    }
 }
+
+/// Under the too-small message: how to leave (or get the dashboard back).
+pub const TOO_SMALL_HINT: &str = "q quits; a larger window brings the dashboard back";
+/// [`TOO_SMALL_HINT`] where it does not fit the width.
+pub const TOO_SMALL_HINT_SHORT: &str = "q quits";
+/// The fewest rows that show [`TOO_SMALL_HINT`] under the message.
+const TOO_SMALL_HINT_ROWS: u16 = 3;
 
 /// What the device views say for a process watched for its host heap only.
 pub const NO_DEVICE: &str =

@@ -50,7 +50,9 @@ fn a_tiny_terminal_says_it_is_too_small_and_the_dashboard_comes_back_when_it_gro
     let mut terminal = Terminal::new(TestBackend::new(40, 12)).unwrap();
     let small = drawn(&mut app, &mut terminal);
     let rows: Vec<&str> = small.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert_eq!(rows.len(), 1, "{small}");
+    // The message, and under it how to leave.
+    assert_eq!(rows.len(), 2, "{small}");
+    assert_eq!(rows[1].trim(), view::TOO_SMALL_HINT_SHORT, "{small}");
     assert!(
         rows[0].contains(&format!(
             "terminal too small: 40x12, needs {}x{}",

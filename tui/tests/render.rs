@@ -341,7 +341,7 @@ fn non_blank_rows(all: &str) -> Vec<&str> {
 }
 
 #[test]
-fn a_terminal_below_the_smallest_layout_gets_one_line_saying_so() {
+fn a_terminal_below_the_smallest_layout_gets_a_line_saying_so_and_how_to_quit() {
     let (w, h) = (view::MIN_WIDTH, view::MIN_HEIGHT);
     let state = support::live_state();
     for (sw, sh, says) in [
@@ -367,8 +367,10 @@ fn a_terminal_below_the_smallest_layout_gets_one_line_saying_so() {
                 };
                 let all = text(screen(&state, &ui, sw, sh).backend().buffer());
                 let rows = non_blank_rows(&all);
-                assert_eq!(rows.len(), 1, "{sw}x{sh} {view:?}:\n{all}");
+                // The message, and under it how to leave.
+                assert_eq!(rows.len(), 2, "{sw}x{sh} {view:?}:\n{all}");
                 assert_eq!(rows[0].trim(), says, "{sw}x{sh} {view:?}:\n{all}");
+                assert!(rows[1].contains("q quits"), "{sw}x{sh} {view:?}:\n{all}");
             }
         }
     }

@@ -223,6 +223,9 @@ pub struct UiState {
     pub view: View,
     /// The help overlay is open.
     pub help: bool,
+    /// Rows of the help overlay scrolled past (↑↓ PgUp PgDn while it is open), for a terminal
+    /// too short to show it whole.
+    pub help_scroll: usize,
     /// The detail pane is open (segments: block facts; OOM: frames).
     pub detail: bool,
     /// Selected row of the segment list (index into the filtered list).
@@ -260,6 +263,9 @@ pub struct UiState {
     /// No colours (the `NO_COLOR` convention, <https://no-color.org>): the screen is drawn
     /// without colours, its cues kept as modifiers (reverse, bold, underline) and symbols.
     pub no_color: bool,
+    /// ASCII only: the locale names another character set than UTF-8, where box drawing,
+    /// blocks and braille would be garbage ([`crate::view::ascii`]).
+    pub ascii: bool,
 }
 
 impl UiState {

@@ -20,16 +20,30 @@ pub const LIVE_KEYS: &str =
 pub const HISTOGRAM_KEYS: &str =
     "q quit  ? help  Tab/1-7 views  p per pool  s per stream  ◀ ▶ group  Space pause";
 
-/// The live status line when it does not fit the footer's one row of `width` cells (a lost
-/// connection and why, a restart, a stall), to be drawn over two rows with
-/// [`render_long_status`].
+/// The status line when it does not fit the footer's one row of `width` cells (live: a lost
+/// connection and why, a restart, a stall; a file: after the event's position; both: a
+/// background thread's panic), to be drawn over two rows with [`render_long_status`] (in a
+/// file, over the position too while it shows: the header still says the event).
 pub fn long_status<'a>(state: &'a State, ui: &UiState, width: u16) -> Option<&'a str> {
-    if ui.filter_input.is_some() || state.is_file() {
+    if ui.filter_input.is_some() {
         return None;
     }
     let status = state.status.as_deref()?;
+    let position = match &state.mode {
+        Mode::File { event, total, .. } => position(*event, *total).chars().count(),
+        _ => 0,
+    };
     // A leading space, as the one-row footer writes it.
-    (status.chars().count() + 1 > width as usize).then_some(status)
+    (position + status.chars().count() + 1 > width as usize).then_some(status)
+}
+
+/// A file's position in the footer (` event 12,034 / 19,342 `).
+fn position(event: usize, total: usize) -> String {
+    format!(
+        " event {} / {} ",
+        units::count(event as u64),
+        units::count(total as u64)
+    )
 }
 
 /// Draws a status line too long for one row over the two rows of `area` (the body's last row,
@@ -66,11 +80,7 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
     }
     let mut spans = Vec::new();
     if let Mode::File { event, total, .. } = &state.mode {
-        let pos = format!(
-            " event {} / {} ",
-            units::count(*event as u64),
-            units::count(*total as u64)
-        );
+        let pos = position(*event, *total);
         spans.push(Span::styled(pos, theme::title()));
         // A slider when there is room beside the keys.
         let room = (area.width as usize).saturating_sub(spans[0].width() + SLIDER_KEYS.len() + 4);

@@ -40,6 +40,8 @@ pub fn clock(time_us: i64) -> String {
 const WHAT_IF_HEAD: &str = " what-if (replayed): ";
 /// Heads the other what-if lines (as wide as [`WHAT_IF_HEAD`]).
 const WHAT_IF_INDENT: &str = "                     ";
+/// Before the rows a wrapped line of the card goes on in.
+const CONTINUED_INDENT: &str = "   ";
 /// Between a what-if's settings and its verdict.
 const ARROW: &str = "→ ";
 
@@ -83,9 +85,9 @@ pub fn lines(o: &OomReport, width: usize, in_file: bool) -> Vec<Line<'static>> {
     match &o.dump_error {
         // Not a failure: the agent's limit on dumps, or another record has this moment's.
         Some(e) if is_not_written(e) => {
-            v.push(Line::styled(format!(" dump {e}"), theme::dim()));
+            push_wrapped(&mut v, &format!("dump {e}"), theme::dim(), width);
         }
-        Some(e) => v.push(Line::styled(format!(" dump failed: {e}"), theme::alert())),
+        Some(e) => push_wrapped(&mut v, &format!("dump failed: {e}"), theme::alert(), width),
         None => {}
     }
     match (&o.dump_path, o.trace_index) {
@@ -115,7 +117,12 @@ pub fn lines(o: &OomReport, width: usize, in_file: bool) -> Vec<Line<'static>> {
     let (stack, _) = crate::state::context::user_stack(&o.frames);
     if !stack.is_empty() {
         let shown = &stack[..stack.len().min(OOM_CONTEXT_FRAMES)];
-        v.push(Line::raw(format!(" context: {}", shown.join(" ← "))));
+        push_wrapped(
+            &mut v,
+            &format!("context: {}", shown.join(" ← ")),
+            Style::new(),
+            width,
+        );
     }
     // The what-ifs last: the longest part, and the one a short terminal can best leave below
     // the fold (PgDn), after the snapshot's path and the context.
@@ -143,6 +150,17 @@ pub fn lines(o: &OomReport, width: usize, in_file: bool) -> Vec<Line<'static>> {
         }
     }
     v
+}
+
+/// Pushes `text` in `style`, wrapped inside a box `width` cells wide (its two borders, a
+/// space before the text, [`CONTINUED_INDENT`] before the rows that go on): a dump's error or
+/// an OOM's context, cut at the border at 80 columns before.
+fn push_wrapped(v: &mut Vec<Line<'static>>, text: &str, style: Style, width: usize) {
+    let room = width.saturating_sub(2 + CONTINUED_INDENT.len()).max(1);
+    for (i, piece) in wrap(text, room).into_iter().enumerate() {
+        let indent = if i == 0 { " " } else { CONTINUED_INDENT };
+        v.push(Line::styled(format!("{indent}{piece}"), style));
+    }
 }
 
 /// The OOM numbers between `prev` and `next` (exclusive) that the agent no longer keeps, as

@@ -121,12 +121,21 @@ fn memory_lines(state: &State, width: usize) -> Vec<Line<'static>> {
             let fraction = src.memory_fraction.unwrap_or(1.0);
             let limit = units::bytes((total as f64 * fraction) as u64);
             let free = src.device_free.map(units::bytes);
-            let (long_free, short_free) = free.map_or((String::new(), String::new()), |f| {
-                (format!("   device free {f}"), format!(" · device free {f}"))
-            });
+            let (long_free, short_free) =
+                free.as_ref().map_or((String::new(), String::new()), |f| {
+                    (format!("   device free {f}"), format!(" · device free {f}"))
+                });
+            // Short, a fraction of the device is said in words where one is set (a bare
+            // `×1.00` read as a figure without a name); the whole device needs no word.
+            let short = if fraction < 1.0 {
+                let free = free.map(|f| format!(" · free {f}")).unwrap_or_default();
+                format!(" limit {limit} (fraction {fraction:.2}){free}")
+            } else {
+                format!(" limit {limit}{short_free}")
+            };
             fit(
                 format!(" limit     {limit} (fraction {fraction:.2}){long_free}"),
-                format!(" limit {limit} ×{fraction:.2}{short_free}"),
+                short,
             )
         }
         None => Line::raw(" limit     device size not recorded"),
@@ -271,7 +280,8 @@ pub fn render_chart(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
     };
     // A span longer than the data shows all of it: the title says how much that is.
     let (x0, x1) = t.x_range();
-    let mut label = span.label(t.x_is_events, file);
+    let short_label = span.label(t.x_is_events, file);
+    let mut label = short_label.clone();
     if !t.samples.is_empty() && span.width(t.x_is_events).is_some_and(|w| w >= x1 - x0) {
         let all = if t.x_is_events {
             format!("{} events", units::count((x1 - x0).max(0.0) as u64))
@@ -284,18 +294,32 @@ pub fn render_chart(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
             format!("{label}: all {all} so far")
         };
     }
-    let mut title = Line::from(vec![
-        Span::styled(" Over time ", theme::title()),
-        Span::styled(format!("({label}) "), theme::dim()),
+    let (lo, hi) = t.window(span.width(t.x_is_events));
+    let in_view = |x: &f64| (lo..=hi).contains(x);
+    let mut keys = vec![
         key(Series::Reserved),
         key(Series::Allocated),
         key(Series::Active),
-    ]);
-    let (lo, hi) = t.window(span.width(t.x_is_events));
-    let in_view = |x: &f64| (lo..=hi).contains(x);
+    ];
     if t.ooms.iter().any(in_view) {
-        title.push_span(key(Series::Oom));
+        keys.push(key(Series::Oom));
     }
+    // The legend whole (it says what the colours and the OOM mark are): where the title does
+    // not fit inside the borders, the span's label loses its `all ... so far`, then goes.
+    let titled = |label: Option<&str>| {
+        let mut spans = vec![Span::styled(" Over time ", theme::title())];
+        if let Some(label) = label {
+            spans.push(Span::styled(format!("({label}) "), theme::dim()));
+        }
+        spans.extend(keys.iter().cloned());
+        Line::from(spans)
+    };
+    let room = area.width.saturating_sub(2) as usize;
+    let title = [Some(label.as_str()), Some(short_label.as_str())]
+        .into_iter()
+        .map(titled)
+        .find(|l| l.width() <= room)
+        .unwrap_or_else(|| titled(None));
     let block = Block::bordered().title(title);
     if area.height < 3 || area.width < 10 {
         block.render(area, buf);
@@ -524,7 +548,8 @@ impl Series {
             Series::Allocated => theme::ALLOCATED,
             Series::Active => theme::ACTIVE,
             Series::Oom => theme::ALERT,
-            Series::Cursor => Color::White,
+            // The terminal's text colour: white vanished on a light background.
+            Series::Cursor => Color::Reset,
         }
     }
 }

@@ -17,6 +17,11 @@ const FIGURES_WIDTH: usize = 8 + 10 + 22 + 10 + 10 + 10;
 
 /// The key of the bar column.
 const BAR_KEY: &str = "allocated █ pending ▒ cached ░";
+/// What the `peak` column is, live.
+pub const PEAK_KEY_LIVE: &str = " peak: the most allocated on the stream at once";
+/// What the `peak` column is in a file.
+pub const PEAK_KEY_FILE: &str =
+    " peak: highest allocated from the start of the recorded trace to this event";
 
 /// Draws the stream table.
 pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
@@ -109,17 +114,15 @@ pub fn render(area: Rect, buf: &mut Buffer, state: &State, ui: &UiState) {
         );
         y += 1;
     }
-    if state.is_file() && !rows.is_empty() {
-        // A file's trace is a window: its peaks cannot see what came before it.
-        put(
-            buf,
-            inner,
-            y,
-            &Line::styled(
-                " peak: highest allocated from the start of the recorded trace to this event",
-                theme::dim(),
-            ),
-        );
+    if !rows.is_empty() && rows.iter().any(|r| r.peak.is_some()) {
+        // Beside `reserved`, a bare `peak` read as the most reserved. A file's trace is a
+        // window: its peaks cannot see what came before it.
+        let key = if state.is_file() {
+            PEAK_KEY_FILE
+        } else {
+            PEAK_KEY_LIVE
+        };
+        put(buf, inner, y, &Line::styled(key, theme::dim()));
         y += 1;
     }
     for r in &rows {

@@ -46,9 +46,11 @@ pub fn title() -> Style {
     Style::new().fg(ACCENT).add_modifier(Modifier::BOLD)
 }
 
-/// Style of labels and secondary text.
+/// Style of labels and secondary text: the terminal's own text colour, faint. A fixed grey
+/// (ANSI 7, light grey) vanished on a light background (the tabs, `? help`, `not known`);
+/// faint text is lighter than the text on a dark background and on a light one.
 pub fn dim() -> Style {
-    Style::new().fg(Color::Gray)
+    Style::new().add_modifier(Modifier::DIM)
 }
 
 /// Style of the selected row or tab.
@@ -173,8 +175,9 @@ mod tests {
             );
             assert!(!cell.modifier.contains(Modifier::REVERSED));
         }
+        // The other tabs: faint, a modifier, no colour.
         for cell in tab_cells(&buf, "2 Segments") {
-            assert!(cell.modifier.is_empty());
+            assert_eq!(cell.modifier, Modifier::DIM);
         }
     }
 

@@ -1,0 +1,89 @@
+//! Live, the segment list is ordered by size and new segments push the rows about. A user who
+//! has not picked a segment sees the top row selected and its block in the detail pane; in
+//! the demo the selection used to follow the first segment (the smallest, 82 MiB) down to row
+//! 28 of 43, so the pane described a segment far from where the user was looking. Once the
+//! user picks one, the selection follows it (see app_live.rs).
+
+#[path = "support/builders.rs"]
+mod support;
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+
+use allocview::app::App;
+use allocview::input::Action;
+use allocview::source::Source;
+use allocview::state::{State, View};
+use allocview_alloc::snapshot::{BlockState, SegmentType};
+
+/// A live source that hands out `states` one per poll.
+struct Scripted(VecDeque<State>);
+
+impl Source for Scripted {
+    fn poll(&mut self, state: &mut State) -> anyhow::Result<bool> {
+        match self.0.pop_front() {
+            Some(s) => {
+                *state = s;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    fn save(&mut self, _state: &State, dir: &Path) -> anyhow::Result<PathBuf> {
+        Ok(dir.join("saved.json"))
+    }
+}
+
+/// The live state, then the same with a segment bigger than all (every row moves down one).
+fn states() -> Vec<State> {
+    let first = support::live_state();
+    let mut second = first.clone();
+    second.segments.insert(
+        0,
+        support::segment(
+            0x7f00_0000_0000,
+            0,
+            SegmentType::Large,
+            &[(
+                1024 * support::MIB,
+                1024 * support::MIB,
+                BlockState::ActiveAllocated,
+            )],
+        ),
+    );
+    vec![first, second]
+}
+
+fn selected_address(app: &App) -> u64 {
+    app.state.segments[app.state.selected_segment(&app.ui).unwrap()].address
+}
+
+#[test]
+fn an_unpicked_selection_stays_on_the_top_row_when_a_bigger_segment_arrives() {
+    let mut app = App::new(Box::new(Scripted(states().into())), std::env::temp_dir()).unwrap();
+    app.apply(Action::ShowView(View::Segments)).unwrap();
+    app.tick().unwrap();
+    assert_eq!(app.ui.segment_row, 0);
+    assert_eq!(
+        selected_address(&app),
+        0x7f00_0000_0000,
+        "the new biggest, on top"
+    );
+}
+
+#[test]
+fn a_picked_segment_is_followed_and_a_new_filter_starts_on_top_again() {
+    let mut app = App::new(Box::new(Scripted(states().into())), std::env::temp_dir()).unwrap();
+    app.apply(Action::ShowView(View::Segments)).unwrap();
+    // Down and up again: the user picked the top row's segment.
+    app.apply(Action::Move(1)).unwrap();
+    app.apply(Action::Move(-1)).unwrap();
+    let picked = selected_address(&app);
+    app.tick().unwrap();
+    assert_eq!(app.ui.segment_row, 1);
+    assert_eq!(selected_address(&app), picked);
+    // `f` (another pool's segments) starts the list on its top row.
+    app.apply(Action::CycleSegmentFilter).unwrap();
+    assert_eq!(app.ui.segment_row, 0);
+}
