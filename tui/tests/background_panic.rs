@@ -75,9 +75,16 @@ fn a_panicking_what_if_thread_leaves_the_screen_intact_and_its_message_follows_t
             .starts_with(" allocview "),
         "the header row was written over:\n{screen}"
     );
-    // The OOM view says the replays stopped, and the dashboard keeps working.
+    // The OOM view says the replays stopped, and why, and the dashboard keeps working.
     s.send(&["7"]);
-    s.wait_for(&["OOM #1", "the what-if replays stopped without a result"]);
+    let screen = s.wait_for(&["OOM #1", "the what-if replays stopped without a result"]);
+    let flat = screen.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        flat.contains(&format!(
+            "stopped without a result: {PANIC_IN_WHAT_IF_ENV} is set"
+        )),
+        "the OOM view says why:\n{screen}"
+    );
     let flags = s.display("#{alternate_on}");
     assert_eq!(flags.trim(), "1", "still on the dashboard's screen");
     // On exit: the terminal restored, then the message on the normal screen.

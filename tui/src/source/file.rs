@@ -7,7 +7,7 @@ use std::sync::mpsc::{Receiver, TryRecvError};
 use allocview_agent::snapshot_file::{self, FileFormat};
 use allocview_alloc::snapshot::Snapshot;
 
-use super::{Source, fresh_path};
+use super::{Source, fresh_path, what_if};
 use crate::input::Seek;
 use crate::state::State;
 use crate::state::from_snapshot::PostMortem;
@@ -50,7 +50,9 @@ impl FileSource {
         let spawned = std::thread::Builder::new()
             .name("allocview-what-if".into())
             .spawn(move || {
-                let _ = tx.send(plan.run(&snapshot));
+                let n = plan.ooms();
+                let lines = what_if::caught(|| plan.run(&snapshot), |failed| vec![vec![failed]; n]);
+                let _ = tx.send(lines);
             });
         match spawned {
             Ok(_) => FileSource::ready(pm, Some(rx)),

@@ -9,11 +9,30 @@ use std::sync::{Arc, Mutex};
 
 use allocview_agent::snapshot_file;
 
+use crate::source::file::WHAT_IFS_FAILED;
 use crate::state::OomReport;
 use crate::state::from_snapshot::{WhatIfCapacity, oom_entry_of, what_if_lines};
 
 /// Shown while a replay runs.
 pub const PENDING: &str = "replaying the dump under other settings…";
+
+/// Runs `work` (a what-if replay, on its own thread): its result, or, when it panicked, the
+/// lines that say so, starting with [`WHAT_IFS_FAILED`] and the panic's message (the panic hook
+/// also keeps the message for the status line), so that an OOM's what-if lines never stay
+/// pending.
+pub fn caught<T>(work: impl FnOnce() -> T, failed: impl FnOnce(String) -> T) -> T {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)) {
+        Ok(v) => v,
+        Err(payload) => {
+            let why = payload
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic".into());
+            failed(format!("{WHAT_IFS_FAILED}: {why}"))
+        }
+    }
+}
 
 /// Replays started, and their results by dump path.
 #[derive(Debug, Default)]
@@ -43,14 +62,17 @@ impl WhatIfJobs {
                 let spawned = std::thread::Builder::new()
                     .name("allocview-what-if".into())
                     .spawn(move || {
-                        let lines = match snapshot_file::load(Path::new(&p)) {
-                            Ok(snap) => {
-                                let oom = request
-                                    .and_then(|(size, time)| oom_entry_of(&snap, size, time));
-                                what_if_lines(&snap, WhatIfCapacity::device(total), oom)
-                            }
-                            Err(e) => vec![format!("cannot replay the dump: {e}")],
-                        };
+                        let lines = caught(
+                            || match snapshot_file::load(Path::new(&p)) {
+                                Ok(snap) => {
+                                    let oom = request
+                                        .and_then(|(size, time)| oom_entry_of(&snap, size, time));
+                                    what_if_lines(&snap, WhatIfCapacity::device(total), oom)
+                                }
+                                Err(e) => vec![format!("cannot replay the dump: {e}")],
+                            },
+                            |failed| vec![failed],
+                        );
                         results
                             .lock()
                             .unwrap_or_else(|e| e.into_inner())

@@ -364,6 +364,11 @@ pub struct WhatIfPlan {
 }
 
 impl WhatIfPlan {
+    /// How many OOMs the plan replays (as many what-if line lists as [`run`](Self::run) gives).
+    pub fn ooms(&self) -> usize {
+        self.ooms.len()
+    }
+
     /// Replays `snapshot` (the file the plan was made from) under the usual cures and bisects
     /// for the smallest device: the what-if lines of each OOM, in order.
     pub fn run(&self, snapshot: &Snapshot) -> Vec<Vec<String>> {
