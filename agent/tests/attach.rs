@@ -21,21 +21,10 @@ use allocview_agent::server::ServerError;
 use allocview_agent::state::AgentState;
 use allocview_alloc::event::{Event, EventAction, EventPool};
 use allocview_alloc::snapshot::Snapshot;
-use raw_client::{WAIT, raw_hello, send_hello};
+use raw_client::{WAIT, raw_hello, send_hello, unix_agent};
 
 const MIB: u64 = 1 << 20;
 const SEG: u64 = 0x7f00_0000_0000;
-
-fn unix_agent(dir: &std::path::Path) -> (Agent, String) {
-    let sock = dir.join("agent.sock");
-    let agent = Agent::builder()
-        .listen(format!("unix:{}", sock.display()))
-        .dump_dir(dir.join("dumps"))
-        .tick(Duration::from_millis(5))
-        .spawn()
-        .unwrap();
-    (agent, format!("unix:{}", sock.display()))
-}
 
 /// Waits for an update after which `cond` holds.
 fn wait_for(client: &mut AttachClient, cond: impl Fn(&AgentState) -> bool) {

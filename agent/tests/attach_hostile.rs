@@ -14,18 +14,7 @@ use allocview_agent::protocol::{
     self, ClientFrame, MAGIC, MAX_SERVER_FRAME, PROTOCOL_VERSION, ServerFrame,
 };
 use allocview_agent::server::{HELLO_TIMEOUT, MAX_AWAITING_HELLO};
-use raw_client::raw_hello;
-
-fn unix_agent(dir: &std::path::Path) -> (Agent, String) {
-    let sock = dir.join("agent.sock");
-    let agent = Agent::builder()
-        .listen(format!("unix:{}", sock.display()))
-        .dump_dir(dir.join("dumps"))
-        .tick(Duration::from_millis(5))
-        .spawn()
-        .unwrap();
-    (agent, format!("unix:{}", sock.display()))
-}
+use raw_client::{raw_hello, unix_agent};
 
 /// A valid client hello, as bytes on the wire.
 fn hello_bytes() -> Vec<u8> {

@@ -5,44 +5,14 @@
 #[path = "support/builders.rs"]
 mod support;
 
-use std::collections::VecDeque;
-use std::path::{Path, PathBuf};
-
 use allocview::app::{self, App};
 use allocview::input::Action;
-use allocview::source::Source;
 use allocview::state::{OomReport, State, View};
-
-/// A live source that hands out `states` one per poll, and counts the saves asked of it.
-struct Scripted {
-    states: VecDeque<State>,
-    saves: std::rc::Rc<std::cell::Cell<u32>>,
-}
-
-impl Source for Scripted {
-    fn poll(&mut self, state: &mut State) -> anyhow::Result<bool> {
-        match self.states.pop_front() {
-            Some(s) => {
-                *state = s;
-                Ok(true)
-            }
-            None => Ok(false),
-        }
-    }
-
-    fn save(&mut self, _state: &State, dir: &Path) -> anyhow::Result<PathBuf> {
-        self.saves.set(self.saves.get() + 1);
-        Ok(dir.join("saved.json"))
-    }
-}
 
 /// A live app whose polls bring `states` in turn (the first when it opens).
 fn live(states: Vec<State>) -> (App, std::rc::Rc<std::cell::Cell<u32>>) {
-    let saves = std::rc::Rc::new(std::cell::Cell::new(0));
-    let src = Scripted {
-        states: states.into(),
-        saves: saves.clone(),
-    };
+    let src = support::Scripted::new(states);
+    let saves = src.saves.clone();
     (
         App::new(Box::new(src), std::env::temp_dir()).unwrap(),
         saves,

@@ -9,33 +9,10 @@ mod screen;
 #[path = "support/builders.rs"]
 mod support;
 
-use std::collections::VecDeque;
-use std::path::{Path, PathBuf};
-
 use allocview::app::App;
 use allocview::input::Action;
-use allocview::source::Source;
 use allocview::state::{OomReport, State, UiState, View};
 use allocview_agent::state::NOT_WRITTEN;
-
-/// A live source that hands out `states` one per poll.
-struct Scripted(VecDeque<State>);
-
-impl Source for Scripted {
-    fn poll(&mut self, state: &mut State) -> anyhow::Result<bool> {
-        match self.0.pop_front() {
-            Some(s) => {
-                *state = s;
-                Ok(true)
-            }
-            None => Ok(false),
-        }
-    }
-
-    fn save(&mut self, _state: &State, dir: &Path) -> anyhow::Result<PathBuf> {
-        Ok(dir.join("saved.json"))
-    }
-}
 
 /// The live state with OOMs `1..=n`.
 fn with_ooms(n: u64) -> State {
@@ -59,7 +36,7 @@ fn limit_reason() -> String {
 #[test]
 fn press_7_after_a_new_oom_shows_that_oom() {
     let states = vec![with_ooms(1), with_ooms(8)];
-    let src = Scripted(states.into());
+    let src = support::Scripted::new(states);
     let mut app = App::new(Box::new(src), std::env::temp_dir()).unwrap();
     app.tick().unwrap();
     let said = app.state.status.clone().unwrap_or_default();
@@ -79,7 +56,7 @@ fn press_7_after_a_new_oom_shows_that_oom() {
 #[test]
 fn a_user_reading_the_oom_view_keeps_their_place_when_another_oom_comes() {
     let states = vec![with_ooms(3), with_ooms(4)];
-    let src = Scripted(states.into());
+    let src = support::Scripted::new(states);
     let mut app = App::new(Box::new(src), std::env::temp_dir()).unwrap();
     app.apply(Action::ShowView(View::Oom)).unwrap();
     app.ui.oom = 1;

@@ -7,33 +7,10 @@
 #[path = "support/builders.rs"]
 mod support;
 
-use std::collections::VecDeque;
-use std::path::{Path, PathBuf};
-
 use allocview::app::App;
 use allocview::input::Action;
-use allocview::source::Source;
 use allocview::state::{State, View};
 use allocview_alloc::snapshot::{BlockState, SegmentType};
-
-/// A live source that hands out `states` one per poll.
-struct Scripted(VecDeque<State>);
-
-impl Source for Scripted {
-    fn poll(&mut self, state: &mut State) -> anyhow::Result<bool> {
-        match self.0.pop_front() {
-            Some(s) => {
-                *state = s;
-                Ok(true)
-            }
-            None => Ok(false),
-        }
-    }
-
-    fn save(&mut self, _state: &State, dir: &Path) -> anyhow::Result<PathBuf> {
-        Ok(dir.join("saved.json"))
-    }
-}
 
 /// The live state, then the same with a segment bigger than all (every row moves down one).
 fn states() -> Vec<State> {
@@ -61,7 +38,11 @@ fn selected_address(app: &App) -> u64 {
 
 #[test]
 fn an_unpicked_selection_stays_on_the_top_row_when_a_bigger_segment_arrives() {
-    let mut app = App::new(Box::new(Scripted(states().into())), std::env::temp_dir()).unwrap();
+    let mut app = App::new(
+        Box::new(support::Scripted::new(states())),
+        std::env::temp_dir(),
+    )
+    .unwrap();
     app.apply(Action::ShowView(View::Segments)).unwrap();
     app.tick().unwrap();
     assert_eq!(app.ui.segment_row, 0);
@@ -74,7 +55,11 @@ fn an_unpicked_selection_stays_on_the_top_row_when_a_bigger_segment_arrives() {
 
 #[test]
 fn a_picked_segment_is_followed_and_a_new_filter_starts_on_top_again() {
-    let mut app = App::new(Box::new(Scripted(states().into())), std::env::temp_dir()).unwrap();
+    let mut app = App::new(
+        Box::new(support::Scripted::new(states())),
+        std::env::temp_dir(),
+    )
+    .unwrap();
     app.apply(Action::ShowView(View::Segments)).unwrap();
     // Down and up again: the user picked the top row's segment.
     app.apply(Action::Move(1)).unwrap();

@@ -5,6 +5,7 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
 
+use allocview_agent::agent::Agent;
 use allocview_agent::protocol::{
     self, ClientFrame, MAGIC, MAX_SERVER_FRAME, PROTOCOL_VERSION, ServerFrame,
 };
@@ -42,4 +43,18 @@ pub fn send_hello(s: &mut UnixStream) {
         },
     )
     .unwrap();
+}
+
+/// An agent in this process listening on `dir/agent.sock` (dumps in `dir/dumps`, a 5 ms tick),
+/// and its address.
+#[allow(dead_code)]
+pub fn unix_agent(dir: &Path) -> (Agent, String) {
+    let sock = dir.join("agent.sock");
+    let agent = Agent::builder()
+        .listen(format!("unix:{}", sock.display()))
+        .dump_dir(dir.join("dumps"))
+        .tick(Duration::from_millis(5))
+        .spawn()
+        .unwrap();
+    (agent, format!("unix:{}", sock.display()))
 }

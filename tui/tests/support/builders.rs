@@ -372,3 +372,42 @@ pub fn file_app(path: &str, snap: &Snapshot) -> (allocview::app::App, tempfile::
     let app = allocview::app::App::new(Box::new(src), dir.path().to_path_buf()).unwrap();
     (app, dir)
 }
+
+/// A live source that hands out `states` one per poll, and counts the saves asked of it.
+pub struct Scripted {
+    /// The states still to hand out.
+    pub states: std::collections::VecDeque<State>,
+    /// Saves asked of it (shared with the test).
+    pub saves: std::rc::Rc<std::cell::Cell<u32>>,
+}
+
+impl Scripted {
+    /// A source of `states`, in order.
+    pub fn new(states: impl Into<std::collections::VecDeque<State>>) -> Scripted {
+        Scripted {
+            states: states.into(),
+            saves: std::rc::Rc::default(),
+        }
+    }
+}
+
+impl allocview::source::Source for Scripted {
+    fn poll(&mut self, state: &mut State) -> anyhow::Result<bool> {
+        match self.states.pop_front() {
+            Some(s) => {
+                *state = s;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    fn save(
+        &mut self,
+        _state: &State,
+        dir: &std::path::Path,
+    ) -> anyhow::Result<std::path::PathBuf> {
+        self.saves.set(self.saves.get() + 1);
+        Ok(dir.join("saved.json"))
+    }
+}
