@@ -1,8 +1,7 @@
 //! Entering and leaving the terminal: raw mode, the alternate screen, mouse capture and the
 //! hidden cursor, all undone on exit, on error and on panic. A panic hook restores the
 //! terminal before the panic message prints, so the message lands on the normal screen in
-//! cooked mode; this also holds where panics abort instead of unwinding, as nothing waits for
-//! the guard's `Drop`.
+//! cooked mode (a panic on the dashboard's thread does not wait for the guard's `Drop`).
 //!
 //! Signals that end a program (SIGTERM from `kill`, SIGHUP when the terminal window closes,
 //! SIGINT from `kill -INT`; Ctrl-C is a key in raw mode) would otherwise kill the process with
@@ -22,7 +21,7 @@
 //! keeps its message, the dashboard shows it in its status line ([`background_panics`]), and
 //! [`restore`] prints it once the terminal is back to normal.
 
-use std::io::{self, IsTerminal as _, Stdout};
+use std::io::{self, IsTerminal as _, Stdout, Write as _};
 use std::sync::Once;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -213,23 +212,32 @@ pub struct TerminalGuard {
 /// shown; then prints the background threads' panics kept meanwhile (on stderr, on the normal
 /// screen). Later calls (the guard's drop after the panic hook ran) do nothing.
 pub fn restore() {
-    let panics = lock_panics();
-    if !HELD.swap(false, Ordering::SeqCst) {
-        return;
-    }
-    let _ = disable_raw_mode();
-    let _ = execute!(
-        io::stdout(),
-        DisableMouseCapture,
-        LeaveAlternateScreen,
-        Show
-    );
-    let printed = PANICS_PRINTED.swap(panics.len(), Ordering::SeqCst);
-    for p in panics.iter().skip(printed) {
-        eprintln!("allocview: while the dashboard ran, {}", p.message);
-        if let Some(backtrace) = &p.backtrace {
-            eprintln!("{backtrace}");
+    // Stdout first, then the kept panics: the order every thread takes them in (the signal
+    // thread holds stdout while it restores), so no two restores wait on each other.
+    let mut out = io::stdout().lock();
+    let to_print: Vec<String> = {
+        let panics = lock_panics();
+        if !HELD.swap(false, Ordering::SeqCst) {
+            return;
         }
+        let _ = disable_raw_mode();
+        let _ = execute!(out, DisableMouseCapture, LeaveAlternateScreen, Show);
+        let printed = PANICS_PRINTED.swap(panics.len(), Ordering::SeqCst);
+        panics
+            .iter()
+            .skip(printed)
+            .map(|p| match &p.backtrace {
+                Some(backtrace) => format!("{}\n{backtrace}", p.message),
+                None => p.message.clone(),
+            })
+            .collect()
+    };
+    drop(out);
+    // Written after the locks are let go, and a failed write (a terminal that hung up, a full
+    // disk) ignored: a panic here would run the panic hook, which takes the same lock.
+    let mut err = io::stderr().lock();
+    for m in to_print {
+        let _ = writeln!(err, "allocview: while the dashboard ran, {m}");
     }
 }
 

@@ -104,3 +104,27 @@ fn a_panicking_what_if_thread_leaves_the_screen_intact_and_its_message_follows_t
     );
     assert!(!screen.contains(" 1 Overview  2 Segments"), "{screen}");
 }
+
+#[test]
+fn a_kept_panic_that_cannot_be_printed_on_exit_does_not_hang_the_exit() {
+    // Stderr on a full disk: printing the kept message fails. The failure is ignored (it
+    // panicked inside the restore, whose panic hook then waited for the lock the restore held:
+    // a hang on `q`).
+    let test = "a_kept_panic_that_cannot_be_printed_on_exit_does_not_hang_the_exit";
+    let Some((_dir, file)) = saved_run_with_ooms(test) else {
+        return;
+    };
+    if !std::path::Path::new("/dev/full").exists() {
+        println!("skipped: no /dev/full");
+        return;
+    }
+    let cmd = format!(
+        "RUST_BACKTRACE=0 {PANIC_IN_WHAT_IF_ENV}=1 {} open {} 2>/dev/full",
+        env!("CARGO_BIN_EXE_allocview"),
+        file.display()
+    );
+    let s = Session::start_private(&cmd, 120, 36);
+    s.wait_for(&["error: thread 'allocview-what-if'"]);
+    s.send(&["q"]);
+    s.wait_for(&[&format!("{}0", tmux::EXIT_MARK)]);
+}
