@@ -300,7 +300,8 @@ pub fn install_signal_handler() {
 }
 
 /// Ctrl-Z (which raw mode delivers as a key, not as the terminal's SIGTSTP): gives the
-/// terminal back as on exit, stops the process as a shell's job control expects (SIGTSTP),
+/// terminal back as on exit, stops the process's group as a shell's job control expects
+/// (SIGTSTP to the group, as the terminal sends it),
 /// and once `fg` continues it takes the terminal again; the caller then redraws the whole
 /// screen. Where no shell does job control (an orphaned process group, where the kernel
 /// discards SIGTSTP) the process does not stop and the dashboard simply comes back.
@@ -317,7 +318,10 @@ pub fn suspend() -> io::Result<bool> {
             return Ok(false);
         }
         restore();
-        if let Err(e) = signal_hook::low_level::raise(signal_hook::consts::SIGTSTP) {
+        // The whole process group, as the terminal's own Ctrl-Z would: a program that started
+        // the dashboard and waits for it (`cargo run`, a script) stops too, so the shell gets
+        // its prompt back.
+        if let Err(e) = rustix::process::kill_current_process_group(rustix::process::Signal::TSTP) {
             tracing::warn!("cannot stop for Ctrl-Z: {e}");
         }
         // Continued (`fg`): the terminal is the dashboard's again.

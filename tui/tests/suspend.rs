@@ -64,3 +64,33 @@ fn ctrl_z_gives_the_terminal_back_and_fg_redraws_the_dashboard() {
     s.wait_for(&[&format!("\n{MODE_MARK}icanon,done")]);
     assert_eq!(s.display("#{alternate_on}").trim(), "0");
 }
+
+#[test]
+fn ctrl_z_under_a_program_that_waits_for_the_dashboard_gives_the_prompt_back() {
+    // `cargo run -- demo` (the README's command) or a script: the job the shell waits for is
+    // the wrapper; stopping the dashboard alone left the shell waiting, the screen blank.
+    let test = "ctrl_z_under_a_program_that_waits_for_the_dashboard_gives_the_prompt_back";
+    if !tmux::available(test) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let s = Session::start_private("PS1='sh> ' bash --norc --noprofile -i", 100, 30);
+    s.wait_for(&["sh>"]);
+    s.type_text(&format!(
+        "cd {} && sh -c '{} demo --device-memory 8GiB; echo AFTER'",
+        dir.path().display(),
+        env!("CARGO_BIN_EXE_allocview")
+    ));
+    s.send(&["Enter"]);
+    s.wait_for(&[TABS, "● live"]);
+    s.send(&["C-z"]);
+    s.wait_for(&["Stopped"]);
+    s.type_text(&format!("echo {MODE_MARK}prompt"));
+    s.send(&["Enter"]);
+    s.wait_for(&[&format!("\n{MODE_MARK}prompt")]);
+    s.type_text("fg");
+    s.send(&["Enter"]);
+    s.wait_for(&[TABS, "● live"]);
+    s.send(&["q"]);
+    s.wait_for(&["AFTER"]);
+}
