@@ -32,13 +32,13 @@ pub const READ_CHUNK: usize = 1 << 20;
 /// device or a pipe) is refused by its size, before or while it is read, never read whole.
 pub const MAX_FILE_BYTES: u64 = u32::MAX as u64;
 
-/// The error for a file over [`MAX_FILE_BYTES`] (`size`: its size, or what was read of a
-/// stream).
-fn too_large(size: u64, stream: bool) -> io::Error {
+/// The error for a file over `max` bytes ([`MAX_FILE_BYTES`]; `size`: its size, or what was
+/// read of a stream).
+fn too_large(size: u64, stream: bool, max: u64) -> io::Error {
     io::Error::new(
         io::ErrorKind::FileTooLarge,
         format!(
-            "{} {size} bytes, over the {MAX_FILE_BYTES} bytes a snapshot file can have",
+            "{} {size} bytes, over the {max} bytes a snapshot file can have",
             if stream {
                 "read more than"
             } else {
@@ -220,18 +220,32 @@ pub(crate) fn read_input(
     also: &dyn Fn(&[u8]) -> bool,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<Vec<u8>, SnapshotFileError> {
+    read_input_within(path, also, progress, MAX_FILE_BYTES)
+}
+
+/// [`read_input`] with `max` bytes for a snapshot in place of [`MAX_FILE_BYTES`].
+fn read_input_within(
+    path: &Path,
+    also: &dyn Fn(&[u8]) -> bool,
+    progress: &mut dyn FnMut(u64, u64),
+    max: u64,
+) -> Result<Vec<u8>, SnapshotFileError> {
     let io_err = |error| SnapshotFileError::Io {
         path: path.to_path_buf(),
         error,
     };
     let mut file = File::open(path).map_err(io_err)?;
     let len = file.metadata().map_err(io_err)?.len();
-    if len > MAX_FILE_BYTES {
-        return Err(io_err(too_large(len, false)));
+    // A snapshot over the limit is refused by its size before anything is read; what `also`
+    // accepts (an RMM log, not bound by the pickle reader's 32-bit offsets) is told by its
+    // first bytes, so a file over the limit is refused after those unless it is that.
+    let mut limit = max;
+    if len > max && !may_be_other(&mut file, also).map_err(io_err)? {
+        return Err(io_err(too_large(len, false, max)));
     }
     let total = len.saturating_mul(2);
     progress(0, total);
-    let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+    let mut bytes = Vec::with_capacity(usize::try_from(len.min(max)).unwrap_or(0));
     let mut chunk = vec![0u8; READ_CHUNK];
     // Whether the first bytes were seen to start a snapshot: what does not (a device, a
     // binary file named by mistake) is refused at once instead of read to its end.
@@ -244,11 +258,10 @@ pub(crate) fn read_input(
             Err(e) => return Err(io_err(e)),
         };
         bytes.extend_from_slice(&chunk[..n]);
-        if bytes.len() as u64 > MAX_FILE_BYTES {
-            return Err(io_err(too_large(bytes.len() as u64, true)));
-        }
         if !format_known && bytes.len() >= 2 && bytes.iter().any(|b| !b.is_ascii_whitespace()) {
-            if detect(&bytes).is_none() && !also(&bytes) {
+            if detect(&bytes).is_none() && also(&bytes) {
+                limit = u64::MAX;
+            } else if detect(&bytes).is_none() {
                 return Err(SnapshotFileError::InFile {
                     path: path.to_path_buf(),
                     error: Box::new(unknown_format(&bytes)),
@@ -256,9 +269,22 @@ pub(crate) fn read_input(
             }
             format_known = true;
         }
+        if bytes.len() as u64 > limit {
+            return Err(io_err(too_large(bytes.len() as u64, true, max)));
+        }
         progress((bytes.len() as u64).min(len), total);
     }
     Ok(bytes)
+}
+
+/// Whether the first bytes of `file` (a regular file, read from its start; the position is
+/// put back) are accepted by `also`.
+fn may_be_other(file: &mut File, also: &dyn Fn(&[u8]) -> bool) -> io::Result<bool> {
+    use std::io::Seek as _;
+    let mut start = vec![0u8; READ_CHUNK];
+    let n = file.read(&mut start)?;
+    file.rewind()?;
+    Ok(also(&start[..n]))
 }
 
 /// Encodes a snapshot in a format.
@@ -356,4 +382,35 @@ pub fn save(path: &Path, snapshot: &Snapshot, format: FileFormat) -> Result<(), 
         let _ = fs::remove_file(&tmp);
         io_err(e)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file of `start` then spaces, `len` bytes in all.
+    fn file_of(dir: &Path, name: &str, start: &str, len: usize) -> std::path::PathBuf {
+        let mut bytes = start.as_bytes().to_vec();
+        bytes.resize(len, b' ');
+        let p = dir.join(name);
+        std::fs::write(&p, bytes).unwrap();
+        p
+    }
+
+    #[test]
+    fn only_what_the_caller_also_accepts_may_be_larger_than_a_snapshot_can_be() {
+        let dir = tempfile::tempdir().unwrap();
+        let rmm = |b: &[u8]| b.starts_with(b"Thread,");
+        let max = 64;
+        let log = file_of(dir.path(), "log.csv", "Thread,Time\n", 200);
+        let bytes = read_input_within(&log, &rmm, &mut |_, _| {}, max).unwrap();
+        assert_eq!(bytes.len(), 200);
+        let json = file_of(dir.path(), "snap.json", "{\"format\"", 200);
+        let err = read_input_within(&json, &rmm, &mut |_, _| {}, max).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("the file has 200 bytes, over the 64 bytes"),
+            "{err}"
+        );
+    }
 }
