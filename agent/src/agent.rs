@@ -266,10 +266,11 @@ impl AgentBuilder {
     /// Abandons a metrics response the client reads none of for `timeout` (default
     /// [`DEFAULT_WRITE_TIMEOUT`](crate::prometheus::DEFAULT_WRITE_TIMEOUT)), or has not read
     /// whole within [`RESPONSE_DEADLINE_WRITES`](crate::prometheus::RESPONSE_DEADLINE_WRITES)
-    /// times `timeout`, so that a stalled or slow client holds the listener's thread and the
-    /// others' scrapes up for at most about one more `timeout` than that.
+    /// times `timeout`, so that a stalled or slow client holds its connection's thread (one of
+    /// [`MAX_CONNECTIONS`](crate::prometheus::MAX_CONNECTIONS)) for at most about one more
+    /// `timeout` than that. At least 1 ms (a zero timeout would cut every response).
     pub fn metrics_write_timeout(mut self, timeout: Duration) -> Self {
-        self.metrics_write_timeout = timeout;
+        self.metrics_write_timeout = timeout.max(Duration::from_millis(1));
         self
     }
 

@@ -485,7 +485,9 @@ pub fn untrusted_socket_dir(dir: &Path) -> Option<String> {
         return None;
     };
     Some(format!(
-        "not looking for agents in {}: it {what}, so a socket there may not be an agent's;          remove it (an agent makes it again, private) or give the address (allocview --attach          unix:PATH)",
+        "not looking for agents in {}: it {what}, so a socket there may not be an agent's; \
+         remove it (an agent makes it again, private) or give the address (allocview --attach \
+         unix:PATH)",
         dir.display()
     ))
 }

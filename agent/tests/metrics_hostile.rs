@@ -136,3 +136,51 @@ fn silent_connections_cost_a_bounded_number_of_threads_and_scrapes_get_an_answer
     drop(silent);
     agent.shutdown();
 }
+
+#[test]
+fn an_http_1_0_request_asking_for_keep_alive_is_answered_and_its_connection_closed() {
+    // HTTP/1.0 keep-alive needs the answer to say `Connection: keep-alive`; without it a 1.0
+    // client reads to the end of the connection, which stayed open for 10 s.
+    let dir = tempfile::tempdir().unwrap();
+    let (agent, addr) = metrics_agent(dir.path());
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+        .unwrap();
+    let mut all = Vec::new();
+    s.read_to_end(&mut all).unwrap();
+    let text = String::from_utf8_lossy(&all);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    // The answer says the connection closes (and it does: the read reached its end).
+    assert!(text.contains("Connection: close\r\n"), "{text}");
+    agent.shutdown();
+}
+
+#[test]
+fn a_zero_metrics_write_timeout_still_serves_whole_pages() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::builder()
+        .no_listen()
+        .dump_dir(dir.path())
+        .metrics("127.0.0.1:0".parse().unwrap())
+        .metrics_write_timeout(Duration::ZERO)
+        .spawn()
+        .unwrap();
+    let mut s = TcpStream::connect(agent.metrics_addr().unwrap()).unwrap();
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut all = Vec::new();
+    s.read_to_end(&mut all).unwrap();
+    let text = String::from_utf8_lossy(&all);
+    let (head, body) = text.split_once("\r\n\r\n").unwrap();
+    let len: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("Content-Length: "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(len > 0);
+    assert_eq!(body.len(), len, "a cut page");
+    agent.shutdown();
+}

@@ -31,6 +31,10 @@ fn attach_refuses_a_default_socket_folder_others_can_write_to_and_says_why() {
     assert_eq!(out.status.code(), Some(1), "stderr: {err}");
     assert!(out.stdout.is_empty(), "attached anyway");
     assert!(err.contains("writable by other users"), "{err}");
+    assert!(
+        err.contains("may not be an agent's; remove it (an agent makes it again, private)"),
+        "said in one line, no runs of spaces: {err}"
+    );
     assert!(err.contains(&dir.display().to_string()), "{err}");
     // Private again, the same command attaches.
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();

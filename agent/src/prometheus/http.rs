@@ -218,7 +218,9 @@ fn parse_head(lines: &[String]) -> Head {
                 for token in value.split(',').map(str::trim) {
                     if token.eq_ignore_ascii_case("close") {
                         req.close = true;
-                    } else if token.eq_ignore_ascii_case("keep-alive") {
+                    } else if token.eq_ignore_ascii_case("keep-alive") && !http10 {
+                        // HTTP/1.0's keep-alive would need the answer to say it back; an
+                        // HTTP/1.0 request is answered and its connection closed.
                         req.close = false;
                     }
                 }
@@ -276,6 +278,15 @@ fn write_response(
         }
     }
     w.flush()
+}
+
+/// One of the [`MAX_CONNECTIONS`] connection slots, given back when dropped.
+struct Slot(Arc<AtomicUsize>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// What the server answers a request with.
@@ -448,8 +459,10 @@ fn accept_one(
     };
     let (active2, handler) = (active.clone(), handler.clone());
     let spawned = agent_thread::spawn(name, move || {
+        // Given back however the connection ends, a panic included: a lost slot would bring
+        // the listener nearer to answering 503 for good.
+        let _slot = Slot(active2);
         serve_connection(stream, &*handler, write_timeout, response_deadline);
-        active2.fetch_sub(1, Ordering::AcqRel);
     });
     let mut list = connections.lock().unwrap_or_else(|p| p.into_inner());
     list.retain(|(_, h)| !h.is_finished());
