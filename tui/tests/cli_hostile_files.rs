@@ -76,6 +76,30 @@ fn summary_of_a_fifo_says_it_waits_for_a_writer_then_reads_it() {
 }
 
 #[test]
+fn summary_of_a_pipe_that_already_has_a_writer_says_nothing_of_waiting() {
+    // `cat snap.pickle | allocview summary /dev/stdin`, `summary <(zcat ...)`: a pipe, but one
+    // with a writer, so it opens at once.
+    let bytes = snapshot_file::to_bytes(&Snapshot::default(), FileFormat::Pickle);
+    let mut child = Command::new(BIN)
+        .args(["summary", "/dev/stdin"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    // The writer holds the pipe a while before writing, as a slow producer would.
+    std::thread::sleep(Duration::from_millis(500));
+    stdin.write_all(&bytes).unwrap();
+    drop(stdin);
+    let status = wait_or_kill(&mut child).expect("summary hung");
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(status.success(), "{err}");
+    assert!(!err.contains("waiting for a writer"), "{err}");
+}
+
+#[test]
 fn summary_and_replay_of_dev_zero_are_refused_at_once_not_read_for_ever() {
     if !std::path::Path::new("/dev/zero").exists() {
         println!("skipped: no /dev/zero");

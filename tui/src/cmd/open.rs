@@ -25,12 +25,14 @@ const PROGRESS_FROM_BYTES: u64 = 8 << 20;
 /// # Errors
 /// The file cannot be read or is not a snapshot (the error names the file and the problem).
 pub fn load(path: &std::path::Path) -> anyhow::Result<allocview_alloc::snapshot::Snapshot> {
-    super::summary::progress::say_if_fifo(path);
+    let mut fifo = super::summary::progress::FifoNotice::start(path);
     let big = std::fs::metadata(path).is_ok_and(|m| m.len() >= PROGRESS_FROM_BYTES);
     if !big {
         // The error's message already names the file and the cause (its source chain would
-        // repeat them); worded as `summary`, `replay` and `export` word it.
-        return snapshot_file::load(path).map_err(|e| anyhow::anyhow!("cannot load {e}"));
+        // repeat them); worded as `summary`, `replay` and `export` word it. The first progress
+        // call comes once the file is open.
+        return snapshot_file::load_with_progress(path, &mut |_, _| fifo.opened())
+            .map_err(|e| anyhow::anyhow!("cannot load {e}"));
     }
     let bar = indicatif::ProgressBar::new(0);
     bar.set_message(format!("reading {}", path.display()));
