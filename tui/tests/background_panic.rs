@@ -8,7 +8,7 @@
 mod support;
 use std::path::PathBuf;
 
-use allocview::state::from_snapshot::PANIC_IN_WHAT_IF_ENV;
+use allocview::source::what_if::PANIC_IN_WHAT_IF_ENV;
 use allocview::units::GIB;
 use allocview_agent::snapshot_file::{self, FileFormat};
 use allocview_alloc::snapshot::DeviceMeta;
@@ -16,7 +16,7 @@ use allocview_tests::tmux::{self, Session};
 
 /// What `stty` prints for canonical (cooked) mode; raw mode prints `-icanon`.
 const COOKED: &str = "TTY=icanon";
-/// The panic's own message (see [`allocview::state::from_snapshot::WhatIfPlan::run`]).
+/// The panic's own message (see [`allocview::source::what_if::panic_if_asked`]).
 const PANIC_TEXT: &str = "the what-if replays panic";
 
 /// A recorded run with OOMs on a 1 GiB device (so that its what-if replays run on their

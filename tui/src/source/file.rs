@@ -51,7 +51,13 @@ impl FileSource {
             .name("allocview-what-if".into())
             .spawn(move || {
                 let n = plan.ooms();
-                let lines = what_if::caught(|| plan.run(&snapshot), |failed| vec![vec![failed]; n]);
+                let lines = what_if::caught(
+                    || {
+                        what_if::panic_if_asked();
+                        plan.run(&snapshot)
+                    },
+                    |failed| vec![vec![failed]; n],
+                );
                 let _ = tx.send(lines);
             });
         match spawned {

@@ -16,6 +16,30 @@ use crate::state::from_snapshot::{WhatIfCapacity, oom_entry_of, what_if_lines};
 /// Shown while a replay runs.
 pub const PENDING: &str = "replaying the dump under other settings…";
 
+/// Environment variable that makes the what-if replay threads panic on purpose
+/// ([`panic_if_asked`]): how the tests prove that a background thread's panic leaves the
+/// dashboard's screen intact. Never set for users.
+pub const PANIC_IN_WHAT_IF_ENV: &str = "ALLOCVIEW_TEST_PANIC_IN_WHAT_IF";
+/// The longest the panic of [`PANIC_IN_WHAT_IF_ENV`] waits for the dashboard to take the
+/// terminal.
+const PANIC_IN_WHAT_IF_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+/// How often that wait looks.
+const PANIC_IN_WHAT_IF_POLL: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// Panics when [`PANIC_IN_WHAT_IF_ENV`] is set, once the dashboard holds the terminal (`open`
+/// starts the replays before it takes the terminal; a bounded wait), as a panic in a long
+/// replay comes while it is up.
+pub fn panic_if_asked() {
+    if std::env::var_os(PANIC_IN_WHAT_IF_ENV).is_none() {
+        return;
+    }
+    let deadline = std::time::Instant::now() + PANIC_IN_WHAT_IF_WAIT;
+    while !crate::terminal::held() && std::time::Instant::now() < deadline {
+        std::thread::sleep(PANIC_IN_WHAT_IF_POLL);
+    }
+    panic!("{PANIC_IN_WHAT_IF_ENV} is set: the what-if replays panic");
+}
+
 /// Runs `work` (a what-if replay, on its own thread): its result, or, when it panicked, the
 /// lines that say so, starting with [`WHAT_IFS_FAILED`] and the panic's message (the panic hook
 /// also keeps the message for the status line), so that an OOM's what-if lines never stay
@@ -63,7 +87,9 @@ impl WhatIfJobs {
                     .name("allocview-what-if".into())
                     .spawn(move || {
                         let lines = caught(
-                            || match snapshot_file::load(Path::new(&p)) {
+                            || match snapshot_file::load(Path::new(&p))
+                                .inspect(|_| panic_if_asked())
+                            {
                                 Ok(snap) => {
                                     let oom = request
                                         .and_then(|(size, time)| oom_entry_of(&snap, size, time));

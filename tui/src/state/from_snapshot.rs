@@ -344,15 +344,6 @@ impl PostMortem {
 /// An OOM's what-if line while its file's replays run.
 pub const WHAT_IFS_PENDING: &str = "replaying the trace under other settings…";
 
-/// Environment variable that makes [`WhatIfPlan::run`] panic on purpose: how the tests prove
-/// that a background thread's panic leaves the dashboard's screen intact. Never set for users.
-pub const PANIC_IN_WHAT_IF_ENV: &str = "ALLOCVIEW_TEST_PANIC_IN_WHAT_IF";
-/// The longest the panic of [`PANIC_IN_WHAT_IF_ENV`] waits for the dashboard to take the
-/// terminal.
-const PANIC_IN_WHAT_IF_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
-/// How often that wait looks.
-const PANIC_IN_WHAT_IF_POLL: std::time::Duration = std::time::Duration::from_millis(10);
-
 /// The what-if replays of a file's OOMs, to run once over the file's snapshot
 /// ([`PostMortem::without_what_ifs`]).
 #[derive(Debug, Clone)]
@@ -372,15 +363,6 @@ impl WhatIfPlan {
     /// Replays `snapshot` (the file the plan was made from) under the usual cures and bisects
     /// for the smallest device: the what-if lines of each OOM, in order.
     pub fn run(&self, snapshot: &Snapshot) -> Vec<Vec<String>> {
-        if std::env::var_os(PANIC_IN_WHAT_IF_ENV).is_some() {
-            // `allocview open` starts the replays before the dashboard takes the terminal: the
-            // panic waits for it (a bounded wait), as one in a long replay comes while it is up.
-            let deadline = std::time::Instant::now() + PANIC_IN_WHAT_IF_WAIT;
-            while !crate::terminal::held() && std::time::Instant::now() < deadline {
-                std::thread::sleep(PANIC_IN_WHAT_IF_POLL);
-            }
-            panic!("{PANIC_IN_WHAT_IF_ENV} is set: the what-if replays panic");
-        }
         let outcomes = what_if_avoided(snapshot, self.capacity.bytes);
         let smallest = smallest_device_line(snapshot, self.capacity);
         let note = settings_note(snapshot);
