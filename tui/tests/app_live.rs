@@ -7,7 +7,7 @@ mod support;
 
 use allocview::app::{self, App};
 use allocview::input::Action;
-use allocview::state::{OomReport, State, View};
+use allocview::state::{State, View};
 
 /// A live app whose polls bring `states` in turn (the first when it opens).
 fn live(states: Vec<State>) -> (App, std::rc::Rc<std::cell::Cell<u32>>) {
@@ -19,23 +19,9 @@ fn live(states: Vec<State>) -> (App, std::rc::Rc<std::cell::Cell<u32>>) {
     )
 }
 
-/// The live state with OOMs `1..=n` (each asking for `n` GiB less a half).
-fn with_ooms(n: u64) -> State {
-    let mut s = support::live_state();
-    s.ooms = (1..=n)
-        .map(|i| OomReport {
-            number: i,
-            requested: i * support::GIB,
-            ..support::oom()
-        })
-        .collect();
-    s.ooms_total = n;
-    s
-}
-
 #[test]
 fn enter_in_the_live_oom_view_says_how_to_reach_the_ooms_event() {
-    let (mut app, _) = live(vec![with_ooms(1)]);
+    let (mut app, _) = live(vec![support::live_state_with_ooms(1)]);
     app.apply(Action::ShowView(View::Oom)).unwrap();
     app.apply(Action::Enter).unwrap();
     assert_eq!(app.state.status.as_deref(), Some(app::LIVE_OOM_EVENT));
@@ -67,7 +53,12 @@ fn enter_in_a_wide_segment_view_says_the_detail_is_already_shown() {
 
 #[test]
 fn a_new_live_oom_is_announced_once_with_its_request() {
-    let (mut app, _) = live(vec![with_ooms(1), with_ooms(1), with_ooms(2), with_ooms(2)]);
+    let (mut app, _) = live(vec![
+        support::live_state_with_ooms(1),
+        support::live_state_with_ooms(1),
+        support::live_state_with_ooms(2),
+        support::live_state_with_ooms(2),
+    ]);
     // The OOM the process had when the dashboard opened is no news.
     assert_eq!(app.state.status, None);
     app.tick().unwrap();
@@ -164,10 +155,10 @@ fn a_selected_live_trace_event_that_leaves_the_window_is_said_once_not_every_upd
 #[test]
 fn an_oom_announced_in_the_tick_the_selected_trace_event_leaves_is_not_hidden() {
     let mut first = with_trace(0, 100);
-    first.ooms = with_ooms(1).ooms;
+    first.ooms = support::live_state_with_ooms(1).ooms;
     first.ooms_total = 1;
     let mut second = with_trace(200, 100);
-    second.ooms = with_ooms(2).ooms;
+    second.ooms = support::live_state_with_ooms(2).ooms;
     second.ooms_total = 2;
     let (mut app, _) = live(vec![first, second]);
     app.apply(Action::ShowView(View::Trace)).unwrap();
@@ -181,16 +172,21 @@ fn an_oom_announced_in_the_tick_the_selected_trace_event_leaves_is_not_hidden() 
 #[test]
 fn the_first_oom_dump_of_a_restarted_process_is_announced() {
     // The old process had 3 OOMs; the one reached after a reconnect has none yet.
-    let mut fresh = with_ooms(0);
+    let mut fresh = support::live_state_with_ooms(0);
     fresh.source.pid = Some(9999);
-    let mut pending = with_ooms(1);
+    let mut pending = support::live_state_with_ooms(1);
     pending.source.pid = Some(9999);
     pending.ooms[0].dump_pending = true;
     pending.ooms[0].dump_path = None;
-    let mut landed = with_ooms(1);
+    let mut landed = support::live_state_with_ooms(1);
     landed.source.pid = Some(9999);
     landed.ooms[0].dump_path = Some("/srv/run/allocview-dumps/oom-0001-pid9999.pickle".into());
-    let (mut app, _) = live(vec![with_ooms(3), fresh, pending, landed]);
+    let (mut app, _) = live(vec![
+        support::live_state_with_ooms(3),
+        fresh,
+        pending,
+        landed,
+    ]);
     app.tick().unwrap();
     app.tick().unwrap();
     assert_eq!(
@@ -211,16 +207,21 @@ fn the_first_oom_dump_of_a_restarted_process_is_announced() {
 fn the_ooms_a_restarted_process_had_before_the_reconnect_are_not_news() {
     // A restarted service (another pid) that had 2 OOMs of its own when the dashboard reached
     // it: they are on the OOM tab; its next one is announced, and its dump.
-    let mut other = with_ooms(2);
+    let mut other = support::live_state_with_ooms(2);
     other.source.pid = Some(9999);
-    let mut pending = with_ooms(3);
+    let mut pending = support::live_state_with_ooms(3);
     pending.source.pid = Some(9999);
     pending.ooms[2].dump_pending = true;
     pending.ooms[2].dump_path = None;
-    let mut landed = with_ooms(3);
+    let mut landed = support::live_state_with_ooms(3);
     landed.source.pid = Some(9999);
     landed.ooms[2].dump_path = Some("/d/oom-0003-pid9999.pickle".into());
-    let (mut app, _) = live(vec![with_ooms(1), other, pending, landed]);
+    let (mut app, _) = live(vec![
+        support::live_state_with_ooms(1),
+        other,
+        pending,
+        landed,
+    ]);
     app.tick().unwrap();
     assert_eq!(app.state.status, None);
     app.tick().unwrap();
@@ -251,24 +252,7 @@ fn the_last_live_trace_row_follows_the_newest_event() {
 
 #[test]
 fn the_selected_live_segment_and_block_stay_selected_when_a_bigger_segment_arrives() {
-    use allocview_alloc::snapshot::{BlockState, SegmentType};
-    let first = support::live_state();
-    let mut second = first.clone();
-    // A new segment bigger than all: every row below it moves down one.
-    second.segments.insert(
-        0,
-        support::segment(
-            0x7f00_0000_0000,
-            0,
-            SegmentType::Large,
-            &[(
-                1024 * support::MIB,
-                1024 * support::MIB,
-                BlockState::ActiveAllocated,
-            )],
-        ),
-    );
-    let (mut app, _) = live(vec![first, second]);
+    let (mut app, _) = live(support::live_states_then_a_bigger_segment());
     app.apply(Action::ShowView(View::Segments)).unwrap();
     // The largest segment (200 MiB at 0x7f3a2c000000), its third block.
     app.apply(Action::Right).unwrap();
@@ -311,12 +295,17 @@ fn after_a_slow_draw_the_next_ones_wait_so_a_slow_terminal_does_not_hold_the_loo
 
 #[test]
 fn a_live_ooms_snapshot_written_after_it_is_announced_with_its_path() {
-    let mut pending = with_ooms(2);
+    let mut pending = support::live_state_with_ooms(2);
     pending.ooms[1].dump_pending = true;
     pending.ooms[1].dump_path = None;
-    let mut landed = with_ooms(2);
+    let mut landed = support::live_state_with_ooms(2);
     landed.ooms[1].dump_path = Some("/srv/run/allocview-dumps/oom-0002-pid7.pickle".into());
-    let (mut app, _) = live(vec![with_ooms(1), pending, landed.clone(), landed]);
+    let (mut app, _) = live(vec![
+        support::live_state_with_ooms(1),
+        pending,
+        landed.clone(),
+        landed,
+    ]);
     app.tick().unwrap();
     assert_eq!(
         app.state.status.as_deref(),
@@ -372,7 +361,7 @@ fn a_process_restarted_with_the_same_pid_is_told_by_its_start_time() {
     // reconnected, one more than the old one: not news (they were before the reconnect); its
     // next one is.
     let old = |n| {
-        let mut s = with_ooms(n);
+        let mut s = support::live_state_with_ooms(n);
         s.source.pid = Some(1);
         s.source.started_ns = Some(1_000);
         s

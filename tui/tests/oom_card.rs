@@ -11,22 +11,8 @@ mod support;
 
 use allocview::app::App;
 use allocview::input::Action;
-use allocview::state::{OomReport, State, UiState, View};
+use allocview::state::{OomReport, UiState, View};
 use allocview_agent::state::NOT_WRITTEN;
-
-/// The live state with OOMs `1..=n`.
-fn with_ooms(n: u64) -> State {
-    let mut s = support::live_state();
-    s.ooms = (1..=n)
-        .map(|i| OomReport {
-            number: i,
-            requested: i * support::GIB,
-            ..support::oom()
-        })
-        .collect();
-    s.ooms_total = n;
-    s
-}
 
 /// The agent's reason for an OOM without a dump (allocview-agent's aggregator).
 fn limit_reason() -> String {
@@ -35,7 +21,10 @@ fn limit_reason() -> String {
 
 #[test]
 fn press_7_after_a_new_oom_shows_that_oom() {
-    let states = vec![with_ooms(1), with_ooms(8)];
+    let states = vec![
+        support::live_state_with_ooms(1),
+        support::live_state_with_ooms(8),
+    ];
     let src = support::Scripted::new(states);
     let mut app = App::new(Box::new(src), std::env::temp_dir()).unwrap();
     app.tick().unwrap();
@@ -55,7 +44,10 @@ fn press_7_after_a_new_oom_shows_that_oom() {
 
 #[test]
 fn a_user_reading_the_oom_view_keeps_their_place_when_another_oom_comes() {
-    let states = vec![with_ooms(3), with_ooms(4)];
+    let states = vec![
+        support::live_state_with_ooms(3),
+        support::live_state_with_ooms(4),
+    ];
     let src = support::Scripted::new(states);
     let mut app = App::new(Box::new(src), std::env::temp_dir()).unwrap();
     app.apply(Action::ShowView(View::Oom)).unwrap();

@@ -9,28 +9,7 @@ mod support;
 
 use allocview::app::App;
 use allocview::input::Action;
-use allocview::state::{State, View};
-use allocview_alloc::snapshot::{BlockState, SegmentType};
-
-/// The live state, then the same with a segment bigger than all (every row moves down one).
-fn states() -> Vec<State> {
-    let first = support::live_state();
-    let mut second = first.clone();
-    second.segments.insert(
-        0,
-        support::segment(
-            0x7f00_0000_0000,
-            0,
-            SegmentType::Large,
-            &[(
-                1024 * support::MIB,
-                1024 * support::MIB,
-                BlockState::ActiveAllocated,
-            )],
-        ),
-    );
-    vec![first, second]
-}
+use allocview::state::View;
 
 fn selected_address(app: &App) -> u64 {
     app.state.segments[app.state.selected_segment(&app.ui).unwrap()].address
@@ -39,7 +18,9 @@ fn selected_address(app: &App) -> u64 {
 #[test]
 fn an_unpicked_selection_stays_on_the_top_row_when_a_bigger_segment_arrives() {
     let mut app = App::new(
-        Box::new(support::Scripted::new(states())),
+        Box::new(support::Scripted::new(
+            support::live_states_then_a_bigger_segment(),
+        )),
         std::env::temp_dir(),
     )
     .unwrap();
@@ -56,7 +37,9 @@ fn an_unpicked_selection_stays_on_the_top_row_when_a_bigger_segment_arrives() {
 #[test]
 fn a_picked_segment_is_followed_and_a_new_filter_starts_on_top_again() {
     let mut app = App::new(
-        Box::new(support::Scripted::new(states())),
+        Box::new(support::Scripted::new(
+            support::live_states_then_a_bigger_segment(),
+        )),
         std::env::temp_dir(),
     )
     .unwrap();

@@ -373,6 +373,37 @@ pub fn file_app(path: &str, snap: &Snapshot) -> (allocview::app::App, tempfile::
     (app, dir)
 }
 
+/// The live state with OOMs `1..=n` (OOM `i` asking for `i` GiB).
+pub fn live_state_with_ooms(n: u64) -> State {
+    let mut s = live_state();
+    s.ooms = (1..=n)
+        .map(|i| OomReport {
+            number: i,
+            requested: i * GIB,
+            ..oom()
+        })
+        .collect();
+    s.ooms_total = n;
+    s
+}
+
+/// The live state, then the same with a 1 GiB segment bigger than all first (every row of
+/// the size-ordered segment list moves down one).
+pub fn live_states_then_a_bigger_segment() -> Vec<State> {
+    let first = live_state();
+    let mut second = first.clone();
+    second.segments.insert(
+        0,
+        segment(
+            0x7f00_0000_0000,
+            0,
+            SegmentType::Large,
+            &[(1024 * MIB, 1024 * MIB, BlockState::ActiveAllocated)],
+        ),
+    );
+    vec![first, second]
+}
+
 /// A live source that hands out `states` one per poll, and counts the saves asked of it.
 pub struct Scripted {
     /// The states still to hand out.
