@@ -21,24 +21,23 @@ fn equal_lists() -> Vec<u8> {
     let a = w.memoize();
     w.tuple(Some(1));
     w.appends();
-    w.mark();
-    for _ in 0..LISTS {
+    // `[1, 'a', 2.5]`, its own object.
+    let inner = |w: &mut PickleWriter| {
         w.empty_list();
         w.mark();
         w.int(1);
         w.get(a);
         w.float(2.5);
         w.appends();
+    };
+    w.mark();
+    for _ in 0..LISTS {
+        inner(&mut w);
     }
     w.appends();
     // Appended one by one, as the root list: another batch.
     w.mark();
-    w.empty_list();
-    w.mark();
-    w.int(1);
-    w.get(a);
-    w.float(2.5);
-    w.appends();
+    inner(&mut w);
     w.appends();
     w.finish()
 }

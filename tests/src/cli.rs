@@ -50,6 +50,21 @@ pub fn listening_demo(
     (child, addr)
 }
 
+/// `allocview --attach ADDR --headless --json` (the binary at `bin`): the NDJSON stream on its
+/// stdout, piped; stderr discarded.
+///
+/// # Panics
+/// The binary does not start.
+pub fn headless_json_stream(bin: &str, addr: &str) -> std::process::Child {
+    Command::new(bin)
+        .args(["--attach", addr, "--headless", "--json"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the headless stream")
+}
+
 /// The JSON document `out` printed on stdout, after checking that the command succeeded (its
 /// stderr, or stdout that does not parse, is the failure's message).
 pub fn json_of_success(out: &Output) -> serde_json::Value {

@@ -4,7 +4,6 @@
 
 use std::collections::HashSet;
 use std::io::{BufRead as _, BufReader};
-use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
@@ -30,13 +29,8 @@ fn each_stream_line_after_the_first_carries_only_what_came_since_the_previous_li
         "60",
         &[],
     );
-    let mut stream = Command::new(env!("CARGO_BIN_EXE_allocview"))
-        .args(["--attach", &addr, "--headless", "--json"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut stream =
+        allocview_tests::cli::headless_json_stream(env!("CARGO_BIN_EXE_allocview"), &addr);
     let out = BufReader::new(stream.stdout.take().unwrap());
     let lines: Vec<Value> = out
         .lines()

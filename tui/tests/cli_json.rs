@@ -508,13 +508,8 @@ fn demo_report_and_attach_state_json_name_their_format_and_version_first() {
         std::thread::sleep(Duration::from_millis(100));
     };
     // The stream: one compact state per line, the two fields first.
-    let mut stream = Command::new(env!("CARGO_BIN_EXE_allocview"))
-        .args(["--attach", &addr, "--headless", "--json"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut stream =
+        allocview_tests::cli::headless_json_stream(env!("CARGO_BIN_EXE_allocview"), &addr);
     let mut line = String::new();
     let read = std::io::BufRead::read_line(
         &mut std::io::BufReader::new(stream.stdout.take().unwrap()),
