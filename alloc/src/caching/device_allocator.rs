@@ -1661,13 +1661,7 @@ impl DeviceCachingAllocator {
                     }
                 }
                 queue.pop_front();
-                self.pending_events -= 1;
-                self.event_pool.push(ev);
-                let b = &mut self.arena[id];
-                b.event_count -= 1;
-                if b.event_count == 0 {
-                    self.free_block(id, EventAction::FreeCompleted, context);
-                }
+                self.event_done(ev, id, context);
             }
         }
         events.retain(|_, q| !q.is_empty());
@@ -1700,15 +1694,21 @@ impl DeviceCachingAllocator {
                     self.events.remove(&stream);
                 }
             }
-            self.pending_events -= 1;
-            self.event_pool.push(ev);
-            let b = &mut self.arena[id];
-            b.event_count -= 1;
-            if b.event_count == 0 {
-                self.free_block(id, EventAction::FreeCompleted, context);
-            }
+            self.event_done(ev, id, context);
         }
         Ok(())
+    }
+
+    /// Event `ev`, taken off its queue, completed for block `id`: back to the pool, and the
+    /// block's free completes with its last event.
+    fn event_done(&mut self, ev: EventId, id: BlockId, context: Option<&Frames>) {
+        self.pending_events -= 1;
+        self.event_pool.push(ev);
+        let b = &mut self.arena[id];
+        b.event_count -= 1;
+        if b.event_count == 0 {
+            self.free_block(id, EventAction::FreeCompleted, context);
+        }
     }
 
     /// Destroys every event (at drop): the pooled ones, and those still queued behind work on
