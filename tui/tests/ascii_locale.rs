@@ -17,21 +17,18 @@ use allocview_tests::tmux::{self, Session};
 fn every_view_in_ascii_has_one_ascii_character_a_cell() {
     let (app, _d) = support::file_app("/tmp/run.pickle", &support::traced_snapshot(3));
     for (state, what) in [(support::live_state(), "live"), (app.state.clone(), "file")] {
-        for view in View::ALL {
-            for help in [false, true] {
-                let ui = UiState {
-                    view,
-                    help,
-                    ascii: true,
-                    ..UiState::default()
-                };
-                let t = screen::screen(&state, &ui, 120, 36);
-                let text = screen::text(t.backend().buffer());
-                assert!(text.is_ascii(), "{what} {view:?} help {help}:\n{text}");
-                // Still 36 rows of 120 cells: nothing was widened or dropped.
-                assert!(text.lines().all(|l| l.len() == 120), "{text}");
-                assert!(text.lines().any(|l| l.starts_with('+')), "{text}");
-            }
+        let ascii = UiState {
+            ascii: true,
+            ..UiState::default()
+        };
+        for ui in screen::every_view_and_help(ascii) {
+            let t = screen::screen(&state, &ui, 120, 36);
+            let text = screen::text(t.backend().buffer());
+            let (view, help) = (ui.view, ui.help);
+            assert!(text.is_ascii(), "{what} {view:?} help {help}:\n{text}");
+            // Still 36 rows of 120 cells: nothing was widened or dropped.
+            assert!(text.lines().all(|l| l.len() == 120), "{text}");
+            assert!(text.lines().any(|l| l.starts_with('+')), "{text}");
         }
     }
     // The blocks keep their roles.

@@ -10,31 +10,26 @@ mod screen;
 mod support;
 
 use allocview::screenshot;
-use allocview::state::{State, UiState, View};
+use allocview::state::{State, UiState};
 use ratatui::style::{Color, Modifier};
 
 /// Colours a light background swallows.
 const INVISIBLE_ON_WHITE: [Color; 2] = [Color::Gray, Color::White];
 
 fn check(state: &State, what: &str) {
-    for view in View::ALL {
-        for help in [false, true] {
-            let ui = UiState {
-                view,
-                help,
-                ..UiState::default()
-            };
-            let t = screen::screen(state, &ui, 120, 36);
-            let buf = t.backend().buffer();
-            for (i, cell) in buf.content().iter().enumerate() {
-                assert!(
-                    !INVISIBLE_ON_WHITE.contains(&cell.fg),
-                    "{what} {view:?} help {help}: {:?} in {:?} at {i}:\n{}",
-                    cell.symbol(),
-                    cell.fg,
-                    screen::text(buf)
-                );
-            }
+    for ui in screen::every_view_and_help(UiState::default()) {
+        let t = screen::screen(state, &ui, 120, 36);
+        let buf = t.backend().buffer();
+        for (i, cell) in buf.content().iter().enumerate() {
+            assert!(
+                !INVISIBLE_ON_WHITE.contains(&cell.fg),
+                "{what} {:?} help {}: {:?} in {:?} at {i}:\n{}",
+                ui.view,
+                ui.help,
+                cell.symbol(),
+                cell.fg,
+                screen::text(buf)
+            );
         }
     }
 }

@@ -9,7 +9,7 @@ mod support;
 use allocview::state::ui::SegmentFilter;
 use allocview::state::{Mode, State, UiState, View};
 use allocview::view;
-use screen::{render_every_way, screen, text};
+use screen::{every_view_and_help, render_every_way, screen, text};
 
 const SIZES: [(u16, u16); 6] = [(0, 0), (1, 1), (80, 24), (200, 60), (13, 3), (79, 7)];
 
@@ -358,20 +358,14 @@ fn a_terminal_below_the_smallest_layout_gets_a_line_saying_so_and_how_to_quit() 
         ),
         (26, 5, "too small: 26x5 < 74x18".to_string()),
     ] {
-        for view in View::ALL {
-            for help in [false, true] {
-                let ui = UiState {
-                    view,
-                    help,
-                    ..UiState::default()
-                };
-                let all = text(screen(&state, &ui, sw, sh).backend().buffer());
-                let rows = non_blank_rows(&all);
-                // The message, and under it how to leave.
-                assert_eq!(rows.len(), 2, "{sw}x{sh} {view:?}:\n{all}");
-                assert_eq!(rows[0].trim(), says, "{sw}x{sh} {view:?}:\n{all}");
-                assert!(rows[1].contains("q quits"), "{sw}x{sh} {view:?}:\n{all}");
-            }
+        for ui in every_view_and_help(UiState::default()) {
+            let view = ui.view;
+            let all = text(screen(&state, &ui, sw, sh).backend().buffer());
+            let rows = non_blank_rows(&all);
+            // The message, and under it how to leave.
+            assert_eq!(rows.len(), 2, "{sw}x{sh} {view:?}:\n{all}");
+            assert_eq!(rows[0].trim(), says, "{sw}x{sh} {view:?}:\n{all}");
+            assert!(rows[1].contains("q quits"), "{sw}x{sh} {view:?}:\n{all}");
         }
     }
     // At the smallest size every tab is whole, and the overview draws its device panels and

@@ -47,3 +47,16 @@ pub fn render_every_way(state: &State, ui: &UiState, w: u16, h: u16) {
     view::render_view(ui.view, buf.area, &mut buf, state, ui);
     let _ = screen(state, ui, w.max(1), h.max(1));
 }
+
+/// `base` in every view, without and with the help overlay.
+#[allow(dead_code)] // Not every test that includes this module goes through every view.
+pub fn every_view_and_help(base: UiState) -> impl Iterator<Item = UiState> {
+    View::ALL.into_iter().flat_map(move |view| {
+        let base = base.clone();
+        [false, true].map(move |help| UiState {
+            view,
+            help,
+            ..base.clone()
+        })
+    })
+}
