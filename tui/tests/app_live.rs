@@ -9,19 +9,9 @@ use allocview::app::{self, App};
 use allocview::input::Action;
 use allocview::state::{State, View};
 
-/// A live app whose polls bring `states` in turn (the first when it opens).
-fn live(states: Vec<State>) -> (App, std::rc::Rc<std::cell::Cell<u32>>) {
-    let src = support::Scripted::new(states);
-    let saves = src.saves.clone();
-    (
-        App::new(Box::new(src), std::env::temp_dir()).unwrap(),
-        saves,
-    )
-}
-
 #[test]
 fn enter_in_the_live_oom_view_says_how_to_reach_the_ooms_event() {
-    let (mut app, _) = live(vec![support::live_state_with_ooms(1)]);
+    let (mut app, _) = support::live_app(vec![support::live_state_with_ooms(1)]);
     app.apply(Action::ShowView(View::Oom)).unwrap();
     app.apply(Action::Enter).unwrap();
     assert_eq!(app.state.status.as_deref(), Some(app::LIVE_OOM_EVENT));
@@ -30,7 +20,7 @@ fn enter_in_the_live_oom_view_says_how_to_reach_the_ooms_event() {
 
 #[test]
 fn enter_in_a_wide_segment_view_says_the_detail_is_already_shown() {
-    let (mut app, _) = live(vec![support::live_state()]);
+    let (mut app, _) = support::live_app(vec![support::live_state()]);
     app.apply(Action::ShowView(View::Segments)).unwrap();
     app.area = ratatui::layout::Rect::new(0, 0, 120, 36);
     app.apply(Action::Enter).unwrap();
@@ -53,7 +43,7 @@ fn enter_in_a_wide_segment_view_says_the_detail_is_already_shown() {
 
 #[test]
 fn a_new_live_oom_is_announced_once_with_its_request() {
-    let (mut app, _) = live(vec![
+    let (mut app, _) = support::live_app(vec![
         support::live_state_with_ooms(1),
         support::live_state_with_ooms(1),
         support::live_state_with_ooms(2),
@@ -79,12 +69,12 @@ fn a_new_live_oom_is_announced_once_with_its_request() {
 
 #[test]
 fn saving_a_host_heap_only_process_says_there_is_no_device_to_snapshot() {
-    let (mut app, saves) = live(vec![support::host_only_state(4)]);
+    let (mut app, saves) = support::live_app(vec![support::host_only_state(4)]);
     app.apply(Action::Save).unwrap();
     assert_eq!(app.state.status.as_deref(), Some(app::NO_DEVICE_TO_SAVE));
     assert_eq!(saves.get(), 0, "no empty snapshot written");
     // A process with a device saves.
-    let (mut app, saves) = live(vec![support::live_state()]);
+    let (mut app, saves) = support::live_app(vec![support::live_state()]);
     app.apply(Action::Save).unwrap();
     assert_eq!(saves.get(), 1);
 }
@@ -113,7 +103,7 @@ fn selected_time(app: &App) -> Option<i64> {
 
 #[test]
 fn a_selected_live_trace_row_stays_on_its_event_while_new_events_arrive() {
-    let (mut app, _) = live(vec![
+    let (mut app, _) = support::live_app(vec![
         with_trace(0, 100),
         with_trace(10, 100),
         with_trace(200, 100),
@@ -135,7 +125,7 @@ fn a_selected_live_trace_row_stays_on_its_event_while_new_events_arrive() {
 #[test]
 fn a_selected_live_trace_event_that_leaves_the_window_is_said_once_not_every_update() {
     // A busy process: every update pushes the window along by 50 events.
-    let (mut app, _) = live((0..6).map(|i| with_trace(i * 50, 100)).collect());
+    let (mut app, _) = support::live_app((0..6).map(|i| with_trace(i * 50, 100)).collect());
     app.apply(Action::ShowView(View::Trace)).unwrap();
     app.apply(Action::Move(-5)).unwrap();
     assert_eq!(selected_time(&app), Some(94));
@@ -160,7 +150,7 @@ fn an_oom_announced_in_the_tick_the_selected_trace_event_leaves_is_not_hidden() 
     let mut second = with_trace(200, 100);
     second.ooms = support::live_state_with_ooms(2).ooms;
     second.ooms_total = 2;
-    let (mut app, _) = live(vec![first, second]);
+    let (mut app, _) = support::live_app(vec![first, second]);
     app.apply(Action::ShowView(View::Trace)).unwrap();
     app.apply(Action::Move(-5)).unwrap();
     app.tick().unwrap();
@@ -181,7 +171,7 @@ fn the_first_oom_dump_of_a_restarted_process_is_announced() {
     let mut landed = support::live_state_with_ooms(1);
     landed.source.pid = Some(9999);
     landed.ooms[0].dump_path = Some("/srv/run/allocview-dumps/oom-0001-pid9999.pickle".into());
-    let (mut app, _) = live(vec![
+    let (mut app, _) = support::live_app(vec![
         support::live_state_with_ooms(3),
         fresh,
         pending,
@@ -216,7 +206,7 @@ fn the_ooms_a_restarted_process_had_before_the_reconnect_are_not_news() {
     let mut landed = support::live_state_with_ooms(3);
     landed.source.pid = Some(9999);
     landed.ooms[2].dump_path = Some("/d/oom-0003-pid9999.pickle".into());
-    let (mut app, _) = live(vec![
+    let (mut app, _) = support::live_app(vec![
         support::live_state_with_ooms(1),
         other,
         pending,
@@ -239,7 +229,7 @@ fn the_ooms_a_restarted_process_had_before_the_reconnect_are_not_news() {
 
 #[test]
 fn the_last_live_trace_row_follows_the_newest_event() {
-    let (mut app, _) = live(vec![with_trace(0, 100), with_trace(10, 100)]);
+    let (mut app, _) = support::live_app(vec![with_trace(0, 100), with_trace(10, 100)]);
     app.apply(Action::ShowView(View::Trace)).unwrap();
     app.apply(Action::Move(-5)).unwrap();
     app.apply(Action::Bottom).unwrap();
@@ -252,7 +242,7 @@ fn the_last_live_trace_row_follows_the_newest_event() {
 
 #[test]
 fn the_selected_live_segment_and_block_stay_selected_when_a_bigger_segment_arrives() {
-    let (mut app, _) = live(support::live_states_then_a_bigger_segment());
+    let (mut app, _) = support::live_app(support::live_states_then_a_bigger_segment());
     app.apply(Action::ShowView(View::Segments)).unwrap();
     // The largest segment (200 MiB at 0x7f3a2c000000), its third block.
     app.apply(Action::Right).unwrap();
@@ -271,7 +261,7 @@ fn the_selected_live_segment_and_block_stay_selected_when_a_bigger_segment_arriv
 #[test]
 fn after_a_slow_draw_the_next_ones_wait_so_a_slow_terminal_does_not_hold_the_loop_up() {
     use std::time::{Duration, Instant};
-    let (mut app, _) = live(vec![support::live_state()]);
+    let (mut app, _) = support::live_app(vec![support::live_state()]);
     let mut term = ratatui::Terminal::new(ratatui::backend::TestBackend::new(80, 24)).unwrap();
     let t0 = Instant::now();
     // A draw that took 400 ms: none for the next 800 ms.
@@ -300,7 +290,7 @@ fn a_live_ooms_snapshot_written_after_it_is_announced_with_its_path() {
     pending.ooms[1].dump_path = None;
     let mut landed = support::live_state_with_ooms(2);
     landed.ooms[1].dump_path = Some("/srv/run/allocview-dumps/oom-0002-pid7.pickle".into());
-    let (mut app, _) = live(vec![
+    let (mut app, _) = support::live_app(vec![
         support::live_state_with_ooms(1),
         pending,
         landed.clone(),
@@ -328,7 +318,7 @@ fn a_live_ooms_snapshot_written_after_it_is_announced_with_its_path() {
 #[test]
 fn a_time_travel_key_pressed_live_says_where_it_works_instead_of_doing_nothing() {
     use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
-    let (mut app, _) = live(vec![support::live_state()]);
+    let (mut app, _) = support::live_app(vec![support::live_state()]);
     for c in ['[', ']', ',', '.', '<', '>', 'g'] {
         let press = KeyEvent::new(KeyCode::Char(c), KeyModifiers::NONE);
         let action = allocview::input::key(press, &app.ui, false);
@@ -371,7 +361,7 @@ fn a_process_restarted_with_the_same_pid_is_told_by_its_start_time() {
         s.source.started_ns = Some(2_000);
         s
     };
-    let (mut app, _) = live(vec![old(2), new(3), new(4)]);
+    let (mut app, _) = support::live_app(vec![old(2), new(3), new(4)]);
     app.state.status = None;
     app.tick().unwrap();
     assert_eq!(

@@ -9,7 +9,6 @@ mod screen;
 #[path = "support/builders.rs"]
 mod support;
 
-use allocview::app::App;
 use allocview::input::Action;
 use allocview::state::{OomReport, UiState, View};
 use allocview_agent::state::NOT_WRITTEN;
@@ -25,8 +24,7 @@ fn press_7_after_a_new_oom_shows_that_oom() {
         support::live_state_with_ooms(1),
         support::live_state_with_ooms(8),
     ];
-    let src = support::Scripted::new(states);
-    let mut app = App::new(Box::new(src), std::env::temp_dir()).unwrap();
+    let (mut app, _) = support::live_app(states);
     app.tick().unwrap();
     let said = app.state.status.clone().unwrap_or_default();
     assert!(
@@ -48,8 +46,7 @@ fn a_user_reading_the_oom_view_keeps_their_place_when_another_oom_comes() {
         support::live_state_with_ooms(3),
         support::live_state_with_ooms(4),
     ];
-    let src = support::Scripted::new(states);
-    let mut app = App::new(Box::new(src), std::env::temp_dir()).unwrap();
+    let (mut app, _) = support::live_app(states);
     app.apply(Action::ShowView(View::Oom)).unwrap();
     app.ui.oom = 1;
     app.tick().unwrap();

@@ -17,13 +17,7 @@ fn selected_address(app: &App) -> u64 {
 
 #[test]
 fn an_unpicked_selection_stays_on_the_top_row_when_a_bigger_segment_arrives() {
-    let mut app = App::new(
-        Box::new(support::Scripted::new(
-            support::live_states_then_a_bigger_segment(),
-        )),
-        std::env::temp_dir(),
-    )
-    .unwrap();
+    let (mut app, _) = support::live_app(support::live_states_then_a_bigger_segment());
     app.apply(Action::ShowView(View::Segments)).unwrap();
     app.tick().unwrap();
     assert_eq!(app.ui.segment_row, 0);
@@ -36,13 +30,7 @@ fn an_unpicked_selection_stays_on_the_top_row_when_a_bigger_segment_arrives() {
 
 #[test]
 fn a_picked_segment_is_followed_and_a_new_filter_starts_on_top_again() {
-    let mut app = App::new(
-        Box::new(support::Scripted::new(
-            support::live_states_then_a_bigger_segment(),
-        )),
-        std::env::temp_dir(),
-    )
-    .unwrap();
+    let (mut app, _) = support::live_app(support::live_states_then_a_bigger_segment());
     app.apply(Action::ShowView(View::Segments)).unwrap();
     // Down and up again: the user picked the top row's segment.
     app.apply(Action::Move(1)).unwrap();

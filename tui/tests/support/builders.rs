@@ -442,3 +442,14 @@ impl allocview::source::Source for Scripted {
         Ok(dir.join("saved.json"))
     }
 }
+
+/// A live app whose polls bring `states` in turn (the first when it opens), and the count of
+/// the saves asked of its source.
+pub fn live_app(states: Vec<State>) -> (allocview::app::App, std::rc::Rc<std::cell::Cell<u32>>) {
+    let src = Scripted::new(states);
+    let saves = src.saves.clone();
+    (
+        allocview::app::App::new(Box::new(src), std::env::temp_dir()).unwrap(),
+        saves,
+    )
+}
