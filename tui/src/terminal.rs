@@ -284,19 +284,26 @@ pub fn install_signal_handler() {
                     // Hold stdout so the dashboard's thread cannot draw after the restore.
                     let _stdout = io::stdout().lock();
                     restore();
-                    let paths = REMOVE_AT_SIGNAL
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner);
-                    for p in paths.iter() {
-                        let _ = std::fs::remove_file(p);
-                    }
-                    std::process::exit(crate::exit::SIGNAL_EXIT_BASE + signal);
+                    end_as_signalled(signal);
                 }
             });
         if let Err(e) = spawned {
             tracing::warn!("cannot start the signal thread: {e}");
         }
     });
+}
+
+/// Ends the process as `signal` would have: the files given to [`remove_at_signal`] removed,
+/// status [`SIGNAL_EXIT_BASE`](crate::exit::SIGNAL_EXIT_BASE) + the signal's number.
+#[cfg(unix)]
+fn end_as_signalled(signal: i32) -> ! {
+    let paths = REMOVE_AT_SIGNAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    for p in paths.iter() {
+        let _ = std::fs::remove_file(p);
+    }
+    std::process::exit(crate::exit::SIGNAL_EXIT_BASE + signal);
 }
 
 /// Ctrl-Z (which raw mode delivers as a key, not as the terminal's SIGTSTP): gives the
@@ -363,15 +370,7 @@ pub fn install_hangup_watch() {
                         .write(&[])
                         .is_err_and(|e| e.raw_os_error() == Some(HUNG_UP));
                     if hung_up && held() {
-                        let paths = REMOVE_AT_SIGNAL
-                            .lock()
-                            .unwrap_or_else(std::sync::PoisonError::into_inner);
-                        for p in paths.iter() {
-                            let _ = std::fs::remove_file(p);
-                        }
-                        std::process::exit(
-                            crate::exit::SIGNAL_EXIT_BASE + signal_hook::consts::SIGHUP,
-                        );
+                        end_as_signalled(signal_hook::consts::SIGHUP);
                     }
                 }
             });

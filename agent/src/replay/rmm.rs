@@ -34,25 +34,25 @@ pub enum RmmError {
     },
 }
 
-/// Whether `bytes` look like an RMM log (its header, after optional whitespace or a BOM).
-pub fn is_rmm_log(bytes: &[u8]) -> bool {
+/// `bytes` from where an RMM log's header would start: after a BOM and white space.
+fn after_bom_and_space(bytes: &[u8]) -> &[u8] {
     let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
     let start = bytes
         .iter()
         .position(|b| !b.is_ascii_whitespace())
         .unwrap_or(bytes.len());
-    bytes[start..].starts_with(RMM_HEADER.as_bytes())
+    &bytes[start..]
+}
+
+/// Whether `bytes` look like an RMM log (its header, after optional whitespace or a BOM).
+pub fn is_rmm_log(bytes: &[u8]) -> bool {
+    after_bom_and_space(bytes).starts_with(RMM_HEADER.as_bytes())
 }
 
 /// Whether `bytes`, the first bytes read of a file, may start an RMM log: they are the start
 /// of its header, or hold the whole header (as [`is_rmm_log`]).
 pub fn may_be_rmm_log(bytes: &[u8]) -> bool {
-    let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
-    let start = bytes
-        .iter()
-        .position(|b| !b.is_ascii_whitespace())
-        .unwrap_or(bytes.len());
-    let rest = &bytes[start..];
+    let rest = after_bom_and_space(bytes);
     let n = rest.len().min(RMM_HEADER.len());
     rest[..n] == RMM_HEADER.as_bytes()[..n]
 }
