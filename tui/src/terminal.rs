@@ -293,6 +293,14 @@ pub fn install_signal_handler() {
     });
 }
 
+/// Takes the terminal (raw mode, held, alternate screen, mouse), as [`TerminalGuard::enter`]
+/// does and [`suspend`] does again after `fg`; [`restore`] undoes it.
+fn take_terminal() -> io::Result<()> {
+    enable_raw_mode()?;
+    HELD.store(true, Ordering::SeqCst);
+    execute!(io::stdout(), EnterAlternateScreen, EnableMouseCapture)
+}
+
 /// Ends the process as `signal` would have: the files given to [`remove_at_signal`] removed,
 /// status [`SIGNAL_EXIT_BASE`](crate::exit::SIGNAL_EXIT_BASE) + the signal's number.
 #[cfg(unix)]
@@ -332,9 +340,7 @@ pub fn suspend() -> io::Result<bool> {
             tracing::warn!("cannot stop for Ctrl-Z: {e}");
         }
         // Continued (`fg`): the terminal is the dashboard's again.
-        enable_raw_mode()?;
-        HELD.store(true, Ordering::SeqCst);
-        execute!(io::stdout(), EnterAlternateScreen, EnableMouseCapture)?;
+        take_terminal()?;
         Ok(true)
     }
     #[cfg(not(unix))]
@@ -391,11 +397,9 @@ impl TerminalGuard {
         install_panic_hook();
         install_signal_handler();
         install_hangup_watch();
-        enable_raw_mode()?;
-        HELD.store(true, Ordering::SeqCst);
         DRIVES_DASHBOARD.with(|d| d.set(true));
-        let entered = execute!(io::stdout(), EnterAlternateScreen, EnableMouseCapture)
-            .and_then(|()| Terminal::new(CrosstermBackend::new(io::stdout())));
+        let entered =
+            take_terminal().and_then(|()| Terminal::new(CrosstermBackend::new(io::stdout())));
         match entered {
             Ok(terminal) => Ok(TerminalGuard { terminal }),
             Err(e) => {
