@@ -12,8 +12,6 @@
 //! hash is simply not shared, so crafted collisions cost nothing but the sharing. Equality is bitwise per value (`0.0` and
 //! `-0.0` differ, a NaN equals the same NaN), so sharing never changes a value.
 
-use std::collections::HashMap;
-
 use super::value::PickleValue;
 
 /// Identifies one shared run of items in a [`PickleDoc`](super::PickleDoc).
@@ -62,10 +60,33 @@ pub(crate) fn same(a: &[PickleValue], b: &[PickleValue]) -> bool {
 /// The shared runs of items and the table that finds them by content.
 #[derive(Debug, Default)]
 pub(crate) struct Interner {
-    by_hash: HashMap<u64, SharedId>,
+    /// Keyed by [`hash`], already a hash: Fx costs one multiply on it, SipHash a round trip.
+    by_hash: rustc_hash::FxHashMap<u64, SharedId>,
+}
+
+/// Where a content stands in an [`Interner`].
+enum Found {
+    /// Shared already, as this run.
+    Shared(SharedId),
+    /// Not yet: its hash is free, and it would be this run.
+    New(u64, SharedId),
+    /// Another content has its hash (or the runs are full): not shared.
+    Clash,
 }
 
 impl Interner {
+    fn find(&self, shared: &[Box<[PickleValue]>], items: &[PickleValue]) -> Found {
+        let h = hash(items);
+        match self.by_hash.get(&h) {
+            Some(&id) if same(&shared[id as usize], items) => Found::Shared(id),
+            Some(_) => Found::Clash,
+            None => match SharedId::try_from(shared.len()) {
+                Ok(id) => Found::New(h, id),
+                Err(_) => Found::Clash,
+            },
+        }
+    }
+
     /// The shared run equal to `items` in `shared`, adding `items` as a new one when there is
     /// none and its hash is free; `None` (nothing shared) when another content has its hash.
     pub(crate) fn intern(
@@ -73,15 +94,14 @@ impl Interner {
         shared: &mut Vec<Box<[PickleValue]>>,
         items: &[PickleValue],
     ) -> Option<SharedId> {
-        let h = hash(items);
-        match self.by_hash.get(&h) {
-            Some(&id) => same(&shared[id as usize], items).then_some(id),
-            None => {
-                let id = SharedId::try_from(shared.len()).ok()?;
+        match self.find(shared, items) {
+            Found::Shared(id) => Some(id),
+            Found::New(h, id) => {
                 shared.push(items.into());
                 self.by_hash.insert(h, id);
                 Some(id)
             }
+            Found::Clash => None,
         }
     }
 
@@ -92,18 +112,14 @@ impl Interner {
         shared: &mut Vec<Box<[PickleValue]>>,
         items: Vec<PickleValue>,
     ) -> Result<SharedId, Vec<PickleValue>> {
-        let h = hash(&items);
-        match self.by_hash.get(&h) {
-            Some(&id) if same(&shared[id as usize], &items) => Ok(id),
-            Some(_) => Err(items),
-            None => {
-                let Ok(id) = SharedId::try_from(shared.len()) else {
-                    return Err(items);
-                };
+        match self.find(shared, &items) {
+            Found::Shared(id) => Ok(id),
+            Found::New(h, id) => {
                 shared.push(items.into_boxed_slice());
                 self.by_hash.insert(h, id);
                 Ok(id)
             }
+            Found::Clash => Err(items),
         }
     }
 }

@@ -37,8 +37,9 @@ pub const HIGHEST_PROTOCOL: u8 = 5;
 /// Lowest protocol this reader understands (the first with a `PROTO` opcode).
 pub const LOWEST_PROTOCOL: u8 = 2;
 
-/// Items per `APPENDS` batch of CPython's pickler (`BATCHSIZE` in `_pickle.c`, `_BATCHSIZE` in
-/// `pickle.py`): a first batch this long may be followed by more for the same list.
+/// Items per `APPENDS`/`SETITEMS` batch of CPython's pickler (`BATCHSIZE` in `_pickle.c`,
+/// `_BATCHSIZE` in `pickle.py`): a first batch this long may be followed by more for the same
+/// list. The writer batches as CPython does.
 pub const CPYTHON_BATCH: usize = 1000;
 
 /// Decodes a pickle.

@@ -21,8 +21,8 @@ use allocview_alloc::snapshot::{
 use super::keys;
 use crate::pickle::PickleWriter;
 
-/// Items per `APPENDS`/`SETITEMS` batch, as CPython's pickler (`_BATCHSIZE`).
-const BATCH_SIZE: usize = 1000;
+/// Items per `APPENDS`/`SETITEMS` batch, as CPython's pickler.
+const BATCH_SIZE: usize = crate::pickle::reader::CPYTHON_BATCH;
 
 /// Encodes a snapshot as a protocol 4 pickle.
 pub fn encode(snapshot: &Snapshot) -> Vec<u8> {

@@ -837,6 +837,7 @@ impl DeviceCachingAllocator {
         );
         let allocated = all_current(&self.stats.allocated_bytes).max(0) as u64;
         let reserved = all_current(&self.stats.reserved_bytes).max(0) as u64;
+        let owner = self.pools[p.pool as usize].owner;
         let oom = OutOfMemory {
             device: self.device,
             stream: p.stream,
@@ -852,9 +853,9 @@ impl DeviceCachingAllocator {
             largest_free_block: self.largest_free_block(),
             stranded_in_split_segments: all_current(&self.stats.inactive_split_bytes).max(0) as u64,
             expandable_segments: self.config.expandable_segments(),
-            private_pool: self.pools[p.pool as usize].owner,
+            private_pool: owner,
             during_capture: !self.captures.is_empty(),
-            releasable_in_other_pools: self.releasable_outside(self.pools[p.pool as usize].owner),
+            releasable_in_other_pools: self.releasable_outside(owner),
         };
         let info = OomInfo {
             device: self.device,
@@ -872,7 +873,6 @@ impl DeviceCachingAllocator {
         MallocFailure::Oom(Box::new((oom, info, self.oom_observers.clone())))
     }
 
-    /// The largest free cached block over every pool.
     /// Bytes of whole cached segments (free, unsplit, not in an expandable segment) in pools
     /// other than those of `owner`: what `empty_cache` could give back that a request routed
     /// to `owner`'s pools cannot use.
@@ -887,6 +887,7 @@ impl DeviceCachingAllocator {
             .sum()
     }
 
+    /// The largest free cached block over every pool.
     pub(crate) fn largest_free_block(&self) -> u64 {
         self.pools
             .iter()
