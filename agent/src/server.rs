@@ -749,11 +749,11 @@ fn accept_loop(
 
 /// One connection counted against a cap ([`MAX_AWAITING_HELLO`], [`MAX_CLIENTS`]) until
 /// dropped.
-struct Slot(Arc<AtomicUsize>);
+pub(crate) struct Slot(Arc<AtomicUsize>);
 
 impl Slot {
     /// Counts one more connection, unless `cap` are counted already.
-    fn enter(count: &Arc<AtomicUsize>, cap: usize) -> Option<Slot> {
+    pub(crate) fn enter(count: &Arc<AtomicUsize>, cap: usize) -> Option<Slot> {
         count
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
                 (n < cap).then_some(n + 1)
@@ -785,6 +785,12 @@ impl<'a> ReadBefore<'a> {
             conn,
             deadline: Instant::now() + within,
         }
+    }
+
+    /// Reads until `within` from now from here on (the next request on a kept-alive
+    /// connection).
+    pub(crate) fn restart(&mut self, within: Duration) {
+        self.deadline = Instant::now() + within;
     }
 }
 

@@ -26,6 +26,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::agent_thread;
+use crate::server::{Conn, ReadBefore, Slot};
 
 /// Connections served at once, at most; one over that is answered `503` and closed.
 pub const MAX_CONNECTIONS: usize = 32;
@@ -106,23 +107,6 @@ enum Head {
     Refused(Response),
 }
 
-/// A connection read until a deadline: each read waits at most the time left.
-struct Timed {
-    stream: TcpStream,
-    deadline: Instant,
-}
-
-impl Read for Timed {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let left = self.deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(io::Error::new(io::ErrorKind::TimedOut, "request timeout"));
-        }
-        self.stream.set_read_timeout(Some(left))?;
-        self.stream.read(buf)
-    }
-}
-
 fn is_timeout(e: &io::Error) -> bool {
     matches!(
         e.kind(),
@@ -131,7 +115,7 @@ fn is_timeout(e: &io::Error) -> bool {
 }
 
 /// Reads one request head (see the module docs).
-fn read_head(r: &mut BufReader<Timed>) -> Head {
+fn read_head(r: &mut BufReader<ReadBefore<'_>>) -> Head {
     let mut lines: Vec<String> = Vec::new();
     let mut read = 0usize;
     loop {
@@ -280,15 +264,6 @@ fn write_response(
     w.flush()
 }
 
-/// One of the [`MAX_CONNECTIONS`] connection slots, given back when dropped.
-struct Slot(Arc<AtomicUsize>);
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
 /// What the server answers a request with.
 pub(crate) type Handler = dyn Fn(&Request) -> Response + Send + Sync;
 
@@ -303,12 +278,10 @@ fn serve_connection(
         return;
     };
     let _ = out.set_write_timeout(Some(write_timeout));
-    let mut input = BufReader::new(Timed {
-        stream,
-        deadline: Instant::now() + REQUEST_TIMEOUT,
-    });
+    let mut conn = Conn::Tcp(stream);
+    let mut input = BufReader::new(ReadBefore::new(&mut conn, REQUEST_TIMEOUT));
     loop {
-        input.get_mut().deadline = Instant::now() + REQUEST_TIMEOUT;
+        input.get_mut().restart(REQUEST_TIMEOUT);
         let (resp, head_only, close) = match read_head(&mut input) {
             Head::Closed => break,
             Head::Refused(resp) => (resp, false, true),
@@ -431,12 +404,7 @@ fn accept_one(
     write_timeout: Duration,
     response_deadline: Duration,
 ) {
-    let entered = active
-        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-            (n < MAX_CONNECTIONS).then_some(n + 1)
-        })
-        .is_ok();
-    if !entered {
+    let Some(slot) = Slot::enter(active, MAX_CONNECTIONS) else {
         let mut s = stream;
         let _ = s.set_write_timeout(Some(REFUSE_WRITE_TIMEOUT));
         let resp = Response::text(
@@ -452,25 +420,21 @@ fn accept_one(
         );
         let _ = s.shutdown(Shutdown::Both);
         return;
-    }
+    };
     let Ok(handle) = stream.try_clone() else {
-        active.fetch_sub(1, Ordering::AcqRel);
         return;
     };
-    let (active2, handler) = (active.clone(), handler.clone());
+    let handler = handler.clone();
+    // The slot goes with the thread (or with the closure, when it cannot start): given back
+    // however the connection ends, a panic included.
     let spawned = agent_thread::spawn(name, move || {
-        // Given back however the connection ends, a panic included: a lost slot would bring
-        // the listener nearer to answering 503 for good.
-        let _slot = Slot(active2);
+        let _slot = slot;
         serve_connection(stream, &*handler, write_timeout, response_deadline);
     });
     let mut list = connections.lock().unwrap_or_else(|p| p.into_inner());
     list.retain(|(_, h)| !h.is_finished());
     match spawned {
         Ok(h) => list.push((handle, h)),
-        Err(e) => {
-            active.fetch_sub(1, Ordering::AcqRel);
-            tracing::warn!(error = %e, "cannot start a metrics connection thread");
-        }
+        Err(e) => tracing::warn!(error = %e, "cannot start a metrics connection thread"),
     }
 }
