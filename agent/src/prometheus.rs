@@ -70,7 +70,7 @@ use prometheus_client::registry::Registry;
 use crate::agent::AgentError;
 use crate::aggregator::AggregatorHandle;
 use crate::server::RefusalReason;
-use crate::state::{AgentState, HistogramSummary, PoolKey};
+use crate::state::{AgentState, HistogramSet, HistogramSummary, PoolKey};
 
 mod format;
 pub mod http;
@@ -302,7 +302,7 @@ pub fn render_as(state: &AgentState, format: Format) -> String {
                 limit as i64,
             );
         }
-        let mut private = HistogramSummaryTriple::default();
+        let mut private = HistogramSet::default();
         let mut privates = 0;
         for ph in &d.histograms.by_pool {
             let pool = match ph.pool {
@@ -424,14 +424,6 @@ pub fn render_as(state: &AgentState, format: Format) -> String {
         Format::Text => encode_registry(&mut out, &registry),
     };
     out
-}
-
-/// The three histograms of the merged private pools.
-#[derive(Debug, Default)]
-struct HistogramSummaryTriple {
-    size: HistogramSummary,
-    lifetime: HistogramSummary,
-    latency: HistogramSummary,
 }
 
 /// One counter series per value of `label` in `values`, zeros included, from the `(value,

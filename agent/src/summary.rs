@@ -331,7 +331,7 @@ fn summarize_device(
     let mut streams: BTreeMap<u64, Fragmentation> = BTreeMap::new();
     for seg in snapshot.segments.iter().filter(|s| s.device == device) {
         totals.add_segment(seg);
-        let pool = if seg.segment_pool_id != (0, 0) {
+        let pool = if seg.private_pool().is_some() {
             &mut pools.private
         } else if seg.segment_type == SegmentType::Small {
             &mut pools.small

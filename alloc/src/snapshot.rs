@@ -208,6 +208,13 @@ pub fn segment_sums(blocks: &[BlockInfo]) -> (u64, u64, u64) {
 }
 
 impl SegmentInfo {
+    /// The private pool the segment belongs to (a graph capture's, a `MemPool`'s), `None` for
+    /// the default pools (`segment_pool_id` `(0, 0)`).
+    pub fn private_pool(&self) -> Option<crate::caching::PoolId> {
+        let (a, b) = self.segment_pool_id;
+        ((a, b) != (0, 0)).then_some(crate::caching::PoolId(a, b))
+    }
+
     /// A segment of device 0, in no private pool and not expandable, tiled by `blocks` (in
     /// address order): its size and its allocated, active and requested totals follow from
     /// them. The way tools and tests build one by hand.

@@ -209,9 +209,8 @@ impl InitialState {
                     Some(seg.segment_type),
                 );
             } else if !created_segments.contains(&seg.address) {
-                if seg.segment_pool_id != (0, 0) {
-                    let (a, b) = seg.segment_pool_id;
-                    private_pools.insert(seg.address, PoolId(a, b));
+                if let Some(pool) = seg.private_pool() {
+                    private_pools.insert(seg.address, pool);
                 }
                 start_segments.push((
                     seg.address,

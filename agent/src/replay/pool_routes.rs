@@ -34,11 +34,8 @@ impl PoolRoutes {
         let at_end: AddrMap<(u64, PoolId)> = snapshot
             .segments
             .iter()
-            .filter(|s| s.device == device && !s.is_expandable && s.segment_pool_id != (0, 0))
-            .map(|s| {
-                let (a, b) = s.segment_pool_id;
-                (s.address, (s.total_size, PoolId(a, b)))
-            })
+            .filter(|s| s.device == device && !s.is_expandable)
+            .filter_map(|s| Some((s.address, (s.total_size, s.private_pool()?))))
             .collect();
         // Segments alive now: start -> (end, pool).
         let mut live: BTreeMap<u64, (u64, PoolId)> = initial
