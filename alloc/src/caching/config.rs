@@ -304,10 +304,7 @@ impl AllocatorConfig {
                 }
                 "pinned_num_register_threads" => {
                     let n = p.integer(&key, EXPECT_THREADS)?;
-                    if !n.is_power_of_two() || n > MAX_PINNED_REGISTER_THREADS {
-                        return Err(invalid(&key, n.to_string(), EXPECT_THREADS));
-                    }
-                    c.pinned_num_register_threads = n;
+                    c.pinned_num_register_threads = register_threads(&key, n)?;
                 }
                 "pinned_reserve_segment_size_mb" => {
                     let n = p.integer(&key, EXPECT_POSITIVE)?;
@@ -614,6 +611,15 @@ fn split_mb_to_bytes(key: &str, mb: u64) -> Result<u64, ConfigError> {
         return Err(invalid(key, mb.to_string(), EXPECT_SPLIT_MB));
     }
     Ok(mb.min(MAX_SPLIT_SIZE_MB) * MIB)
+}
+
+/// A `pinned_num_register_threads` value, once checked: a power of two, at most
+/// [`MAX_PINNED_REGISTER_THREADS`].
+fn register_threads(key: &str, n: u64) -> Result<u64, ConfigError> {
+    if !n.is_power_of_two() || n > MAX_PINNED_REGISTER_THREADS {
+        return Err(invalid(key, n.to_string(), EXPECT_THREADS));
+    }
+    Ok(n)
 }
 
 fn invalid(key: &str, value: String, expected: &'static str) -> ConfigError {
@@ -1025,14 +1031,7 @@ impl AllocatorConfigBuilder {
                 EXPECT_DIVISIONS,
             ));
         }
-        let n = c.pinned_num_register_threads;
-        if !n.is_power_of_two() || n > MAX_PINNED_REGISTER_THREADS {
-            return Err(invalid(
-                "pinned_num_register_threads",
-                n.to_string(),
-                EXPECT_THREADS,
-            ));
-        }
+        register_threads("pinned_num_register_threads", c.pinned_num_register_threads)?;
         let mut parts = c.device_conf_parts();
         parts.extend(c.host_conf_parts());
         c.source = parts.join(",");
