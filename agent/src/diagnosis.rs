@@ -33,7 +33,7 @@
 use serde::{Deserialize, Serialize};
 
 use allocview_alloc::caching::OutOfMemory;
-use allocview_alloc::caching::config::segment_size;
+use allocview_alloc::caching::config::{self, segment_size};
 use allocview_alloc::snapshot::{BlockState, DumpedOom, SegmentInfo, TraceEntry};
 use allocview_alloc::stats::human_bytes;
 
@@ -227,15 +227,10 @@ pub struct Diagnosis {
     pub capacity: u64,
 }
 
-/// The page an expandable segment maps for a request of `requested` bytes: 2 MiB in the small
-/// pool, 20 MiB in the large one (PyTorch's `kSmallBuffer` / `kLargeBuffer`).
+/// The page an expandable segment maps for a request of `requested` bytes: that of the pool
+/// the request goes to ([`config::expandable_page`]).
 fn expandable_page(requested: u64) -> u64 {
-    use allocview_alloc::caching::config::{LARGE_BUFFER, SMALL_BUFFER, SMALL_SIZE};
-    if requested <= SMALL_SIZE {
-        SMALL_BUFFER
-    } else {
-        LARGE_BUFFER
-    }
+    config::expandable_page(requested <= config::SMALL_SIZE)
 }
 
 /// How much the allocator takes from the device at once for a request of `requested` bytes:
@@ -265,6 +260,8 @@ pub fn diagnose_under(f: &OomFacts, expandable_segments: bool) -> Diagnosis {
     let free_for_allocator = f.free_for_allocator();
     // What a new segment may take: the device's free memory, within the allocator's limit.
     let room_on_device = f.device_free.min(capacity.saturating_sub(f.reserved));
+    // What the allocator takes from the device at once for this request.
+    let grain = device_grain(f.requested, expandable_segments);
     let (kind, mut explanation) = if free_in_reserved >= f.requested {
         let where_ = if f.largest_free_block >= f.requested {
             format!(
@@ -303,13 +300,10 @@ pub fn diagnose_under(f: &OomFacts, expandable_segments: bool) -> Diagnosis {
                 human_bytes(f.device_free)
             ),
         )
-    } else if room_on_device >= f.requested
-        && device_grain(f.requested, expandable_segments) > room_on_device
-    {
+    } else if room_on_device >= f.requested && grain > room_on_device {
         // The request itself fits in the device's free memory, but the allocator asks the
         // device for a whole segment (PyTorch's `get_allocation_size`), or with expandable
         // segments maps whole pages of the same sizes, which do not.
-        let grain = device_grain(f.requested, expandable_segments);
         let what = if expandable_segments {
             format!(
                 "maps {} of pages of {} at a time (expandable segments map the small pool in \

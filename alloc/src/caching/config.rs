@@ -232,6 +232,13 @@ pub fn segment_size(rounded: u64) -> u64 {
     }
 }
 
+/// The page an expandable segment of the small (`small`) or the large pool maps at a time:
+/// PyTorch's `kSmallBuffer` (2 MiB) or `kLargeBuffer` (20 MiB).
+#[inline]
+pub fn expandable_page(small: bool) -> u64 {
+    if small { SMALL_BUFFER } else { LARGE_BUFFER }
+}
+
 impl AllocatorConfig {
     /// A builder with typed setters, starting from the defaults.
     pub fn builder() -> AllocatorConfigBuilder {

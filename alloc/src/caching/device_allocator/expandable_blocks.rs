@@ -4,7 +4,7 @@
 
 use crate::caching::backend::{DeviceBackend, StreamId};
 use crate::caching::block::{Block, BlockId, NIL};
-use crate::caching::config::{LARGE_BUFFER, SMALL_BUFFER};
+use crate::caching::config::expandable_page;
 use crate::caching::error::AllocError;
 use crate::caching::expandable::ExpandableSegment;
 use crate::event::{EventAction, FLAG_EXPANDABLE};
@@ -78,11 +78,7 @@ impl DeviceCachingAllocator {
                 return Ok(Some(c));
             }
         }
-        let page = if self.is_small(pool) {
-            SMALL_BUFFER
-        } else {
-            LARGE_BUFFER
-        };
+        let page = expandable_page(self.is_small(pool));
         let (_, total) = be.mem_get_info()?;
         let es = match ExpandableSegment::reserve(be, total, page) {
             Ok(es) => es,
