@@ -5,6 +5,7 @@
 #[path = "support/screen.rs"]
 #[allow(dead_code)]
 mod screen;
+use screen::{drawn, press, screen_of};
 #[path = "support/builders.rs"]
 mod support;
 
@@ -23,25 +24,6 @@ use ratatui::crossterm::event::{KeyCode, KeyEvent};
 /// An app over `snap` opened as a file.
 fn file_app(snap: &Snapshot) -> (App, tempfile::TempDir) {
     support::file_app("/tmp/run.pickle", snap)
-}
-
-/// What the app draws into `terminal` now, one line a row.
-fn drawn(app: &mut App, terminal: &mut Terminal<TestBackend>) -> String {
-    app.dirty = true;
-    app.draw(terminal).unwrap();
-    screen::text(terminal.backend().buffer())
-}
-
-/// The app's screen at `w` x `h`.
-fn screen_of(app: &mut App, w: u16, h: u16) -> String {
-    drawn(app, &mut Terminal::new(TestBackend::new(w, h)).unwrap())
-}
-
-/// Presses `code` as the app's loop does: through the key map, then applied.
-fn press(app: &mut App, code: KeyCode) {
-    if let Some(a) = input::key(KeyEvent::from(code), &app.ui, app.file_mode()) {
-        app.apply(a).unwrap();
-    }
 }
 
 #[test]

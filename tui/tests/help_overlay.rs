@@ -6,30 +6,13 @@
 #[path = "support/screen.rs"]
 #[allow(dead_code)]
 mod screen;
+use screen::{press, screen_of};
 #[path = "support/builders.rs"]
 mod support;
 
-use allocview::app::App;
 use allocview::input;
 use allocview::view::help::{GLOSSARY, KEYS};
-use ratatui::Terminal;
-use ratatui::backend::TestBackend;
-use ratatui::crossterm::event::{KeyCode, KeyEvent};
-
-/// What the app draws at `w` x `h` now.
-fn screen_of(app: &mut App, w: u16, h: u16) -> String {
-    let mut terminal = Terminal::new(TestBackend::new(w, h)).unwrap();
-    app.dirty = true;
-    app.draw(&mut terminal).unwrap();
-    screen::text(terminal.backend().buffer())
-}
-
-/// Presses `code` as the app's loop does: through the key map, then applied.
-fn press(app: &mut App, code: KeyCode) {
-    if let Some(a) = input::key(KeyEvent::from(code), &app.ui, app.file_mode()) {
-        app.apply(a).unwrap();
-    }
-}
+use ratatui::crossterm::event::KeyCode;
 
 #[test]
 fn a_short_terminal_scrolls_the_help_to_its_last_row_and_says_what_is_hidden() {

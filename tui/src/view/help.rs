@@ -164,8 +164,9 @@ pub fn scroll_max(area: Rect) -> usize {
 pub fn render(area: Rect, buf: &mut Buffer, state: &State, scroll: usize) {
     let (lines, rect) = layout(area, state.is_file());
     Clear.render(rect, buf);
-    let scroll = scroll.min(scroll_max(area));
+    // As [`scroll_max`] (the rows' count does not depend on the mode, only their style).
     let shown = rect.height.saturating_sub(BORDERS) as usize;
+    let scroll = scroll.min(lines.len().saturating_sub(shown));
     let below = lines.len().saturating_sub(scroll + shown);
     let mut block = Block::bordered().title(Span::styled(" Keys ", theme::title()));
     if scroll > 0 {

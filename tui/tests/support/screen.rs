@@ -60,3 +60,26 @@ pub fn every_view_and_help(base: UiState) -> impl Iterator<Item = UiState> {
         })
     })
 }
+
+/// What `app` draws into `terminal` now, one line a row.
+#[allow(dead_code)]
+pub fn drawn(app: &mut allocview::app::App, terminal: &mut Terminal<TestBackend>) -> String {
+    app.dirty = true;
+    app.draw(terminal).unwrap();
+    text(terminal.backend().buffer())
+}
+
+/// What `app` draws at `w` x `h` now.
+#[allow(dead_code)]
+pub fn screen_of(app: &mut allocview::app::App, w: u16, h: u16) -> String {
+    drawn(app, &mut Terminal::new(TestBackend::new(w, h)).unwrap())
+}
+
+/// Presses `code` as the app's loop does: through the key map, then applied.
+#[allow(dead_code)]
+pub fn press(app: &mut allocview::app::App, code: ratatui::crossterm::event::KeyCode) {
+    let key = ratatui::crossterm::event::KeyEvent::from(code);
+    if let Some(a) = allocview::input::key(key, &app.ui, app.file_mode()) {
+        app.apply(a).unwrap();
+    }
+}
