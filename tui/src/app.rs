@@ -199,13 +199,9 @@ impl App {
     /// the status line, where it stays until another message replaces it; the terminal's
     /// restore prints them all again on exit.
     pub fn show_background_panics(&mut self) {
-        if crate::terminal::background_panic_count() <= self.panics_seen {
-            return;
-        }
-        let panics = crate::terminal::background_panics();
-        self.panics_seen = panics.len();
-        if let Some(newest) = panics.last() {
-            self.state.status = Some(background_panic_line(&newest.message));
+        if let Some((kept, newest)) = crate::terminal::newest_background_panic(self.panics_seen) {
+            self.panics_seen = kept;
+            self.state.status = Some(background_panic_line(&newest));
             // An error stays: it is not a notice that expires.
             self.notice = None;
             self.dirty = true;
@@ -414,13 +410,6 @@ impl App {
         self.status(msg);
     }
 
-    /// Shows `msg` in the status line for [`NOTICE_SHOWN`] (what happened before the screen
-    /// opened, say).
-    pub fn notify(&mut self, msg: impl Into<String>) {
-        self.status(msg);
-        self.dirty = true;
-    }
-
     /// Live: once the dump of an OOM that happened while the dashboard watched is written
     /// (off the agent's thread, after the OOM itself was announced), the status line gives
     /// its path and how to open it.
@@ -443,7 +432,9 @@ impl App {
         ));
     }
 
-    fn status(&mut self, msg: impl Into<String>) {
+    /// Shows `msg` in the status line for [`NOTICE_SHOWN`] (what happened before the screen
+    /// opened, say).
+    pub fn status(&mut self, msg: impl Into<String>) {
         let msg = msg.into();
         self.notice = Some((msg.clone(), Instant::now()));
         self.state.status = Some(msg);

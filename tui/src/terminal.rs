@@ -131,10 +131,12 @@ pub fn background_panics() -> Vec<BackgroundPanic> {
     lock_panics().clone()
 }
 
-/// How many background threads' panics were kept (what the dashboard checks on each tick,
-/// before it asks for them).
-pub fn background_panic_count() -> usize {
-    lock_panics().len()
+/// The newest kept background panic's message and how many are kept, when more than `seen`
+/// are (what the dashboard checks on each tick): one look under the lock, no copy of the rest.
+pub fn newest_background_panic(seen: usize) -> Option<(usize, String)> {
+    let panics = lock_panics();
+    let newest = panics.last().filter(|_| panics.len() > seen)?;
+    Some((panics.len(), newest.message.clone()))
 }
 
 fn lock_panics() -> std::sync::MutexGuard<'static, Vec<BackgroundPanic>> {

@@ -365,7 +365,7 @@ pub fn run(cli: &Cli) -> anyhow::Result<()> {
         }
     };
     if let Some(note) = note {
-        app.notify(format!("attached to {addr}; {note}"));
+        app.status(format!("attached to {addr}; {note}"));
     }
     let mut guard = TerminalGuard::enter().map_err(|e| e.advise(NEEDS_TERMINAL))?;
     app::run(&mut guard.terminal, &mut app, TICK)
