@@ -99,11 +99,7 @@ impl BackgroundPanic {
     fn of(info: &std::panic::PanicHookInfo<'_>) -> BackgroundPanic {
         let thread = std::thread::current();
         let name = thread.name().unwrap_or("<unnamed>");
-        let payload = info
-            .payload()
-            .downcast_ref::<&str>()
-            .copied()
-            .or_else(|| info.payload().downcast_ref::<String>().map(String::as_str))
+        let payload = panic_text(info.payload())
             .unwrap_or("Box<dyn Any>")
             .replace('\n', " ");
         let at = info
@@ -117,6 +113,14 @@ impl BackgroundPanic {
                 .then(|| backtrace.to_string()),
         }
     }
+}
+
+/// A panic's message, when its payload is text (`panic!` with a literal or a format).
+pub fn panic_text(payload: &(dyn std::any::Any + Send)) -> Option<&str> {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
 }
 
 /// Whether the dashboard holds the terminal now (between [`TerminalGuard::enter`] and the

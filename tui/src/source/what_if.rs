@@ -48,11 +48,7 @@ pub fn caught<T>(work: impl FnOnce() -> T, failed: impl FnOnce(String) -> T) -> 
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)) {
         Ok(v) => v,
         Err(payload) => {
-            let why = payload
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_string())
-                .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "a panic".into());
+            let why = crate::terminal::panic_text(&*payload).unwrap_or("a panic");
             failed(format!("{WHAT_IFS_FAILED}: {why}"))
         }
     }

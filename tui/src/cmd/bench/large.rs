@@ -26,6 +26,8 @@ use allocview_alloc::caching::{AllocatorConfig, CachingAllocator, ContextLevel, 
 use allocview_alloc::snapshot::{Frame, Frames, Snapshot};
 use anyhow::{Context, bail};
 
+use crate::units::MIB;
+
 /// One in this many activations outlives its step.
 pub const KEEP_ONE_IN: u64 = 29;
 
@@ -35,9 +37,6 @@ pub const CLOCK_START_US: i64 = 1_763_800_000_000_000;
 
 /// Microseconds between two entries on the fixed clock.
 pub const CLOCK_STEP_US: i64 = 50;
-
-/// One mebibyte.
-const MIB: u64 = 1 << 20;
 
 /// The size of the run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
