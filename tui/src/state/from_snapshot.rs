@@ -363,18 +363,39 @@ impl WhatIfPlan {
     /// Replays `snapshot` (the file the plan was made from) under the usual cures and bisects
     /// for the smallest device: the what-if lines of each OOM, in order.
     pub fn run(&self, snapshot: &Snapshot) -> Vec<Vec<String>> {
-        let outcomes = what_if_avoided(snapshot, self.capacity.bytes);
-        let smallest = smallest_device_line(snapshot, self.capacity);
-        let note = settings_note(snapshot);
+        let done = WhatIfsDone::of(snapshot, self.capacity);
         self.ooms
             .iter()
-            .map(|&oom| {
-                let mut lines = what_if_lines_of(&outcomes, self.capacity, &self.trace, oom);
-                lines.extend(smallest.clone());
-                lines.push(note.clone());
-                lines
-            })
+            .map(|&oom| done.lines(&self.trace, oom))
             .collect()
+    }
+}
+
+/// The what-if replays of a file done once, for the lines of any of its OOMs.
+struct WhatIfsDone {
+    capacity: WhatIfCapacity,
+    outcomes: Vec<WhatIfOutcome>,
+    smallest: Option<String>,
+    note: String,
+}
+
+impl WhatIfsDone {
+    /// Replays `snapshot` under the usual cures and bisects for the smallest device.
+    fn of(snapshot: &Snapshot, capacity: WhatIfCapacity) -> WhatIfsDone {
+        WhatIfsDone {
+            capacity,
+            outcomes: what_if_avoided(snapshot, capacity.bytes),
+            smallest: smallest_device_line(snapshot, capacity),
+            note: settings_note(snapshot),
+        }
+    }
+
+    /// The lines of the OOM at trace entry `oom` (of `trace`), or of the trace without one.
+    fn lines(&self, trace: &[TraceEntry], oom: Option<usize>) -> Vec<String> {
+        let mut lines = what_if_lines_of(&self.outcomes, self.capacity, trace, oom);
+        lines.extend(self.smallest.clone());
+        lines.push(self.note.clone());
+        lines
     }
 }
 
@@ -429,15 +450,7 @@ pub fn what_if_lines(
     let trace = trace_index(snapshot)
         .and_then(|d| snapshot.device_traces.get(d))
         .map_or(&[][..], |t| &t[..]);
-    let mut lines = what_if_lines_of(
-        &what_if_avoided(snapshot, capacity.bytes),
-        capacity,
-        trace,
-        oom,
-    );
-    lines.extend(smallest_device_line(snapshot, capacity));
-    lines.push(settings_note(snapshot));
-    lines
+    WhatIfsDone::of(snapshot, capacity).lines(trace, oom)
 }
 
 /// The what-if line of the smallest device (or, on a device of unknown size, the smallest
