@@ -15,6 +15,7 @@ use ratatui::layout::Rect;
 use crate::input::{self, Action, Seek};
 use crate::source::Source;
 use crate::state::filter::TraceFilter;
+use crate::state::passing_note::PassingNote;
 use crate::state::{State, UiState, View};
 use crate::view::{self, theme};
 
@@ -32,7 +33,7 @@ pub struct App {
     save_dir: PathBuf,
     /// The last message the app put in the status line, and when: it gives the footer's keys
     /// back after [`NOTICE_SHOWN`].
-    notice: Option<(String, Instant)>,
+    notice: PassingNote,
     /// OOMs the process had when last polled (live): more since is a new OOM to announce.
     ooms_seen: u64,
     /// After a slow draw (a slow terminal): no draw before then (see [`App::note_draw`]).
@@ -139,7 +140,7 @@ impl App {
             area: Rect::default(),
             source,
             save_dir,
-            notice: None,
+            notice: PassingNote::default(),
             ooms_seen: 0,
             next_draw: None,
             dumps_said: 0,
@@ -203,7 +204,7 @@ impl App {
             self.panics_seen = kept;
             self.state.status = Some(background_panic_line(&newest));
             // An error stays: it is not a notice that expires.
-            self.notice = None;
+            self.notice.forget();
             self.dirty = true;
         }
     }
@@ -211,17 +212,12 @@ impl App {
     /// Clears the app's last message from the status line once it has been shown
     /// [`NOTICE_SHOWN`] by `now` (a message the source put there since stays).
     pub fn expire_notice(&mut self, now: Instant) {
-        let Some((text, since)) = &self.notice else {
-            return;
-        };
-        if now.saturating_duration_since(*since) < NOTICE_SHOWN {
-            return;
-        }
-        if self.state.status.as_ref() == Some(text) {
-            self.state.status = None;
+        if self
+            .notice
+            .expire(&mut self.state.status, NOTICE_SHOWN, now)
+        {
             self.dirty = true;
         }
-        self.notice = None;
     }
 
     /// Live, with a trace row the user selected: what identifies its entry, so that the row
@@ -435,9 +431,8 @@ impl App {
     /// Shows `msg` in the status line for [`NOTICE_SHOWN`] (what happened before the screen
     /// opened, say).
     pub fn status(&mut self, msg: impl Into<String>) {
-        let msg = msg.into();
-        self.notice = Some((msg.clone(), Instant::now()));
-        self.state.status = Some(msg);
+        self.notice
+            .say(&mut self.state.status, msg.into(), Instant::now());
     }
 
     /// Applies one intent.

@@ -18,6 +18,7 @@ pub mod from_snapshot;
 pub mod histogram;
 pub mod host;
 pub mod oom;
+pub mod passing_note;
 pub mod pools;
 pub mod streams;
 pub mod timeline;

@@ -22,6 +22,7 @@ use allocview_agent::state::PipelineStats;
 use super::what_if::WhatIfJobs;
 use super::{Source, fresh_path};
 use crate::state::from_agent::{AgentAdapter, LiveInfo, SnapshotFrames};
+use crate::state::passing_note::PassingNote;
 use crate::state::{Mode, State};
 use crate::units;
 
@@ -88,7 +89,7 @@ pub struct AttachSource {
     process: (u32, u64),
     /// A passing message this source put in the status line, and when: cleared after
     /// [`SOURCE_NOTE_SHOWN`] unless something replaced it.
-    note: Option<(String, Instant)>,
+    note: PassingNote,
 }
 
 /// `3 (hello_cap 2, token 1)`: the attach clients the agent refused, all together and per
@@ -190,7 +191,7 @@ impl AttachSource {
             paused: false,
             stalled_since: None,
             process,
-            note: None,
+            note: PassingNote::default(),
         })
     }
 
@@ -244,24 +245,13 @@ impl AttachSource {
 
     /// Puts a passing message in the status line (cleared after [`SOURCE_NOTE_SHOWN`]).
     fn say(&mut self, state: &mut State, msg: String) {
-        self.note = Some((msg.clone(), Instant::now()));
-        state.status = Some(msg);
+        self.note.say(&mut state.status, msg, Instant::now());
     }
 
     /// Clears this source's passing message once shown long enough; whether it did.
     fn expire_note(&mut self, state: &mut State) -> bool {
-        let Some((msg, since)) = &self.note else {
-            return false;
-        };
-        if since.elapsed() < SOURCE_NOTE_SHOWN {
-            return false;
-        }
-        let cleared = state.status.as_ref() == Some(msg);
-        if cleared {
-            state.status = None;
-        }
-        self.note = None;
-        cleared
+        self.note
+            .expire(&mut state.status, SOURCE_NOTE_SHOWN, Instant::now())
     }
 
     /// How long without an update counts as a stall: [`STALL_AFTER`], or `STALL_TICKS` (5) of
